@@ -1,0 +1,235 @@
+package retryfuse
+
+import "strconv"
+
+// This file is the decision core: contract v1 (see CONTRACT.md in the
+// repository's docs and the README). It is pure: no I/O, no clock, no
+// globals, no allocation. Every "may this request be sent (again)?" question
+// of the transport is answered here and nowhere else.
+
+// ContractVersion is the version of the decision contract Decide implements.
+const ContractVersion = 1
+
+// Phase says how far an attempt got on the wire.
+type Phase uint8
+
+const (
+	// PhaseUnknown: the base transport gave no trace. Treated as written.
+	PhaseUnknown Phase = iota
+	// PhasePreWrite: no byte of the request left this process (no connection
+	// was obtained: a dial, DNS or TLS failure).
+	PhasePreWrite
+	// PhasePostWrite: a connection was obtained, so some or all of the
+	// request may have been written.
+	PhasePostWrite
+	// PhaseResponse: response headers arrived. For the contract this is
+	// post_write.
+	PhaseResponse
+)
+
+var phaseNames = [...]string{"unknown", "pre_write", "post_write", "response"}
+
+func (p Phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return "Phase(" + strconv.Itoa(int(p)) + ")"
+}
+
+// written reports whether the request may have left this process.
+func (p Phase) written() bool { return p != PhasePreWrite }
+
+// Outcome is what one attempt established, in the contract's terms.
+type Outcome uint8
+
+const (
+	// OutcomeSuccess: a confirmed result (any response that is not retried).
+	OutcomeSuccess Outcome = iota + 1
+	// OutcomeFailure: a definite failure: a retryable error response, or an
+	// error before anything was written.
+	OutcomeFailure
+	// OutcomeTimeout: the attempt timed out.
+	OutcomeTimeout
+	// OutcomeUnknown: the outcome cannot be established (a reset or EOF after
+	// the request may have been written).
+	OutcomeUnknown
+)
+
+var outcomeNames = [...]string{"", "success", "failure", "timeout", "unknown"}
+
+func (o Outcome) String() string {
+	if o > 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// KeyState is the state of a request's idempotency key in the ledger.
+type KeyState uint8
+
+const (
+	KeyNone      KeyState = iota // the key is unknown to the ledger, or there is no ledger
+	KeyInFlight                  // another call holds the key now
+	KeyCompleted                 // an earlier call under the key got a confirmed result
+	KeyConflict                  // the key was used before with a different body
+)
+
+var keyStateNames = [...]string{"none", "in_flight", "completed", "conflict"}
+
+func (k KeyState) String() string {
+	if int(k) < len(keyStateNames) {
+		return keyStateNames[k]
+	}
+	return "KeyState(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Decision is the verdict of the decision core.
+type Decision uint8
+
+const (
+	ReplaySafe        Decision = iota + 1 // the request may be sent (again)
+	ReplayStored                          // a confirmed result exists: return it, send nothing
+	ReconcileRequired                     // a write may have taken effect: never replay it
+	Brake                                 // stop: send nothing more
+	RejectConflict                        // the key was used with another body: send nothing
+)
+
+var decisionNames = [...]string{"", "replay_safe", "replay_stored", "reconcile_required", "brake", "reject_conflict"}
+
+func (d Decision) String() string {
+	if d > 0 && int(d) < len(decisionNames) {
+		return decisionNames[d]
+	}
+	return "Decision(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Evidence qualifies a decision: pass (the correct, safe outcome), fail (a
+// known-bad condition) or unknown (the facts cannot be established).
+type Evidence uint8
+
+const (
+	EvidencePass Evidence = iota + 1
+	EvidenceFail
+	EvidenceUnknown
+)
+
+var evidenceNames = [...]string{"", "pass", "fail", "unknown"}
+
+func (e Evidence) String() string {
+	if e > 0 && int(e) < len(evidenceNames) {
+		return evidenceNames[e]
+	}
+	return "Evidence(" + strconv.Itoa(int(e)) + ")"
+}
+
+// Attempt is one attempt already made for an operation.
+type Attempt struct {
+	Outcome Outcome
+	Phase   Phase
+	// Cost is the attempt's weight; non-negative.
+	Cost float64
+}
+
+// uncertain reports whether the attempt's outcome cannot be established.
+func (a Attempt) uncertain() bool {
+	switch a.Outcome {
+	case OutcomeUnknown:
+		return true
+	case OutcomeTimeout:
+		return a.Phase != PhasePreWrite
+	}
+	return false
+}
+
+// RequestFacts are the facts about a request the contract needs.
+type RequestFacts struct {
+	Method         string // case-sensitive, as on the wire
+	IdempotencyKey bool   // the request carries an idempotency key
+	ReplayableBody bool   // the body can be sent again byte for byte (no body counts)
+}
+
+// DecisionPolicy holds the contract's policy. Both fields must be positive;
+// DefaultDecisionPolicy gives the contract's defaults.
+type DecisionPolicy struct {
+	FailureThreshold int     // trailing failing attempts that trip the brake
+	BudgetUnits      float64 // total attempt cost that trips the brake
+}
+
+// DefaultDecisionPolicy returns the contract's default policy.
+func DefaultDecisionPolicy() DecisionPolicy {
+	return DecisionPolicy{FailureThreshold: 5, BudgetUnits: 100}
+}
+
+// DecisionInput is one question to the decision core.
+type DecisionInput struct {
+	Policy   DecisionPolicy
+	Request  RequestFacts
+	KeyState KeyState
+	Attempts []Attempt // oldest first
+}
+
+// Verdict is the decision core's answer. Rule is the number of the contract
+// rule that decided (1 to 8).
+type Verdict struct {
+	Decision Decision
+	Evidence Evidence
+	Rule     int
+	Reason   string
+}
+
+// IdempotentMethod reports whether method is idempotent by RFC 9110 §9.2.2:
+// GET, HEAD, OPTIONS, TRACE, PUT and DELETE. The match is case-sensitive.
+func IdempotentMethod(method string) bool {
+	switch method {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+// Repeatable reports whether the request may be sent more than once: an
+// idempotent method or an idempotency key, and a replayable body.
+func (r RequestFacts) Repeatable() bool {
+	return (IdempotentMethod(r.Method) || r.IdempotencyKey) && r.ReplayableBody
+}
+
+// Decide applies contract v1 to in. The rules are evaluated in order and the
+// first that matches decides. Decide does not validate in: callers that take
+// input from outside use DecodeContractInput, which does.
+func Decide(in DecisionInput) Verdict {
+	n := len(in.Attempts)
+	var last Attempt
+	if n > 0 {
+		last = in.Attempts[n-1]
+	}
+	switch {
+	case in.KeyState == KeyConflict:
+		return Verdict{RejectConflict, EvidenceFail, 1, "the idempotency key was used before with a different body"}
+	case in.KeyState == KeyCompleted:
+		return Verdict{ReplayStored, EvidencePass, 2, "an earlier call under this key got a confirmed result"}
+	case n > 0 && last.Outcome == OutcomeSuccess:
+		return Verdict{ReplayStored, EvidencePass, 2, "the last attempt succeeded"}
+	case n > 0 && last.uncertain() && !IdempotentMethod(in.Request.Method):
+		return Verdict{ReconcileRequired, EvidenceUnknown, 3, "the last attempt's outcome is uncertain and the method is not idempotent"}
+	case in.KeyState == KeyInFlight:
+		return Verdict{Brake, EvidencePass, 4, "another call holds this idempotency key now"}
+	case n > 0 && !in.Request.Repeatable():
+		return Verdict{Brake, EvidencePass, 5, "the request may not be repeated"}
+	}
+	streak, cost := 0, 0.0
+	for _, a := range in.Attempts {
+		if a.Outcome == OutcomeSuccess {
+			streak = 0
+		} else {
+			streak++
+		}
+		cost += a.Cost
+	}
+	switch {
+	case streak >= in.Policy.FailureThreshold:
+		return Verdict{Brake, EvidenceFail, 6, "the trailing streak of failed attempts reached the failure threshold"}
+	case cost >= in.Policy.BudgetUnits:
+		return Verdict{Brake, EvidenceFail, 7, "the total cost of the attempts reached the budget"}
+	}
+	return Verdict{ReplaySafe, EvidencePass, 8, "the request may be sent"}
+}

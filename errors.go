@@ -1,0 +1,187 @@
+package retryfuse
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Sentinel errors. Test for them with errors.Is; each survives the *url.Error
+// wrapping that http.Client adds.
+var (
+	// ErrInvalidPolicy is wrapped by every error about an invalid setting.
+	ErrInvalidPolicy = errors.New("retryfuse: invalid policy")
+
+	// ErrAttemptsExhausted: the last allowed attempt failed with an error.
+	ErrAttemptsExhausted = errors.New("retryfuse: attempts exhausted")
+
+	// ErrBudgetExhausted: a shared retry budget refused a retry.
+	ErrBudgetExhausted = errors.New("retryfuse: retry budget exhausted")
+
+	// ErrCircuitOpen: the brake of the request's scope is open; nothing was sent.
+	ErrCircuitOpen = errors.New("retryfuse: circuit open")
+
+	// ErrDuplicateInFlight: another call holds the same idempotency key now;
+	// nothing was sent.
+	ErrDuplicateInFlight = errors.New("retryfuse: duplicate request in flight")
+
+	// ErrIdempotencyConflict: the idempotency key was used before with a
+	// different body; nothing was sent.
+	ErrIdempotencyConflict = errors.New("retryfuse: idempotency key reused with a different body")
+
+	// ErrReconcileRequired: a write may have been applied; it was not replayed.
+	// The error is a *ReconcileRequiredError.
+	ErrReconcileRequired = errors.New("retryfuse: outcome uncertain, reconcile required")
+
+	// ErrNotRepeatable: the request failed and may not be sent again (a method
+	// that is not idempotent without an Idempotency-Key, or a body that cannot
+	// be replayed). Decision rule 5.
+	ErrNotRepeatable = errors.New("retryfuse: request is not repeatable")
+
+	// ErrFailureThreshold: the trailing streak of failed attempts reached the
+	// policy's FailureThreshold. Decision rule 6.
+	ErrFailureThreshold = errors.New("retryfuse: failure threshold reached")
+
+	// ErrCostBudget: the total cost of the attempts reached the policy's
+	// BudgetUnits. Decision rule 7.
+	ErrCostBudget = errors.New("retryfuse: attempt cost budget reached")
+
+	// ErrRetryAfterTooLong: the server asked for a wait longer than
+	// MaxRetryAfter or than the caller's deadline leaves. Only reported through
+	// hooks: the server's response itself is returned.
+	ErrRetryAfterTooLong = errors.New("retryfuse: Retry-After exceeds the cap or the deadline")
+
+	// ErrDeadline: the next wait or attempt could not finish before the
+	// caller's deadline, so it was not started.
+	ErrDeadline = errors.New("retryfuse: no time left before the deadline")
+
+	// ErrInvalidIdempotencyKey: the Idempotency-Key header cannot be sent
+	// safely (empty, control characters, longer than MaxIdempotencyKeyLen).
+	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
+)
+
+// RetryError is returned when a call stops without a response to give back.
+// Reason is one of the sentinel errors above (ErrAttemptsExhausted,
+// ErrBudgetExhausted, ErrNotRepeatable, ...); Last is the error of the last
+// attempt. Both match errors.Is:
+//
+//	switch {
+//	case errors.Is(err, retryfuse.ErrBudgetExhausted): // the dependency is failing for many callers
+//	case errors.Is(err, retryfuse.ErrAttemptsExhausted): // this call ran out of attempts
+//	case errors.Is(err, syscall.ECONNREFUSED): // and why the last attempt failed
+//	}
+type RetryError struct {
+	Reason   error
+	Last     error
+	Attempts int
+}
+
+func (e *RetryError) Error() string {
+	s := e.Reason.Error() + " after " + strconv.Itoa(e.Attempts) + " attempt"
+	if e.Attempts != 1 {
+		s += "s"
+	}
+	if e.Last != nil {
+		s += ": " + e.Last.Error()
+	}
+	return s
+}
+
+// Unwrap returns Reason and Last, so that errors.Is matches either.
+func (e *RetryError) Unwrap() []error {
+	if e.Last == nil {
+		return []error{e.Reason}
+	}
+	return []error{e.Reason, e.Last}
+}
+
+// ReconcileRequiredError reports a request that may have taken effect on the
+// server although no response confirmed it: a timeout, reset or
+// cancellation after the request was (or may have been) written. It is never
+// replayed automatically. Look the effect up by IdempotencyKey (or by your
+// own business key) and decide.
+//
+// errors.Is(err, ErrReconcileRequired) holds, and so does errors.Is with the
+// Cause (for example context.DeadlineExceeded when the caller's deadline
+// struck after the write).
+type ReconcileRequiredError struct {
+	Method string
+	// URL is the request URL without user information and with redacted
+	// query parameters (see Transport.RedactQuery).
+	URL string
+	// IdempotencyKey is the key the request carried, or the key the
+	// transport generated for it (KeyGenerated). Empty when there was none.
+	IdempotencyKey string
+	KeyGenerated   bool
+	// Attempts is the number of attempts made, the uncertain one included.
+	Attempts int
+	// Phase is how far the uncertain attempt got.
+	Phase Phase
+	// Cause is the error of the uncertain attempt.
+	Cause error
+}
+
+func (e *ReconcileRequiredError) Error() string {
+	s := fmt.Sprintf("retryfuse: %s %s: outcome uncertain after %d attempt(s) (phase %s), reconcile required", e.Method, e.URL, e.Attempts, e.Phase)
+	if e.IdempotencyKey != "" {
+		s += " (idempotency key " + strconv.Quote(e.IdempotencyKey) + ")"
+	}
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+// Is reports whether target is ErrReconcileRequired.
+func (e *ReconcileRequiredError) Is(target error) bool { return target == ErrReconcileRequired }
+
+// Unwrap returns the cause.
+func (e *ReconcileRequiredError) Unwrap() error { return e.Cause }
+
+// StatusError describes a response whose status was classified as
+// retryable. Hooks receive it as an attempt's error; it is never returned by
+// RoundTrip, which gives such a response back as a response.
+type StatusError struct {
+	StatusCode int
+	Status     string
+	// RetryAfter is the server's Retry-After, zero when absent or invalid.
+	RetryAfter time.Duration
+}
+
+func (e *StatusError) Error() string {
+	s := "retryfuse: retryable status " + e.Status
+	if e.Status == "" {
+		s = "retryfuse: retryable status " + strconv.Itoa(e.StatusCode)
+	}
+	return s
+}
+
+// CircuitOpenError is returned when the brake of a scope is open: the
+// request was not sent. errors.Is(err, ErrCircuitOpen) holds.
+type CircuitOpenError struct {
+	Scope    string
+	OpenedAt time.Time
+	// ProbeAt is when a probe may next be let through.
+	ProbeAt time.Time
+	// Cause is the dependency failure that opened the circuit, when known.
+	Cause error
+}
+
+func (e *CircuitOpenError) Error() string {
+	s := "retryfuse: circuit open for " + e.Scope + " since " + e.OpenedAt.Format(time.RFC3339) + ", next probe at " + e.ProbeAt.Format(time.RFC3339)
+	if e.Cause != nil {
+		s += ": opened by: " + e.Cause.Error()
+	}
+	return s
+}
+
+// Is reports whether target is ErrCircuitOpen.
+func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// Unwrap returns the cause that opened the circuit.
+func (e *CircuitOpenError) Unwrap() error { return e.Cause }
+
+func invalidPolicy(field, problem string) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidPolicy, field, problem)
+}

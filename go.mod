@@ -1,0 +1,3 @@
+module github.com/retryfuse/retryfuse
+
+go 1.26
