@@ -56,6 +56,15 @@ var (
 	// caller's deadline, so it was not started.
 	ErrDeadline = errors.New("retryfuse: no time left before the deadline")
 
+	// ErrFinal: the result was not retryable and was handed back as it is.
+	// Only reported through hooks.
+	ErrFinal = errors.New("retryfuse: result is final")
+
+	// ErrAttemptTimeout: one attempt ran past Transport.AttemptTimeout
+	// before its response headers arrived. The error matching it also
+	// reports Timeout() == true.
+	ErrAttemptTimeout = errors.New("retryfuse: attempt timed out")
+
 	// ErrInvalidIdempotencyKey: the Idempotency-Key header cannot be sent
 	// safely (empty, control characters, longer than MaxIdempotencyKeyLen).
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
@@ -185,3 +194,18 @@ func (e *CircuitOpenError) Unwrap() error { return e.Cause }
 func invalidPolicy(field, problem string) error {
 	return fmt.Errorf("%w: %s %s", ErrInvalidPolicy, field, problem)
 }
+
+// attemptTimeoutError is the error of an attempt cut by AttemptTimeout. It
+// matches ErrAttemptTimeout and the error the base returned, and is a
+// net.Error whose Timeout is true.
+type attemptTimeoutError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *attemptTimeoutError) Error() string {
+	return "retryfuse: attempt timed out after " + e.after.String() + ": " + e.err.Error()
+}
+func (e *attemptTimeoutError) Unwrap() []error { return []error{ErrAttemptTimeout, e.err} }
+func (e *attemptTimeoutError) Timeout() bool   { return true }
+func (e *attemptTimeoutError) Temporary() bool { return true }

@@ -1,0 +1,213 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// send makes one attempt and classifies it. ok is false when the attempt
+// could not be made because the body could not be replayed; err then says
+// why.
+func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
+	t, p := c.t, c.p
+	r2 := c.req.WithContext(c.ctx) // a shallow copy: the caller's request is never modified
+	if c.header != nil {
+		r2.Header = c.header
+	}
+	if c.attempt > 1 {
+		body, gerr := c.req.GetBody()
+		if gerr != nil {
+			c.lastErr = gerr
+			_, e := c.stop(ErrNotRepeatable, Verdict{})
+			return nil, e, r, false
+		}
+		r2.Body = body
+	}
+	var watched *bodyWatcher
+	if r2.Body != nil && r2.Body != http.NoBody {
+		watched = &bodyWatcher{ReadCloser: r2.Body}
+		r2.Body = watched
+	}
+
+	at := newAttemptTrace()
+	ctx := at.context(r2.Context())
+	timeout := c.attemptTimeout()
+	var (
+		cancel   context.CancelFunc
+		timer    *time.Timer
+		timedOut atomic.Bool
+	)
+	if timeout > 0 {
+		ctx, cancel = context.WithCancel(ctx)
+		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); cancel() })
+	}
+	r2 = r2.WithContext(ctx)
+
+	if h := t.Hooks.AttemptStart; h != nil {
+		c.phase = PhaseUnknown
+		emit(h, AttemptStartInfo{CallInfo: c.info(), Timeout: timeout})
+	}
+	began := t.clock()
+	resp, err = p.base.RoundTrip(r2)
+	if timer != nil {
+		stopped := timer.Stop()
+		switch {
+		case err != nil:
+			cancel()
+		case !stopped || timedOut.Load():
+			// The timer struck as the headers arrived: the body is already
+			// cut off, so the attempt counts as timed out.
+			drain(resp, 0)
+			resp, err = nil, context.Canceled
+			cancel()
+		default:
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		}
+		if err != nil && timedOut.Load() {
+			err = &attemptTimeoutError{after: timeout, err: err}
+		}
+	}
+	if resp == nil && err == nil {
+		err = errNilResponse
+	}
+	callerDone := c.req.Context().Err() != nil
+	bodyErr := watched != nil && watched.failed(err)
+	r = classify(t.Classifier, resp, err, at.phase(resp, p.tracing), callerDone, bodyErr)
+
+	if n := at.conns.Load(); n > 1 {
+		c.phase = r.phase
+		emit(t.Hooks.HiddenResend, HiddenResendInfo{CallInfo: c.info(), Connections: int(n)})
+	}
+	if h := t.Hooks.AttemptDone; h != nil {
+		c.phase = r.phase
+		info := AttemptDoneInfo{CallInfo: c.info(), Err: err, Outcome: r.outcome, Retryable: r.retryable, Duration: t.clock().Sub(began)}
+		if resp != nil {
+			info.StatusCode = resp.StatusCode
+			if r.retryable {
+				info.Err = statusError(resp, t.clock())
+			}
+		}
+		emit(h, info)
+	}
+	return resp, err, r, true
+}
+
+var errNilResponse = errors.New("retryfuse: base RoundTripper returned neither a response nor an error")
+
+func statusError(resp *http.Response, now time.Time) *StatusError {
+	ra, _ := retryAfter(resp, now)
+	return &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, RetryAfter: ra}
+}
+
+// attemptTimeout is the timeout of the next attempt: AttemptTimeout, or
+// zero when the caller's deadline comes first anyway.
+func (c *call) attemptTimeout() time.Duration {
+	d := c.p.attemptTimeout
+	if d <= 0 {
+		return 0
+	}
+	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(c.t.clock()) <= d {
+		return 0
+	}
+	return d
+}
+
+// backoff schedules the next attempt after a retryable result: it asks the
+// budget, works out the delay, discards the last response and waits. When
+// no retry may follow, it returns what the call returns and retry false.
+func (c *call) backoff() (resp *http.Response, err error, retry bool) {
+	t, p := c.t, c.p
+	now := t.clock()
+	retryNo := c.attempt // the coming attempt is retry number c.attempt
+	d := fullJitter(backoffCeiling(p.initialBackoff, p.maxBackoff, retryNo), t.random)
+	src := DelayBackoff
+	ra, hasRA := retryAfter(c.lastResp, now)
+	remaining, hasDeadline := time.Duration(0), false
+	if dl, ok := c.ctx.Deadline(); ok {
+		remaining, hasDeadline = dl.Sub(now), true
+	}
+	if hasRA {
+		if ra > p.maxRetryAfter || (hasDeadline && ra >= remaining) {
+			resp, err = c.stop(ErrRetryAfterTooLong, Verdict{})
+			return resp, err, false
+		}
+		// Never earlier than asked; the jitter above it spreads clients
+		// that were given the same value. Never past the cap.
+		d, src = min(ra+d, p.maxRetryAfter), DelayRetryAfter
+		if hasDeadline && d >= remaining {
+			d = ra
+		}
+	}
+	if hasDeadline && d >= remaining {
+		resp, err = c.stop(ErrDeadline, Verdict{})
+		return resp, err, false
+	}
+	lastErr := c.lastErr
+	if c.lastResp != nil {
+		lastErr = statusError(c.lastResp, now)
+		drain(c.lastResp, p.maxDrain)
+		c.lastResp = nil
+	}
+	if h := t.Hooks.Retry; h != nil {
+		info := RetryInfo{CallInfo: c.info(), Delay: d, Source: src, Err: lastErr}
+		if hasRA {
+			info.RetryAfter = ra
+		}
+		emit(h, info)
+	}
+	if werr := t.wait(c.ctx, d); werr != nil {
+		c.giveUp(werr, Verdict{})
+		return nil, &RetryError{Reason: werr, Last: c.lastErr, Attempts: c.attempt}, false
+	}
+	return nil, nil, true
+}
+
+// drain reads at most limit bytes of a discarded response body and closes
+// it, so that its connection can be reused.
+func drain(resp *http.Response, limit int64) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	if limit > 0 {
+		_, _ = io.CopyN(io.Discard, resp.Body, limit)
+	}
+	_ = resp.Body.Close()
+}
+
+// bodyWatcher remembers an error of the caller's body reader, so that it
+// can be told apart from a network failure.
+type bodyWatcher struct {
+	io.ReadCloser
+	err atomic.Pointer[error]
+}
+
+func (b *bodyWatcher) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err.Store(&err)
+	}
+	return n, err
+}
+
+// failed reports whether err comes from the body reader.
+func (b *bodyWatcher) failed(err error) bool {
+	be := b.err.Load()
+	return err != nil && be != nil && errors.Is(err, *be)
+}
+
+// cancelOnClose releases an attempt's context when the response body is
+// closed, keeping the body readable until then.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}

@@ -1,0 +1,213 @@
+package retryfuse
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// call is the state of one RoundTrip: the facts about the request, the
+// attempt history the decision core reads, and the last result.
+type call struct {
+	t           *Transport
+	p           *policy
+	req         *http.Request
+	ctx         context.Context // the caller's context, marked as owned
+	start       time.Time
+	id          uint64
+	passThrough bool // a retryfuse Transport above owns the repeating
+
+	method string
+	key    requestKey
+	facts  RequestFacts
+	header http.Header // the header to send when it differs from req.Header
+	url    string      // redacted, computed on first use
+
+	attempt  int
+	phase    Phase
+	history  []Attempt
+	histBuf  [4]Attempt
+	lastResp *http.Response
+	lastErr  error
+}
+
+func (c *call) run() (*http.Response, error) {
+	req := c.req
+	c.method = req.Method
+	if c.method == "" {
+		c.method = http.MethodGet
+	}
+	key, err := readKey(req.Header)
+	if err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	c.key = key
+	generate := c.t.GenerateIdempotencyKeys && !key.present &&
+		(c.method == http.MethodPost || c.method == http.MethodPatch)
+	if generate {
+		v, err := newIdempotencyKey()
+		if err != nil {
+			closeRequestBody(req)
+			return nil, err
+		}
+		c.key = requestKey{value: v, present: true, generated: true}
+	}
+	if generate || needsKeyHiding(c.method, req.Header) {
+		gen := ""
+		if generate {
+			gen = c.key.value
+		}
+		c.header = hideKey(req.Header, gen)
+	}
+	c.facts = RequestFacts{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
+	c.history = c.histBuf[:0]
+	c.ctx = req.Context()
+	if !c.passThrough {
+		c.ctx = context.WithValue(c.ctx, ownerKey{}, c.t)
+	}
+
+	if v := c.decide(KeyNone); v.Decision != ReplaySafe {
+		closeRequestBody(req)
+		return nil, c.refuse(v)
+	}
+	for {
+		if err := c.ctx.Err(); err != nil && c.attempt == 0 {
+			closeRequestBody(req)
+			return nil, err // no attempt starts after the deadline
+		}
+		c.attempt++
+		resp, err, r, ok := c.send()
+		if !ok {
+			return nil, err // the body could not be replayed
+		}
+		c.phase = r.phase
+		cost := 1.0
+		if r.outcome == OutcomeTimeout {
+			cost = c.p.timeoutCost
+		}
+		c.history = append(c.history, Attempt{Outcome: r.outcome, Phase: contractPhase(r.phase), Cost: cost})
+		c.lastResp, c.lastErr = resp, err
+
+		v := c.decide(KeyNone)
+		switch {
+		case c.passThrough:
+			return resp, err // the Transport above decides
+		case v.Decision == ReplayStored:
+			return resp, err // a confirmed result
+		case v.Decision == ReconcileRequired:
+			return nil, c.reconcileError(err)
+		case !r.retryable:
+			c.giveUp(ErrFinal, Verdict{})
+			return resp, err
+		case v.Decision != ReplaySafe:
+			return c.stop(brakeReason(v), v)
+		case c.attempt >= c.p.maxAttempts:
+			return c.stop(ErrAttemptsExhausted, Verdict{})
+		}
+		if resp, err, retry := c.backoff(); !retry {
+			return resp, err
+		}
+	}
+}
+
+// decide asks the decision core about the call as it stands.
+func (c *call) decide(ks KeyState) Verdict {
+	v := Decide(DecisionInput{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.history})
+	if h := c.t.Hooks.Decision; h != nil {
+		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
+	}
+	return v
+}
+
+// contractPhase maps a phase to the contract's: a response was written.
+func contractPhase(p Phase) Phase {
+	if p == PhaseResponse {
+		return PhasePostWrite
+	}
+	return p
+}
+
+// brakeReason names the sentinel for a verdict that stops a call.
+func brakeReason(v Verdict) error {
+	switch v.Rule {
+	case 1:
+		return ErrIdempotencyConflict
+	case 4:
+		return ErrDuplicateInFlight
+	case 5:
+		return ErrNotRepeatable
+	case 6:
+		return ErrFailureThreshold
+	case 7:
+		return ErrCostBudget
+	}
+	return ErrNotRepeatable
+}
+
+// refuse returns the error for a call refused before its first attempt.
+func (c *call) refuse(v Verdict) error {
+	reason := brakeReason(v)
+	c.giveUp(reason, v)
+	return &RetryError{Reason: reason}
+}
+
+// stop ends a call that may not go on: the last response goes back as it
+// is, or, without one, an error carrying reason and the last error.
+func (c *call) stop(reason error, v Verdict) (*http.Response, error) {
+	c.giveUp(reason, v)
+	if c.lastResp != nil {
+		return c.lastResp, nil
+	}
+	return nil, &RetryError{Reason: reason, Last: c.lastErr, Attempts: c.attempt}
+}
+
+func (c *call) giveUp(reason error, v Verdict) {
+	h := c.t.Hooks.GiveUp
+	if h == nil {
+		return
+	}
+	info := GiveUpInfo{CallInfo: c.info(), Reason: reason, Verdict: v, Err: c.lastErr}
+	if c.lastResp != nil {
+		info.StatusCode = c.lastResp.StatusCode
+	}
+	emit(h, info)
+}
+
+// reconcileError builds the error for an uncertain write and reports it.
+func (c *call) reconcileError(cause error) error {
+	e := &ReconcileRequiredError{
+		Method:         c.method,
+		URL:            c.redactedURL(),
+		IdempotencyKey: c.key.value,
+		KeyGenerated:   c.key.generated,
+		Attempts:       c.attempt,
+		Phase:          c.phase,
+		Cause:          cause,
+	}
+	if h := c.t.Hooks.Reconcile; h != nil {
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e})
+	}
+	return e
+}
+
+func (c *call) redactedURL() string {
+	if c.url == "" {
+		c.url = redactURL(c.req.URL, c.p.redact)
+	}
+	return c.url
+}
+
+// info returns the CallInfo of the call's current attempt.
+func (c *call) info() CallInfo {
+	return CallInfo{
+		CallID:         c.id,
+		Attempt:        c.attempt,
+		Method:         c.method,
+		URL:            c.redactedURL(),
+		IdempotencyKey: c.key.value,
+		KeyGenerated:   c.key.generated,
+		Phase:          c.phase,
+		Elapsed:        c.t.clock().Sub(c.start),
+	}
+}

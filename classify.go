@@ -1,0 +1,196 @@
+package retryfuse
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+)
+
+// Class is a Classifier's verdict on one attempt.
+type Class uint8
+
+const (
+	// ClassDefault: apply the default rules (DefaultClassify).
+	ClassDefault Class = iota
+	// ClassRetryable: a failure worth another attempt, if the request-safety
+	// rules, the budget, the attempts and the deadline allow one.
+	ClassRetryable
+	// ClassFinal: hand the response or error back as it is.
+	ClassFinal
+)
+
+// A Classifier changes how responses and errors are classified. It is
+// called with the response (err nil) or the error (resp nil) of one
+// attempt and may return ClassDefault to keep the default rules. It only
+// says whether a result is worth repeating: the request-safety rules apply
+// on top, so ClassRetryable never makes a POST without an idempotency key
+// repeatable, and never replays a write whose outcome is uncertain.
+//
+// A Classifier must not read or close the response body.
+type Classifier func(resp *http.Response, err error) Class
+
+// DefaultClassify is the default classification.
+//
+// Retryable: the statuses 408, 425, 429, 500, 502, 503 and 504; and
+// transient transport errors: connection refused, reset or aborted, a
+// broken pipe, EOF, timeouts (net.Error.Timeout), an unreachable host or
+// network, a temporary DNS failure.
+//
+// Final: every other status, a cancellation, certificate and TLS verification failures, a host that does not exist,
+// and any error not known to be transient (an unsupported scheme, a
+// malformed request).
+//
+// The transport recognises the caller's own cancellation or deadline, and
+// an error of the caller's body reader, before any classifier is asked:
+// those are never repeated.
+func DefaultClassify(resp *http.Response, err error) Class {
+	if err == nil {
+		if resp != nil && RetryableStatus(resp.StatusCode) {
+			return ClassRetryable
+		}
+		return ClassFinal
+	}
+	if transientError(err) {
+		return ClassRetryable
+	}
+	return ClassFinal
+}
+
+// RetryableStatus reports whether code is retryable by default: 408, 425,
+// 429, 500, 502, 503 or 504.
+func RetryableStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
+		http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// transientError reports whether err is known to be transient. Anything
+// not recognised is not: the transport repeats only what it understands.
+func transientError(err error) bool {
+	if errors.Is(err, ErrAttemptTimeout) {
+		return true // before the Canceled test: the attempt's context was cancelled by its timer
+	}
+	switch {
+	case errors.Is(err, context.Canceled), certificateError(err):
+		return false
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.IsTimeout || dnsErr.IsTemporary
+	}
+	for _, e := range transientErrnos {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+var transientErrnos = [...]error{
+	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED,
+	syscall.EPIPE, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
+}
+
+// certificateError reports whether err is a certificate or TLS
+// verification failure, which repeating cannot fix.
+func certificateError(err error) bool {
+	var (
+		verr   *tls.CertificateVerificationError
+		unk    x509.UnknownAuthorityError
+		inv    x509.CertificateInvalidError
+		host   x509.HostnameError
+		system x509.SystemRootsError
+		alert  tls.AlertError
+		rec    tls.RecordHeaderError
+	)
+	return errors.As(err, &verr) || errors.As(err, &unk) || errors.As(err, &inv) ||
+		errors.As(err, &host) || errors.As(err, &system) || errors.As(err, &alert) || errors.As(err, &rec)
+}
+
+// result is the classification of one attempt.
+type result struct {
+	outcome   Outcome
+	phase     Phase
+	retryable bool // worth another attempt, before the safety rules
+}
+
+// classify turns one attempt into a result. callerDone reports whether the
+// caller's own context had ended when the attempt returned; bodyErr whether
+// the caller's body reader failed.
+func classify(c Classifier, resp *http.Response, err error, phase Phase, callerDone, bodyErr bool) result {
+	if err == nil {
+		r := result{outcome: OutcomeSuccess, phase: PhaseResponse}
+		class := ClassDefault
+		if c != nil {
+			class = safeClassify(c, resp, nil)
+		}
+		if class == ClassDefault {
+			class = DefaultClassify(resp, nil)
+		}
+		if class == ClassRetryable {
+			r.outcome, r.retryable = OutcomeFailure, true
+		}
+		return r
+	}
+	r := result{phase: phase}
+	switch {
+	case callerDone:
+		// The caller stopped the call: never repeated. After a write its
+		// outcome is as uncertain as any timeout.
+		r.outcome = OutcomeFailure
+		if phase.written() {
+			r.outcome = OutcomeTimeout
+			if !errors.Is(err, context.DeadlineExceeded) {
+				r.outcome = OutcomeUnknown
+			}
+		}
+		return r
+	case bodyErr:
+		// The request was cut short by the caller's own body: the server
+		// cannot have a complete request to apply.
+		r.outcome = OutcomeFailure
+		return r
+	}
+	class := ClassDefault
+	if c != nil {
+		class = safeClassify(c, nil, err)
+	}
+	if class == ClassDefault {
+		class = DefaultClassify(nil, err)
+	}
+	r.retryable = class == ClassRetryable
+	var ne net.Error
+	timeout := errors.Is(err, ErrAttemptTimeout) || (errors.As(err, &ne) && ne.Timeout())
+	switch {
+	case timeout:
+		r.outcome = OutcomeTimeout
+	case phase == PhasePreWrite:
+		r.outcome = OutcomeFailure
+	default:
+		r.outcome = OutcomeUnknown // a reset or EOF after a write
+	}
+	return r
+}
+
+// safeClassify calls a user's Classifier; a panic counts as ClassDefault.
+func safeClassify(c Classifier, resp *http.Response, err error) (class Class) {
+	defer func() {
+		if recover() != nil {
+			class = ClassDefault
+		}
+	}()
+	return c(resp, err)
+}

@@ -1,0 +1,199 @@
+package retryfuse
+
+import "time"
+
+// Hooks observe what the transport decides. Every field may be nil. Hooks
+// run synchronously on the goroutine of the call, never while the
+// transport holds a lock, and may be called concurrently by concurrent
+// calls. A hook must not keep the Info's fields that are documented as
+// borrowed. A panicking hook is recovered and ignored: it never breaks the
+// call. Combine several Hooks values with JoinHooks.
+//
+// The Info types may gain fields in later versions.
+type Hooks struct {
+	// AttemptStart is called before each attempt is sent.
+	AttemptStart func(AttemptStartInfo)
+	// AttemptDone is called when an attempt has a result: a response (Err
+	// nil, or a *StatusError when its status is retryable) or an error.
+	AttemptDone func(AttemptDoneInfo)
+	// Decision is called with every verdict of the decision core.
+	Decision func(DecisionInfo)
+	// Retry is called when a retry is scheduled, before the wait.
+	Retry func(RetryInfo)
+	// Reconcile is called when a *ReconcileRequiredError is about to be
+	// returned or handed to the Reconciler.
+	Reconcile func(ReconcileInfo)
+	// GiveUp is called when a call stops repeating for any reason other
+	// than success, with that reason.
+	GiveUp func(GiveUpInfo)
+	// HiddenResend is called when the base transport obtained more than
+	// one connection within one attempt: it re-sent the request by itself
+	// (net/http does so when nothing was written, or, for requests it
+	// judges replayable, after a failure on a reused connection).
+	HiddenResend func(HiddenResendInfo)
+	// BreakerChange is called when a breaker scope changes state.
+	BreakerChange func(BreakerChangeInfo)
+	// EvidenceUnavailable is called when a budget or ledger could not
+	// establish its answer (a remote store is down or slow) and its
+	// declared fail-safe was applied instead.
+	EvidenceUnavailable func(EvidenceUnavailableInfo)
+}
+
+// CallInfo is carried by every event of one RoundTrip.
+type CallInfo struct {
+	// CallID is shared by all events of one RoundTrip and unique within
+	// its Transport.
+	CallID uint64
+	// Attempt is the number of the attempt the event is about, from 1; 0
+	// before the first attempt.
+	Attempt int
+	Method  string
+	// URL is the request URL without user information and with redacted
+	// query parameters.
+	URL string
+	// IdempotencyKey is the key the request carries, or the key generated
+	// for it (KeyGenerated).
+	IdempotencyKey string
+	KeyGenerated   bool
+	// Phase is how far the attempt got; PhaseUnknown before it is sent.
+	Phase Phase
+	// Elapsed is the time since RoundTrip was called.
+	Elapsed time.Duration
+}
+
+// AttemptStartInfo describes an attempt about to be sent.
+type AttemptStartInfo struct {
+	CallInfo
+	// Timeout is the attempt's timeout (until response headers), zero when
+	// none applies beyond the caller's deadline.
+	Timeout time.Duration
+}
+
+// AttemptDoneInfo describes the result of one attempt.
+type AttemptDoneInfo struct {
+	CallInfo
+	StatusCode int   // 0 when there is no response
+	Err        error // the attempt's error; a *StatusError for a retryable status
+	Outcome    Outcome
+	Retryable  bool // the classification, before the safety rules
+	Duration   time.Duration
+}
+
+// DecisionInfo carries a verdict of the decision core.
+type DecisionInfo struct {
+	CallInfo
+	Verdict  Verdict
+	KeyState KeyState
+}
+
+// DelaySource says where a retry delay came from.
+type DelaySource uint8
+
+const (
+	DelayBackoff    DelaySource = iota + 1 // capped exponential backoff with full jitter
+	DelayRetryAfter                        // the server's Retry-After, plus jitter
+)
+
+func (s DelaySource) String() string {
+	switch s {
+	case DelayBackoff:
+		return "backoff"
+	case DelayRetryAfter:
+		return "retry_after"
+	}
+	return "unknown"
+}
+
+// RetryInfo describes a scheduled retry.
+type RetryInfo struct {
+	CallInfo
+	Delay  time.Duration
+	Source DelaySource
+	// RetryAfter is the server's Retry-After when Source is DelayRetryAfter.
+	RetryAfter time.Duration
+	Err        error // the failed attempt's error (a *StatusError for a status)
+}
+
+// ReconcileInfo carries a reconcile error.
+type ReconcileInfo struct {
+	CallInfo
+	Err *ReconcileRequiredError
+}
+
+// GiveUpInfo says why a call stopped repeating.
+type GiveUpInfo struct {
+	CallInfo
+	// Reason is a sentinel: ErrAttemptsExhausted, ErrBudgetExhausted,
+	// ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget,
+	// ErrRetryAfterTooLong, ErrDeadline, ErrCircuitOpen,
+	// ErrDuplicateInFlight, ErrIdempotencyConflict, or ErrFinal when the
+	// result was not retryable.
+	Reason error
+	// Verdict is the decision core's verdict when it decided, else zero.
+	Verdict Verdict
+	// StatusCode is the status of the response handed back, 0 for none.
+	StatusCode int
+	Err        error // the last error, if any
+}
+
+// HiddenResendInfo reports that the base re-sent a request by itself.
+type HiddenResendInfo struct {
+	CallInfo
+	Connections int // connections obtained within the attempt
+}
+
+// BreakerChangeInfo reports a breaker transition.
+type BreakerChangeInfo struct {
+	BreakerTransition
+}
+
+// EvidenceUnavailableInfo reports a fail-safe applied by a budget or ledger.
+type EvidenceUnavailableInfo struct {
+	CallInfo
+	Source string // "budget" or "ledger"
+	Err    error
+}
+
+// JoinHooks returns Hooks that call each of hs in order.
+func JoinHooks(hs ...Hooks) Hooks {
+	return Hooks{
+		AttemptStart:        join(hs, func(h Hooks) func(AttemptStartInfo) { return h.AttemptStart }),
+		AttemptDone:         join(hs, func(h Hooks) func(AttemptDoneInfo) { return h.AttemptDone }),
+		Decision:            join(hs, func(h Hooks) func(DecisionInfo) { return h.Decision }),
+		Retry:               join(hs, func(h Hooks) func(RetryInfo) { return h.Retry }),
+		Reconcile:           join(hs, func(h Hooks) func(ReconcileInfo) { return h.Reconcile }),
+		GiveUp:              join(hs, func(h Hooks) func(GiveUpInfo) { return h.GiveUp }),
+		HiddenResend:        join(hs, func(h Hooks) func(HiddenResendInfo) { return h.HiddenResend }),
+		BreakerChange:       join(hs, func(h Hooks) func(BreakerChangeInfo) { return h.BreakerChange }),
+		EvidenceUnavailable: join(hs, func(h Hooks) func(EvidenceUnavailableInfo) { return h.EvidenceUnavailable }),
+	}
+}
+
+func join[T any](hs []Hooks, field func(Hooks) func(T)) func(T) {
+	var fs []func(T)
+	for _, h := range hs {
+		if f := field(h); f != nil {
+			fs = append(fs, f)
+		}
+	}
+	switch len(fs) {
+	case 0:
+		return nil
+	case 1:
+		return fs[0]
+	}
+	return func(v T) {
+		for _, f := range fs {
+			emit(f, v) // one panicking hook does not silence the others
+		}
+	}
+}
+
+// emit calls hook f with v, recovering a panic.
+func emit[T any](f func(T), v T) {
+	if f == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	f(v)
+}

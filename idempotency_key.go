@@ -1,0 +1,151 @@
+package retryfuse
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+)
+
+// MaxIdempotencyKeyLen is the longest idempotency key the transport sends.
+const MaxIdempotencyKeyLen = 255
+
+// The header names under which a request may carry its idempotency key.
+// HeaderIdempotencyKey is the IETF draft's name; HeaderXIdempotencyKey is
+// the older form net/http also recognises.
+const (
+	HeaderIdempotencyKey  = "Idempotency-Key"
+	HeaderXIdempotencyKey = "X-Idempotency-Key"
+)
+
+// Non-canonical map keys under which the transport carries a key for a
+// method that is not idempotent. Servers match header names without regard
+// to case, so the key reaches them unchanged; but net/http's Transport only
+// recognises the canonical map keys when it decides to re-send a request on
+// its own after a failure on a reused connection. Hiding the key from it
+// keeps retryfuse the only layer that repeats a write. The cost: a
+// RoundTripper below this one that reads the key with Header.Get does not
+// see it; read it with IdempotencyKeyOf.
+const (
+	hiddenIdempotencyKey  = "idempotency-key"
+	hiddenXIdempotencyKey = "x-idempotency-key"
+)
+
+var keyHeaderForms = [...]string{HeaderIdempotencyKey, HeaderXIdempotencyKey, hiddenIdempotencyKey, hiddenXIdempotencyKey}
+
+// IdempotencyKeyOf returns the idempotency key h carries, under any of the
+// forms the transport reads or writes, and whether one is present.
+func IdempotencyKeyOf(h http.Header) (string, bool) {
+	for _, name := range keyHeaderForms {
+		if v, ok := h[name]; ok && len(v) > 0 {
+			return v[0], true
+		}
+	}
+	return "", false
+}
+
+// requestKey is what the transport knows of a request's idempotency key.
+type requestKey struct {
+	value     string
+	present   bool // a non-empty key is carried (or was generated)
+	generated bool // the transport generated it
+}
+
+// readKey returns the request's key after validating it. An empty header
+// value counts as no key. A key that cannot be sent safely is an error.
+func readKey(h http.Header) (requestKey, error) {
+	var k requestKey
+	found := 0
+	for _, name := range keyHeaderForms {
+		v, ok := h[name]
+		if !ok || len(v) == 0 {
+			continue
+		}
+		if len(v) > 1 {
+			return k, fmt.Errorf("%w: header %s has %d values, want one", ErrInvalidIdempotencyKey, name, len(v))
+		}
+		if v[0] == "" {
+			continue
+		}
+		if found > 0 && v[0] != k.value {
+			return k, fmt.Errorf("%w: %s and another idempotency key header disagree", ErrInvalidIdempotencyKey, name)
+		}
+		if err := ValidateIdempotencyKey(v[0]); err != nil {
+			return k, err
+		}
+		k.value, k.present = v[0], true
+		found++
+	}
+	return k, nil
+}
+
+// ValidateIdempotencyKey reports whether key can be sent safely as a header
+// value: 1 to MaxIdempotencyKeyLen bytes of visible ASCII or inner spaces.
+// Control characters (CR and LF above all, which would inject header lines),
+// non-ASCII bytes and surrounding spaces are refused. The error wraps
+// ErrInvalidIdempotencyKey.
+func ValidateIdempotencyKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidIdempotencyKey)
+	case len(key) > MaxIdempotencyKeyLen:
+		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidIdempotencyKey, len(key), MaxIdempotencyKeyLen)
+	case key[0] == ' ' || key[len(key)-1] == ' ':
+		return fmt.Errorf("%w: leading or trailing space", ErrInvalidIdempotencyKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: byte %#x at offset %d is not visible ASCII", ErrInvalidIdempotencyKey, c, i)
+		}
+	}
+	return nil
+}
+
+// newIdempotencyKey returns 128 bits from crypto/rand as 32 hex digits.
+func newIdempotencyKey() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("retryfuse: generating an idempotency key: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// replayableBody reports whether req's body can be sent again byte for
+// byte: no body, or a GetBody to obtain a fresh copy.
+func replayableBody(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// needsKeyHiding reports whether h carries a key under a canonical map key
+// that net/http's Transport would take as licence to re-send a request of a
+// method that is not idempotent.
+func needsKeyHiding(method string, h http.Header) bool {
+	if IdempotentMethod(method) {
+		return false
+	}
+	_, a := h[HeaderIdempotencyKey]
+	_, b := h[HeaderXIdempotencyKey]
+	return a || b
+}
+
+// hideKey returns a copy of h whose idempotency key, if any, sits under the
+// non-canonical map keys, and sets key there when it is not empty (a
+// generated key). h itself is never modified.
+func hideKey(h http.Header, key string) http.Header {
+	h2 := h.Clone()
+	if h2 == nil {
+		h2 = make(http.Header, 1)
+	}
+	if v, ok := h2[HeaderIdempotencyKey]; ok {
+		delete(h2, HeaderIdempotencyKey)
+		h2[hiddenIdempotencyKey] = v
+	}
+	if v, ok := h2[HeaderXIdempotencyKey]; ok {
+		delete(h2, HeaderXIdempotencyKey)
+		h2[hiddenXIdempotencyKey] = v
+	}
+	if key != "" {
+		h2[hiddenIdempotencyKey] = []string{key}
+	}
+	return h2
+}

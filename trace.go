@@ -1,0 +1,65 @@
+package retryfuse
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+)
+
+// attemptTrace follows one attempt through net/http/httptrace, composed
+// with any trace the caller installed in the context.
+//
+// Only "no connection was obtained" proves that nothing left this process:
+// net/http fires WroteHeaders and WroteRequest when bytes enter the
+// connection's buffer, and a large request may flush before them. So the
+// phase rests on GotConn alone, which fires once per connection obtained,
+// again on each re-send inside the base.
+type attemptTrace struct {
+	trace httptrace.ClientTrace
+	conns atomic.Int32
+}
+
+func newAttemptTrace() *attemptTrace {
+	at := &attemptTrace{}
+	at.trace.GotConn = func(httptrace.GotConnInfo) { at.conns.Add(1) }
+	return at
+}
+
+// context returns ctx with the trace installed.
+func (at *attemptTrace) context(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &at.trace)
+}
+
+// phase says how far an attempt got. tracing reports whether the base is
+// known to fire GotConn before it writes a byte; for any other base, an
+// attempt that obtained no connection may still have written, so its phase
+// is unknown.
+func (at *attemptTrace) phase(resp *http.Response, tracing bool) Phase {
+	switch {
+	case resp != nil:
+		return PhaseResponse
+	case at.conns.Load() > 0:
+		return PhasePostWrite
+	case tracing:
+		return PhasePreWrite
+	}
+	return PhaseUnknown
+}
+
+// baseTraces reports whether rt fires httptrace's GotConn for every
+// connection before writing: net/http's Transport does, and so does a
+// retryfuse Transport over one.
+func baseTraces(rt http.RoundTripper) bool {
+	for range 8 { // bounded: a cycle of Transports is a misconfiguration
+		switch b := rt.(type) {
+		case *http.Transport:
+			return true
+		case *Transport:
+			rt = b.base()
+		default:
+			return false
+		}
+	}
+	return false
+}

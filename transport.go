@@ -1,0 +1,265 @@
+package retryfuse
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+)
+
+// DefaultMaxDrainBytes is how much of a discarded response body the
+// transport reads, when Transport.MaxDrainBytes is zero, so that its
+// connection can be reused. A longer body is closed unread past that point
+// (its connection is then closed rather than reused).
+const DefaultMaxDrainBytes = 64 << 10
+
+// Transport is an http.RoundTripper that repeats a request only when
+// repeating it is known to be safe.
+//
+// GET, HEAD, OPTIONS, TRACE, PUT and DELETE may be repeated. POST, PATCH and
+// every other method may be repeated only when the request carries a
+// non-empty Idempotency-Key (or X-Idempotency-Key) header and a replayable
+// body (none, or GetBody set). A write whose outcome is uncertain — a
+// timeout, reset or cancellation after it may have been written — is never
+// replayed: RoundTrip returns a *ReconcileRequiredError. Every decision is
+// taken by the decision core (Decide) and reported through Hooks.
+//
+// A response, even a final 503, is returned as a response with a nil
+// error. An error is returned only when there is no response to give.
+//
+// The zero value is ready to use with the defaults documented on each
+// field. Fields must not be changed after the first RoundTrip; they are
+// validated then, and an invalid value makes every RoundTrip return an
+// error wrapping ErrInvalidPolicy (Validate reports it earlier).
+//
+// A Transport is safe for concurrent use by multiple goroutines.
+type Transport struct {
+	// Base sends each attempt. Nil means one
+	// cleanhttp.DefaultPooledTransport, created once per Transport.
+	Base http.RoundTripper
+
+	// MaxAttempts is the number of attempts in total, the first included.
+	// Zero means DefaultMaxAttempts (3); 1 disables retries.
+	MaxAttempts int
+
+	// InitialBackoff and MaxBackoff shape the delay before a retry: the
+	// ceiling doubles from InitialBackoff up to MaxBackoff, and the delay is
+	// drawn uniformly below it (full jitter). Zero means
+	// DefaultInitialBackoff (100ms) and DefaultMaxBackoff (10s).
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+
+	// AttemptTimeout bounds each attempt until its response headers arrive;
+	// it is cut to what remains of the caller's deadline. The body of a
+	// returned response stays readable until it is closed. Zero means no
+	// timeout beyond the caller's context.
+	AttemptTimeout time.Duration
+
+	// MaxRetryAfter caps a server's Retry-After. A retryable response
+	// asking for a longer wait, or for a wait longer than the caller's
+	// deadline leaves, is returned at once. Zero means
+	// DefaultMaxRetryAfter (30s).
+	MaxRetryAfter time.Duration
+
+	// FailureThreshold and BudgetUnits are the decision core's policy (see
+	// DecisionPolicy): the trailing failed attempts, and the total cost of
+	// attempts, that brake a call. Zero means 5 and 100.
+	FailureThreshold int
+	BudgetUnits      float64
+
+	// TimeoutCost is the cost of an attempt that timed out; other attempts
+	// cost 1. A timeout holds the dependency's resources longer than a fast
+	// failure; raise it to brake sooner on timeouts. Zero means 1.
+	TimeoutCost float64
+
+	// Classifier changes how responses and errors are classified. Nil
+	// means DefaultClassify. The request-safety rules apply on top.
+	Classifier Classifier
+
+	// GenerateIdempotencyKeys, when true, gives a POST or PATCH that lacks
+	// an idempotency key a random one (128 bits from crypto/rand), so that
+	// it may be repeated. The key is sent on every attempt and reported in
+	// hooks and errors (KeyGenerated).
+	GenerateIdempotencyKeys bool
+
+	// Hooks observe every decision. See Hooks.
+	Hooks Hooks
+
+	// RedactQueryParams names the query parameters whose values are hidden
+	// in reported URLs. Nil means DefaultRedactedQueryParams; an empty,
+	// non-nil slice redacts none. User information is always removed.
+	RedactQueryParams []string
+
+	// MaxDrainBytes bounds how much of a discarded response body is read
+	// before it is closed. Zero means DefaultMaxDrainBytes.
+	MaxDrainBytes int64
+
+	once    sync.Once
+	p       policy
+	initErr error
+	calls   atomic.Uint64
+
+	// Test seams; nil means the real clock, timer and randomness.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+	randN func(n int64) int64
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// policy is the Transport's configuration with defaults resolved.
+type policy struct {
+	base           http.RoundTripper
+	tracing        bool
+	maxAttempts    int
+	initialBackoff time.Duration
+	maxBackoff     time.Duration
+	attemptTimeout time.Duration
+	maxRetryAfter  time.Duration
+	decision       DecisionPolicy
+	timeoutCost    float64
+	redact         []string
+	maxDrain       int64
+}
+
+// Validate reports the first invalid setting, as an error wrapping
+// ErrInvalidPolicy; nil when the Transport is usable.
+func (t *Transport) Validate() error {
+	t.setup()
+	return t.initErr
+}
+
+func (t *Transport) setup() {
+	t.once.Do(func() { t.p, t.initErr = t.resolve() })
+}
+
+func (t *Transport) resolve() (policy, error) {
+	p := policy{
+		base:           t.Base,
+		maxAttempts:    orDefault(t.MaxAttempts, DefaultMaxAttempts),
+		initialBackoff: orDefault(t.InitialBackoff, DefaultInitialBackoff),
+		maxBackoff:     orDefault(t.MaxBackoff, DefaultMaxBackoff),
+		attemptTimeout: t.AttemptTimeout,
+		maxRetryAfter:  orDefault(t.MaxRetryAfter, DefaultMaxRetryAfter),
+		decision: DecisionPolicy{
+			FailureThreshold: orDefault(t.FailureThreshold, 5),
+			BudgetUnits:      orDefault(t.BudgetUnits, 100),
+		},
+		timeoutCost: orDefault(t.TimeoutCost, 1),
+		redact:      t.RedactQueryParams,
+		maxDrain:    orDefault(t.MaxDrainBytes, DefaultMaxDrainBytes),
+	}
+	if p.redact == nil {
+		p.redact = DefaultRedactedQueryParams
+	}
+	switch {
+	case t.MaxAttempts < 0:
+		return p, invalidPolicy("MaxAttempts", "must not be negative")
+	case t.InitialBackoff < 0:
+		return p, invalidPolicy("InitialBackoff", "must not be negative")
+	case t.MaxBackoff < 0:
+		return p, invalidPolicy("MaxBackoff", "must not be negative")
+	case p.maxBackoff < p.initialBackoff:
+		return p, invalidPolicy("MaxBackoff", "must not be below InitialBackoff")
+	case t.AttemptTimeout < 0:
+		return p, invalidPolicy("AttemptTimeout", "must not be negative")
+	case t.MaxRetryAfter < 0:
+		return p, invalidPolicy("MaxRetryAfter", "must not be negative")
+	case t.FailureThreshold < 0:
+		return p, invalidPolicy("FailureThreshold", "must not be negative")
+	case t.BudgetUnits < 0 || math.IsNaN(t.BudgetUnits) || math.IsInf(t.BudgetUnits, 0):
+		return p, invalidPolicy("BudgetUnits", "must be a finite, non-negative number")
+	case t.TimeoutCost < 0 || math.IsNaN(t.TimeoutCost) || math.IsInf(t.TimeoutCost, 0):
+		return p, invalidPolicy("TimeoutCost", "must be a finite, non-negative number")
+	case t.MaxDrainBytes < 0:
+		return p, invalidPolicy("MaxDrainBytes", "must not be negative")
+	}
+	if p.base == nil {
+		p.base = cleanhttp.DefaultPooledTransport()
+	}
+	if p.base == http.RoundTripper(t) {
+		return p, invalidPolicy("Base", "must not be the Transport itself")
+	}
+	p.tracing = baseTraces(p.base)
+	return p, nil
+}
+
+func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// base returns the RoundTripper that sends each attempt.
+func (t *Transport) base() http.RoundTripper {
+	t.setup()
+	return t.p.base
+}
+
+// CloseIdleConnections closes the idle connections of the base, when it
+// has such a method.
+func (t *Transport) CloseIdleConnections() {
+	type closeIdler interface{ CloseIdleConnections() }
+	if ci, ok := t.base().(closeIdler); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+func (t *Transport) clock() time.Time {
+	if t.now != nil {
+		return t.now()
+	}
+	return time.Now()
+}
+
+func (t *Transport) wait(ctx context.Context, d time.Duration) error {
+	if t.sleep != nil {
+		return t.sleep(ctx, d)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+func (t *Transport) random(n int64) int64 {
+	if t.randN != nil {
+		return t.randN(n)
+	}
+	return rand.Int64N(n)
+}
+
+// ownerKey marks, in an attempt's context, that a retryfuse Transport
+// already owns the repeating of this request: a Transport beneath it (or
+// called again beneath it through the context) passes each attempt
+// through, so that stacked layers do not multiply load.
+type ownerKey struct{}
+
+// RoundTrip implements http.RoundTripper. See Transport for what is
+// repeated and what is returned.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.setup()
+	if t.initErr != nil {
+		closeRequestBody(req)
+		return nil, t.initErr
+	}
+	c := call{t: t, p: &t.p, req: req, start: t.clock(), id: t.calls.Add(1)}
+	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
+	return c.run()
+}
+
+func closeRequestBody(req *http.Request) {
+	if req != nil && req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
