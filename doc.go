@@ -1,0 +1,82 @@
+// Package retryfuse makes HTTP retries safe. Its Transport is a drop-in
+// http.RoundTripper that repeats a request only when repeating it is known
+// to be safe, refuses to replay a write whose outcome is uncertain, and
+// keeps retry load bounded across every caller of a dependency.
+//
+//	client := &http.Client{Transport: &retryfuse.Transport{}}
+//	resp, err := client.Do(req)
+//	var rec *retryfuse.ReconcileRequiredError
+//	if errors.As(err, &rec) {
+//		// The write may have been applied: look it up by rec.IdempotencyKey.
+//	}
+//
+// # What is repeated
+//
+// Every attempt is classified (DefaultClassify): the statuses 408, 425,
+// 429, 500, 502, 503 and 504 and transient transport errors (refused,
+// reset, EOF, timeouts) are worth another attempt; everything else is
+// handed back as it is. Whether the request may be sent again is then
+// decided by the decision core (Decide), which implements a small,
+// versioned contract that the command `retryfuse decide` also exposes as
+// JSON:
+//
+//   - GET, HEAD, OPTIONS, TRACE, PUT and DELETE may be repeated.
+//   - POST, PATCH and every other method may be repeated only when the
+//     request carries an Idempotency-Key (or X-Idempotency-Key) header and
+//     a replayable body (none, or Request.GetBody set, as http.NewRequest
+//     sets for in-memory bodies). Bodies are replayed through GetBody, byte
+//     for byte, with the same key.
+//   - A write whose outcome is uncertain — a timeout, reset or the
+//     caller's cancellation after the request may have been written — is
+//     never replayed, even with a key: RoundTrip returns a
+//     *ReconcileRequiredError.
+//
+// How far an attempt got is traced with net/http/httptrace: no connection
+// obtained means nothing was written (PhasePreWrite); otherwise the
+// request may have been written (PhasePostWrite). A base that gives no
+// trace yields PhaseUnknown, treated as written.
+//
+// # Waiting
+//
+// Between attempts the transport waits a capped exponential backoff with
+// full jitter, never shorter than a server's Retry-After (both forms), never
+// longer than MaxRetryAfter, and never past the caller's deadline: a wait
+// that cannot end in time is not started, and the last response is
+// returned instead.
+//
+// # Errors
+//
+// A response — even a final 503 — comes back as a response with a nil
+// error. An error comes back only when there is no response to give:
+//
+//	switch {
+//	case errors.As(err, &rec): // reconcile: the effect may have happened
+//	case errors.Is(err, retryfuse.ErrCircuitOpen): // nothing was sent
+//	case errors.Is(err, retryfuse.ErrBudgetExhausted): // the dependency is failing for many callers
+//	case errors.Is(err, retryfuse.ErrAttemptsExhausted): // this call ran out of attempts
+//	}
+//
+// Each sentinel survives the *url.Error wrapping of http.Client, and the
+// error of the last attempt stays reachable through errors.Is and
+// errors.As.
+//
+// # One retry owner
+//
+// Go's http.Transport re-sends by itself, inside one RoundTrip, a request
+// it judges replayable after a failure on a reused connection — any method
+// carrying an Idempotency-Key header. To stay the only layer that repeats a
+// write, the transport sends the key of a non-idempotent request under a
+// lower-case header map key, which reaches the server unchanged (header
+// names are case-insensitive) but which net/http does not recognise. A
+// RoundTripper below the transport should read the key with
+// IdempotencyKeyOf rather than Header.Get. A retryfuse Transport beneath
+// another one (or called again beneath one through the request context)
+// passes each attempt through and only reports it: the outermost repeats.
+//
+// # Composing with other transports
+//
+// Put retryfuse outside anything that should see every attempt (a logging
+// or tracing transport for one span per attempt, an auth transport that
+// must sign each attempt afresh) and inside anything that should see the
+// call once (a tracing transport for one span per call).
+package retryfuse

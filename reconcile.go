@@ -1,0 +1,86 @@
+package retryfuse
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+)
+
+// Resolution is a Reconciler's answer about an uncertain write.
+type Resolution uint8
+
+const (
+	// StillUnknown: the effect could not be established; the
+	// *ReconcileRequiredError goes back to the caller.
+	StillUnknown Resolution = iota
+	// Applied: the effect happened. The Reconciliation's Response is the
+	// authoritative result and is returned to the caller.
+	Applied
+	// NotApplied: the effect did not happen. The request may be sent
+	// again, through the usual gates (request safety, attempts, budget,
+	// breaker, deadline).
+	NotApplied
+)
+
+func (r Resolution) String() string {
+	switch r {
+	case StillUnknown:
+		return "still_unknown"
+	case Applied:
+		return "applied"
+	case NotApplied:
+		return "not_applied"
+	}
+	return fmt.Sprintf("Resolution(%d)", uint8(r))
+}
+
+// Reconciliation is what a Reconciler found.
+type Reconciliation struct {
+	Resolution Resolution
+	// Response is the authoritative result when Resolution is Applied (for
+	// example the resource looked up by its idempotency key). It must not
+	// be nil then. The caller of RoundTrip receives it and closes its body.
+	Response *http.Response
+}
+
+// A Reconciler is asked, when the decision core requires reconciliation,
+// whether an uncertain write took effect — typically by looking the effect
+// up by err.IdempotencyKey. It runs on the caller's goroutine with the
+// caller's context, so its time counts against the caller's deadline. A
+// request it sends through the same Transport is not repeated (the context
+// carries no retry ownership, but keep lookups idempotent: a GET).
+//
+// An error, a panic, or an Applied without a Response counts as
+// StillUnknown: the reconcile error goes back, never a replay.
+type Reconciler interface {
+	Reconcile(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
+}
+
+// ReconcilerFunc adapts a function to a Reconciler.
+type ReconcilerFunc func(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
+
+// Reconcile calls f.
+func (f ReconcilerFunc) Reconcile(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error) {
+	return f(ctx, err)
+}
+
+// askReconciler consults r, recovering a panic; anything but a usable
+// answer is StillUnknown.
+func askReconciler(ctx context.Context, r Reconciler, e *ReconcileRequiredError) (rec Reconciliation) {
+	defer func() {
+		if recover() != nil {
+			rec = Reconciliation{}
+		}
+	}()
+	rec, err := r.Reconcile(ctx, e)
+	switch {
+	case err != nil:
+		return Reconciliation{}
+	case rec.Resolution == Applied && rec.Response == nil:
+		return Reconciliation{}
+	case rec.Resolution != Applied && rec.Response != nil:
+		drain(rec.Response, 0) // not the caller's result: release it
+		rec.Response = nil
+	}
+	return rec
+}

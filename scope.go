@@ -1,0 +1,76 @@
+package retryfuse
+
+import (
+	"net"
+	"net/http"
+	"sync"
+)
+
+// DefaultMaxScopes bounds how many per-scope budgets a Transport keeps when
+// Transport.MaxScopes is zero.
+const DefaultMaxScopes = 1024
+
+// HostScope is the default scope of a request: its scheme, host and port
+// ("https://api.example.com:443"), so that one failing dependency neither
+// spends another's retry budget nor opens its breaker.
+func HostScope(req *http.Request) string {
+	if req == nil || req.URL == nil {
+		return ""
+	}
+	scheme, host, port := req.URL.Scheme, req.URL.Hostname(), req.URL.Port()
+	if port == "" {
+		switch scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		}
+	}
+	if port == "" {
+		return scheme + "://" + host
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// budgets keeps one Budget per scope, created on first use, at most max of
+// them. When full, an arbitrary scope's budget is dropped to make room: a
+// fresh budget for a scope that returns is the cost of the bound.
+type budgets struct {
+	mu  sync.Mutex
+	m   map[string]Budget
+	max int
+}
+
+func (b *budgets) get(scope string, newBudget func(string) (Budget, error)) (Budget, error) {
+	b.mu.Lock()
+	bud, ok := b.m[scope]
+	b.mu.Unlock()
+	if ok {
+		return bud, nil
+	}
+	// The factory is user code: call it without the lock. Two callers may
+	// race to create a scope's budget; the first stored wins.
+	bud, err := newBudget(scope)
+	if err != nil {
+		return nil, err
+	}
+	if bud == nil {
+		bud = UnlimitedBudget{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if prev, ok := b.m[scope]; ok {
+		return prev, nil
+	}
+	if b.m == nil {
+		b.m = make(map[string]Budget)
+	}
+	if len(b.m) >= b.max {
+		for k := range b.m {
+			delete(b.m, k)
+			break
+		}
+	}
+	b.m[scope] = bud
+	return bud, nil
+}
