@@ -146,6 +146,10 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		resp, err = c.stop(ErrDeadline, Verdict{})
 		return resp, err, false
 	}
+	if !c.allowRetry() {
+		resp, err = c.stop(ErrBudgetExhausted, Verdict{})
+		return resp, err, false
+	}
 	lastErr := c.lastErr
 	if c.lastResp != nil {
 		lastErr = statusError(c.lastResp, now)

@@ -22,6 +22,8 @@ type call struct {
 	facts  RequestFacts
 	header http.Header // the header to send when it differs from req.Header
 	url    string      // redacted, computed on first use
+	scope  string      // the dependency, for budgets and the breaker
+	budget Budget
 
 	attempt  int
 	phase    Phase
@@ -70,6 +72,12 @@ func (c *call) run() (*http.Response, error) {
 	if v := c.decide(KeyNone); v.Decision != ReplaySafe {
 		closeRequestBody(req)
 		return nil, c.refuse(v)
+	}
+	if !c.passThrough {
+		if err := c.recordRequest(); err != nil {
+			closeRequestBody(req)
+			return nil, err
+		}
 	}
 	for {
 		if err := c.ctx.Err(); err != nil && c.attempt == 0 {

@@ -87,6 +87,25 @@ type Transport struct {
 	// hooks and errors (KeyGenerated).
 	GenerateIdempotencyKeys bool
 
+	// Budget, when set, is the one retry budget shared by every scope of
+	// this Transport (and by every Transport it is given to). Each retry
+	// must take a token from it; the first attempt is always free.
+	Budget Budget
+
+	// NewBudget creates the budget of a scope on first use, when Budget is
+	// nil. Nil means a RatioBudget with its default settings per scope
+	// (retries at most 10% of requests plus a small floor). Return
+	// UnlimitedBudget{} to turn budgets off.
+	NewBudget func(scope string) (Budget, error)
+
+	// Scope names the dependency a request belongs to, for budgets and the
+	// breaker. Nil means HostScope (scheme, host and port).
+	Scope func(*http.Request) string
+
+	// MaxScopes bounds the per-scope budgets kept. Zero means
+	// DefaultMaxScopes.
+	MaxScopes int
+
 	// Hooks observe every decision. See Hooks.
 	Hooks Hooks
 
@@ -101,6 +120,7 @@ type Transport struct {
 
 	once    sync.Once
 	p       policy
+	budgets budgets
 	initErr error
 	calls   atomic.Uint64
 
@@ -176,6 +196,8 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("BudgetUnits", "must be a finite, non-negative number")
 	case t.TimeoutCost < 0 || math.IsNaN(t.TimeoutCost) || math.IsInf(t.TimeoutCost, 0):
 		return p, invalidPolicy("TimeoutCost", "must be a finite, non-negative number")
+	case t.MaxScopes < 0:
+		return p, invalidPolicy("MaxScopes", "must not be negative")
 	case t.MaxDrainBytes < 0:
 		return p, invalidPolicy("MaxDrainBytes", "must not be negative")
 	}
@@ -186,6 +208,7 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("Base", "must not be the Transport itself")
 	}
 	p.tracing = baseTraces(p.base)
+	t.budgets.max = orDefault(t.MaxScopes, DefaultMaxScopes)
 	return p, nil
 }
 
@@ -209,6 +232,29 @@ func (t *Transport) CloseIdleConnections() {
 	if ci, ok := t.base().(closeIdler); ok {
 		ci.CloseIdleConnections()
 	}
+}
+
+// scope names the dependency of req.
+func (t *Transport) scope(req *http.Request) string {
+	if t.Scope != nil {
+		return t.Scope(req)
+	}
+	return HostScope(req)
+}
+
+// budget returns the retry budget for scope.
+func (t *Transport) budget(scope string) (Budget, error) {
+	if t.Budget != nil {
+		return t.Budget, nil
+	}
+	return t.budgets.get(scope, t.newBudget)
+}
+
+func (t *Transport) newBudget(scope string) (Budget, error) {
+	if t.NewBudget != nil {
+		return t.NewBudget(scope)
+	}
+	return NewRatioBudget(RatioBudgetConfig{})
 }
 
 func (t *Transport) clock() time.Time {
