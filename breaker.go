@@ -1,0 +1,316 @@
+package retryfuse
+
+import (
+	"strconv"
+	"sync"
+	"time"
+)
+
+// This file is the circuit breaker: one brake per scope for a failing
+// dependency.
+//
+// It is written by hand rather than taken from github.com/sony/gobreaker/v2
+// for two reasons: gobreaker reads time.Now itself, so its timing cannot be
+// driven by an injected clock, and it calls OnStateChange while holding its
+// mutex, which runs user code under a lock. Its two good ideas are kept: a
+// generation counter, so that a late result from an older state is dropped,
+// and the two-step shape (Allow, then Done with the outcome). State changes
+// are returned as BreakerTransition values for the caller to report once the
+// lock is released.
+
+// BreakerState is the state of one scope's brake.
+type BreakerState uint8
+
+const (
+	// BreakerClosed: requests pass and their outcomes are counted.
+	BreakerClosed BreakerState = iota + 1
+	// BreakerOpen: requests fail fast with a *CircuitOpenError.
+	BreakerOpen
+	// BreakerHalfOpen: the open interval is over; at most MaxProbes probes
+	// may be out at once, and their outcomes decide whether it closes.
+	BreakerHalfOpen
+)
+
+var breakerStateNames = [...]string{"", "closed", "open", "half_open"}
+
+func (s BreakerState) String() string {
+	if s != 0 && int(s) < len(breakerStateNames) {
+		return breakerStateNames[s]
+	}
+	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// BreakerSettings configures a Breaker. A zero field means its default; a
+// negative one is invalid.
+type BreakerSettings struct {
+	// FailureThreshold is the number of consecutive dependency failures
+	// that opens a scope. Zero means 5.
+	FailureThreshold int
+	// MinObservations is the number of outcomes (successes and failures) a
+	// scope must have seen since it last closed, or since it was first
+	// seen, before it may open, so that a few failures out of a tiny sample
+	// do not open it. Zero means FailureThreshold; a value at or below
+	// FailureThreshold has no further effect.
+	MinObservations int
+	// OpenTimeout is how long a scope stays open before probes may run.
+	// Zero means 30s.
+	OpenTimeout time.Duration
+	// MaxProbes is the number of probes let through at once when a scope is
+	// half-open. Zero means 1.
+	MaxProbes int
+	// ProbeSuccesses is the number of consecutive successful probes that
+	// close a half-open scope. Zero means 1.
+	ProbeSuccesses int
+	// MaxScopes bounds the number of scopes remembered. When it is reached,
+	// a new scope evicts the least recently used closed scope that has no
+	// request in flight, else the least recently used closed scope (the
+	// outcomes of its requests in flight are then dropped). Open and
+	// half-open scopes are never forgotten: while every remembered scope is
+	// open or half-open, a new scope's requests pass unbraked and
+	// uncounted. Zero means 1024.
+	MaxScopes int
+}
+
+// resolve validates s and fills in the defaults.
+func (s BreakerSettings) resolve() (BreakerSettings, error) {
+	ints := [...]struct {
+		name string
+		v    int
+	}{
+		{"FailureThreshold", s.FailureThreshold},
+		{"MinObservations", s.MinObservations},
+		{"MaxProbes", s.MaxProbes},
+		{"ProbeSuccesses", s.ProbeSuccesses},
+		{"MaxScopes", s.MaxScopes},
+	}
+	for _, f := range ints {
+		if f.v < 0 {
+			return s, invalidPolicy("BreakerSettings."+f.name, "must not be negative, got "+strconv.Itoa(f.v))
+		}
+	}
+	if s.OpenTimeout < 0 {
+		return s, invalidPolicy("BreakerSettings.OpenTimeout", "must not be negative, got "+s.OpenTimeout.String())
+	}
+	orDefault := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	orDefault(&s.FailureThreshold, 5)
+	orDefault(&s.MinObservations, s.FailureThreshold)
+	orDefault(&s.MaxProbes, 1)
+	orDefault(&s.ProbeSuccesses, 1)
+	orDefault(&s.MaxScopes, 1024)
+	if s.OpenTimeout == 0 {
+		s.OpenTimeout = 30 * time.Second
+	}
+	return s, nil
+}
+
+// BreakerTransition reports a change of a scope's state. Allow and Done
+// return it rather than call a hook, so that the caller can report it with
+// no lock held. The zero value (To == 0) means no change.
+type BreakerTransition struct {
+	Scope    string
+	From, To BreakerState
+	At       time.Time
+	// Cause is the dependency failure behind an opening (To == BreakerOpen);
+	// nil for other transitions.
+	Cause error
+	// Settings are the settings in force, defaults resolved.
+	Settings BreakerSettings
+}
+
+// BreakerObservation is what a request told about the dependency.
+type BreakerObservation uint8
+
+const (
+	// ObserveSuccess: the dependency answered well.
+	ObserveSuccess BreakerObservation = iota + 1
+	// ObserveFailure: the dependency failed.
+	ObserveFailure
+	// ObserveIgnore: the outcome is no evidence about the dependency (the
+	// caller cancelled, a retry budget or another local gate refused). It
+	// releases a probe slot and counts nothing. Any value other than
+	// ObserveSuccess and ObserveFailure is treated the same way.
+	ObserveIgnore
+)
+
+// Breaker brakes requests to failing dependencies, one brake per scope (a
+// name the caller chooses: a host, a route).
+//
+// A closed scope opens when it has seen FailureThreshold consecutive
+// failures and at least MinObservations outcomes since it last closed.
+// While open, Allow fails fast. After OpenTimeout, the next Allow moves it
+// to half-open and lets at most MaxProbes probes out at once; a failed
+// probe opens it again, ProbeSuccesses consecutive successful probes close
+// it. Elapsed time alone never closes it.
+//
+// Each ticket Allow hands out must be marked Done once; a probe whose
+// ticket is never done keeps its probe slot. The memory a scope holds grows
+// with its largest number of tickets out at once (12 bytes each).
+//
+// The zero value is a Breaker with the default settings. A Breaker never
+// calls user code. This type is concurrency safe.
+type Breaker struct {
+	mu     sync.Mutex
+	set    BreakerSettings  // resolved
+	now    func() time.Time // nil means time.Now; replaced in tests
+	scopes map[string]*scopeState
+	closed scopeList // closed scopes, most recently used first
+}
+
+// NewBreaker returns a Breaker with settings s. A negative setting gives an
+// error wrapping ErrInvalidPolicy that names the field.
+func NewBreaker(s BreakerSettings) (*Breaker, error) {
+	set, err := s.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return &Breaker{set: set, scopes: make(map[string]*scopeState)}, nil
+}
+
+// initLocked makes the zero Breaker usable.
+func (b *Breaker) initLocked() {
+	if b.scopes == nil {
+		b.set, _ = BreakerSettings{}.resolve()
+		b.scopes = make(map[string]*scopeState)
+	}
+}
+
+func (b *Breaker) clock() time.Time {
+	if b.now != nil {
+		return b.now()
+	}
+	return time.Now()
+}
+
+// Settings returns the settings in force, defaults resolved.
+func (b *Breaker) Settings() BreakerSettings {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.initLocked()
+	return b.set
+}
+
+// State returns the state of scope: closed for a scope it does not
+// remember. An open scope whose OpenTimeout has elapsed is reported
+// half-open, since only a successful probe can close it.
+func (b *Breaker) State(scope string) BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.scopes[scope]
+	if s == nil {
+		return BreakerClosed
+	}
+	if s.state == BreakerOpen && b.clock().Sub(s.openedAt) >= b.set.OpenTimeout {
+		return BreakerHalfOpen
+	}
+	return s.state
+}
+
+// Allow asks to send one request in scope. It returns a ticket to mark
+// Done with the request's outcome, or a *CircuitOpenError (nothing may be
+// sent) when the scope is open, or half-open with MaxProbes probes out. The
+// transition is non-zero when this call moved the scope from open to
+// half-open.
+func (b *Breaker) Allow(scope string) (BreakerTicket, BreakerTransition, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.scopeLocked(scope)
+	if s == nil {
+		return BreakerTicket{}, BreakerTransition{}, nil // not remembered: see MaxScopes
+	}
+	var tr BreakerTransition
+	switch s.state {
+	case BreakerClosed:
+		b.closed.touch(s)
+		return s.issue(), tr, nil
+	case BreakerOpen:
+		now := b.clock()
+		if now.Sub(s.openedAt) < b.set.OpenTimeout {
+			return BreakerTicket{}, tr, s.openError(b.set.OpenTimeout)
+		}
+		tr = b.moveLocked(s, BreakerHalfOpen, now, nil)
+	}
+	if s.probes >= b.set.MaxProbes {
+		return BreakerTicket{}, tr, s.openError(b.set.OpenTimeout)
+	}
+	s.probes++
+	return s.issue(), tr, nil
+}
+
+// BreakerTicket is the permission, given by Allow, to send one request.
+// The zero value is a ticket whose Done does nothing.
+type BreakerTicket struct {
+	s    *scopeState
+	gen  uint64 // the scope's generation when the ticket was issued
+	seq  uint64 // the ticket's number, held in s.slots[slot] until Done
+	slot int32
+}
+
+// Done reports the outcome of the ticket's request, with the dependency
+// failure as cause for ObserveFailure. It returns a non-zero transition
+// when the outcome closed or opened the scope. A ticket issued before the
+// scope last changed state is ignored, and so is a second Done.
+func (t BreakerTicket) Done(o BreakerObservation, cause error) BreakerTransition {
+	s := t.s
+	if s == nil {
+		return BreakerTransition{}
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !s.release(t) || t.gen != s.gen {
+		return BreakerTransition{} // done before, or from an older state
+	}
+	switch s.state {
+	case BreakerClosed:
+		switch o {
+		case ObserveSuccess:
+			s.observed++
+			s.failures = 0
+		case ObserveFailure:
+			s.observed++
+			s.failures++
+			if s.failures >= b.set.FailureThreshold && s.observed >= b.set.MinObservations {
+				return b.moveLocked(s, BreakerOpen, b.clock(), cause)
+			}
+		}
+	case BreakerHalfOpen:
+		s.probes--
+		switch o {
+		case ObserveSuccess:
+			s.successes++
+			if s.successes >= b.set.ProbeSuccesses {
+				return b.moveLocked(s, BreakerClosed, b.clock(), nil)
+			}
+		case ObserveFailure:
+			return b.moveLocked(s, BreakerOpen, b.clock(), cause)
+		}
+	}
+	return BreakerTransition{}
+}
+
+// moveLocked moves s to state to and returns the transition.
+func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, cause error) BreakerTransition {
+	from := s.state
+	s.state = to
+	s.gen++
+	s.failures, s.successes, s.probes = 0, 0, 0
+	switch to {
+	case BreakerOpen:
+		s.openedAt, s.cause = now, cause
+		if from == BreakerClosed {
+			b.closed.remove(s)
+		}
+	case BreakerClosed:
+		s.observed, s.openedAt, s.cause = 0, time.Time{}, nil
+		b.closed.pushFront(s)
+	}
+	return BreakerTransition{Scope: s.name, From: from, To: to, At: now, Cause: cause, Settings: b.set}
+}
+
+func (s *scopeState) openError(timeout time.Duration) error {
+	return &CircuitOpenError{Scope: s.name, OpenedAt: s.openedAt, ProbeAt: s.openedAt.Add(timeout), Cause: s.cause}
+}

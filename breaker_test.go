@@ -1,0 +1,392 @@
+package retryfuse
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeClock is the breaker's injected clock. Tests advance it only while
+// no other goroutine reads it.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *fakeClock) {
+	t.Helper()
+	b, err := NewBreaker(s)
+	if err != nil {
+		t.Fatalf("NewBreaker(%+v): %v", s, err)
+	}
+	c := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	b.now = c.now
+	return b, c
+}
+
+// step is one step of a state-machine table.
+//
+//	ok, fail, ignore                Allow, then Done at once with that outcome
+//	take                            Allow and hold the ticket
+//	ok-held, fail-held, ignore-held Done of the oldest held ticket
+//	refused                         Allow must fail with ErrCircuitOpen
+//	wait                            advance the clock by d
+type step struct {
+	op    string
+	d     time.Duration
+	tr    string       // transitions of the step, "from>to" joined by ","
+	state BreakerState // State after the step
+}
+
+func repeat(n int, s step) []step {
+	out := make([]step, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+func steps(parts ...any) []step {
+	var out []step
+	for _, p := range parts {
+		switch p := p.(type) {
+		case step:
+			out = append(out, p)
+		case []step:
+			out = append(out, p...)
+		}
+	}
+	return out
+}
+
+var observations = map[string]BreakerObservation{"ok": ObserveSuccess, "fail": ObserveFailure, "ignore": ObserveIgnore}
+
+func runSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table []step) {
+	t.Helper()
+	var held []BreakerTicket
+	for i, st := range table {
+		var trs []string
+		note := func(tr BreakerTransition) {
+			if tr.To != 0 {
+				trs = append(trs, tr.From.String()+">"+tr.To.String())
+			}
+		}
+		switch op, isHeld := strings.CutSuffix(st.op, "-held"); {
+		case st.op == "wait":
+			c.advance(st.d)
+		case st.op == "refused":
+			_, tr, err := b.Allow(scope)
+			note(tr)
+			if !errors.Is(err, ErrCircuitOpen) {
+				t.Fatalf("step %d (%s): Allow error = %v, want ErrCircuitOpen", i, st.op, err)
+			}
+		case st.op == "take" || (!isHeld && observations[op] != 0):
+			tk, tr, err := b.Allow(scope)
+			note(tr)
+			if err != nil {
+				t.Fatalf("step %d (%s): Allow error = %v, want a ticket", i, st.op, err)
+			}
+			if st.op == "take" {
+				held = append(held, tk)
+			} else {
+				note(tk.Done(observations[op], errors.New(scope+" failed")))
+			}
+		case isHeld && observations[op] != 0:
+			if len(held) == 0 {
+				t.Fatalf("step %d (%s): no ticket held", i, st.op)
+			}
+			note(held[0].Done(observations[op], errors.New(scope+" failed")))
+			held = held[1:]
+		default:
+			t.Fatalf("step %d: unknown op %q", i, st.op)
+		}
+		if got := strings.Join(trs, ","); got != st.tr {
+			t.Errorf("step %d (%s): transitions %q, want %q", i, st.op, got, st.tr)
+		}
+		if got := b.State(scope); got != st.state {
+			t.Errorf("step %d (%s): State = %v, want %v", i, st.op, got, st.state)
+		}
+	}
+}
+
+const (
+	closed   = BreakerClosed
+	open     = BreakerOpen
+	halfOpen = BreakerHalfOpen
+)
+
+func TestBreakerStateMachine(t *testing.T) {
+	tests := []struct {
+		name  string
+		set   BreakerSettings
+		steps []step
+	}{{
+		name: "consecutive failures open, a probe closes",
+		set:  BreakerSettings{FailureThreshold: 3, OpenTimeout: 10 * time.Second},
+		steps: steps(
+			step{op: "fail", state: closed},
+			step{op: "fail", state: closed},
+			step{op: "ok", state: closed}, // resets the streak
+			step{op: "fail", state: closed},
+			step{op: "fail", state: closed},
+			step{op: "fail", tr: "closed>open", state: open},
+			step{op: "refused", state: open},
+			step{op: "wait", d: 9 * time.Second, state: open},
+			step{op: "refused", state: open},
+			step{op: "wait", d: time.Second, state: halfOpen},
+			step{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
+		),
+	}, {
+		name: "a failed probe reopens with a new opening time",
+		set:  BreakerSettings{FailureThreshold: 1, OpenTimeout: 10 * time.Second},
+		steps: steps(
+			step{op: "fail", tr: "closed>open", state: open},
+			step{op: "wait", d: 10 * time.Second, state: halfOpen},
+			step{op: "fail", tr: "open>half_open,half_open>open", state: open},
+			step{op: "wait", d: 9 * time.Second, state: open},
+			step{op: "refused", state: open},
+			step{op: "wait", d: time.Second, state: halfOpen},
+			step{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
+		),
+	}, {
+		name: "ignore neither counts nor resets the streak",
+		set:  BreakerSettings{FailureThreshold: 2},
+		steps: steps(
+			step{op: "fail", state: closed},
+			repeat(3, step{op: "ignore", state: closed}),
+			step{op: "fail", tr: "closed>open", state: open},
+		),
+	}, {
+		name: "probe slots are bounded and freed by any Done",
+		set:  BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, MaxProbes: 2},
+		steps: steps(
+			step{op: "fail", tr: "closed>open", state: open},
+			step{op: "wait", d: time.Minute, state: halfOpen},
+			step{op: "take", tr: "open>half_open", state: halfOpen},
+			step{op: "take", state: halfOpen},
+			step{op: "refused", state: halfOpen},
+			step{op: "ignore-held", state: halfOpen},
+			step{op: "take", state: halfOpen},
+			step{op: "refused", state: halfOpen},
+			step{op: "ok-held", tr: "half_open>closed", state: closed},
+			step{op: "fail-held", state: closed}, // a probe of the old generation
+		),
+	}, {
+		name: "ProbeSuccesses consecutive probes close",
+		set:  BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, ProbeSuccesses: 3},
+		steps: steps(
+			step{op: "fail", tr: "closed>open", state: open},
+			step{op: "wait", d: time.Minute, state: halfOpen},
+			step{op: "ok", tr: "open>half_open", state: halfOpen},
+			step{op: "ignore", state: halfOpen},
+			step{op: "ok", state: halfOpen},
+			step{op: "ok", tr: "half_open>closed", state: closed},
+		),
+	}, {
+		name: "MinObservations: 5 failures in the first 5 outcomes do not open, the 10th outcome does",
+		set:  BreakerSettings{FailureThreshold: 5, MinObservations: 10},
+		steps: steps(
+			repeat(9, step{op: "fail", state: closed}),
+			step{op: "fail", tr: "closed>open", state: open},
+		),
+	}, {
+		name: "MinObservations: successes count as observations",
+		set:  BreakerSettings{FailureThreshold: 5, MinObservations: 10},
+		steps: steps(
+			repeat(5, step{op: "ok", state: closed}),
+			repeat(4, step{op: "fail", state: closed}),
+			step{op: "fail", tr: "closed>open", state: open},
+		),
+	}, {
+		name: "MinObservations counts again from the last closing",
+		set:  BreakerSettings{FailureThreshold: 2, MinObservations: 4, OpenTimeout: time.Second},
+		steps: steps(
+			repeat(3, step{op: "fail", state: closed}),
+			step{op: "fail", tr: "closed>open", state: open},
+			step{op: "wait", d: time.Second, state: halfOpen},
+			step{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
+			repeat(3, step{op: "fail", state: closed}),
+			step{op: "fail", tr: "closed>open", state: open},
+		),
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, c := newTestBreaker(t, tt.set)
+			runSteps(t, b, c, "api", tt.steps)
+		})
+	}
+}
+
+// A small sample must not open a scope even when every outcome failed.
+func TestBreakerTinySampleDoesNotOpen(t *testing.T) {
+	b, _ := newTestBreaker(t, BreakerSettings{FailureThreshold: 5, MinObservations: 10})
+	for i := range 5 {
+		tk, _, err := b.Allow("api")
+		if err != nil {
+			t.Fatalf("Allow %d: %v", i, err)
+		}
+		if tr := tk.Done(ObserveFailure, errors.New("503")); tr.To != 0 {
+			t.Fatalf("failure %d of 5 observations: transition %v>%v, want none", i+1, tr.From, tr.To)
+		}
+	}
+	if got := b.State("api"); got != BreakerClosed {
+		t.Errorf("after 5 failures out of 5 observations (MinObservations 10): State = %v, want closed", got)
+	}
+}
+
+// Time alone does not confirm recovery: once the open interval is over the
+// scope is half-open until a probe succeeds, however long nobody asks.
+func TestBreakerTimerElapsedStaysUnconfirmed(t *testing.T) {
+	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	tk, _, _ := b.Allow("api")
+	tk.Done(ObserveFailure, errors.New("reset"))
+	for _, d := range []time.Duration{time.Second, time.Hour, 1000 * time.Hour} {
+		c.advance(d)
+		if got := b.State("api"); got != BreakerHalfOpen {
+			t.Fatalf("%v after opening, no probe: State = %v, want half_open", d, got)
+		}
+	}
+	_, tr, err := b.Allow("api")
+	if err != nil || tr.From != BreakerOpen || tr.To != BreakerHalfOpen {
+		t.Fatalf("first Allow after the timeout: transition %v>%v, error %v; want open>half_open and a probe", tr.From, tr.To, err)
+	}
+	if got := b.State("api"); got != BreakerHalfOpen {
+		t.Errorf("probe out, not done: State = %v, want half_open", got)
+	}
+}
+
+func TestBreakerProbePassesThenFailsDoesNotClose(t *testing.T) {
+	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second, ProbeSuccesses: 2})
+	tk, _, _ := b.Allow("api")
+	tk.Done(ObserveFailure, errors.New("503"))
+	c.advance(time.Second)
+
+	tk, _, _ = b.Allow("api")
+	if tr := tk.Done(ObserveSuccess, nil); tr.To != 0 {
+		t.Fatalf("first probe passed: transition %v>%v, want none (ProbeSuccesses 2)", tr.From, tr.To)
+	}
+	tk, _, err := b.Allow("api")
+	if err != nil {
+		t.Fatalf("second probe: %v", err)
+	}
+	cause := errors.New("503 again")
+	tr := tk.Done(ObserveFailure, cause)
+	if tr.From != BreakerHalfOpen || tr.To != BreakerOpen || tr.Cause != cause {
+		t.Errorf("second probe failed: transition %v>%v cause %v, want half_open>open cause %v", tr.From, tr.To, tr.Cause, cause)
+	}
+	if got := b.State("api"); got != BreakerOpen {
+		t.Errorf("State = %v, want open", got)
+	}
+}
+
+// A budget refusal (or a cancellation) is no evidence about the dependency.
+func TestBreakerIgnoreIsNotFailure(t *testing.T) {
+	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	for range 10 {
+		tk, _, _ := b.Allow("api")
+		if tr := tk.Done(ObserveIgnore, ErrBudgetExhausted); tr.To != 0 {
+			t.Fatalf("budget refusal while closed: transition %v>%v, want none", tr.From, tr.To)
+		}
+	}
+	if got := b.State("api"); got != BreakerClosed {
+		t.Fatalf("after 10 budget refusals (FailureThreshold 1): State = %v, want closed", got)
+	}
+
+	tk, _, _ := b.Allow("api")
+	tk.Done(ObserveFailure, errors.New("dial refused"))
+	c.advance(time.Second)
+	for i := range 3 {
+		tk, _, err := b.Allow("api")
+		if err != nil {
+			t.Fatalf("probe %d after an ignored probe: %v, want a ticket (slot freed)", i, err)
+		}
+		if tr := tk.Done(ObserveIgnore, ErrBudgetExhausted); tr.To != 0 {
+			t.Fatalf("ignored probe: transition %v>%v, want none", tr.From, tr.To)
+		}
+	}
+	if got := b.State("api"); got != BreakerHalfOpen {
+		t.Errorf("after ignored probes: State = %v, want half_open", got)
+	}
+}
+
+func TestBreakerScopesAreIndependent(t *testing.T) {
+	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, OpenTimeout: time.Second})
+	runSteps(t, b, c, "a", steps(
+		step{op: "fail", state: closed},
+		step{op: "fail", tr: "closed>open", state: open},
+	))
+	runSteps(t, b, c, "b", steps(
+		step{op: "fail", state: closed},
+		step{op: "ok", state: closed},
+		step{op: "fail", state: closed},
+	))
+	if got := b.State("a"); got != BreakerOpen {
+		t.Errorf(`State("a") = %v, want open`, got)
+	}
+	runSteps(t, b, c, "b", steps(step{op: "fail", tr: "closed>open", state: open}))
+	c.advance(time.Second)
+	runSteps(t, b, c, "a", steps(step{op: "ok", tr: "open>half_open,half_open>closed", state: closed}))
+	if got := b.State("b"); got != BreakerHalfOpen {
+		t.Errorf(`State("b") = %v, want half_open`, got)
+	}
+}
+
+// A slow request sent while the scope was closed must not decide a
+// half-open scope, nor count in the next closed period.
+func TestBreakerLateDoneFromOldGenerationIsDropped(t *testing.T) {
+	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	slow, _, _ := b.Allow("api")
+	slow2, _, _ := b.Allow("api")
+	fast, _, _ := b.Allow("api")
+	fast.Done(ObserveFailure, errors.New("503"))
+	c.advance(time.Second)
+	probe, _, _ := b.Allow("api") // half-open now
+
+	if tr := slow.Done(ObserveSuccess, nil); tr.To != 0 {
+		t.Fatalf("late success from the closed generation: transition %v>%v, want none", tr.From, tr.To)
+	}
+	if got := b.State("api"); got != BreakerHalfOpen {
+		t.Fatalf("after a late success: State = %v, want half_open", got)
+	}
+	probe.Done(ObserveSuccess, nil)
+	if tr := slow2.Done(ObserveFailure, errors.New("late")); tr.To != 0 {
+		t.Fatalf("late failure from an old generation: transition %v>%v, want none", tr.From, tr.To)
+	}
+	if got := b.State("api"); got != BreakerClosed {
+		t.Errorf("after a late failure (FailureThreshold 1): State = %v, want closed", got)
+	}
+}
+
+func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
+	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, OpenTimeout: time.Second, ProbeSuccesses: 2, MaxProbes: 2})
+	tk, _, _ := b.Allow("api")
+	tk.Done(ObserveFailure, errors.New("503"))
+	if tr := tk.Done(ObserveFailure, errors.New("503")); tr.To != 0 {
+		t.Fatalf("second Done of one ticket: transition %v>%v, want none", tr.From, tr.To)
+	}
+	if got := b.State("api"); got != BreakerClosed {
+		t.Fatalf("one failure reported twice (FailureThreshold 2): State = %v, want closed", got)
+	}
+
+	BreakerTicket{}.Done(ObserveFailure, nil) // the zero ticket does nothing
+	tk, _, _ = b.Allow("api")
+	tk.Done(ObserveFailure, errors.New("503"))
+	c.advance(time.Second)
+	p1, _, _ := b.Allow("api")
+	p1.Done(ObserveSuccess, nil)
+	p1.Done(ObserveSuccess, nil)
+	if got := b.State("api"); got != BreakerHalfOpen {
+		t.Fatalf("one probe success reported twice (ProbeSuccesses 2): State = %v, want half_open", got)
+	}
+	p2, _, _ := b.Allow("api")
+	p2.Done(ObserveIgnore, nil)
+	p2.Done(ObserveIgnore, nil) // must not free a second slot
+	p3, _, err3 := b.Allow("api")
+	_, _, err4 := b.Allow("api")
+	_, _, err5 := b.Allow("api")
+	if err3 != nil || err4 != nil || !errors.Is(err5, ErrCircuitOpen) {
+		t.Errorf("after a double Done of a probe: Allow errors %v, %v, %v; want nil, nil, ErrCircuitOpen (MaxProbes 2)", err3, err4, err5)
+	}
+	p3.Done(ObserveSuccess, nil)
+}
