@@ -32,28 +32,28 @@ func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *fakeClock) {
 //	ok-held, fail-held, ignore-held Done of the oldest held ticket
 //	refused                         Allow must fail with ErrCircuitOpen
 //	wait                            advance the clock by d
-type step struct {
+type breakerStep struct {
 	op    string
 	d     time.Duration
 	tr    string       // transitions of the step, "from>to" joined by ","
 	state BreakerState // State after the step
 }
 
-func repeat(n int, s step) []step {
-	out := make([]step, n)
+func repeat(n int, s breakerStep) []breakerStep {
+	out := make([]breakerStep, n)
 	for i := range out {
 		out[i] = s
 	}
 	return out
 }
 
-func steps(parts ...any) []step {
-	var out []step
+func steps(parts ...any) []breakerStep {
+	var out []breakerStep
 	for _, p := range parts {
 		switch p := p.(type) {
-		case step:
+		case breakerStep:
 			out = append(out, p)
-		case []step:
+		case []breakerStep:
 			out = append(out, p...)
 		}
 	}
@@ -62,7 +62,7 @@ func steps(parts ...any) []step {
 
 var observations = map[string]BreakerObservation{"ok": ObserveSuccess, "fail": ObserveFailure, "ignore": ObserveIgnore}
 
-func runSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table []step) {
+func runBreakerSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table []breakerStep) {
 	t.Helper()
 	var held []BreakerTicket
 	for i, st := range table {
@@ -120,100 +120,100 @@ func TestBreakerStateMachine(t *testing.T) {
 	tests := []struct {
 		name  string
 		set   BreakerSettings
-		steps []step
+		steps []breakerStep
 	}{{
 		name: "consecutive failures open, a probe closes",
 		set:  BreakerSettings{FailureThreshold: 3, OpenTimeout: 10 * time.Second},
 		steps: steps(
-			step{op: "fail", state: closed},
-			step{op: "fail", state: closed},
-			step{op: "ok", state: closed}, // resets the streak
-			step{op: "fail", state: closed},
-			step{op: "fail", state: closed},
-			step{op: "fail", tr: "closed>open", state: open},
-			step{op: "refused", state: open},
-			step{op: "wait", d: 9 * time.Second, state: open},
-			step{op: "refused", state: open},
-			step{op: "wait", d: time.Second, state: halfOpen},
-			step{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
+			breakerStep{op: "fail", state: closed},
+			breakerStep{op: "fail", state: closed},
+			breakerStep{op: "ok", state: closed}, // resets the streak
+			breakerStep{op: "fail", state: closed},
+			breakerStep{op: "fail", state: closed},
+			breakerStep{op: "fail", tr: "closed>open", state: open},
+			breakerStep{op: "refused", state: open},
+			breakerStep{op: "wait", d: 9 * time.Second, state: open},
+			breakerStep{op: "refused", state: open},
+			breakerStep{op: "wait", d: time.Second, state: halfOpen},
+			breakerStep{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
 		),
 	}, {
 		name: "a failed probe reopens with a new opening time",
 		set:  BreakerSettings{FailureThreshold: 1, OpenTimeout: 10 * time.Second},
 		steps: steps(
-			step{op: "fail", tr: "closed>open", state: open},
-			step{op: "wait", d: 10 * time.Second, state: halfOpen},
-			step{op: "fail", tr: "open>half_open,half_open>open", state: open},
-			step{op: "wait", d: 9 * time.Second, state: open},
-			step{op: "refused", state: open},
-			step{op: "wait", d: time.Second, state: halfOpen},
-			step{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
+			breakerStep{op: "fail", tr: "closed>open", state: open},
+			breakerStep{op: "wait", d: 10 * time.Second, state: halfOpen},
+			breakerStep{op: "fail", tr: "open>half_open,half_open>open", state: open},
+			breakerStep{op: "wait", d: 9 * time.Second, state: open},
+			breakerStep{op: "refused", state: open},
+			breakerStep{op: "wait", d: time.Second, state: halfOpen},
+			breakerStep{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
 		),
 	}, {
 		name: "ignore neither counts nor resets the streak",
 		set:  BreakerSettings{FailureThreshold: 2},
 		steps: steps(
-			step{op: "fail", state: closed},
-			repeat(3, step{op: "ignore", state: closed}),
-			step{op: "fail", tr: "closed>open", state: open},
+			breakerStep{op: "fail", state: closed},
+			repeat(3, breakerStep{op: "ignore", state: closed}),
+			breakerStep{op: "fail", tr: "closed>open", state: open},
 		),
 	}, {
 		name: "probe slots are bounded and freed by any Done",
 		set:  BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, MaxProbes: 2},
 		steps: steps(
-			step{op: "fail", tr: "closed>open", state: open},
-			step{op: "wait", d: time.Minute, state: halfOpen},
-			step{op: "take", tr: "open>half_open", state: halfOpen},
-			step{op: "take", state: halfOpen},
-			step{op: "refused", state: halfOpen},
-			step{op: "ignore-held", state: halfOpen},
-			step{op: "take", state: halfOpen},
-			step{op: "refused", state: halfOpen},
-			step{op: "ok-held", tr: "half_open>closed", state: closed},
-			step{op: "fail-held", state: closed}, // a probe of the old generation
+			breakerStep{op: "fail", tr: "closed>open", state: open},
+			breakerStep{op: "wait", d: time.Minute, state: halfOpen},
+			breakerStep{op: "take", tr: "open>half_open", state: halfOpen},
+			breakerStep{op: "take", state: halfOpen},
+			breakerStep{op: "refused", state: halfOpen},
+			breakerStep{op: "ignore-held", state: halfOpen},
+			breakerStep{op: "take", state: halfOpen},
+			breakerStep{op: "refused", state: halfOpen},
+			breakerStep{op: "ok-held", tr: "half_open>closed", state: closed},
+			breakerStep{op: "fail-held", state: closed}, // a probe of the old generation
 		),
 	}, {
 		name: "ProbeSuccesses consecutive probes close",
 		set:  BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, ProbeSuccesses: 3},
 		steps: steps(
-			step{op: "fail", tr: "closed>open", state: open},
-			step{op: "wait", d: time.Minute, state: halfOpen},
-			step{op: "ok", tr: "open>half_open", state: halfOpen},
-			step{op: "ignore", state: halfOpen},
-			step{op: "ok", state: halfOpen},
-			step{op: "ok", tr: "half_open>closed", state: closed},
+			breakerStep{op: "fail", tr: "closed>open", state: open},
+			breakerStep{op: "wait", d: time.Minute, state: halfOpen},
+			breakerStep{op: "ok", tr: "open>half_open", state: halfOpen},
+			breakerStep{op: "ignore", state: halfOpen},
+			breakerStep{op: "ok", state: halfOpen},
+			breakerStep{op: "ok", tr: "half_open>closed", state: closed},
 		),
 	}, {
 		name: "MinObservations: 5 failures in the first 5 outcomes do not open, the 10th outcome does",
 		set:  BreakerSettings{FailureThreshold: 5, MinObservations: 10},
 		steps: steps(
-			repeat(9, step{op: "fail", state: closed}),
-			step{op: "fail", tr: "closed>open", state: open},
+			repeat(9, breakerStep{op: "fail", state: closed}),
+			breakerStep{op: "fail", tr: "closed>open", state: open},
 		),
 	}, {
 		name: "MinObservations: successes count as observations",
 		set:  BreakerSettings{FailureThreshold: 5, MinObservations: 10},
 		steps: steps(
-			repeat(5, step{op: "ok", state: closed}),
-			repeat(4, step{op: "fail", state: closed}),
-			step{op: "fail", tr: "closed>open", state: open},
+			repeat(5, breakerStep{op: "ok", state: closed}),
+			repeat(4, breakerStep{op: "fail", state: closed}),
+			breakerStep{op: "fail", tr: "closed>open", state: open},
 		),
 	}, {
 		name: "MinObservations counts again from the last closing",
 		set:  BreakerSettings{FailureThreshold: 2, MinObservations: 4, OpenTimeout: time.Second},
 		steps: steps(
-			repeat(3, step{op: "fail", state: closed}),
-			step{op: "fail", tr: "closed>open", state: open},
-			step{op: "wait", d: time.Second, state: halfOpen},
-			step{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
-			repeat(3, step{op: "fail", state: closed}),
-			step{op: "fail", tr: "closed>open", state: open},
+			repeat(3, breakerStep{op: "fail", state: closed}),
+			breakerStep{op: "fail", tr: "closed>open", state: open},
+			breakerStep{op: "wait", d: time.Second, state: halfOpen},
+			breakerStep{op: "ok", tr: "open>half_open,half_open>closed", state: closed},
+			repeat(3, breakerStep{op: "fail", state: closed}),
+			breakerStep{op: "fail", tr: "closed>open", state: open},
 		),
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, c := newTestBreaker(t, tt.set)
-			runSteps(t, b, c, "api", tt.steps)
+			runBreakerSteps(t, b, c, "api", tt.steps)
 		})
 	}
 }
@@ -312,21 +312,21 @@ func TestBreakerIgnoreIsNotFailure(t *testing.T) {
 
 func TestBreakerScopesAreIndependent(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, OpenTimeout: time.Second})
-	runSteps(t, b, c, "a", steps(
-		step{op: "fail", state: closed},
-		step{op: "fail", tr: "closed>open", state: open},
+	runBreakerSteps(t, b, c, "a", steps(
+		breakerStep{op: "fail", state: closed},
+		breakerStep{op: "fail", tr: "closed>open", state: open},
 	))
-	runSteps(t, b, c, "b", steps(
-		step{op: "fail", state: closed},
-		step{op: "ok", state: closed},
-		step{op: "fail", state: closed},
+	runBreakerSteps(t, b, c, "b", steps(
+		breakerStep{op: "fail", state: closed},
+		breakerStep{op: "ok", state: closed},
+		breakerStep{op: "fail", state: closed},
 	))
 	if got := b.State("a"); got != BreakerOpen {
 		t.Errorf(`State("a") = %v, want open`, got)
 	}
-	runSteps(t, b, c, "b", steps(step{op: "fail", tr: "closed>open", state: open}))
+	runBreakerSteps(t, b, c, "b", steps(breakerStep{op: "fail", tr: "closed>open", state: open}))
 	c.advance(time.Second)
-	runSteps(t, b, c, "a", steps(step{op: "ok", tr: "open>half_open,half_open>closed", state: closed}))
+	runBreakerSteps(t, b, c, "a", steps(breakerStep{op: "ok", tr: "open>half_open,half_open>closed", state: closed}))
 	if got := b.State("b"); got != BreakerHalfOpen {
 		t.Errorf(`State("b") = %v, want half_open`, got)
 	}
