@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -153,8 +154,7 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	lastErr := c.lastErr
 	if c.lastResp != nil {
 		lastErr = statusError(c.lastResp, now)
-		drain(c.lastResp, p.maxDrain)
-		c.lastResp = nil
+		c.lastResp = keepBounded(c.lastResp, p.maxDrain)
 	}
 	if h := t.Hooks.Retry; h != nil {
 		info := RetryInfo{CallInfo: c.info(), Delay: d, Source: src, Err: lastErr}
@@ -168,6 +168,23 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		return nil, &RetryError{Reason: werr, Last: c.lastErr, Attempts: c.attempt}, false
 	}
 	return nil, nil, true
+}
+
+// keepBounded reads a response that is set aside for a retry, so that its
+// connection returns to the pool during the wait, and keeps it to give
+// back should no retry follow (the breaker refuses, the deadline nears).
+// A body longer than limit is dropped with its response: nil.
+func keepBounded(resp *http.Response, limit int64) *http.Response {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return resp
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	_ = resp.Body.Close()
+	if err != nil || int64(len(body)) > limit {
+		return nil
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp
 }
 
 // drain reads at most limit bytes of a discarded response body and closes

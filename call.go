@@ -73,6 +73,7 @@ func (c *call) run() (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, c.refuse(v)
 	}
+	c.scope = c.t.scope(req)
 	if !c.passThrough {
 		if err := c.recordRequest(); err != nil {
 			closeRequestBody(req)
@@ -84,11 +85,22 @@ func (c *call) run() (*http.Response, error) {
 			closeRequestBody(req)
 			return nil, err // no attempt starts after the deadline
 		}
+		ticket, berr := c.admit()
+		if berr != nil {
+			if c.attempt == 0 {
+				closeRequestBody(req)
+				c.giveUp(ErrCircuitOpen, Verdict{})
+				return nil, berr
+			}
+			return c.stop(berr, Verdict{})
+		}
 		c.attempt++
 		resp, err, r, ok := c.send()
 		if !ok {
+			ticket.Done(ObserveIgnore, nil)
 			return nil, err // the body could not be replayed
 		}
+		c.observe(ticket, resp, err, r)
 		c.phase = r.phase
 		cost := 1.0
 		if r.outcome == OutcomeTimeout {

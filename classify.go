@@ -125,6 +125,7 @@ type result struct {
 	outcome   Outcome
 	phase     Phase
 	retryable bool // worth another attempt, before the safety rules
+	ignored   bool // not evidence about the dependency (the caller's own doing)
 }
 
 // classify turns one attempt into a result. callerDone reports whether the
@@ -148,6 +149,7 @@ func classify(c Classifier, resp *http.Response, err error, phase Phase, callerD
 	r := result{phase: phase}
 	switch {
 	case callerDone:
+		r.ignored = true
 		// The caller stopped the call: never repeated. After a write its
 		// outcome is as uncertain as any timeout.
 		r.outcome = OutcomeFailure
@@ -159,6 +161,7 @@ func classify(c Classifier, resp *http.Response, err error, phase Phase, callerD
 		}
 		return r
 	case bodyErr:
+		r.ignored = true
 		// The request was cut short by the caller's own body: the server
 		// cannot have a complete request to apply.
 		r.outcome = OutcomeFailure

@@ -1,6 +1,9 @@
 package retryfuse
 
-import "context"
+import (
+	"context"
+	"net/http"
+)
 
 // This file holds the gates an attempt passes besides the decision core:
 // the shared retry budget, and (when configured) the breaker and the key
@@ -10,7 +13,6 @@ import "context"
 // recordRequest resolves the call's scope and budget and tells the budget
 // of the call's first attempt.
 func (c *call) recordRequest() error {
-	c.scope = c.t.scope(c.req)
 	b, err := c.t.budget(c.scope)
 	if err != nil {
 		return err
@@ -32,3 +34,44 @@ func (c *call) allowRetry() bool {
 
 // budgetContext is the caller's context without the retry-ownership mark.
 func (c *call) budgetContext() context.Context { return c.req.Context() }
+
+// admit asks the breaker, if any, to let the next attempt through.
+func (c *call) admit() (BreakerTicket, error) {
+	b := c.t.Breaker
+	if b == nil {
+		return BreakerTicket{}, nil
+	}
+	ticket, tr, err := b.Allow(c.scope)
+	c.breakerChanged(tr)
+	return ticket, err
+}
+
+// observe feeds an attempt's result to the breaker: only what the
+// dependency did counts. The caller's cancellation, an error of the
+// caller's body, and local errors that are not transient say nothing about
+// the dependency's health.
+func (c *call) observe(ticket BreakerTicket, resp *http.Response, err error, r result) {
+	if c.t.Breaker == nil {
+		return
+	}
+	var (
+		o     = ObserveIgnore
+		cause error
+	)
+	switch {
+	case r.ignored:
+	case resp != nil && r.retryable:
+		o, cause = ObserveFailure, statusError(resp, c.t.clock())
+	case resp != nil:
+		o = ObserveSuccess
+	case r.retryable || r.outcome == OutcomeTimeout || r.outcome == OutcomeUnknown:
+		o, cause = ObserveFailure, err
+	}
+	c.breakerChanged(ticket.Done(o, cause))
+}
+
+func (c *call) breakerChanged(tr BreakerTransition) {
+	if tr.To != 0 {
+		emit(c.t.Hooks.BreakerChange, BreakerChangeInfo{BreakerTransition: tr})
+	}
+}

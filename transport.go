@@ -98,6 +98,14 @@ type Transport struct {
 	// UnlimitedBudget{} to turn budgets off.
 	NewBudget func(scope string) (Budget, error)
 
+	// Breaker, when set, brakes a failing dependency per scope: an open
+	// scope fails fast with a *CircuitOpenError without sending, and after
+	// its open interval only a bounded number of probes pass. Only
+	// dependency outcomes feed it: the caller's cancellation, a budget
+	// refusal or a local refusal are not evidence about the dependency. A
+	// Breaker may be shared by several Transports.
+	Breaker *Breaker
+
 	// Scope names the dependency a request belongs to, for budgets and the
 	// breaker. Nil means HostScope (scheme, host and port).
 	Scope func(*http.Request) string
