@@ -1,0 +1,218 @@
+package retryfuse
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sync"
+)
+
+// This file is the ledger of idempotency keys: what it promises (the Ledger
+// interface), what it stores (StoredResponse) and how a request's body is
+// recognised again (Fingerprint). The in-memory implementation is in
+// ledger_memory.go.
+
+var (
+	// ErrLedgerToken: Complete, Release or Uncertain was called with a token
+	// that does not own the key (wrong, already used, or its claim expired).
+	// The call changed nothing.
+	ErrLedgerToken = errors.New("retryfuse: ledger token does not own the key")
+
+	// ErrLedgerFull: the ledger holds its maximum number of keys and every one
+	// of them is in flight, so none may be evicted. Nothing was sent.
+	ErrLedgerFull = errors.New("retryfuse: idempotency ledger full of keys in flight")
+
+	// ErrFingerprintLimit: a body is longer than the limit given to
+	// FingerprintBody or FingerprintRequest.
+	ErrFingerprintLimit = errors.New("retryfuse: body longer than the fingerprint limit")
+)
+
+// Fingerprint identifies what was sent under an idempotency key: a SHA-256
+// digest. Two requests under the same key with different fingerprints are a
+// conflict (decision rule 1).
+//
+// The transport uses FingerprintRequest: method, escaped URL path and body.
+// Method and path are included because a key reused for another operation
+// (POST /refunds under the key of POST /charges) must not be answered with
+// the other operation's stored result. The host, the query and the headers
+// are left out: they often carry per-attempt values (signatures, timestamps,
+// trace ids) that would make an honest repeat look like a conflict. To keep
+// the keys of different servers apart, prefix the ledger key with the host.
+type Fingerprint [32]byte
+
+// Domain-separation prefixes, so that a body-only fingerprint never equals a
+// request fingerprint, and future versions never equal these.
+const (
+	fpBodyPrefix    = "retryfuse fingerprint v1 body\x00"
+	fpRequestPrefix = "retryfuse fingerprint v1 request\x00"
+)
+
+// FingerprintBody returns the SHA-256 fingerprint of the bytes getBody
+// returns, reading at most limit bytes, and closes the reader on every path.
+// Pass Request.GetBody, so that the request's own body is never consumed.
+//
+// A body longer than limit gives an error wrapping ErrFingerprintLimit; an
+// error from getBody or from reading is returned wrapped. A nil getBody is
+// an error wrapping ErrNotRepeatable: a body that cannot be read again
+// cannot be fingerprinted. For a request without a body use
+// FingerprintRequest, or pass a getBody that returns http.NoBody. A negative
+// limit is an error wrapping ErrInvalidPolicy.
+func FingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Fingerprint, error) {
+	h := sha256.New()
+	io.WriteString(h, fpBodyPrefix)
+	if err := hashBody(h, getBody, limit); err != nil {
+		return Fingerprint{}, err
+	}
+	var fp Fingerprint
+	h.Sum(fp[:0])
+	return fp, nil
+}
+
+// FingerprintRequest returns the fingerprint of req's method, escaped URL
+// path ("/" when empty) and body, reading the body through req.GetBody (at
+// most limit bytes) so that req.Body is never consumed. A request without a
+// body (Body nil or http.NoBody) has an empty body. A body without GetBody
+// gives an error wrapping ErrNotRepeatable; the other errors are those of
+// FingerprintBody.
+func FingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
+	getBody := req.GetBody
+	if getBody == nil && (req.Body == nil || req.Body == http.NoBody) {
+		getBody = noBody
+	}
+	path := req.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	h := sha256.New()
+	var n [8]byte
+	io.WriteString(h, fpRequestPrefix)
+	for _, s := range [...]string{req.Method, path} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		io.WriteString(h, s)
+	}
+	if err := hashBody(h, getBody, limit); err != nil {
+		return Fingerprint{}, err
+	}
+	var fp Fingerprint
+	h.Sum(fp[:0])
+	return fp, nil
+}
+
+// fingerprintBufs holds copy buffers for hashBody, so that fingerprinting a
+// body does not allocate one each time.
+var fingerprintBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
+
+// hashBody copies at most limit bytes of the body into w and closes it.
+func hashBody(w io.Writer, getBody func() (io.ReadCloser, error), limit int64) error {
+	if limit < 0 {
+		return invalidPolicy("fingerprint limit", "must not be negative")
+	}
+	if getBody == nil {
+		return fmt.Errorf("%w: no GetBody: the body cannot be read again to fingerprint it", ErrNotRepeatable)
+	}
+	rc, err := getBody()
+	if err != nil {
+		return fmt.Errorf("retryfuse: fingerprint: get body: %w", err)
+	}
+	if rc == nil {
+		return nil // GetBody gave no reader: an empty body
+	}
+	defer rc.Close()
+	readMax := limit
+	if readMax < math.MaxInt64 {
+		readMax++ // one byte more tells a body of exactly limit bytes from a longer one
+	}
+	buf := fingerprintBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(w, io.LimitReader(rc, readMax), *buf)
+	fingerprintBufs.Put(buf)
+	if err != nil {
+		return fmt.Errorf("retryfuse: fingerprint: read body: %w", err)
+	}
+	if n > limit {
+		return fmt.Errorf("%w (%d bytes)", ErrFingerprintLimit, limit)
+	}
+	return nil
+}
+
+// StoredResponse is the result stored for a completed key and replayed for a
+// later call under it. The ledger keeps and hands out deep copies: changing
+// a StoredResponse after Complete, or one returned by Begin, never changes
+// what the ledger holds.
+type StoredResponse struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+}
+
+// clone returns a deep copy of r (nil for nil).
+func (r *StoredResponse) clone() *StoredResponse {
+	if r == nil {
+		return nil
+	}
+	c := &StoredResponse{StatusCode: r.StatusCode, Header: r.Header.Clone()}
+	if r.Body != nil {
+		c.Body = append(make([]byte, 0, len(r.Body)), r.Body...)
+	}
+	return c
+}
+
+// LedgerClaim is the answer of Ledger.Begin.
+type LedgerClaim struct {
+	// State is the key's state:
+	//   - KeyNone: the key was free and the caller now owns it (in flight). It
+	//     must end the claim with Complete, Release or Uncertain, using Token.
+	//   - KeyInFlight: another call holds the key; see Uncertain.
+	//   - KeyCompleted: an earlier call under the key got a confirmed result;
+	//     see Stored.
+	//   - KeyConflict: the key was used with a different fingerprint, whatever
+	//     the key's state.
+	State KeyState
+	// Uncertain, with KeyInFlight: an earlier call under the key ended with
+	// an uncertain outcome. The key is neither completed nor free until it
+	// expires.
+	Uncertain bool
+	// Stored, with KeyCompleted: a copy of the stored result; nil when there
+	// was none or its body was too large to store. The transport then asks
+	// the caller to reconcile rather than replay.
+	Stored *StoredResponse
+	// Token, with KeyNone: the owner's token for Complete, Release and
+	// Uncertain.
+	Token string
+}
+
+// Ledger remembers, per idempotency key, the fingerprint of what was sent
+// and the key's state, so that the transport can refuse a concurrent
+// duplicate, refuse the same key with a different body, and answer a
+// completed key with its stored result without sending.
+//
+// Implementations must be safe for concurrent use, and exactly one
+// concurrent caller may own a key: of any number of concurrent Begin calls
+// on a free key, exactly one gets KeyNone.
+//
+// A Complete, Release or Uncertain call whose token does not own the key (a
+// wrong token, a claim already ended, or one that expired) changes nothing
+// and returns an error wrapping ErrLedgerToken.
+type Ledger interface {
+	// Begin looks key up. A fingerprint other than the one stored for the key
+	// gives KeyConflict whatever the key's state; a free key is claimed for
+	// the caller (KeyNone with a Token).
+	Begin(ctx context.Context, key string, fp Fingerprint) (LedgerClaim, error)
+	// Complete ends a claim with a confirmed result. res is stored as a
+	// copy; when res is nil or its body is too large, the key is completed
+	// without a stored result (Stored nil).
+	Complete(ctx context.Context, key, token string, res *StoredResponse) error
+	// Release ends a claim that took no effect (nothing was sent, or the
+	// failure was definite): the key is free again.
+	Release(ctx context.Context, key, token string) error
+	// Uncertain ends a claim whose outcome is unknown: the key stays held (a
+	// later Begin sees KeyInFlight with Uncertain true) until it expires.
+	Uncertain(ctx context.Context, key, token string) error
+}

@@ -1,0 +1,53 @@
+package retryfuse_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/retryfuse/retryfuse"
+)
+
+// A ledger answers, per idempotency key: send (you own the key), wait (a
+// duplicate is in flight), replay (a stored result exists) or refuse (the key
+// was used with another body).
+func ExampleMemoryLedger() {
+	ledger, err := retryfuse.NewMemoryLedger(retryfuse.MemoryLedgerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	fingerprint := func(body string) retryfuse.Fingerprint {
+		req, _ := http.NewRequest("POST", "https://api.example/v1/charges", strings.NewReader(body))
+		fp, err := retryfuse.FingerprintRequest(req, 1<<20)
+		if err != nil {
+			panic(err)
+		}
+		return fp
+	}
+	fp := fingerprint(`{"amount":100}`)
+
+	claim, _ := ledger.Begin(ctx, "order-42", fp)
+	fmt.Println("first call:", claim.State)
+
+	dup, _ := ledger.Begin(ctx, "order-42", fp)
+	fmt.Println("concurrent duplicate:", dup.State)
+
+	// The first call got a confirmed response.
+	_ = ledger.Complete(ctx, "order-42", claim.Token, &retryfuse.StoredResponse{
+		StatusCode: http.StatusCreated,
+		Body:       []byte(`{"id":"ch_1"}`),
+	})
+
+	again, _ := ledger.Begin(ctx, "order-42", fp)
+	fmt.Println("later call:", again.State, again.Stored.StatusCode, string(again.Stored.Body))
+
+	other, _ := ledger.Begin(ctx, "order-42", fingerprint(`{"amount":999}`))
+	fmt.Println("another body:", other.State)
+	// Output:
+	// first call: none
+	// concurrent duplicate: in_flight
+	// later call: completed 201 {"id":"ch_1"}
+	// another body: conflict
+}

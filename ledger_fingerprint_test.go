@@ -1,0 +1,174 @@
+package retryfuse
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// trackedBody is a body that records whether it was closed.
+type trackedBody struct {
+	io.Reader
+	closed bool
+}
+
+func (b *trackedBody) Close() error { b.closed = true; return nil }
+
+func bodyOf(s string) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(s)), nil }
+}
+
+func mustFingerprintBody(t *testing.T, s string) Fingerprint {
+	t.Helper()
+	fp, err := FingerprintBody(bodyOf(s), 1<<20)
+	require.NoError(t, err)
+	return fp
+}
+
+func TestFingerprintBodyFormat(t *testing.T) {
+	// Pins the format: a change here changes every stored fingerprint.
+	want := Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 body\x00" + `{"amount":100}`)))
+	got := mustFingerprintBody(t, `{"amount":100}`)
+	assert.Equal(t, want, got)
+}
+
+func TestFingerprintBodySameAndDifferent(t *testing.T) {
+	a := mustFingerprintBody(t, `{"amount":100}`)
+	assert.Equal(t, a, mustFingerprintBody(t, `{"amount":100}`), "same bytes, different fingerprints")
+	for _, other := range []string{`{"amount":101}`, `{"amount":100} `, ``} {
+		assert.NotEqual(t, a, mustFingerprintBody(t, other), "body %q has the fingerprint of another", other)
+	}
+}
+
+func TestFingerprintBodyLimit(t *testing.T) {
+	tests := []struct {
+		body    string
+		limit   int64
+		wantErr error
+	}{
+		{"", 0, nil},
+		{"x", 0, ErrFingerprintLimit},
+		{"12345678", 8, nil},
+		{"123456789", 8, ErrFingerprintLimit},
+		{strings.Repeat("x", 1<<16), 1 << 16, nil},
+		{strings.Repeat("x", 1<<16+1), 1 << 16, ErrFingerprintLimit},
+		{"12345678", math.MaxInt64, nil},
+		{"x", -1, ErrInvalidPolicy},
+	}
+	for _, tt := range tests {
+		body := &trackedBody{Reader: strings.NewReader(tt.body)}
+		_, err := FingerprintBody(func() (io.ReadCloser, error) { return body, nil }, tt.limit)
+		if tt.wantErr == nil {
+			assert.NoError(t, err, "%d bytes, limit %d", len(tt.body), tt.limit)
+		} else {
+			assert.ErrorIs(t, err, tt.wantErr, "%d bytes, limit %d: got %v, want %v", len(tt.body), tt.limit, err, tt.wantErr)
+		}
+		if tt.limit >= 0 {
+			assert.True(t, body.closed, "%d bytes, limit %d: body not closed", len(tt.body), tt.limit)
+		}
+	}
+}
+
+type failingReader struct{ err error }
+
+func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
+
+func TestFingerprintBodyErrors(t *testing.T) {
+	errGet := errors.New("get body failed")
+	_, err := FingerprintBody(func() (io.ReadCloser, error) { return nil, errGet }, 10)
+	assert.ErrorIs(t, err, errGet, "getBody's error")
+
+	errRead := errors.New("read failed")
+	body := &trackedBody{Reader: failingReader{errRead}}
+	_, err = FingerprintBody(func() (io.ReadCloser, error) { return body, nil }, 10)
+	assert.ErrorIs(t, err, errRead, "the reader's error")
+	assert.True(t, body.closed, "body not closed after a read error")
+
+	_, err = FingerprintBody(nil, 10)
+	assert.ErrorIs(t, err, ErrNotRepeatable, "nil getBody")
+
+	fp, err := FingerprintBody(func() (io.ReadCloser, error) { return nil, nil }, 10)
+	require.NoError(t, err)
+	assert.Equal(t, mustFingerprintBody(t, ""), fp, "a nil reader is an empty body")
+}
+
+func mustFingerprintRequest(t *testing.T, method, url, body string) Fingerprint {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	require.NoError(t, err)
+	fp, err := FingerprintRequest(req, 1<<20)
+	require.NoError(t, err)
+	return fp
+}
+
+func TestFingerprintRequest(t *testing.T) {
+	base := mustFingerprintRequest(t, "POST", "https://api.example/v1/charges", `{"amount":100}`)
+	same := []struct{ name, method, url, body string }{
+		{"another host", "POST", "https://replica.example/v1/charges", `{"amount":100}`},
+		{"a query", "POST", "https://api.example/v1/charges?sig=abc&ts=1", `{"amount":100}`},
+		{"user info", "POST", "https://u:p@api.example/v1/charges", `{"amount":100}`},
+	}
+	for _, tt := range same {
+		assert.Equal(t, base, mustFingerprintRequest(t, tt.method, tt.url, tt.body), "%s changed the fingerprint", tt.name)
+	}
+	different := []struct{ name, method, url, body string }{
+		{"method", "PUT", "https://api.example/v1/charges", `{"amount":100}`},
+		{"path", "POST", "https://api.example/v1/refunds", `{"amount":100}`},
+		{"escaped path", "POST", "https://api.example/v1%2Fcharges", `{"amount":100}`},
+		{"body", "POST", "https://api.example/v1/charges", `{"amount":101}`},
+		{"no body", "POST", "https://api.example/v1/charges", ``},
+	}
+	for _, tt := range different {
+		assert.NotEqual(t, base, mustFingerprintRequest(t, tt.method, tt.url, tt.body), "a different %s kept the fingerprint", tt.name)
+	}
+	assert.Equal(t, mustFingerprintRequest(t, "GET", "https://api.example", ""),
+		mustFingerprintRequest(t, "GET", "https://api.example/", ""), "an empty path is /")
+	assert.NotEqual(t, mustFingerprintBody(t, `{"amount":100}`), base, "a request fingerprint equals a body fingerprint")
+}
+
+func TestFingerprintRequestLeavesBodyUnread(t *testing.T) {
+	req, err := http.NewRequest("POST", "https://api.example/v1/charges", bytes.NewReader([]byte("payload")))
+	require.NoError(t, err)
+	_, err = FingerprintRequest(req, 100)
+	require.NoError(t, err)
+	got, err := io.ReadAll(req.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "payload", string(got), "FingerprintRequest consumed req.Body")
+}
+
+func TestFingerprintRequestBodies(t *testing.T) {
+	empty := mustFingerprintRequest(t, "POST", "https://api.example/", "")
+	req, err := http.NewRequest("POST", "https://api.example/", http.NoBody)
+	require.NoError(t, err)
+	fp, err := FingerprintRequest(req, 0)
+	require.NoError(t, err)
+	assert.Equal(t, empty, fp, "http.NoBody and a nil body differ")
+
+	// A body that cannot be read again cannot be fingerprinted; it is left unread.
+	body := &trackedBody{Reader: strings.NewReader("once")}
+	req, err = http.NewRequest("POST", "https://api.example/", body)
+	require.NoError(t, err)
+	require.Nil(t, req.GetBody)
+	_, err = FingerprintRequest(req, 100)
+	assert.ErrorIs(t, err, ErrNotRepeatable)
+	rest, _ := io.ReadAll(body)
+	assert.Equal(t, "once", string(rest), "the body was read")
+	assert.False(t, body.closed, "the body was closed")
+
+	req, err = http.NewRequest("POST", "https://api.example/", strings.NewReader("too long"))
+	require.NoError(t, err)
+	_, err = FingerprintRequest(req, 3)
+	assert.ErrorIs(t, err, ErrFingerprintLimit)
+}

@@ -1,0 +1,311 @@
+package retryfuse
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults of MemoryLedgerConfig.
+const (
+	defaultLedgerMaxEntries    = 10000
+	defaultLedgerTTL           = 24 * time.Hour
+	defaultLedgerInFlightTTL   = 5 * time.Minute
+	defaultLedgerMaxStoredBody = 64 << 10
+)
+
+// MemoryLedgerConfig configures a MemoryLedger. Every zero value means the
+// default given; a negative value is invalid.
+type MemoryLedgerConfig struct {
+	// MaxEntries bounds the number of keys held. Zero means 10000. When the
+	// ledger is full, a new key first drops the expired keys, then evicts the
+	// least recently used completed or uncertain key. A key in flight is
+	// never evicted: when every key is in flight, Begin fails with
+	// ErrLedgerFull.
+	MaxEntries int
+	// TTL is how long a completed or uncertain key is kept, counted from
+	// Complete or Uncertain. Zero means 24h, the time large payment APIs keep
+	// idempotency keys for. Afterwards the key is free again.
+	TTL time.Duration
+	// InFlightTTL is how long an owner may hold a key, counted from Begin.
+	// Zero means 5m. An owner that has not ended its claim by then loses
+	// it: the key is free again and the owner's token is stale. Set it above
+	// the longest a call (all its attempts and waits) may take, or a slow
+	// call's key may be claimed and sent again by a concurrent duplicate.
+	InFlightTTL time.Duration
+	// MaxStoredBody bounds the bytes of body stored per completed key. Zero
+	// means 64 KiB. A response with a larger body completes the key without
+	// a stored result (LedgerClaim.Stored nil): a later call under the key is
+	// not replayed, and the transport asks the caller to reconcile instead.
+	// Headers are stored as they came and are bounded by the base
+	// transport's MaxResponseHeaderBytes.
+	MaxStoredBody int
+}
+
+func (c *MemoryLedgerConfig) maxEntries() int {
+	if c.MaxEntries == 0 {
+		return defaultLedgerMaxEntries
+	}
+	return c.MaxEntries
+}
+
+func (c *MemoryLedgerConfig) ttl() time.Duration {
+	if c.TTL == 0 {
+		return defaultLedgerTTL
+	}
+	return c.TTL
+}
+
+func (c *MemoryLedgerConfig) inFlightTTL() time.Duration {
+	if c.InFlightTTL == 0 {
+		return defaultLedgerInFlightTTL
+	}
+	return c.InFlightTTL
+}
+
+func (c *MemoryLedgerConfig) maxStoredBody() int {
+	if c.MaxStoredBody == 0 {
+		return defaultLedgerMaxStoredBody
+	}
+	return c.MaxStoredBody
+}
+
+// MemoryLedger is a Ledger held in this process's memory, bounded by
+// MaxEntries. It uses one mutex and no goroutines: keys expire lazily, when
+// they are next looked at or when room is needed. It never blocks on I/O and
+// does not look at its contexts. A clock that goes backwards only keeps keys
+// longer.
+//
+// The zero value is usable and has the default configuration.
+// This type is concurrency safe.
+type MemoryLedger struct {
+	cfg MemoryLedgerConfig // read only after construction
+	now func() time.Time   // nil means time.Now
+	mu  sync.Mutex         // guards everything below
+	m   map[string]*ledgerEntry
+	lru ledgerEntry // sentinel of the list of completed and uncertain entries, most recently used first
+	seq uint64      // last token issued
+	// soonest is a lower bound of every entry's expiry (valid when
+	// haveSoonest): before it, a sweep for expired entries finds none.
+	soonest     time.Time
+	haveSoonest bool
+}
+
+var _ Ledger = (*MemoryLedger)(nil)
+
+type entryState uint8
+
+const (
+	entryInFlight entryState = iota
+	entryUncertain
+	entryCompleted
+)
+
+type ledgerEntry struct {
+	key     string
+	fp      Fingerprint
+	state   entryState
+	token   string // the owner's, while in flight
+	expires time.Time
+	stored  *StoredResponse // never changed once set: it is copied on the way out without the lock
+	prev    *ledgerEntry    // LRU links, only for completed and uncertain entries
+	next    *ledgerEntry
+}
+
+// NewMemoryLedger returns an empty MemoryLedger. A negative setting gives an
+// error wrapping ErrInvalidPolicy that names the field.
+func NewMemoryLedger(cfg MemoryLedgerConfig) (*MemoryLedger, error) {
+	switch {
+	case cfg.MaxEntries < 0:
+		return nil, invalidPolicy("MemoryLedgerConfig.MaxEntries", "must not be negative")
+	case cfg.TTL < 0:
+		return nil, invalidPolicy("MemoryLedgerConfig.TTL", "must not be negative")
+	case cfg.InFlightTTL < 0:
+		return nil, invalidPolicy("MemoryLedgerConfig.InFlightTTL", "must not be negative")
+	case cfg.MaxStoredBody < 0:
+		return nil, invalidPolicy("MemoryLedgerConfig.MaxStoredBody", "must not be negative")
+	}
+	return &MemoryLedger{cfg: cfg}, nil
+}
+
+func (l *MemoryLedger) clock() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
+// lazyInit prepares the map and the list; l.mu must be held.
+func (l *MemoryLedger) lazyInit() {
+	if l.m == nil {
+		l.m = make(map[string]*ledgerEntry)
+		l.lru.prev, l.lru.next = &l.lru, &l.lru
+	}
+}
+
+// Begin implements Ledger. An empty key is an error wrapping
+// ErrInvalidIdempotencyKey; a new key when every held key is in flight is an
+// error wrapping ErrLedgerFull.
+func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
+	if key == "" {
+		return LedgerClaim{}, fmt.Errorf("%w: empty key", ErrInvalidIdempotencyKey)
+	}
+	l.mu.Lock()
+	l.lazyInit()
+	now := l.clock()
+	e := l.live(key, now)
+	if e != nil {
+		if e.fp != fp {
+			l.mu.Unlock()
+			return LedgerClaim{State: KeyConflict}, nil
+		}
+		switch e.state {
+		case entryInFlight:
+			l.mu.Unlock()
+			return LedgerClaim{State: KeyInFlight}, nil
+		case entryUncertain:
+			l.moveToFront(e)
+			l.mu.Unlock()
+			return LedgerClaim{State: KeyInFlight, Uncertain: true}, nil
+		default:
+			l.moveToFront(e)
+			stored := e.stored
+			l.mu.Unlock()
+			return LedgerClaim{State: KeyCompleted, Stored: stored.clone()}, nil
+		}
+	}
+	if len(l.m) >= l.cfg.maxEntries() && !l.makeRoom(now) {
+		l.mu.Unlock()
+		return LedgerClaim{}, fmt.Errorf("%w (%d keys)", ErrLedgerFull, l.cfg.maxEntries())
+	}
+	l.seq++
+	token := strconv.FormatUint(l.seq, 36)
+	e = &ledgerEntry{key: key, fp: fp, state: entryInFlight, token: token}
+	l.setExpiry(e, now.Add(l.cfg.inFlightTTL()))
+	l.m[key] = e
+	l.mu.Unlock()
+	return LedgerClaim{State: KeyNone, Token: token}, nil
+}
+
+// Complete implements Ledger. A res whose body is longer than MaxStoredBody
+// completes the key without a stored result.
+func (l *MemoryLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
+	var stored *StoredResponse
+	if res != nil && len(res.Body) <= l.cfg.maxStoredBody() {
+		stored = res.clone() // before taking the lock
+	}
+	return l.end(key, token, func(e *ledgerEntry, now time.Time) {
+		e.state, e.token, e.stored = entryCompleted, "", stored
+		l.setExpiry(e, now.Add(l.cfg.ttl()))
+		l.pushFront(e)
+	})
+}
+
+// Release implements Ledger: the key is free again.
+func (l *MemoryLedger) Release(_ context.Context, key, token string) error {
+	return l.end(key, token, func(e *ledgerEntry, _ time.Time) { l.remove(e) })
+}
+
+// Uncertain implements Ledger: the key is held for TTL from now.
+func (l *MemoryLedger) Uncertain(_ context.Context, key, token string) error {
+	return l.end(key, token, func(e *ledgerEntry, now time.Time) {
+		e.state, e.token = entryUncertain, ""
+		l.setExpiry(e, now.Add(l.cfg.ttl()))
+		l.pushFront(e)
+	})
+}
+
+// end applies f to key's entry, under the lock, if token owns it.
+func (l *MemoryLedger) end(key, token string, f func(e *ledgerEntry, now time.Time)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lazyInit()
+	now := l.clock()
+	e := l.live(key, now)
+	if e == nil || e.state != entryInFlight || e.token != token {
+		return fmt.Errorf("%w: key %q", ErrLedgerToken, key)
+	}
+	f(e, now)
+	return nil
+}
+
+// Len returns the number of keys held, after dropping the expired ones.
+// It takes time proportional to that number when some may have expired.
+func (l *MemoryLedger) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lazyInit()
+	l.sweep(l.clock())
+	return len(l.m)
+}
+
+// live returns key's entry, dropping it when it has expired.
+func (l *MemoryLedger) live(key string, now time.Time) *ledgerEntry {
+	e := l.m[key]
+	if e != nil && !now.Before(e.expires) {
+		l.remove(e)
+		return nil
+	}
+	return e
+}
+
+// makeRoom frees one place in a full ledger: it drops the expired entries,
+// then evicts the least recently used completed or uncertain entry. It
+// reports false when every entry is in flight.
+func (l *MemoryLedger) makeRoom(now time.Time) bool {
+	l.sweep(now)
+	if len(l.m) < l.cfg.maxEntries() {
+		return true
+	}
+	if oldest := l.lru.prev; oldest != &l.lru {
+		l.remove(oldest)
+		return true
+	}
+	return false
+}
+
+// sweep drops every expired entry, unless none can have expired yet.
+func (l *MemoryLedger) sweep(now time.Time) {
+	if !l.haveSoonest || now.Before(l.soonest) {
+		return
+	}
+	l.haveSoonest = false
+	for _, e := range l.m {
+		if !now.Before(e.expires) {
+			l.remove(e)
+		} else if !l.haveSoonest || e.expires.Before(l.soonest) {
+			l.soonest, l.haveSoonest = e.expires, true
+		}
+	}
+}
+
+func (l *MemoryLedger) setExpiry(e *ledgerEntry, t time.Time) {
+	e.expires = t
+	if !l.haveSoonest || t.Before(l.soonest) {
+		l.soonest, l.haveSoonest = t, true
+	}
+}
+
+func (l *MemoryLedger) remove(e *ledgerEntry) {
+	delete(l.m, e.key)
+	l.unlink(e)
+}
+
+func (l *MemoryLedger) pushFront(e *ledgerEntry) {
+	e.prev, e.next = &l.lru, l.lru.next
+	e.prev.next, e.next.prev = e, e
+}
+
+func (l *MemoryLedger) moveToFront(e *ledgerEntry) {
+	l.unlink(e)
+	l.pushFront(e)
+}
+
+func (l *MemoryLedger) unlink(e *ledgerEntry) {
+	if e.prev != nil {
+		e.prev.next, e.next.prev = e.next, e.prev
+		e.prev, e.next = nil, nil
+	}
+}

@@ -1,0 +1,358 @@
+package retryfuse
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ledgerClock is an injected clock: tests move it, nothing sleeps.
+type ledgerClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *ledgerClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *ledgerClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+const (
+	testLedgerTTL         = 10 * time.Minute
+	testLedgerInFlightTTL = time.Minute
+	testLedgerMaxBody     = 8
+)
+
+func newTestLedger(t testing.TB, maxEntries int) (*MemoryLedger, *ledgerClock) {
+	t.Helper()
+	l, err := NewMemoryLedger(MemoryLedgerConfig{
+		MaxEntries:    maxEntries,
+		TTL:           testLedgerTTL,
+		InFlightTTL:   testLedgerInFlightTTL,
+		MaxStoredBody: testLedgerMaxBody,
+	})
+	require.NoError(t, err)
+	clock := &ledgerClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	l.now = clock.now
+	return l, clock
+}
+
+func ledgerFP(b byte) Fingerprint { return Fingerprint{b} }
+
+type ledgerOp uint8
+
+const (
+	opBegin ledgerOp = iota
+	opComplete
+	opRelease
+	opUncertain
+	opAdvance
+)
+
+// Which token a step ends a claim with.
+const (
+	tokOwner    = iota // the token of the latest KeyNone claim
+	tokPrevious        // the token of the claim before it
+	tokBogus           // a token the ledger never issued
+)
+
+type ledgerStep struct {
+	op      ledgerOp
+	fp      byte            // opBegin
+	tok     int             // opComplete, opRelease, opUncertain
+	res     *StoredResponse // opComplete
+	advance time.Duration   // opAdvance
+	// Expectations.
+	state     KeyState
+	uncertain bool
+	stored    string // "-" for Stored nil, else the stored body
+	err       error
+}
+
+func TestMemoryLedgerSteps(t *testing.T) {
+	res := &StoredResponse{StatusCode: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("created")}
+	big := &StoredResponse{StatusCode: 200, Body: []byte("longer than eight bytes")}
+	begin := func(fp byte, state KeyState, stored string) ledgerStep {
+		return ledgerStep{op: opBegin, fp: fp, state: state, stored: stored}
+	}
+	beginUncertain := ledgerStep{op: opBegin, fp: 1, state: KeyInFlight, uncertain: true, stored: "-"}
+	end := func(op ledgerOp, tok int, err error) ledgerStep {
+		return ledgerStep{op: op, tok: tok, res: res, err: err}
+	}
+	advance := func(d time.Duration) ledgerStep { return ledgerStep{op: opAdvance, advance: d} }
+
+	tests := []struct {
+		name  string
+		steps []ledgerStep
+	}{
+		{"owned, completed with a stored body, then replayed", []ledgerStep{
+			begin(1, KeyNone, "-"), begin(1, KeyInFlight, "-"), end(opComplete, tokOwner, nil),
+			begin(1, KeyCompleted, "created"), begin(1, KeyCompleted, "created"),
+		}},
+		{"released key is free again", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opRelease, tokOwner, nil), begin(1, KeyNone, "-"), begin(1, KeyInFlight, "-"),
+		}},
+		{"released key takes another body", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opRelease, tokOwner, nil), begin(2, KeyNone, "-"), begin(1, KeyConflict, "-"),
+		}},
+		{"uncertain key is held until its TTL, then free", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opUncertain, tokOwner, nil), beginUncertain,
+			advance(testLedgerTTL - time.Nanosecond), beginUncertain,
+			advance(time.Nanosecond), begin(1, KeyNone, "-"),
+		}},
+		{"completed key expires after its TTL", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opComplete, tokOwner, nil),
+			advance(testLedgerTTL - time.Nanosecond), begin(1, KeyCompleted, "created"),
+			advance(time.Nanosecond), begin(1, KeyNone, "-"),
+		}},
+		{"conflict beats in flight", []ledgerStep{
+			begin(1, KeyNone, "-"), begin(2, KeyConflict, "-"), begin(1, KeyInFlight, "-"),
+		}},
+		{"conflict beats completed", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opComplete, tokOwner, nil), begin(2, KeyConflict, "-"), begin(1, KeyCompleted, "created"),
+		}},
+		{"conflict beats uncertain", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opUncertain, tokOwner, nil), begin(2, KeyConflict, "-"), beginUncertain,
+		}},
+		{"complete without a result stores none", []ledgerStep{
+			begin(1, KeyNone, "-"), {op: opComplete, tok: tokOwner}, begin(1, KeyCompleted, "-"),
+		}},
+		{"a body over MaxStoredBody is not stored", []ledgerStep{
+			begin(1, KeyNone, "-"), {op: opComplete, tok: tokOwner, res: big}, begin(1, KeyCompleted, "-"),
+		}},
+		{"an owner loses its key after InFlightTTL", []ledgerStep{
+			begin(1, KeyNone, "-"), advance(testLedgerInFlightTTL - time.Nanosecond), begin(1, KeyInFlight, "-"),
+			advance(time.Nanosecond), end(opComplete, tokOwner, ErrLedgerToken), begin(1, KeyNone, "-"),
+		}},
+		{"a stale owner cannot end the new owner's claim", []ledgerStep{
+			begin(1, KeyNone, "-"), advance(testLedgerInFlightTTL), begin(1, KeyNone, "-"),
+			end(opComplete, tokPrevious, ErrLedgerToken), end(opRelease, tokPrevious, ErrLedgerToken),
+			end(opUncertain, tokPrevious, ErrLedgerToken), begin(1, KeyInFlight, "-"),
+			end(opComplete, tokOwner, nil), begin(1, KeyCompleted, "created"),
+		}},
+		{"a wrong token changes nothing", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opComplete, tokBogus, ErrLedgerToken), end(opRelease, tokBogus, ErrLedgerToken),
+			end(opUncertain, tokBogus, ErrLedgerToken), begin(1, KeyInFlight, "-"), end(opRelease, tokOwner, nil),
+		}},
+		{"a claim ends once", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opComplete, tokOwner, ErrLedgerToken),
+			end(opRelease, tokOwner, ErrLedgerToken), beginUncertain,
+		}},
+		{"a released token is stale", []ledgerStep{
+			begin(1, KeyNone, "-"), end(opRelease, tokOwner, nil), end(opRelease, tokOwner, ErrLedgerToken),
+			end(opComplete, tokOwner, ErrLedgerToken), begin(1, KeyNone, "-"),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, clock := newTestLedger(t, 0)
+			ctx := context.Background()
+			var tokens []string
+			token := func(which int) string {
+				switch {
+				case which == tokBogus:
+					return "bogus"
+				case which == tokPrevious && len(tokens) > 1:
+					return tokens[len(tokens)-2]
+				case which == tokOwner && len(tokens) > 0:
+					return tokens[len(tokens)-1]
+				}
+				t.Fatalf("no token for %d", which)
+				return ""
+			}
+			for i, s := range tt.steps {
+				var err error
+				switch s.op {
+				case opAdvance:
+					clock.advance(s.advance)
+					continue
+				case opBegin:
+					var c LedgerClaim
+					c, err = l.Begin(ctx, "k", ledgerFP(s.fp))
+					require.NoError(t, err, "step %d", i)
+					assert.Equal(t, s.state, c.State, "step %d: got state %s, want %s", i, c.State, s.state)
+					assert.Equal(t, s.uncertain, c.Uncertain, "step %d: uncertain", i)
+					got := "-"
+					if c.Stored != nil {
+						got = string(c.Stored.Body)
+						assert.Equal(t, res.StatusCode, c.Stored.StatusCode, "step %d: stored status", i)
+						assert.Equal(t, res.Header, c.Stored.Header, "step %d: stored header", i)
+					}
+					assert.Equal(t, s.stored, got, "step %d: stored body", i)
+					if c.State == KeyNone {
+						require.NotEmpty(t, c.Token, "step %d: owner without a token", i)
+						tokens = append(tokens, c.Token)
+					} else {
+						assert.Empty(t, c.Token, "step %d: got a token without owning the key", i)
+					}
+					continue
+				case opComplete:
+					err = l.Complete(ctx, "k", token(s.tok), s.res)
+				case opRelease:
+					err = l.Release(ctx, "k", token(s.tok))
+				case opUncertain:
+					err = l.Uncertain(ctx, "k", token(s.tok))
+				}
+				if s.err == nil {
+					assert.NoError(t, err, "step %d", i)
+				} else {
+					assert.ErrorIs(t, err, s.err, "step %d: got %v, want %v", i, err, s.err)
+				}
+			}
+		})
+	}
+}
+
+func TestMemoryLedgerConcurrentBeginOneOwner(t *testing.T) {
+	const goroutines, rounds = 64, 200
+	l, _ := newTestLedger(t, 0)
+	ctx := context.Background()
+	for round := range rounds {
+		key := "k" + strconv.Itoa(round)
+		var owners, inFlight atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range goroutines {
+			wg.Go(func() {
+				<-start
+				c, err := l.Begin(ctx, key, ledgerFP(1))
+				if err != nil {
+					t.Errorf("Begin: %v", err)
+					return
+				}
+				switch c.State {
+				case KeyNone:
+					owners.Add(1)
+				case KeyInFlight:
+					inFlight.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if got := owners.Load(); got != 1 {
+			t.Fatalf("round %d: got %d owners, want 1", round, got)
+		}
+		if got := inFlight.Load(); got != goroutines-1 {
+			t.Fatalf("round %d: got %d in flight, want %d", round, got, goroutines-1)
+		}
+	}
+}
+
+// Owners come and go on one key: at no moment may two hold it.
+func TestMemoryLedgerConcurrentOwnershipExclusive(t *testing.T) {
+	l, _ := newTestLedger(t, 0)
+	ctx := context.Background()
+	var holders, claims atomic.Int32
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 200 {
+				c, err := l.Begin(ctx, "k", ledgerFP(1))
+				if err != nil || c.State != KeyNone {
+					continue
+				}
+				claims.Add(1)
+				if n := holders.Add(1); n != 1 {
+					t.Errorf("got %d concurrent owners, want 1", n)
+				}
+				holders.Add(-1)
+				if err := l.Release(ctx, "k", c.Token); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Positive(t, claims.Load(), "no goroutine ever owned the key")
+}
+
+func TestMemoryLedgerDeepCopies(t *testing.T) {
+	l, _ := newTestLedger(t, 0)
+	ctx := context.Background()
+	res := &StoredResponse{StatusCode: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}
+	c := ledgerBegin(t, l, "k", KeyNone)
+	require.NoError(t, l.Complete(ctx, "k", c.Token, res))
+	res.Header.Set("A", "changed")
+	res.Header.Set("B", "added")
+	res.Body[0] = 'X'
+
+	want := &StoredResponse{StatusCode: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}
+	got := ledgerBegin(t, l, "k", KeyCompleted)
+	require.Equal(t, want, got.Stored, "the caller's changes after Complete reached the ledger")
+	got.Stored.Header["A"][0] = "changed"
+	got.Stored.Body[0] = 'X'
+	got.Stored.StatusCode = 500
+	again := ledgerBegin(t, l, "k", KeyCompleted)
+	assert.Equal(t, want, again.Stored, "changes to a handed-out copy reached the ledger")
+}
+
+func TestMemoryLedgerEmptyKey(t *testing.T) {
+	l, _ := newTestLedger(t, 0)
+	_, err := l.Begin(context.Background(), "", ledgerFP(1))
+	assert.ErrorIs(t, err, ErrInvalidIdempotencyKey)
+	assert.Equal(t, 0, l.Len())
+}
+
+func TestMemoryLedgerZeroValue(t *testing.T) {
+	var l MemoryLedger
+	ctx := context.Background()
+	c, err := l.Begin(ctx, "k", ledgerFP(1))
+	require.NoError(t, err)
+	require.Equal(t, KeyNone, c.State)
+	body := make([]byte, defaultLedgerMaxStoredBody)
+	require.NoError(t, l.Complete(ctx, "k", c.Token, &StoredResponse{StatusCode: 200, Body: body}))
+	c, err = l.Begin(ctx, "k", ledgerFP(1))
+	require.NoError(t, err)
+	require.NotNil(t, c.Stored, "a body of exactly the default MaxStoredBody was not stored")
+	assert.Len(t, c.Stored.Body, defaultLedgerMaxStoredBody)
+	assert.Equal(t, 1, l.Len())
+}
+
+func TestNewMemoryLedgerInvalid(t *testing.T) {
+	tests := []struct {
+		field string
+		cfg   MemoryLedgerConfig
+	}{
+		{"MaxEntries", MemoryLedgerConfig{MaxEntries: -1}},
+		{"TTL", MemoryLedgerConfig{TTL: -time.Second}},
+		{"InFlightTTL", MemoryLedgerConfig{InFlightTTL: -time.Second}},
+		{"MaxStoredBody", MemoryLedgerConfig{MaxStoredBody: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field, func(t *testing.T) {
+			l, err := NewMemoryLedger(tt.cfg)
+			assert.Nil(t, l)
+			require.ErrorIs(t, err, ErrInvalidPolicy)
+			assert.Contains(t, err.Error(), "MemoryLedgerConfig."+tt.field+" ")
+		})
+	}
+}
+
+func ledgerBegin(t *testing.T, l *MemoryLedger, key string, want KeyState) LedgerClaim {
+	t.Helper()
+	c, err := l.Begin(context.Background(), key, ledgerFP(1))
+	require.NoError(t, err)
+	require.Equal(t, want, c.State, "Begin(%q): got %s, want %s", key, c.State, want)
+	return c
+}
+
+func ledgerComplete(t *testing.T, l *MemoryLedger, key string) {
+	t.Helper()
+	c := ledgerBegin(t, l, key, KeyNone)
+	require.NoError(t, l.Complete(context.Background(), key, c.Token, &StoredResponse{StatusCode: 200}))
+}
