@@ -31,6 +31,13 @@ type call struct {
 	histBuf  [4]Attempt
 	lastResp *http.Response
 	lastErr  error
+
+	// The key ledger's claim, when the call owns its key.
+	ledgerKey        string
+	ledgerToken      string
+	earlierUncertain bool // an earlier call under the key ended uncertain
+	confirmed        bool // the call ends with a confirmed result
+	uncertain        bool // the call ends with an uncertain write
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -68,27 +75,40 @@ func (c *call) run() (*http.Response, error) {
 	if !c.passThrough {
 		c.ctx = context.WithValue(c.ctx, ownerKey{}, c.t)
 	}
-
-	if v := c.decide(KeyNone); v.Decision != ReplaySafe {
+	if err := c.ctx.Err(); err != nil {
 		closeRequestBody(req)
-		return nil, c.refuse(v)
+		return nil, err // no attempt starts after the deadline
 	}
 	c.scope = c.t.scope(req)
+
+	ks, stored, err := c.claim()
+	if err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	if v := c.decide(ks); v.Decision != ReplaySafe {
+		closeRequestBody(req)
+		return c.refuse(v, stored)
+	}
 	if !c.passThrough {
 		if err := c.recordRequest(); err != nil {
 			closeRequestBody(req)
+			c.settle(nil, err)
 			return nil, err
 		}
 	}
+	resp, err := c.loop()
+	return c.settle(resp, err)
+}
+
+// loop makes attempts until one is final, the decision core or a gate
+// stops the call, or attempts run out.
+func (c *call) loop() (*http.Response, error) {
 	for {
-		if err := c.ctx.Err(); err != nil && c.attempt == 0 {
-			closeRequestBody(req)
-			return nil, err // no attempt starts after the deadline
-		}
 		ticket, berr := c.admit()
 		if berr != nil {
 			if c.attempt == 0 {
-				closeRequestBody(req)
+				closeRequestBody(c.req)
 				c.giveUp(ErrCircuitOpen, Verdict{})
 				return nil, berr
 			}
@@ -114,15 +134,39 @@ func (c *call) run() (*http.Response, error) {
 		case c.passThrough:
 			return resp, err // the Transport above decides
 		case v.Decision == ReplayStored:
-			return resp, err // a confirmed result
+			c.confirmed = true
+			return resp, err
 		case v.Decision == ReconcileRequired:
-			return nil, c.reconcileError(err)
+			rec := c.reconcileError(err)
+			res := c.reconcile(rec)
+			switch res.Resolution {
+			case Applied:
+				c.confirmed = true
+				return res.Response, nil
+			case NotApplied:
+				// The effect is now known not to have happened: a
+				// definite failure, which may be sent again through the
+				// usual gates.
+				c.history[len(c.history)-1].Outcome = OutcomeFailure
+				if !r.retryable {
+					c.giveUp(ErrFinal, Verdict{})
+					return nil, err
+				}
+				if v = c.decide(KeyNone); v.Decision == ReplaySafe {
+					break // to the gates below
+				}
+				return c.stop(brakeReason(v), v)
+			default:
+				c.uncertain = true
+				return nil, rec
+			}
 		case !r.retryable:
 			c.giveUp(ErrFinal, Verdict{})
 			return resp, err
 		case v.Decision != ReplaySafe:
 			return c.stop(brakeReason(v), v)
-		case c.attempt >= c.p.maxAttempts:
+		}
+		if c.attempt >= c.p.maxAttempts {
 			return c.stop(ErrAttemptsExhausted, Verdict{})
 		}
 		if resp, err, retry := c.backoff(); !retry {
@@ -165,11 +209,23 @@ func brakeReason(v Verdict) error {
 	return ErrNotRepeatable
 }
 
-// refuse returns the error for a call refused before its first attempt.
-func (c *call) refuse(v Verdict) error {
+// refuse answers a call that the decision core stops before its first
+// attempt: a stored result is replayed; a refusal is an error.
+func (c *call) refuse(v Verdict, stored *StoredResponse) (*http.Response, error) {
+	if v.Decision == ReplayStored {
+		if stored == nil {
+			// Completed, but its result was too large to keep: the caller
+			// must look it up rather than have it sent again.
+			return nil, c.reconcileError(ErrResultNotStored)
+		}
+		return storedResponse(stored, c.req), nil
+	}
+	if v.Decision == Brake && v.Rule == 4 && c.earlierUncertain {
+		return nil, c.reconcileError(ErrEarlierUncertain)
+	}
 	reason := brakeReason(v)
 	c.giveUp(reason, v)
-	return &RetryError{Reason: reason}
+	return nil, &RetryError{Reason: reason}
 }
 
 // stop ends a call that may not go on: the last response goes back as it
@@ -195,7 +251,7 @@ func (c *call) giveUp(reason error, v Verdict) {
 }
 
 // reconcileError builds the error for an uncertain write and reports it.
-func (c *call) reconcileError(cause error) error {
+func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 	e := &ReconcileRequiredError{
 		Method:         c.method,
 		URL:            c.redactedURL(),
@@ -205,10 +261,26 @@ func (c *call) reconcileError(cause error) error {
 		Phase:          c.phase,
 		Cause:          cause,
 	}
-	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e})
+	if c.t.Reconciler == nil {
+		if h := c.t.Hooks.Reconcile; h != nil {
+			emit(h, ReconcileInfo{CallInfo: c.info(), Err: e})
+		}
 	}
 	return e
+}
+
+// reconcile asks the Reconciler, if any, about an uncertain write, with the
+// caller's own context (its time counts against the caller's deadline; it
+// carries no retry ownership, so its own requests are not passed through).
+func (c *call) reconcile(e *ReconcileRequiredError) Reconciliation {
+	if c.t.Reconciler == nil {
+		return Reconciliation{}
+	}
+	res := askReconciler(c.req.Context(), c.t.Reconciler, e)
+	if h := c.t.Hooks.Reconcile; h != nil {
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.Resolution})
+	}
+	return res
 }
 
 func (c *call) redactedURL() string {

@@ -65,6 +65,21 @@ var (
 	// reports Timeout() == true.
 	ErrAttemptTimeout = errors.New("retryfuse: attempt timed out")
 
+	// ErrLedgerUnavailable: the key ledger could not say whether the key
+	// is free, so the request was not sent: a key is never treated as free
+	// without evidence.
+	ErrLedgerUnavailable = errors.New("retryfuse: idempotency ledger unavailable")
+
+	// ErrResultNotStored: an earlier call under the key completed, but its
+	// result was too large for the ledger to keep. It is the Cause of the
+	// *ReconcileRequiredError returned instead of sending the request again.
+	ErrResultNotStored = errors.New("retryfuse: the completed result under this idempotency key was not stored")
+
+	// ErrEarlierUncertain: an earlier call under the key ended with an
+	// uncertain outcome. It is the Cause of the *ReconcileRequiredError
+	// returned instead of sending the request again.
+	ErrEarlierUncertain = errors.New("retryfuse: an earlier call under this idempotency key ended with an uncertain outcome")
+
 	// ErrInvalidIdempotencyKey: the Idempotency-Key header cannot be sent
 	// safely (empty, control characters, longer than MaxIdempotencyKeyLen).
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
@@ -87,9 +102,12 @@ type RetryError struct {
 }
 
 func (e *RetryError) Error() string {
-	s := e.Reason.Error() + " after " + strconv.Itoa(e.Attempts) + " attempt"
-	if e.Attempts != 1 {
-		s += "s"
+	s := e.Reason.Error()
+	if e.Attempts > 0 {
+		s += " after " + strconv.Itoa(e.Attempts) + " attempt"
+		if e.Attempts != 1 {
+			s += "s"
+		}
 	}
 	if e.Last != nil {
 		s += ": " + e.Last.Error()

@@ -20,8 +20,8 @@ type Hooks struct {
 	Decision func(DecisionInfo)
 	// Retry is called when a retry is scheduled, before the wait.
 	Retry func(RetryInfo)
-	// Reconcile is called when a *ReconcileRequiredError is about to be
-	// returned or handed to the Reconciler.
+	// Reconcile is called when a write's outcome is uncertain, once the
+	// Reconciler (if any) has answered.
 	Reconcile func(ReconcileInfo)
 	// GiveUp is called when a call stops repeating for any reason other
 	// than success, with that reason.
@@ -114,10 +114,12 @@ type RetryInfo struct {
 	Err        error // the failed attempt's error (a *StatusError for a status)
 }
 
-// ReconcileInfo carries a reconcile error.
+// ReconcileInfo carries a reconcile error and, when a Reconciler is set,
+// its answer (StillUnknown without one).
 type ReconcileInfo struct {
 	CallInfo
-	Err *ReconcileRequiredError
+	Err        *ReconcileRequiredError
+	Resolution Resolution
 }
 
 // GiveUpInfo says why a call stopped repeating.

@@ -18,6 +18,12 @@ import (
 // (its connection is then closed rather than reused).
 const DefaultMaxDrainBytes = 64 << 10
 
+// Defaults of the ledger's bounds on the Transport.
+const (
+	DefaultMaxFingerprintBytes = 1 << 20
+	DefaultMaxStoredBody       = 64 << 10
+)
+
 // Transport is an http.RoundTripper that repeats a request only when
 // repeating it is known to be safe.
 //
@@ -106,6 +112,31 @@ type Transport struct {
 	// Breaker may be shared by several Transports.
 	Breaker *Breaker
 
+	// Ledger, when set, remembers idempotency keys (scoped by Scope), so
+	// that a concurrent duplicate is braked (ErrDuplicateInFlight), a key
+	// reused with another body is refused (ErrIdempotencyConflict), and a
+	// completed key gets its stored result back without sending. A call
+	// whose outcome stays uncertain leaves its key neither completed nor
+	// free: later calls under it get a *ReconcileRequiredError. Requests
+	// without a key, or whose body has no GetBody, bypass the ledger.
+	Ledger Ledger
+
+	// MaxFingerprintBytes bounds the body hashed for the Ledger; a longer
+	// body is refused with ErrFingerprintLimit. Zero means
+	// DefaultMaxFingerprintBytes (1 MiB).
+	MaxFingerprintBytes int64
+
+	// MaxStoredBody bounds the response body recorded for the Ledger as the
+	// result of a completed key. A longer body is returned to the caller
+	// whole, but not stored: a later call under the key gets a
+	// *ReconcileRequiredError (cause ErrResultNotStored) rather than a
+	// replay. Zero means DefaultMaxStoredBody (64 KiB).
+	MaxStoredBody int64
+
+	// Reconciler, when set, is asked whether an uncertain write took
+	// effect before a *ReconcileRequiredError is returned. See Reconciler.
+	Reconciler Reconciler
+
 	// Scope names the dependency a request belongs to, for budgets and the
 	// breaker. Nil means HostScope (scheme, host and port).
 	Scope func(*http.Request) string
@@ -153,6 +184,8 @@ type policy struct {
 	timeoutCost    float64
 	redact         []string
 	maxDrain       int64
+	maxFP          int64
+	maxStored      int64
 }
 
 // Validate reports the first invalid setting, as an error wrapping
@@ -181,6 +214,8 @@ func (t *Transport) resolve() (policy, error) {
 		timeoutCost: orDefault(t.TimeoutCost, 1),
 		redact:      t.RedactQueryParams,
 		maxDrain:    orDefault(t.MaxDrainBytes, DefaultMaxDrainBytes),
+		maxFP:       orDefault(t.MaxFingerprintBytes, DefaultMaxFingerprintBytes),
+		maxStored:   orDefault(t.MaxStoredBody, DefaultMaxStoredBody),
 	}
 	if p.redact == nil {
 		p.redact = DefaultRedactedQueryParams
@@ -204,6 +239,10 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("BudgetUnits", "must be a finite, non-negative number")
 	case t.TimeoutCost < 0 || math.IsNaN(t.TimeoutCost) || math.IsInf(t.TimeoutCost, 0):
 		return p, invalidPolicy("TimeoutCost", "must be a finite, non-negative number")
+	case t.MaxFingerprintBytes < 0:
+		return p, invalidPolicy("MaxFingerprintBytes", "must not be negative")
+	case t.MaxStoredBody < 0:
+		return p, invalidPolicy("MaxStoredBody", "must not be negative")
 	case t.MaxScopes < 0:
 		return p, invalidPolicy("MaxScopes", "must not be negative")
 	case t.MaxDrainBytes < 0:

@@ -1,0 +1,142 @@
+package retryfuse
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// This file is the key ledger's gate in the transport: the claim taken
+// before the first attempt, and the settlement of the claim when the call
+// ends.
+
+// claim asks the ledger about the call's key. It returns the key state for
+// the decision core and, for a completed key, its stored result. Without a
+// ledger, a key, or a body that can be fingerprinted, the state is none.
+// A ledger that cannot answer is not taken to mean the key is free.
+func (c *call) claim() (KeyState, *StoredResponse, error) {
+	l := c.t.Ledger
+	if l == nil || c.passThrough || !c.key.present || !c.facts.ReplayableBody {
+		return KeyNone, nil, nil
+	}
+	fp, err := FingerprintRequest(c.req, c.p.maxFP)
+	if err != nil {
+		return KeyNone, nil, err
+	}
+	c.ledgerKey = c.scope + " " + c.key.value
+	cl, err := l.Begin(c.req.Context(), c.ledgerKey, fp)
+	if err != nil {
+		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
+		return KeyNone, nil, fmt.Errorf("%w: %w", ErrLedgerUnavailable, err)
+	}
+	switch cl.State {
+	case KeyNone:
+		c.ledgerToken = cl.Token
+	case KeyInFlight:
+		c.earlierUncertain = cl.Uncertain
+	}
+	return cl.State, cl.Stored, nil
+}
+
+// settle ends the call's claim on its key: a confirmed result completes
+// the key (once the caller has read or closed the body, which is then
+// stored up to MaxStoredBody), an uncertain write keeps it held, anything
+// else frees it. It returns resp and err unchanged, but for the body
+// wrapped to record it.
+func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
+	if c.ledgerToken == "" {
+		return resp, err
+	}
+	l, key, token := c.t.Ledger, c.ledgerKey, c.ledgerToken
+	ctx := context.WithoutCancel(c.req.Context()) // settling outlives the caller's deadline
+	var lerr error
+	switch {
+	case c.uncertain:
+		lerr = l.Uncertain(ctx, key, token)
+	case c.confirmed && resp != nil:
+		rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, resp: resp}
+		rec.done = func(body []byte, whole bool) {
+			res := &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone()}
+			if whole {
+				res.Body = body
+			} else {
+				res = nil // completed, but without a result to replay
+			}
+			if err := l.Complete(ctx, key, token, res); err != nil {
+				emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
+			}
+		}
+		if resp.Body == nil {
+			rec.finish(true)
+		} else {
+			resp.Body = rec
+		}
+		return resp, err
+	default:
+		lerr = l.Release(ctx, key, token)
+	}
+	if lerr != nil {
+		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: lerr})
+	}
+	return resp, err
+}
+
+// recordingBody passes a response body through to the caller and keeps a
+// copy of up to limit bytes; when the body ends (EOF) or is closed, done
+// learns what was read and whether it was the whole body.
+type recordingBody struct {
+	rc    io.ReadCloser
+	resp  *http.Response
+	limit int64
+	buf   bytes.Buffer
+	over  bool
+	once  sync.Once
+	done  func(body []byte, whole bool)
+}
+
+func (b *recordingBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 && !b.over {
+		if int64(b.buf.Len()+n) > b.limit {
+			b.over = true
+			b.buf = bytes.Buffer{}
+		} else {
+			b.buf.Write(p[:n])
+		}
+	}
+	if err == io.EOF {
+		b.finish(!b.over)
+	} else if err != nil {
+		b.finish(false)
+	}
+	return n, err
+}
+
+func (b *recordingBody) Close() error {
+	err := b.rc.Close()
+	b.finish(false) // a body closed before its end was not seen whole
+	return err
+}
+
+func (b *recordingBody) finish(whole bool) {
+	b.once.Do(func() { b.done(b.buf.Bytes(), whole) })
+}
+
+// storedResponse turns a stored result into a response for req.
+func storedResponse(s *StoredResponse, req *http.Request) *http.Response {
+	return &http.Response{
+		Status:        strconv.Itoa(s.StatusCode) + " " + http.StatusText(s.StatusCode),
+		StatusCode:    s.StatusCode,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        s.Header,
+		Body:          io.NopCloser(bytes.NewReader(s.Body)),
+		ContentLength: int64(len(s.Body)),
+		Request:       req,
+	}
+}
