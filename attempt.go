@@ -15,13 +15,30 @@ import (
 // why.
 func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	t, p := c.t, c.p
-	r2 := c.req.WithContext(c.ctx) // a shallow copy: the caller's request is never modified
+	at := &c.trace
+	ctx := at.context(c.ctx)
+	timeout := c.attemptTimeout()
+	var (
+		cancel   context.CancelFunc
+		timer    *time.Timer
+		timedOut *atomic.Bool
+	)
+	if timeout > 0 {
+		ctx, cancel = context.WithCancel(ctx)
+		timedOut = new(atomic.Bool)
+		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); cancel() })
+	}
+	r2 := c.req.WithContext(ctx) // a shallow copy: the caller's request is never modified
 	if c.header != nil {
 		r2.Header = c.header
 	}
 	if c.attempt > 1 {
 		body, gerr := c.req.GetBody()
 		if gerr != nil {
+			if cancel != nil {
+				timer.Stop()
+				cancel()
+			}
 			c.lastErr = gerr
 			_, e := c.stop(ErrNotRepeatable, Verdict{})
 			return nil, e, r, false
@@ -33,20 +50,6 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 		watched = &bodyWatcher{ReadCloser: r2.Body}
 		r2.Body = watched
 	}
-
-	at := newAttemptTrace()
-	ctx := at.context(r2.Context())
-	timeout := c.attemptTimeout()
-	var (
-		cancel   context.CancelFunc
-		timer    *time.Timer
-		timedOut atomic.Bool
-	)
-	if timeout > 0 {
-		ctx, cancel = context.WithCancel(ctx)
-		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); cancel() })
-	}
-	r2 = r2.WithContext(ctx)
 
 	if h := t.Hooks.AttemptStart; h != nil {
 		c.phase = PhaseUnknown

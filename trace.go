@@ -16,18 +16,21 @@ import (
 // phase rests on GotConn alone, which fires once per connection obtained,
 // again on each re-send inside the base.
 type attemptTrace struct {
-	trace httptrace.ClientTrace
-	conns atomic.Int32
+	trace   httptrace.ClientTrace
+	conns   atomic.Int32
+	gotConn func(httptrace.GotConnInfo)
 }
 
-func newAttemptTrace() *attemptTrace {
-	at := &attemptTrace{}
-	at.trace.GotConn = func(httptrace.GotConnInfo) { at.conns.Add(1) }
-	return at
-}
-
-// context returns ctx with the trace installed.
+// context resets the trace for a new attempt and returns ctx with it
+// installed. The ClientTrace is made anew each time because
+// httptrace.WithClientTrace composes it, in place, with a trace already in
+// ctx; gotConn, made once per call, is reused.
 func (at *attemptTrace) context(ctx context.Context) context.Context {
+	if at.gotConn == nil {
+		at.gotConn = func(httptrace.GotConnInfo) { at.conns.Add(1) }
+	}
+	at.conns.Store(0)
+	at.trace = httptrace.ClientTrace{GotConn: at.gotConn}
 	return httptrace.WithClientTrace(ctx, &at.trace)
 }
 
