@@ -22,7 +22,7 @@ func (d *contractDecoder) root(in *DecisionInput) error {
 			if err != nil {
 				return err
 			}
-			if dec.neg || dec.digits != "1" || dec.point != 1 {
+			if dec.neg || !dec.integral() || dec.clampedInt() != ContractVersion {
 				return invalidf(kp, "unsupported version %s, want %d", shortNumber(n), ContractVersion)
 			}
 			haveVersion = true
