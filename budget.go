@@ -60,12 +60,17 @@ func (UnlimitedBudget) RecordRequest(context.Context) {}
 func (UnlimitedBudget) AllowRetry(context.Context) (bool, error) { return true, nil }
 
 // snapEpsilon absorbs the rounding error of float credit: a balance within
-// snapEpsilon of a whole number is taken to be that number, so that ten
-// refills of 0.1 token make one token and not 0.9999999999999999.
+// snapEpsilon of a whole number counts as that number, so that ten refills of
+// 0.1 token make one token and not 0.9999999999999999.
 const snapEpsilon = 1e-9
 
+// snap takes a non-negative x within snapEpsilon of a whole number to that
+// number. (The conversion through int64 costs far less than math.Round.)
 func snap(x float64) float64 {
-	if r := math.Round(x); math.Abs(x-r) < snapEpsilon {
+	if x >= 1<<52 || x < 0 {
+		return x // whole already, or not ours to round
+	}
+	if r := float64(int64(x + 0.5)); x-r < snapEpsilon && r-x < snapEpsilon {
 		return r
 	}
 	return x
@@ -157,10 +162,10 @@ func (b *TokenBucket) refill(now time.Time) {
 		b.last = now
 		return
 	}
-	elapsed := now.Sub(b.last)
-	if elapsed <= 0 {
+	if !now.After(b.last) {
 		return // time went backwards or stood still: nothing earned
 	}
+	elapsed := now.Sub(b.last)
 	b.last = now
 	if b.tokens >= b.capacity {
 		return
@@ -256,6 +261,7 @@ type RatioBudget struct {
 	started bool
 	origin  time.Time // time of the first call: bucket ticks count from here
 	head    int64     // tick of the newest bucket
+	next    time.Time // when the tick after head begins
 	ring    [ratioBuckets]ratioBucket
 	winReq  uint64 // requests in the ring
 	winRet  uint64 // retries in the ring
@@ -327,17 +333,13 @@ func NewRatioBudget(cfg RatioBudgetConfig) (*RatioBudget, error) {
 // advance empties the buckets whose time has passed. b.mu is held.
 func (b *RatioBudget) advance(now time.Time) {
 	if !b.started {
-		b.started, b.origin = true, now
+		b.started, b.origin, b.next = true, now, now.Add(b.width)
 		return
 	}
-	d := now.Sub(b.origin)
-	if d < 0 {
-		return // before the first call: no time has passed
-	}
-	tick := int64(d / b.width)
-	if tick <= b.head {
+	if now.Before(b.next) {
 		return // same bucket, or time went backwards: no time has passed
 	}
+	tick := int64(now.Sub(b.origin) / b.width)
 	if tick-b.head >= ratioBuckets {
 		b.ring = [ratioBuckets]ratioBucket{}
 		b.winReq, b.winRet = 0, 0
@@ -350,11 +352,12 @@ func (b *RatioBudget) advance(now time.Time) {
 		}
 	}
 	b.head = tick
+	b.next = b.origin.Add(time.Duration(tick) * b.width).Add(b.width)
 }
 
 // balance is the retry credit left in the window. b.mu is held.
 func (b *RatioBudget) balance() float64 {
-	return snap(b.ratio*float64(b.winReq) + b.reserve - float64(b.winRet))
+	return b.ratio*float64(b.winReq) + b.reserve - float64(b.winRet)
 }
 
 // AllowRetryAt withdraws one retry at time now and reports whether the
@@ -363,7 +366,7 @@ func (b *RatioBudget) AllowRetryAt(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)
-	if b.balance() < 1 {
+	if b.balance() < 1-snapEpsilon {
 		b.refused++
 		return false
 	}
@@ -401,6 +404,6 @@ func (b *RatioBudget) Snapshot() BudgetSnapshot {
 		Requests:  b.requests,
 		Retries:   b.retries,
 		Refused:   b.refused,
-		Available: max(0, b.balance()),
+		Available: max(0, snap(b.balance())),
 	}
 }
