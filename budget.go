@@ -340,6 +340,9 @@ func (b *RatioBudget) advance(now time.Time) {
 		return // same bucket, or time went backwards: no time has passed
 	}
 	tick := int64(now.Sub(b.origin) / b.width)
+	if tick <= b.head {
+		return // Sub saturates some 292 years after the first call
+	}
 	if tick-b.head >= ratioBuckets {
 		b.ring = [ratioBuckets]ratioBucket{}
 		b.winReq, b.winRet = 0, 0
