@@ -60,7 +60,8 @@ func invalidf(field, format string, args ...any) error {
 // any number with no fractional part (5, 5.0, 5e0); a failureThreshold too
 // large for an int is taken as the largest int, which no streak can reach.
 //
-// An error reading r is returned as it is, wrapped but without
+// An input longer than MaxContractInputBytes is invalid. An error reading r
+// is returned as it is, wrapped but without
 // ErrInvalidContractInput.
 func DecodeContractInput(r io.Reader) (DecisionInput, error) {
 	rec := &readRecorder{r: r}
@@ -75,7 +76,7 @@ func DecodeContractInput(r io.Reader) (DecisionInput, error) {
 	}
 	if _, err := d.dec.Token(); err != io.EOF {
 		if rec.err != nil {
-			return DecisionInput{}, fmt.Errorf("retryfuse: reading contract input: %w", rec.err)
+			return DecisionInput{}, rec.readError()
 		}
 		return DecisionInput{}, invalidf("", "trailing data after the object at byte %d", d.dec.InputOffset())
 	}

@@ -14,17 +14,41 @@ import (
 
 // readRecorder remembers the reader's own error, so that an I/O failure is
 // not mistaken for malformed JSON.
+// It also enforces MaxContractInputBytes.
 type readRecorder struct {
-	r   io.Reader
-	err error
+	r    io.Reader
+	err  error
+	read int64
 }
 
+// MaxContractInputBytes bounds one contract input: a larger one is invalid.
+const MaxContractInputBytes = 1 << 20
+
+var errContractTooLarge = errors.New("input larger than the limit")
+
 func (rr *readRecorder) Read(p []byte) (int, error) {
+	if rr.read >= MaxContractInputBytes {
+		rr.err = errContractTooLarge
+		return 0, rr.err
+	}
+	if left := MaxContractInputBytes - rr.read; int64(len(p)) > left {
+		p = p[:left]
+	}
 	n, err := rr.r.Read(p)
+	rr.read += int64(n)
 	if err != nil && err != io.EOF {
 		rr.err = err
 	}
 	return n, err
+}
+
+// readError turns the reader's error into the decoder's: an input over the
+// limit is invalid input, any other failure an I/O error.
+func (rr *readRecorder) readError() error {
+	if rr.err == errContractTooLarge {
+		return invalidf("", "input larger than %d bytes", MaxContractInputBytes)
+	}
+	return fmt.Errorf("retryfuse: reading contract input: %w", rr.err)
 }
 
 type contractDecoder struct {
@@ -41,7 +65,7 @@ func (d *contractDecoder) token(path string) (json.Token, error) {
 		return t, nil
 	}
 	if d.rec.err != nil {
-		return nil, fmt.Errorf("retryfuse: reading contract input: %w", d.rec.err)
+		return nil, d.rec.readError()
 	}
 	var se *json.SyntaxError
 	switch {

@@ -256,3 +256,19 @@ func TestTextForms(t *testing.T) {
 	_, err = KeyState(7).MarshalText()
 	assert.Error(t, err)
 }
+
+func TestDecodeContractInputRejectsOversizedInput(t *testing.T) {
+	// A valid object followed by enough white space to pass the limit.
+	in := `{"contractVersion":1}` + strings.Repeat(" ", MaxContractInputBytes)
+	_, err := DecodeContractInput(strings.NewReader(in))
+	var cie *ContractInputError
+	if !errors.As(err, &cie) {
+		t.Fatalf("got %v, want a *ContractInputError", err)
+	}
+	if !strings.Contains(cie.Problem, "larger than") {
+		t.Errorf("got problem %q, want it to say the input is too large", cie.Problem)
+	}
+	if _, err := DecodeContractInput(strings.NewReader(`{"contractVersion":1}` + strings.Repeat(" ", 1000))); err != nil {
+		t.Errorf("got %v for a small input, want nil", err)
+	}
+}
