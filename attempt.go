@@ -11,8 +11,8 @@ import (
 )
 
 // send makes one attempt and classifies it. ok is false when the attempt
-// could not be made because the body could not be replayed; err then says
-// why.
+// could not be made because the body could not be replayed; resp and err
+// are then what the call returns.
 func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	t, p := c.t, c.p
 	at := &c.trace
@@ -39,9 +39,11 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 				timer.Stop()
 				cancel()
 			}
-			c.lastErr = gerr
-			_, e := c.stop(ErrNotRepeatable, Verdict{})
-			return nil, e, r, false
+			if c.lastResp == nil {
+				c.lastErr = gerr
+			}
+			resp, err = c.stop(ErrNotRepeatable, Verdict{})
+			return resp, err, r, false
 		}
 		r2.Body = body
 	}

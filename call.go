@@ -120,7 +120,7 @@ func (c *call) loop() (*http.Response, error) {
 		resp, err, r, ok := c.send()
 		if !ok {
 			ticket.Done(ObserveIgnore, nil)
-			return nil, err // the body could not be replayed
+			return resp, err // the body could not be replayed
 		}
 		c.observe(ticket, resp, err, r)
 		c.phase = r.phase
