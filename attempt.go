@@ -21,12 +21,10 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	var (
 		cancel   context.CancelFunc
 		timer    *time.Timer
-		timedOut *atomic.Bool
 	)
 	if timeout > 0 {
 		ctx, cancel = context.WithCancel(ctx)
-		timedOut = new(atomic.Bool)
-		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); cancel() })
+		timer = time.AfterFunc(timeout, cancel)
 	}
 	r2 := c.req.WithContext(ctx) // a shallow copy: the caller's request is never modified
 	if c.header != nil {
@@ -64,17 +62,17 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 		switch {
 		case err != nil:
 			cancel()
-		case !stopped || timedOut.Load():
+			if !stopped { // the timer struck: the error is its doing
+				err = &attemptTimeoutError{after: timeout, err: err}
+			}
+		case !stopped:
 			// The timer struck as the headers arrived: the body is already
 			// cut off, so the attempt counts as timed out.
 			drain(resp, 0)
-			resp, err = nil, context.Canceled
 			cancel()
+			resp, err = nil, &attemptTimeoutError{after: timeout, err: context.Canceled}
 		default:
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-		}
-		if err != nil && timedOut.Load() {
-			err = &attemptTimeoutError{after: timeout, err: err}
+			resp.Body = cancelOnClose(resp.Body, cancel)
 		}
 	}
 	if resp == nil && err == nil {
@@ -225,15 +223,35 @@ func (b *bodyWatcher) failed(err error) bool {
 	return err != nil && be != nil && errors.Is(err, *be)
 }
 
-// cancelOnClose releases an attempt's context when the response body is
-// closed, keeping the body readable until then.
-type cancelOnClose struct {
+// cancelOnClose wraps a response body so that closing it releases the
+// attempt's context, keeping the body readable until then. A body that is
+// also a writer (the connection of a 101 Switching Protocols response)
+// stays one.
+func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
+	if rw, ok := body.(io.ReadWriteCloser); ok {
+		return &cancelOnCloseRW{ReadWriteCloser: rw, cancel: cancel}
+	}
+	return &cancelOnCloseR{ReadCloser: body, cancel: cancel}
+}
+
+type cancelOnCloseR struct {
 	io.ReadCloser
 	cancel context.CancelFunc
 }
 
-func (b *cancelOnClose) Close() error {
+func (b *cancelOnCloseR) Close() error {
 	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+type cancelOnCloseRW struct {
+	io.ReadWriteCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnCloseRW) Close() error {
+	err := b.ReadWriteCloser.Close()
 	b.cancel()
 	return err
 }
