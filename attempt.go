@@ -19,8 +19,8 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	ctx := at.context(c.ctx)
 	timeout := c.attemptTimeout()
 	var (
-		cancel   context.CancelFunc
-		timer    *time.Timer
+		cancel context.CancelFunc
+		timer  *time.Timer
 	)
 	if timeout > 0 {
 		ctx, cancel = context.WithCancel(ctx)
