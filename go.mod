@@ -2,4 +2,9 @@ module github.com/retryfuse/retryfuse
 
 go 1.26
 
-require github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+require (
+	github.com/hashicorp/go-cleanhttp v0.5.2
+	go.uber.org/goleak v1.3.0
+)
+
+require github.com/stretchr/testify v1.12.1 // indirect
