@@ -18,7 +18,9 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	if c.header != nil {
 		r2.Header = c.header
 	}
-	if c.attempt > 1 {
+	if c.attempt > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
+		// A request without a body has nothing to replay; one with a body
+		// got here only with GetBody set (replayableBody).
 		body, gerr := c.req.GetBody()
 		if gerr != nil {
 			c.lastErr = gerr
