@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/hashicorp/go-cleanhttp v0.5.2
+	github.com/jarcoal/httpmock v1.4.2
 	go.uber.org/goleak v1.3.0
 )
 
