@@ -169,13 +169,15 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 }
 
 // drain reads at most limit bytes of a discarded response body and closes
-// it, so that its connection can be reused.
+// it, so that its connection can be reused. It asks for one byte more: the
+// end of a body of exactly limit bytes is seen only by reading past it (a
+// chunked body's last chunk), and without that end the connection is closed.
 func drain(resp *http.Response, limit int64) {
 	if resp == nil || resp.Body == nil {
 		return
 	}
 	if limit > 0 {
-		_, _ = io.CopyN(io.Discard, resp.Body, limit)
+		_, _ = io.CopyN(io.Discard, resp.Body, limit+1)
 	}
 	_ = resp.Body.Close()
 }
