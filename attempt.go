@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -177,7 +178,7 @@ func drain(resp *http.Response, limit int64) {
 		return
 	}
 	if limit > 0 {
-		_, _ = io.CopyN(io.Discard, resp.Body, limit+1)
+		_, _ = io.CopyN(io.Discard, resp.Body, min(limit, math.MaxInt64-1)+1)
 	}
 	_ = resp.Body.Close()
 }
