@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"bytes"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"testing"
@@ -75,4 +76,39 @@ func TestDiscardedBodyOverDrainLimitDoesNotHang(t *testing.T) {
 	if got := srv.conns.Load(); got != 2 {
 		t.Errorf("connections: got %d, want 2 (the endless body's was closed)", got)
 	}
+}
+
+// readCounter counts the bytes read from it and its Close calls.
+type readCounter struct {
+	r      io.Reader
+	read   int64
+	closed bool
+}
+
+func (c *readCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.read += int64(n)
+	return n, err
+}
+func (c *readCounter) Close() error { c.closed = true; return nil }
+
+func TestDrainBound(t *testing.T) {
+	tests := []struct {
+		limit, size, wantRead int64
+	}{
+		{10, 5, 5},
+		{10, 10, 10},
+		{10, 100, 11}, // one byte past the limit, to see a body's end
+		{math.MaxInt64, 100, 100},
+		{0, 100, 0},
+	}
+	for _, tt := range tests {
+		body := &readCounter{r: bytes.NewReader(make([]byte, tt.size))}
+		drain(&http.Response{Body: body}, tt.limit)
+		if body.read != tt.wantRead || !body.closed {
+			t.Errorf("drain(limit %d) of %d bytes: read %d, closed %v; want %d, true", tt.limit, tt.size, body.read, body.closed, tt.wantRead)
+		}
+	}
+	drain(nil, 10)                       // no response: nothing to do
+	drain(&http.Response{Body: nil}, 10) // no body: nothing to do
 }
