@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // newTransport completes tr for a test: the fake clock's seams, a
@@ -262,10 +263,16 @@ func refusedURL(t *testing.T) string {
 type countingBody struct {
 	r      io.Reader
 	closes atomic.Int32
+	once   sync.Once
+	closed chan struct{} // closed on the first Close
 }
 
 func (b *countingBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b *countingBody) Close() error               { b.closes.Add(1); return nil }
+func (b *countingBody) Close() error {
+	b.closes.Add(1)
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}
 
 // bodies hands out counting bodies of the same content: the request's own
 // and every one GetBody returns.
@@ -276,7 +283,7 @@ type bodies struct {
 }
 
 func (bs *bodies) next() *countingBody {
-	b := &countingBody{r: strings.NewReader(bs.content)}
+	b := &countingBody{r: strings.NewReader(bs.content), closed: make(chan struct{})}
 	bs.mu.Lock()
 	bs.all = append(bs.all, b)
 	bs.mu.Unlock()
@@ -294,17 +301,37 @@ func (bs *bodies) attach(req *http.Request, replayable bool) {
 	}
 }
 
-// unclosed returns how many of the bodies handed out were never closed.
+// unclosed returns how many of the bodies handed out are not closed
+// within closeWait. A RoundTripper may close a body on another goroutine
+// after it returned (net/http's write loop does), so each is awaited.
 func (bs *bodies) unclosed() (unclosed, total int) {
 	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	for _, b := range bs.all {
-		if b.closes.Load() == 0 {
+	all := slices.Clone(bs.all)
+	bs.mu.Unlock()
+	deadline := time.NewTimer(closeWait)
+	defer deadline.Stop()
+	expired := false
+	for _, b := range all {
+		if expired {
+			select {
+			case <-b.closed:
+			default:
+				unclosed++
+			}
+			continue
+		}
+		select {
+		case <-b.closed:
+		case <-deadline.C:
+			expired = true
 			unclosed++
 		}
 	}
-	return unclosed, len(bs.all)
+	return unclosed, len(all)
 }
+
+// closeWait bounds the wait for a request body to be closed.
+const closeWait = 5 * time.Second
 
 // hookLog records every hook event, in order, safe for concurrent use.
 type hookLog struct {
