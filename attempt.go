@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -30,7 +31,9 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	if c.header != nil {
 		r2.Header = c.header
 	}
-	if c.attempt > 1 {
+	if c.attempt > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
+		// A request without a body has nothing to replay; one with a body
+		// got here only with GetBody set (replayableBody).
 		body, gerr := c.req.GetBody()
 		if gerr != nil {
 			if cancel != nil {
@@ -191,13 +194,15 @@ func keepBounded(resp *http.Response, limit int64) *http.Response {
 }
 
 // drain reads at most limit bytes of a discarded response body and closes
-// it, so that its connection can be reused.
+// it, so that its connection can be reused. It asks for one byte more: the
+// end of a body of exactly limit bytes is seen only by reading past it (a
+// chunked body's last chunk), and without that end the connection is closed.
 func drain(resp *http.Response, limit int64) {
 	if resp == nil || resp.Body == nil {
 		return
 	}
 	if limit > 0 {
-		_, _ = io.CopyN(io.Discard, resp.Body, limit)
+		_, _ = io.CopyN(io.Discard, resp.Body, min(limit, math.MaxInt64-1)+1)
 	}
 	_ = resp.Body.Close()
 }

@@ -63,13 +63,13 @@ func BenchmarkMutexFloor(b *testing.B) {
 // times alone.
 func benchStart() time.Time { return time.Now() }
 
-func benchSerial(b *testing.B, allow func(time.Time) bool, record func(time.Time)) {
+func benchSerial(b *testing.B, allow func(time.Time) bool, recordStep func(time.Time)) {
 	b.ReportAllocs()
 	now := benchStart()
 	for i := 0; b.Loop(); i++ {
 		if i%8 == 0 {
 			now = now.Add(benchStep)
-			record(now)
+			recordStep(now)
 		}
 		allow(now)
 	}

@@ -19,43 +19,43 @@ func TestRatioBudgetSteps(t *testing.T) {
 		steps []step
 	}{
 		{"deposits expire after Window", noReserve, []step{
-			record(0, 0.5), record(0, 1), record(0, 1.5), record(0, 2),
-			record(5*time.Second, 2.5), record(5*time.Second, 3),
-			record(9999*time.Millisecond, 3.5),
+			recordStep(0, 0.5), recordStep(0, 1), recordStep(0, 1.5), recordStep(0, 2),
+			recordStep(5*time.Second, 2.5), recordStep(5*time.Second, 3),
+			recordStep(9999*time.Millisecond, 3.5),
 			// The buckets of 0s expire at 10s; those of 5s and 9.999s at 15s and 19s.
-			record(10*time.Second, 2),
-			record(15*time.Second, 1.5),
-			record(19*time.Second, 1.5), // the 9.999s deposit went, this one came
-			record(40*time.Second, 0.5),
+			recordStep(10*time.Second, 2),
+			recordStep(15*time.Second, 1.5),
+			recordStep(19*time.Second, 1.5), // the 9.999s deposit went, this one came
+			recordStep(40*time.Second, 0.5),
 		}},
 		{"withdrawals expire after Window", noReserve, []step{
-			record(0, 0.5), record(0, 1), record(0, 1.5), record(0, 2),
+			recordStep(0, 0.5), recordStep(0, 1), recordStep(0, 1.5), recordStep(0, 2),
 			allow(0, true, 1), allow(0, true, 0), allow(0, false, 0),
-			record(time.Second, 0.5), record(time.Second, 1), allow(time.Second, true, 0),
+			recordStep(time.Second, 0.5), recordStep(time.Second, 1), allow(time.Second, true, 0),
 			// At 10s both the deposits and the withdrawals of 0s are gone.
 			allow(10*time.Second, false, 0),
-			record(10*time.Second, 0.5), allow(10*time.Second, false, 0.5),
-			record(10*time.Second, 1), allow(10*time.Second, true, 0),
+			recordStep(10*time.Second, 0.5), allow(10*time.Second, false, 0.5),
+			recordStep(10*time.Second, 1), allow(10*time.Second, true, 0),
 		}},
 		{"floor lets a lone request retry", RatioBudgetConfig{}, []step{
-			record(0, 10.1), allow(0, true, 9.1), allow(0, true, 8.1),
+			recordStep(0, 10.1), allow(0, true, 9.1), allow(0, true, 8.1),
 		}},
 		{"reserve renews each window", RatioBudgetConfig{Ratio: 0.1, MinPerSecond: 0.2, Window: 10 * time.Second}, []step{
 			allow(0, true, 1), allow(0, true, 0), allow(time.Second, false, 0),
 			allow(10*time.Second, true, 1),
 		}},
 		{"no reserve: a lone request cannot retry", RatioBudgetConfig{MinPerSecond: -1}, []step{
-			record(0, 0.1), allow(0, false, 0.1),
-			record(0, 0.2), record(0, 0.3), record(0, 0.4), record(0, 0.5),
-			record(0, 0.6), record(0, 0.7), record(0, 0.8), record(0, 0.9),
-			record(0, 1), allow(0, true, 0), allow(0, false, 0),
+			recordStep(0, 0.1), allow(0, false, 0.1),
+			recordStep(0, 0.2), recordStep(0, 0.3), recordStep(0, 0.4), recordStep(0, 0.5),
+			recordStep(0, 0.6), recordStep(0, 0.7), recordStep(0, 0.8), recordStep(0, 0.9),
+			recordStep(0, 1), allow(0, true, 0), allow(0, false, 0),
 		}},
 		{"time going backwards counts as no time passed", noReserve, []step{
-			record(10*time.Second, 0.5), record(10*time.Second, 1),
+			recordStep(10*time.Second, 0.5), recordStep(10*time.Second, 1),
 			// Recorded in the newest bucket (10s), so it lives until 20s.
-			record(5*time.Second, 1.5),
-			record(15*time.Second, 2),
-			record(20*time.Second, 1),
+			recordStep(5*time.Second, 1.5),
+			recordStep(15*time.Second, 2),
+			recordStep(20*time.Second, 1),
 		}},
 	}
 	for _, tt := range tests {

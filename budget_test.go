@@ -54,7 +54,7 @@ func allow(at time.Duration, want bool, avail float64) step {
 	return step{at: at, op: "allow", want: want, avail: avail}
 }
 
-func record(at time.Duration, avail float64) step {
+func recordStep(at time.Duration, avail float64) step {
 	return step{at: at, op: "record", avail: avail}
 }
 
@@ -68,7 +68,7 @@ func TestTokenBucketSteps(t *testing.T) {
 			allow(0, true, 2), allow(0, true, 1), allow(0, true, 0), allow(0, false, 0),
 		}},
 		{"requests add no token", []step{
-			allow(0, true, 2), allow(0, true, 1), allow(0, true, 0), record(0, 0), record(0, 0), allow(0, false, 0),
+			allow(0, true, 2), allow(0, true, 1), allow(0, true, 0), recordStep(0, 0), recordStep(0, 0), allow(0, false, 0),
 		}},
 		{"refills one token per interval", []step{
 			allow(0, true, 2), allow(0, true, 1), allow(0, true, 0),
@@ -83,11 +83,11 @@ func TestTokenBucketSteps(t *testing.T) {
 		}},
 		{"ten tenths make a whole token", []step{
 			allow(0, true, 2), allow(0, true, 1), allow(0, true, 0),
-			record(100*time.Millisecond, 0.1), record(200*time.Millisecond, 0.2),
-			record(300*time.Millisecond, 0.3), record(400*time.Millisecond, 0.4),
-			record(500*time.Millisecond, 0.5), record(600*time.Millisecond, 0.6),
-			record(700*time.Millisecond, 0.7), record(800*time.Millisecond, 0.8),
-			record(900*time.Millisecond, 0.9), allow(time.Second, true, 0),
+			recordStep(100*time.Millisecond, 0.1), recordStep(200*time.Millisecond, 0.2),
+			recordStep(300*time.Millisecond, 0.3), recordStep(400*time.Millisecond, 0.4),
+			recordStep(500*time.Millisecond, 0.5), recordStep(600*time.Millisecond, 0.6),
+			recordStep(700*time.Millisecond, 0.7), recordStep(800*time.Millisecond, 0.8),
+			recordStep(900*time.Millisecond, 0.9), allow(time.Second, true, 0),
 		}},
 		{"refill is capped at capacity", []step{
 			allow(0, true, 2), allow(10*time.Second, true, 2),

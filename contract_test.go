@@ -115,12 +115,11 @@ func retryfuseBinary(t *testing.T) string {
 	return binPath
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
+// removeContractBinary removes the command built for the fixture tests.
+func removeContractBinary() {
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
-	os.Exit(code)
 }
 
 // TestCommandFixtures runs every fixture through the real binary, once on
