@@ -18,7 +18,8 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	if c.header != nil {
 		r2.Header = c.header
 	}
-	if c.attempt > 1 {
+	if c.attempt > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
+		// A repeated request has a replayable body: GetBody is set.
 		body, gerr := c.req.GetBody()
 		if gerr != nil {
 			c.lastErr = gerr
