@@ -303,6 +303,7 @@ func (c *call) redactedURL() string {
 // info returns the CallInfo of the call's current attempt.
 func (c *call) info() CallInfo {
 	return CallInfo{
+		Context:        c.req.Context(),
 		CallID:         c.id,
 		Attempt:        c.attempt,
 		Method:         c.method,

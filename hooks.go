@@ -1,6 +1,9 @@
 package retryfuse
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Hooks observe what the transport decides. Every field may be nil. Hooks
 // run synchronously on the goroutine of the call, never while the
@@ -41,6 +44,10 @@ type Hooks struct {
 
 // CallInfo is carried by every event of one RoundTrip.
 type CallInfo struct {
+	// Context is the request's context, so that a hook can reach what the
+	// caller put there (the active trace span, a logger's values). A hook
+	// must not keep it after it returns.
+	Context context.Context
 	// CallID is shared by all events of one RoundTrip and unique within
 	// its Transport.
 	CallID uint64
