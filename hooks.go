@@ -91,7 +91,7 @@ type AttemptDoneInfo struct {
 	// after a POST was written is retryable as an error, yet the call
 	// then requires reconciliation (see Decision and Reconcile).
 	Retryable bool
-	Duration   time.Duration
+	Duration  time.Duration
 }
 
 // DecisionInfo carries a verdict of the decision core.
