@@ -169,10 +169,11 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	return nil, nil, true
 }
 
-// drain reads at most limit bytes of a discarded response body and closes
-// it, so that its connection can be reused. It asks for one byte more: the
-// end of a body of exactly limit bytes is seen only by reading past it (a
-// chunked body's last chunk), and without that end the connection is closed.
+// drain reads a discarded response body up to limit bytes, and one byte
+// more, and closes it, so that its connection can be reused. The extra
+// byte: the end of a body of exactly limit bytes is seen only by reading
+// past it (a chunked body's last chunk), and without that end net/http
+// closes the connection.
 func drain(resp *http.Response, limit int64) {
 	if resp == nil || resp.Body == nil {
 		return
