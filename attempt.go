@@ -184,7 +184,7 @@ func keepBounded(resp *http.Response, limit int64) *http.Response {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return resp
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, min(limit, math.MaxInt64-1)+1))
 	_ = resp.Body.Close()
 	if err != nil || int64(len(body)) > limit {
 		return nil
@@ -193,10 +193,11 @@ func keepBounded(resp *http.Response, limit int64) *http.Response {
 	return resp
 }
 
-// drain reads at most limit bytes of a discarded response body and closes
-// it, so that its connection can be reused. It asks for one byte more: the
-// end of a body of exactly limit bytes is seen only by reading past it (a
-// chunked body's last chunk), and without that end the connection is closed.
+// drain reads a discarded response body up to limit bytes, and one byte
+// more, and closes it, so that its connection can be reused. The extra
+// byte: the end of a body of exactly limit bytes is seen only by reading
+// past it (a chunked body's last chunk), and without that end net/http
+// closes the connection.
 func drain(resp *http.Response, limit int64) {
 	if resp == nil || resp.Body == nil {
 		return

@@ -1,0 +1,68 @@
+package retryfuse
+
+import (
+	"errors"
+	"net/http"
+	"syscall"
+	"testing"
+)
+
+// A Transport over a Transport does not multiply the load: the inner one
+// passes each attempt of the outer through, and still reports it.
+func TestStackedTransportsDoNotMultiplyAttempts(t *testing.T) {
+	srv := statusServer(t, 503, "down")
+	innerClk, outerClk := newFakeClock(), newFakeClock()
+	var innerLog, outerLog hookLog
+	inner := newTransport(t, innerClk, &Transport{MaxAttempts: 3, Hooks: innerLog.hooks()})
+	outer := newTransport(t, outerClk, &Transport{Base: inner, MaxAttempts: 3, Hooks: outerLog.hooks()})
+
+	resp, _, err := do(outer, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("Do: got %v, %v; want the final 503", resp, err)
+	}
+	if got := srv.count(); got != 3 {
+		t.Errorf("requests seen by the server: got %d, want 3 (one layer's MaxAttempts)", got)
+	}
+	if got := innerClk.Sleeps(); len(got) != 0 {
+		t.Errorf("inner waits: got %v, want none", got)
+	}
+	if got := len(outerClk.Sleeps()); got != 2 {
+		t.Errorf("outer waits: got %d, want 2", got)
+	}
+	innerLog.mu.Lock()
+	defer innerLog.mu.Unlock()
+	if len(innerLog.dones) != 3 {
+		t.Errorf("inner AttemptDone events: got %d, want 3", len(innerLog.dones))
+	}
+	for i, d := range innerLog.dones {
+		if d.StatusCode != 503 {
+			t.Errorf("inner AttemptDone %d: status %d, want 503", i, d.StatusCode)
+		}
+	}
+	outerLog.mu.Lock()
+	defer outerLog.mu.Unlock()
+	if len(outerLog.dones) != 3 {
+		t.Errorf("outer AttemptDone events: got %d, want 3", len(outerLog.dones))
+	}
+}
+
+func TestStackedTransportsOnErrors(t *testing.T) {
+	url := refusedURL(t)
+	var innerLog hookLog
+	inner := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 4, Hooks: innerLog.hooks()})
+	outer := newTransport(t, newFakeClock(), &Transport{Base: inner, MaxAttempts: 2})
+	_, _, err := do(outer, newRequest(t, testCtx(t), http.MethodGet, url, ""))
+	if !errors.Is(err, ErrAttemptsExhausted) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Do: got %v, want ErrAttemptsExhausted and ECONNREFUSED", err)
+	}
+	innerLog.mu.Lock()
+	defer innerLog.mu.Unlock()
+	if len(innerLog.dones) != 2 {
+		t.Errorf("inner attempts: got %d, want 2 (the outer's MaxAttempts)", len(innerLog.dones))
+	}
+	for i, d := range innerLog.dones {
+		if d.Phase != PhasePreWrite {
+			t.Errorf("inner attempt %d: phase %v, want pre_write", i+1, d.Phase)
+		}
+	}
+}
