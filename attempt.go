@@ -171,7 +171,9 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	}
 	if werr := t.wait(c.ctx, d); werr != nil {
 		c.giveUp(werr, Verdict{})
-		return nil, &RetryError{Reason: werr, Last: c.lastErr, Attempts: c.attempt}, false
+		// The set-aside response is not handed back: the caller stopped
+		// waiting for it. Its status stays reachable through Last.
+		return nil, &RetryError{Reason: werr, Last: lastErr, Attempts: c.attempt}, false
 	}
 	return nil, nil, true
 }

@@ -47,7 +47,7 @@ func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 
 // parseDelaySeconds reads s as delay-seconds. isNum reports whether s looks
 // like a number at all (digits, optionally signed); valid reports whether it
-// is a usable non-negative value. Surrounding spaces are tolerated.
+// is delay-seconds: digits only, no sign. Surrounding spaces are tolerated.
 func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
 		s = s[1:]
@@ -58,9 +58,9 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 	if s == "" {
 		return 0, false, false
 	}
-	neg := false
-	if s[0] == '-' || s[0] == '+' {
-		neg = s[0] == '-'
+	// delay-seconds is 1*DIGIT: a sign makes the value malformed.
+	signed := s[0] == '-' || s[0] == '+'
+	if signed {
 		s = s[1:]
 		if s == "" {
 			return 0, true, false
@@ -75,7 +75,7 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 			secs = secs*10 + int64(c-'0')
 		}
 	}
-	if neg {
+	if signed {
 		return 0, true, false
 	}
 	if secs > maxRetryAfterSeconds {

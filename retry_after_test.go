@@ -21,6 +21,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"120", 120 * time.Second, true},
 		{" 7\t", 7 * time.Second, true},
 		{"-5", 0, false},
+		{"+5", 0, false}, // delay-seconds is digits only
 		{"-0", 0, false},
 		{"-", 0, false},
 		{"1.5", 0, false},

@@ -56,7 +56,8 @@ type Transport struct {
 	// InitialBackoff and MaxBackoff shape the delay before a retry: the
 	// ceiling doubles from InitialBackoff up to MaxBackoff, and the delay is
 	// drawn uniformly below it (full jitter). Zero means
-	// DefaultInitialBackoff (100ms) and DefaultMaxBackoff (10s).
+	// DefaultInitialBackoff (100ms) and DefaultMaxBackoff (10s, or
+	// InitialBackoff when that is longer).
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 
@@ -204,7 +205,7 @@ func (t *Transport) resolve() (policy, error) {
 		base:           t.Base,
 		maxAttempts:    orDefault(t.MaxAttempts, DefaultMaxAttempts),
 		initialBackoff: orDefault(t.InitialBackoff, DefaultInitialBackoff),
-		maxBackoff:     orDefault(t.MaxBackoff, DefaultMaxBackoff),
+		maxBackoff:     orDefault(t.MaxBackoff, max(DefaultMaxBackoff, t.InitialBackoff)),
 		attemptTimeout: t.AttemptTimeout,
 		maxRetryAfter:  orDefault(t.MaxRetryAfter, DefaultMaxRetryAfter),
 		decision: DecisionPolicy{

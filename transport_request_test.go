@@ -172,3 +172,15 @@ func TestInvalidPolicy(t *testing.T) {
 		}
 	})
 }
+
+// A zero MaxBackoff follows a long InitialBackoff rather than making the
+// policy invalid: only values the caller set can conflict.
+func TestLongInitialBackoffWithDefaultMaxBackoff(t *testing.T) {
+	tr := &Transport{InitialBackoff: 20 * time.Second}
+	if err := tr.Validate(); err != nil {
+		t.Fatalf("Validate: got %v, want nil", err)
+	}
+	if got := tr.p.maxBackoff; got != 20*time.Second {
+		t.Errorf("resolved MaxBackoff: got %v, want 20s", got)
+	}
+}

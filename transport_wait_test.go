@@ -215,6 +215,10 @@ func TestCancellationMidWait(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Do: got error %v, want one matching context.Canceled", err)
 	}
+	var se *StatusError
+	if !errors.As(err, &se) || se.StatusCode != 503 {
+		t.Errorf("Do: got error %v, want it to carry the last status, a *StatusError 503", err)
+	}
 	if got := srv.count(); got != 1 {
 		t.Errorf("requests seen by the server: got %d, want 1", got)
 	}
