@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -144,13 +145,54 @@ type GiveUpInfo struct {
 	// ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget,
 	// ErrRetryAfterTooLong, ErrDeadline, ErrCircuitOpen,
 	// ErrDuplicateInFlight, ErrIdempotencyConflict, or ErrFinal when the
-	// result was not retryable.
+	// result was not retryable; or the context's error when the caller
+	// gave up during a wait. ReasonName names it.
 	Reason error
 	// Verdict is the decision core's verdict when it decided, else zero.
 	Verdict Verdict
 	// StatusCode is the status of the response handed back, 0 for none.
 	StatusCode int
 	Err        error // the last error, if any
+}
+
+// reasonNames name the reasons a call gives up with, in the order they
+// are matched.
+var reasonNames = [...]struct {
+	err  error
+	name string
+}{
+	{ErrAttemptsExhausted, "attempts_exhausted"},
+	{ErrBudgetExhausted, "budget_exhausted"},
+	{ErrNotRepeatable, "not_repeatable"},
+	{ErrFailureThreshold, "failure_threshold"},
+	{ErrCostBudget, "cost_budget"},
+	{ErrRetryAfterTooLong, "retry_after_too_long"},
+	{ErrDeadline, "deadline"},
+	{ErrCircuitOpen, "circuit_open"},
+	{ErrDuplicateInFlight, "duplicate_in_flight"},
+	{ErrIdempotencyConflict, "idempotency_conflict"},
+	{ErrFinal, "final"},
+	{context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// ReasonName returns a stable snake_case name for a GiveUpInfo.Reason,
+// for logs and metrics: attempts_exhausted, budget_exhausted,
+// not_repeatable, failure_threshold, cost_budget, retry_after_too_long,
+// deadline, circuit_open, duplicate_in_flight, idempotency_conflict,
+// final, canceled or deadline_exceeded, matched with errors.Is; "other"
+// for any other error, which keeps the set of names bounded; "" for nil.
+// The names are a compatibility promise; names may be added.
+func ReasonName(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, r := range reasonNames {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return "other"
 }
 
 // HiddenResendInfo reports that the base re-sent a request by itself.

@@ -3,7 +3,6 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 )
 
@@ -52,7 +51,7 @@ import (
 //	                        not_repeatable, failure_threshold, cost_budget,
 //	                        retry_after_too_long, deadline, circuit_open,
 //	                        duplicate_in_flight, idempotency_conflict, final,
-//	                        canceled, deadline_exceeded (else the error's text)
+//	                        canceled, deadline_exceeded, else other (ReasonName)
 //	error            string the error's text
 //	connections      int    connections obtained within one attempt (hidden re-send)
 //	source           string budget or ledger (evidence unavailable)
@@ -67,9 +66,10 @@ import (
 // logged as the transport reports them, without user information and with
 // the query parameters of Transport.RedactQueryParams redacted.
 //
-// Hooks receive no context, so records are logged with
-// context.Background(); a handler that reads values from the context sees
-// none.
+// Records are logged with the request's context (CallInfo.Context), so a
+// handler that reads values from the context — a trace ID, a request ID —
+// sees the caller's. Breaker changes belong to no one call and are logged
+// with context.Background().
 func SlogHooks(logger *slog.Logger) Hooks {
 	if logger == nil {
 		logger = slog.Default()
@@ -129,16 +129,25 @@ func (a *slogAttrs) err(err error) {
 	}
 }
 
-func (h slogHooks) log(level slog.Level, msg string, a *slogAttrs) {
-	h.l.LogAttrs(context.Background(), level, msg, a.buf[:a.n]...)
+func (h slogHooks) log(ctx context.Context, level slog.Level, msg string, a *slogAttrs) {
+	h.l.LogAttrs(orBackground(ctx), level, msg, a.buf[:a.n]...)
 }
 
-func (h slogHooks) enabled(level slog.Level) bool {
-	return h.l.Enabled(context.Background(), level)
+func (h slogHooks) enabled(ctx context.Context, level slog.Level) bool {
+	return h.l.Enabled(orBackground(ctx), level)
+}
+
+// orBackground is ctx, or context.Background() for an Info built without
+// one (as a test or another package may).
+func orBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
 }
 
 func (h slogHooks) attemptStart(i AttemptStartInfo) {
-	if !h.enabled(slog.LevelDebug) {
+	if !h.enabled(i.Context, slog.LevelDebug) {
 		return
 	}
 	var a slogAttrs
@@ -146,11 +155,11 @@ func (h slogHooks) attemptStart(i AttemptStartInfo) {
 	if i.Timeout > 0 {
 		a.add(slog.Duration("timeout", i.Timeout))
 	}
-	h.log(slog.LevelDebug, "retryfuse: attempt start", &a)
+	h.log(i.Context, slog.LevelDebug, "retryfuse: attempt start", &a)
 }
 
 func (h slogHooks) attemptDone(i AttemptDoneInfo) {
-	if !h.enabled(slog.LevelDebug) {
+	if !h.enabled(i.Context, slog.LevelDebug) {
 		return
 	}
 	var a slogAttrs
@@ -162,7 +171,7 @@ func (h slogHooks) attemptDone(i AttemptDoneInfo) {
 	a.add(slog.Bool("retryable", i.Retryable))
 	a.add(slog.Duration("duration", i.Duration))
 	a.err(i.Err)
-	h.log(slog.LevelDebug, "retryfuse: attempt done", &a)
+	h.log(i.Context, slog.LevelDebug, "retryfuse: attempt done", &a)
 }
 
 func (h slogHooks) decision(i DecisionInfo) {
@@ -171,7 +180,7 @@ func (h slogHooks) decision(i DecisionInfo) {
 	if (v.Decision == Brake || v.Decision == RejectConflict) && v.Evidence == EvidenceFail {
 		level = slog.LevelWarn
 	}
-	if !h.enabled(level) {
+	if !h.enabled(i.Context, level) {
 		return
 	}
 	var a slogAttrs
@@ -183,11 +192,11 @@ func (h slogHooks) decision(i DecisionInfo) {
 	if i.KeyState != KeyNone {
 		a.add(slog.String("key_state", i.KeyState.String()))
 	}
-	h.log(level, "retryfuse: decision", &a)
+	h.log(i.Context, level, "retryfuse: decision", &a)
 }
 
 func (h slogHooks) retry(i RetryInfo) {
-	if !h.enabled(slog.LevelInfo) {
+	if !h.enabled(i.Context, slog.LevelInfo) {
 		return
 	}
 	var a slogAttrs
@@ -202,11 +211,11 @@ func (h slogHooks) retry(i RetryInfo) {
 		a.add(slog.Int("status", se.StatusCode))
 	}
 	a.err(i.Err)
-	h.log(slog.LevelInfo, "retryfuse: retry", &a)
+	h.log(i.Context, slog.LevelInfo, "retryfuse: retry", &a)
 }
 
 func (h slogHooks) reconcile(i ReconcileInfo) {
-	if !h.enabled(slog.LevelWarn) {
+	if !h.enabled(i.Context, slog.LevelWarn) {
 		return
 	}
 	var a slogAttrs
@@ -214,16 +223,16 @@ func (h slogHooks) reconcile(i ReconcileInfo) {
 	if i.Err != nil {
 		a.err(i.Err.Cause)
 	}
-	h.log(slog.LevelWarn, "retryfuse: reconcile required", &a)
+	h.log(i.Context, slog.LevelWarn, "retryfuse: reconcile required", &a)
 }
 
 func (h slogHooks) giveUp(i GiveUpInfo) {
-	if !h.enabled(slog.LevelWarn) {
+	if !h.enabled(i.Context, slog.LevelWarn) {
 		return
 	}
 	var a slogAttrs
 	a.call(i.CallInfo, i.Attempt > 0)
-	a.add(slog.String("reason", giveUpReason(i.Reason)))
+	a.add(slog.String("reason", ReasonName(i.Reason)))
 	if i.Verdict.Decision != 0 {
 		a.add(slog.String("decision", i.Verdict.Decision.String()))
 		a.add(slog.String("evidence", i.Verdict.Evidence.String()))
@@ -233,79 +242,42 @@ func (h slogHooks) giveUp(i GiveUpInfo) {
 		a.add(slog.Int("status", i.StatusCode))
 	}
 	a.err(i.Err)
-	h.log(slog.LevelWarn, "retryfuse: give up", &a)
+	h.log(i.Context, slog.LevelWarn, "retryfuse: give up", &a)
 }
 
 func (h slogHooks) hiddenResend(i HiddenResendInfo) {
-	if !h.enabled(slog.LevelWarn) {
+	if !h.enabled(i.Context, slog.LevelWarn) {
 		return
 	}
 	var a slogAttrs
 	a.call(i.CallInfo, true)
 	a.add(slog.Int("connections", i.Connections))
-	h.log(slog.LevelWarn, "retryfuse: hidden resend", &a)
+	h.log(i.Context, slog.LevelWarn, "retryfuse: hidden resend", &a)
 }
 
 func (h slogHooks) breakerChange(i BreakerChangeInfo) {
-	to := breakerStateName(i.To)
 	level := slog.LevelInfo
-	if to == "open" {
+	if i.To == BreakerOpen {
 		level = slog.LevelWarn
 	}
-	if !h.enabled(level) {
+	if !h.enabled(context.Background(), level) {
 		return
 	}
 	var a slogAttrs
 	a.add(slog.String("scope", i.Scope))
-	a.add(slog.String("from", breakerStateName(i.From)))
-	a.add(slog.String("to", to))
+	a.add(slog.String("from", i.From.String()))
+	a.add(slog.String("to", i.To.String()))
 	a.err(i.Cause)
-	h.log(level, "retryfuse: breaker change", &a)
+	h.log(context.Background(), level, "retryfuse: breaker change", &a)
 }
 
 func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
-	if !h.enabled(slog.LevelWarn) {
+	if !h.enabled(i.Context, slog.LevelWarn) {
 		return
 	}
 	var a slogAttrs
 	a.call(i.CallInfo, i.Attempt > 0)
 	a.add(slog.String("source", i.Source))
 	a.err(i.Err)
-	h.log(slog.LevelWarn, "retryfuse: evidence unavailable", &a)
-}
-
-// breakerStateName is the state's name: closed, open or half_open.
-func breakerStateName(s BreakerState) string { return fmt.Sprint(s) }
-
-// giveUpReasons name the sentinels of GiveUpInfo.Reason in logs.
-var giveUpReasons = [...]struct {
-	err  error
-	name string
-}{
-	{ErrAttemptsExhausted, "attempts_exhausted"},
-	{ErrBudgetExhausted, "budget_exhausted"},
-	{ErrNotRepeatable, "not_repeatable"},
-	{ErrFailureThreshold, "failure_threshold"},
-	{ErrCostBudget, "cost_budget"},
-	{ErrRetryAfterTooLong, "retry_after_too_long"},
-	{ErrDeadline, "deadline"},
-	{ErrCircuitOpen, "circuit_open"},
-	{ErrDuplicateInFlight, "duplicate_in_flight"},
-	{ErrIdempotencyConflict, "idempotency_conflict"},
-	{ErrFinal, "final"},
-	{context.Canceled, "canceled"},
-	{context.DeadlineExceeded, "deadline_exceeded"},
-}
-
-// giveUpReason names reason: the sentinel's name, else the error's text.
-func giveUpReason(reason error) string {
-	if reason == nil {
-		return ""
-	}
-	for _, r := range giveUpReasons {
-		if errors.Is(reason, r.err) {
-			return r.name
-		}
-	}
-	return reason.Error()
+	h.log(i.Context, slog.LevelWarn, "retryfuse: evidence unavailable", &a)
 }

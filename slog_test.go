@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -241,31 +240,86 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 	assertRecords(t, slogRecords(t, &buf), want)
 }
 
-// stateNamed finds the BreakerState whose String is name.
-func stateNamed(name string) (BreakerState, bool) {
-	for i := range 256 {
-		if s := BreakerState(i); fmt.Sprint(s) == name {
-			return s, true
-		}
-	}
-	return 0, false
-}
-
 func TestSlogHooksBreakerChange(t *testing.T) {
-	closed, ok1 := stateNamed("closed")
-	open, ok2 := stateNamed("open")
-	if !ok1 || !ok2 {
-		t.Skip("BreakerState has no closed and open names yet")
-	}
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
-	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: closed, To: open, Cause: errors.New("503")}})
-	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: open, To: closed}})
+	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: BreakerClosed, To: BreakerOpen, Cause: errors.New("503")}})
+	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: BreakerOpen, To: BreakerClosed}})
 	want := []map[string]any{
 		rec("WARN", "retryfuse: breaker change", "scope", "api.example:443", "from", "closed", "to", "open", "error", "503"),
 		rec("INFO", "retryfuse: breaker change", "scope", "api.example:443", "from", "open", "to", "closed"),
 	}
 	assertRecords(t, slogRecords(t, &buf), want)
+}
+
+// ctxKey keys the test's values in a context.
+type ctxKey string
+
+// ctxHandler logs through a JSON handler, adds the context's request_id to
+// each record, and is enabled at debug only for a context marked verbose.
+type ctxHandler struct{ slog.Handler }
+
+func (h ctxHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelInfo || ctx.Value(ctxKey("verbose")) != nil
+}
+
+func (h ctxHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id, ok := ctx.Value(ctxKey("request_id")).(string); ok {
+		r.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// Records are logged with the request's context: a handler sees its values
+// both when asked whether it is enabled and when it handles the record.
+func TestSlogHooksRequestContext(t *testing.T) {
+	tr, _ := slogTransport(slog.LevelDebug)
+	var buf bytes.Buffer
+	tr.Hooks = SlogHooks(slog.New(ctxHandler{slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})}))
+
+	// Each request is retried once after a 503: a retry at info, the rest
+	// at debug.
+	send := func(ctx context.Context) {
+		t.Helper()
+		srv := statusSequence(t, http.StatusServiceUnavailable)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("RoundTrip: got %v, want a response", err)
+		}
+		resp.Body.Close()
+	}
+	send(context.WithValue(context.Background(), ctxKey("request_id"), "r-1"))
+	recs := slogRecords(t, &buf)
+	if len(recs) != 1 || recs[0][slog.MessageKey] != "retryfuse: retry" || recs[0]["request_id"] != "r-1" {
+		t.Errorf("quiet request: got %v, want one retry record with request_id r-1", recs)
+	}
+
+	buf.Reset()
+	ctx := context.WithValue(context.Background(), ctxKey("request_id"), "r-2")
+	send(context.WithValue(ctx, ctxKey("verbose"), true))
+	recs = slogRecords(t, &buf)
+	if len(recs) != 8 {
+		t.Errorf("verbose request: got %d records, want 8 (the debug records too)", len(recs))
+	}
+	for i, r := range recs {
+		if r["request_id"] != "r-2" {
+			t.Errorf("verbose request, record %d (%v): got request_id %v, want r-2", i, r[slog.MessageKey], r["request_id"])
+		}
+	}
+}
+
+// An Info built without a context is logged with context.Background().
+func TestSlogHooksNilContext(t *testing.T) {
+	var buf bytes.Buffer
+	h := SlogHooks(slog.New(ctxHandler{slog.NewJSONHandler(&buf, nil)}))
+	h.GiveUp(GiveUpInfo{CallInfo: CallInfo{CallID: 1, Method: "GET"}, Reason: ErrFinal})
+	if recs := slogRecords(t, &buf); len(recs) != 1 || recs[0]["reason"] != "final" {
+		t.Errorf("got %v, want one give-up record with reason final", recs)
+	}
 }
 
 func TestSlogHooksNilLogger(t *testing.T) {

@@ -1,14 +1,11 @@
 // Package retryfuseotel reports what a retryfuse Transport does to
-// OpenTelemetry: metrics from its Hooks (NewHooks), and span events on the
-// span active in each request's context (Wrap).
-//
-// Hooks receive no context, so NewHooks records metrics only; Wrap, which
-// sees each call's context, adds events to its span when a call ends
-// without a response. See README.md for the instruments and for how this
-// composes with otelhttp.
+// OpenTelemetry: NewHooks returns Hooks that record metrics and add span
+// events to the span active in each request's context. See README.md for
+// the instruments, the events, and how this composes with otelhttp.
 package retryfuseotel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -59,10 +56,14 @@ type instruments struct {
 	evidenceUnavail    metric.Int64Counter
 }
 
-// NewHooks returns Hooks that record retryfuse's metrics (listed in
-// README.md). Combine them with other hooks through retryfuse.JoinHooks.
-// The error joins those of the instruments that could not be created; the
-// Hooks are then empty.
+// NewHooks returns Hooks that record retryfuse's metrics and add an event
+// for each of the transport's decisions to the span active in the request's
+// context (trace.SpanFromContext(CallInfo.Context)), when that span is
+// recording; both are listed in README.md. No span is started: put
+// otelhttp's Transport above the retryfuse Transport for a span per call.
+// Combine the Hooks with others through retryfuse.JoinHooks. The error
+// joins those of the instruments that could not be created; the Hooks are
+// then empty.
 //
 // The Hooks are safe for concurrent use.
 func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
@@ -112,6 +113,7 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 
 func (ins *instruments) hooks() retryfuse.Hooks {
 	return retryfuse.Hooks{
+		AttemptStart:        attemptStart,
 		AttemptDone:         ins.attemptDone,
 		Decision:            ins.decision,
 		Retry:               ins.retry,
@@ -138,9 +140,17 @@ const (
 	keyFrom        = attribute.Key("retryfuse.breaker.from")
 	keyTo          = attribute.Key("retryfuse.breaker.to")
 	keyState       = attribute.Key("retryfuse.breaker.state")
-	keyAttempts    = attribute.Key("retryfuse.attempts")
-	keyKey         = attribute.Key("retryfuse.idempotency_key")
 )
+
+// ctxOf is the context to record a measurement with: the request's, so that
+// exemplars link to its trace, or context.Background() when an Info has
+// none.
+func ctxOf(ci retryfuse.CallInfo) context.Context {
+	if ci.Context == nil {
+		return context.Background()
+	}
+	return ci.Context
+}
 
 // method is the http.request.method attribute: the known methods as they
 // are, any other as _OTHER, which bounds its cardinality.
@@ -165,7 +175,8 @@ func idempotencyKeySource(key string, generated bool) attribute.KeyValue {
 }
 
 func (ins *instruments) attemptDone(i retryfuse.AttemptDoneInfo) {
-	ctx := bg
+	attemptEvent(i)
+	ctx := ctxOf(i.CallInfo)
 	set := metric.WithAttributes(method(i.Method), keyOutcome.String(i.Outcome.String()))
 	ins.attemptDuration.Record(ctx, i.Duration.Seconds(), set)
 	kvs := []attribute.KeyValue{method(i.Method), keyOutcome.String(i.Outcome.String()), keyPhase.String(i.Phase.String())}
@@ -176,47 +187,55 @@ func (ins *instruments) attemptDone(i retryfuse.AttemptDoneInfo) {
 }
 
 func (ins *instruments) decision(i retryfuse.DecisionInfo) {
+	decisionEvent(i)
 	v := i.Verdict
 	if v.Decision != retryfuse.Brake && v.Decision != retryfuse.RejectConflict {
 		return
 	}
-	ins.brakes.Add(bg, 1, metric.WithAttributes(method(i.Method),
+	ins.brakes.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method),
 		keyDecision.String(v.Decision.String()), keyEvidence.String(v.Evidence.String()), keyRule.Int(v.Rule)))
 }
 
 func (ins *instruments) retry(i retryfuse.RetryInfo) {
+	retryEvent(i)
+	ctx := ctxOf(i.CallInfo)
 	set := metric.WithAttributes(method(i.Method), keyDelaySource.String(i.Source.String()))
-	ins.retries.Add(bg, 1, set)
-	ins.retryDelay.Record(bg, i.Delay.Seconds(), set)
+	ins.retries.Add(ctx, 1, set)
+	ins.retryDelay.Record(ctx, i.Delay.Seconds(), set)
 }
 
 func (ins *instruments) reconcileRequired(i retryfuse.ReconcileInfo) {
-	ins.reconcile.Add(bg, 1, metric.WithAttributes(method(i.Method), keyPhase.String(i.Phase.String()), idempotencyKeySource(i.IdempotencyKey, i.KeyGenerated)))
+	reconcileEvent(i)
+	ins.reconcile.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method), keyPhase.String(i.Phase.String()), idempotencyKeySource(i.IdempotencyKey, i.KeyGenerated)))
 }
 
 func (ins *instruments) giveUp(i retryfuse.GiveUpInfo) {
-	ins.giveUps.Add(bg, 1, metric.WithAttributes(method(i.Method), keyReason.String(reason(i.Reason))))
+	giveUpEvent(i)
+	ctx := ctxOf(i.CallInfo)
+	ins.giveUps.Add(ctx, 1, metric.WithAttributes(method(i.Method), keyReason.String(retryfuse.ReasonName(i.Reason))))
 	if errors.Is(i.Reason, retryfuse.ErrBudgetExhausted) {
-		ins.budgetRefusals.Add(bg, 1, metric.WithAttributes(method(i.Method)))
+		ins.budgetRefusals.Add(ctx, 1, metric.WithAttributes(method(i.Method)))
 	}
 }
 
 func (ins *instruments) hiddenResend(i retryfuse.HiddenResendInfo) {
+	hiddenResendEvent(i)
 	if n := i.Connections - 1; n > 0 {
-		ins.hiddenResends.Add(bg, int64(n), metric.WithAttributes(method(i.Method)))
+		ins.hiddenResends.Add(ctxOf(i.CallInfo), int64(n), metric.WithAttributes(method(i.Method)))
 	}
 }
 
+// breakerChange records a transition. It belongs to a scope, not to one
+// call: it has no context and adds no span event.
 func (ins *instruments) breakerChange(i retryfuse.BreakerChangeInfo) {
-	from, to := stateName(i.From), stateName(i.To)
-	ins.breakerTransitions.Add(bg, 1, metric.WithAttributes(keyScope.String(i.Scope), keyFrom.String(from), keyTo.String(to)))
-	ins.breakerState.Record(bg, 0, metric.WithAttributes(keyScope.String(i.Scope), keyState.String(from)))
-	ins.breakerState.Record(bg, 1, metric.WithAttributes(keyScope.String(i.Scope), keyState.String(to)))
+	ctx := context.Background()
+	from, to := i.From.String(), i.To.String()
+	ins.breakerTransitions.Add(ctx, 1, metric.WithAttributes(keyScope.String(i.Scope), keyFrom.String(from), keyTo.String(to)))
+	ins.breakerState.Record(ctx, 0, metric.WithAttributes(keyScope.String(i.Scope), keyState.String(from)))
+	ins.breakerState.Record(ctx, 1, metric.WithAttributes(keyScope.String(i.Scope), keyState.String(to)))
 }
 
 func (ins *instruments) evidenceUnavailable(i retryfuse.EvidenceUnavailableInfo) {
-	ins.evidenceUnavail.Add(bg, 1, metric.WithAttributes(method(i.Method), keySource.String(i.Source)))
+	evidenceUnavailableEvent(i)
+	ins.evidenceUnavail.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method), keySource.String(i.Source)))
 }
-
-// stateName is a breaker state's name: closed, open or half_open.
-func stateName(s retryfuse.BreakerState) string { return fmt.Sprint(s) }

@@ -43,8 +43,8 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
-// call sends one request through Wrap(tr) inside a span and returns the
-// ended span.
+// call sends one request through tr inside a span and returns the ended
+// span.
 func (h *harness) call(tr *retryfuse.Transport, method, url, key string) (sdktrace.ReadOnlySpan, *http.Response, error) {
 	h.t.Helper()
 	ctx, span := h.tp.Tracer("test").Start(context.Background(), "call")
@@ -55,7 +55,7 @@ func (h *harness) call(tr *retryfuse.Transport, method, url, key string) (sdktra
 	if key != "" {
 		req.Header.Set(retryfuse.HeaderIdempotencyKey, key)
 	}
-	client := &http.Client{Transport: retryfuseotel.Wrap(tr)}
+	client := &http.Client{Transport: tr}
 	resp, err := client.Do(req)
 	if resp != nil {
 		resp.Body.Close()
@@ -113,12 +113,32 @@ func assertLines(t *testing.T, what string, got, want []string) {
 	}
 }
 
-func events(span sdktrace.ReadOnlySpan) []string {
+// events renders a span's events as "name{k=v,...}" in order, attributes
+// sorted. Durations measured on the clock (an attempt's, a jittered delay)
+// show as "*" once checked to be seconds, not negative.
+// assertEvents compares events in the order they were added.
+func assertEvents(t *testing.T, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("span events:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+	}
+}
+
+func events(t *testing.T, span sdktrace.ReadOnlySpan) []string {
+	t.Helper()
 	var out []string
 	for _, e := range span.Events() {
 		var kv []string
 		for _, a := range e.Attributes {
-			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+			v := a.Value.Emit()
+			switch a.Key {
+			case "retryfuse.attempt.duration", "retryfuse.delay.duration":
+				if a.Value.Type() != attribute.FLOAT64 || a.Value.AsFloat64() < 0 || a.Value.AsFloat64() > 10 {
+					t.Errorf("event %s: %s = %v, want seconds in [0, 10]", e.Name, a.Key, a.Value.Emit())
+				}
+				v = "*"
+			}
+			kv = append(kv, string(a.Key)+"="+v)
 		}
 		slices.Sort(kv)
 		out = append(out, e.Name+"{"+strings.Join(kv, ",")+"}")
@@ -167,13 +187,16 @@ func TestGETRetriedOnceThenOK(t *testing.T) {
 		"retryfuse.retries{http.request.method=GET,retryfuse.delay.source=backoff} 1",
 		"retryfuse.retry.delay{http.request.method=GET,retryfuse.delay.source=backoff} count=1",
 	})
-	// A call that returns a response shows nothing on the span: its
-	// attempts are not visible from outside RoundTrip (see README.md).
-	if ev := events(span); len(ev) != 0 {
-		t.Errorf("span events: got %v, want none", ev)
-	}
-	if n, ok := resendCount(span); ok {
-		t.Errorf("http.request.resend_count: got %d, want unset", n)
+	assertEvents(t, events(t, span), []string{
+		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=response,retryfuse.retryable=true}",
+		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.retry{http.response.status_code=503,retryfuse.attempt.number=1,retryfuse.delay.duration=*,retryfuse.delay.source=backoff}",
+		"retryfuse.attempt{http.response.status_code=200,retryfuse.attempt.duration=*,retryfuse.attempt.number=2,retryfuse.outcome=success,retryfuse.phase=response,retryfuse.retryable=false}",
+		"retryfuse.decision{retryfuse.attempt.number=2,retryfuse.decision=replay_stored,retryfuse.evidence=pass,retryfuse.rule=2}",
+	})
+	if n, ok := resendCount(span); !ok || n != 1 {
+		t.Errorf("http.request.resend_count: got %d (set %v), want 1", n, ok)
 	}
 }
 
@@ -200,8 +223,11 @@ func TestKeyedPOSTReconcile(t *testing.T) {
 		"retryfuse.attempts{http.request.method=POST,retryfuse.outcome=timeout,retryfuse.phase=post_write} 1",
 		"retryfuse.reconcile_required{http.request.method=POST,retryfuse.idempotency_key.source=carried,retryfuse.phase=post_write} 1",
 	})
-	assertLines(t, "span events", events(span), []string{
-		"retryfuse.reconcile_required{http.request.method=POST,retryfuse.attempts=1,retryfuse.idempotency_key.source=carried,retryfuse.idempotency_key=order-42,retryfuse.phase=post_write}",
+	assertEvents(t, events(t, span), []string{
+		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.attempt{retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=timeout,retryfuse.phase=post_write,retryfuse.retryable=true}",
+		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=reconcile_required,retryfuse.evidence=unknown,retryfuse.rule=3}",
+		"retryfuse.reconcile_required{retryfuse.attempt.number=1,retryfuse.idempotency_key.source=carried,retryfuse.idempotency_key.value=order-42,retryfuse.phase=post_write,retryfuse.reconcile.resolution=still_unknown}",
 	})
 	if n, ok := resendCount(span); ok {
 		t.Errorf("http.request.resend_count: got %d, want unset after one attempt", n)
@@ -223,13 +249,19 @@ func TestPOSTWithoutKeyBraked(t *testing.T) {
 		"retryfuse.brakes{http.request.method=POST,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.rule=5} 1",
 		"retryfuse.give_ups{http.request.method=POST,retryfuse.reason=not_repeatable} 1",
 	})
-	if ev := events(span); len(ev) != 0 {
-		t.Errorf("span events: got %v, want none (a response)", ev)
+	assertEvents(t, events(t, span), []string{
+		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=response,retryfuse.retryable=true}",
+		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.rule=5}",
+		"retryfuse.give_up{http.response.status_code=503,retryfuse.attempt.number=1,retryfuse.reason=not_repeatable}",
+	})
+	if n, ok := resendCount(span); ok {
+		t.Errorf("http.request.resend_count: got %d, want unset: nothing was re-sent", n)
 	}
 }
 
-// A GET whose every attempt is refused gives up with an error: the span
-// gets the give-up event and the resend count.
+// A GET whose every attempt is refused (nothing written: pre_write) is
+// retried until its attempts run out.
 func TestGETAttemptsExhausted(t *testing.T) {
 	h := newHarness(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -252,8 +284,14 @@ func TestGETAttemptsExhausted(t *testing.T) {
 		"retryfuse.retry.delay{http.request.method=GET,retryfuse.delay.source=backoff} count=1",
 		"retryfuse.give_ups{http.request.method=GET,retryfuse.reason=attempts_exhausted} 1",
 	})
-	assertLines(t, "span events", events(span), []string{
-		"retryfuse.give_up{http.request.method=GET,retryfuse.attempts=2,retryfuse.reason=attempts_exhausted}",
+	assertEvents(t, events(t, span), []string{
+		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.attempt{retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=pre_write,retryfuse.retryable=true}",
+		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.retry{retryfuse.attempt.number=1,retryfuse.delay.duration=*,retryfuse.delay.source=backoff}",
+		"retryfuse.attempt{retryfuse.attempt.duration=*,retryfuse.attempt.number=2,retryfuse.outcome=failure,retryfuse.phase=pre_write,retryfuse.retryable=true}",
+		"retryfuse.decision{retryfuse.attempt.number=2,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.give_up{retryfuse.attempt.number=2,retryfuse.reason=attempts_exhausted}",
 	})
 	if n, ok := resendCount(span); !ok || n != 1 {
 		t.Errorf("http.request.resend_count: got %d (set %v), want 1", n, ok)
@@ -263,39 +301,46 @@ func TestGETAttemptsExhausted(t *testing.T) {
 // Events the transport cannot yet produce on loopback are fed directly.
 func TestHooksDirectEvents(t *testing.T) {
 	h := newHarness(t)
-	ci := retryfuse.CallInfo{CallID: 1, Attempt: 1, Method: "PURGE", URL: "http://x/"}
+	ctx, span := h.tp.Tracer("test").Start(context.Background(), "call")
+	ci := retryfuse.CallInfo{Context: ctx, CallID: 1, Attempt: 1, Method: "PURGE", URL: "http://x/", IdempotencyKey: "k-1", KeyGenerated: true, Phase: retryfuse.PhasePostWrite}
 	h.hooks.HiddenResend(retryfuse.HiddenResendInfo{CallInfo: ci, Connections: 3})
 	h.hooks.EvidenceUnavailable(retryfuse.EvidenceUnavailableInfo{CallInfo: ci, Source: "ledger", Err: errors.New("down")})
 	h.hooks.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrBudgetExhausted})
 	h.hooks.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: errors.New("something new")})
 	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: retryfuse.Verdict{Decision: retryfuse.ReplaySafe, Evidence: retryfuse.EvidencePass, Rule: 8}})
 	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: retryfuse.Verdict{Decision: retryfuse.Brake, Evidence: retryfuse.EvidenceFail, Rule: 6}})
+	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: retryfuse.Verdict{Decision: retryfuse.Brake, Evidence: retryfuse.EvidencePass, Rule: 4}, KeyState: retryfuse.KeyInFlight})
+	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 2500 * time.Millisecond, Source: retryfuse.DelayRetryAfter, RetryAfter: 2 * time.Second,
+		Err: &retryfuse.StatusError{StatusCode: 429}})
+	h.hooks.Reconcile(retryfuse.ReconcileInfo{CallInfo: ci, Resolution: retryfuse.NotApplied})
+	span.End()
+	assertEvents(t, events(t, h.spans.Ended()[0]), []string{
+		"retryfuse.hidden_resend{retryfuse.attempt.number=1,retryfuse.connections=3}",
+		"retryfuse.evidence_unavailable{retryfuse.attempt.number=1,retryfuse.source=ledger}",
+		"retryfuse.give_up{retryfuse.attempt.number=1,retryfuse.reason=budget_exhausted}",
+		"retryfuse.give_up{retryfuse.attempt.number=1,retryfuse.reason=other}",
+		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
+		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=brake,retryfuse.evidence=fail,retryfuse.rule=6}",
+		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.idempotency_key.state=in_flight,retryfuse.rule=4}",
+		"retryfuse.retry{http.response.status_code=429,retryfuse.attempt.number=1,retryfuse.delay.duration=*,retryfuse.delay.retry_after=2,retryfuse.delay.source=retry_after}",
+		"retryfuse.reconcile_required{retryfuse.attempt.number=1,retryfuse.idempotency_key.source=generated,retryfuse.idempotency_key.value=k-1,retryfuse.phase=post_write,retryfuse.reconcile.resolution=not_applied}",
+	})
 	assertLines(t, "metrics", h.metrics(), []string{
 		"retryfuse.hidden_resends{http.request.method=_OTHER} 2",
 		"retryfuse.evidence_unavailable{http.request.method=_OTHER,retryfuse.source=ledger} 1",
 		"retryfuse.give_ups{http.request.method=_OTHER,retryfuse.reason=budget_exhausted} 1",
-		"retryfuse.give_ups{http.request.method=_OTHER,retryfuse.reason=_OTHER} 1",
+		"retryfuse.give_ups{http.request.method=_OTHER,retryfuse.reason=other} 1",
 		"retryfuse.budget.refusals{http.request.method=_OTHER} 1",
 		"retryfuse.brakes{http.request.method=_OTHER,retryfuse.decision=brake,retryfuse.evidence=fail,retryfuse.rule=6} 1",
+		"retryfuse.brakes{http.request.method=_OTHER,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.rule=4} 1",
+		"retryfuse.retries{http.request.method=_OTHER,retryfuse.delay.source=retry_after} 1",
+		"retryfuse.retry.delay{http.request.method=_OTHER,retryfuse.delay.source=retry_after} count=1",
+		"retryfuse.reconcile_required{http.request.method=_OTHER,retryfuse.idempotency_key.source=generated,retryfuse.phase=post_write} 1",
 	})
 }
 
-func stateNamed(name string) (retryfuse.BreakerState, bool) {
-	for i := range 256 {
-		if s := retryfuse.BreakerState(i); fmt.Sprint(s) == name {
-			return s, true
-		}
-	}
-	return 0, false
-}
-
 func TestHooksBreakerChange(t *testing.T) {
-	closed, ok1 := stateNamed("closed")
-	open, ok2 := stateNamed("open")
-	half, ok3 := stateNamed("half_open")
-	if !ok1 || !ok2 || !ok3 {
-		t.Skip("BreakerState has no closed, open and half_open names yet")
-	}
+	closed, open, half := retryfuse.BreakerClosed, retryfuse.BreakerOpen, retryfuse.BreakerHalfOpen
 	h := newHarness(t)
 	change := func(from, to retryfuse.BreakerState) {
 		h.hooks.BreakerChange(retryfuse.BreakerChangeInfo{BreakerTransition: retryfuse.BreakerTransition{Scope: "api:443", From: from, To: to}})
@@ -340,13 +385,30 @@ func TestInstrumentUnits(t *testing.T) {
 	}
 }
 
-// Without a recording span, Wrap only passes the call through.
-func TestWrapWithoutSpan(t *testing.T) {
-	srv := statusSequence(t)
-	client := &http.Client{Transport: retryfuseotel.Wrap(&retryfuse.Transport{})}
-	resp, err := client.Get(srv.URL)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("got %v, %v; want 200, nil", resp, err)
+// Without a span in the context, or with one that is not recording, the
+// hooks record metrics only.
+func TestHooksWithoutRecordingSpan(t *testing.T) {
+	h := newHarness(t)
+	srv := statusSequence(t, http.StatusServiceUnavailable)
+	notSampled := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(h.spans))
+	ctx, span := notSampled.Tracer("test").Start(context.Background(), "call")
+	defer span.End()
+	client := &http.Client{Transport: fastTransport(h)}
+	for _, ctx := range []context.Context{context.Background(), ctx} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("got %v, want a response", err)
+		}
+		resp.Body.Close()
 	}
-	resp.Body.Close()
+	if n := len(h.spans.Ended()); n != 0 {
+		t.Errorf("spans: got %d, want none recorded", n)
+	}
+	if got := h.metrics(); len(got) == 0 {
+		t.Error("metrics: got none, want the attempts recorded")
+	}
 }

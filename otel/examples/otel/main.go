@@ -41,9 +41,10 @@ func main() {
 		MaxBackoff:     50 * time.Millisecond,
 		AttemptTimeout: 200 * time.Millisecond,
 	}
-	// In a service: otelhttp.NewTransport(retryfuseotel.Wrap(rf)), so that
-	// the span Wrap writes to is otelhttp's span of the call.
-	client := &http.Client{Transport: retryfuseotel.Wrap(rf)}
+	// The hooks add their events to the span in each request's context;
+	// here each call starts its own. In a service, otelhttp.NewTransport(rf)
+	// starts one span per call for them.
+	client := &http.Client{Transport: rf}
 
 	var gets atomic.Int32
 	stop := make(chan struct{})

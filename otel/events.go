@@ -1,0 +1,191 @@
+package retryfuseotel
+
+import (
+	"errors"
+
+	"github.com/retryfuse/retryfuse"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Names of the events NewHooks adds to the span in the request's context.
+const (
+	EventAttempt             = "retryfuse.attempt"
+	EventDecision            = "retryfuse.decision"
+	EventRetry               = "retryfuse.retry"
+	EventReconcileRequired   = "retryfuse.reconcile_required"
+	EventGiveUp              = "retryfuse.give_up"
+	EventHiddenResend        = "retryfuse.hidden_resend"
+	EventEvidenceUnavailable = "retryfuse.evidence_unavailable"
+)
+
+// Attribute keys found on span events only.
+const (
+	keyAttemptNumber   = attribute.Key("retryfuse.attempt.number")
+	keyAttemptDuration = attribute.Key("retryfuse.attempt.duration")
+	keyRetryable       = attribute.Key("retryfuse.retryable")
+	keyDelay           = attribute.Key("retryfuse.delay.duration")
+	keyRetryAfter      = attribute.Key("retryfuse.delay.retry_after")
+	keyKeyState        = attribute.Key("retryfuse.idempotency_key.state")
+	keyKeyValue        = attribute.Key("retryfuse.idempotency_key.value")
+	keyResolution      = attribute.Key("retryfuse.reconcile.resolution")
+	keyConnections     = attribute.Key("retryfuse.connections")
+)
+
+// maxEventAttrs bounds the attributes of one event; an array of this size
+// holds them.
+const maxEventAttrs = 8
+
+// eventAttrs collects an event's attributes without growing a slice.
+type eventAttrs struct {
+	buf [maxEventAttrs]attribute.KeyValue
+	n   int
+}
+
+func (a *eventAttrs) add(kv attribute.KeyValue) {
+	if a.n < len(a.buf) {
+		a.buf[a.n] = kv
+		a.n++
+	}
+}
+
+// span returns the recording span of the call, or nil: the caller's span
+// is the one active in the request's context.
+func span(ci retryfuse.CallInfo) trace.Span {
+	if ci.Context == nil {
+		return nil
+	}
+	if s := trace.SpanFromContext(ci.Context); s.IsRecording() {
+		return s
+	}
+	return nil
+}
+
+// start begins an event's attributes with the attempt number.
+func (a *eventAttrs) start(ci retryfuse.CallInfo) {
+	a.add(keyAttemptNumber.Int(ci.Attempt))
+}
+
+func addEvent(s trace.Span, name string, a *eventAttrs) {
+	s.AddEvent(name, trace.WithAttributes(a.buf[:a.n]...))
+}
+
+// attemptStart sets http.request.resend_count on the call's span as a
+// re-send begins: the semantic conventions count re-sends as they happen,
+// so a retry that is scheduled but never sent (the caller gave up during
+// the wait) does not count.
+func attemptStart(i retryfuse.AttemptStartInfo) {
+	if i.Attempt < 2 {
+		return
+	}
+	if s := span(i.CallInfo); s != nil {
+		s.SetAttributes(semconv.HTTPRequestResendCount(i.Attempt - 1))
+	}
+}
+
+func attemptEvent(i retryfuse.AttemptDoneInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	a.add(keyOutcome.String(i.Outcome.String()))
+	a.add(keyPhase.String(i.Phase.String()))
+	if i.StatusCode != 0 {
+		a.add(semconv.HTTPResponseStatusCode(i.StatusCode))
+	}
+	a.add(keyRetryable.Bool(i.Retryable))
+	a.add(keyAttemptDuration.Float64(i.Duration.Seconds()))
+	addEvent(s, EventAttempt, &a)
+}
+
+func decisionEvent(i retryfuse.DecisionInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	a.add(keyDecision.String(i.Verdict.Decision.String()))
+	a.add(keyEvidence.String(i.Verdict.Evidence.String()))
+	a.add(keyRule.Int(i.Verdict.Rule))
+	if i.KeyState != retryfuse.KeyNone {
+		a.add(keyKeyState.String(i.KeyState.String()))
+	}
+	addEvent(s, EventDecision, &a)
+}
+
+func retryEvent(i retryfuse.RetryInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	a.add(keyDelaySource.String(i.Source.String()))
+	a.add(keyDelay.Float64(i.Delay.Seconds()))
+	if i.Source == retryfuse.DelayRetryAfter {
+		a.add(keyRetryAfter.Float64(i.RetryAfter.Seconds()))
+	}
+	var se *retryfuse.StatusError
+	if errors.As(i.Err, &se) {
+		a.add(semconv.HTTPResponseStatusCode(se.StatusCode))
+	}
+	addEvent(s, EventRetry, &a)
+}
+
+// reconcileEvent carries the idempotency key's value: it is what the
+// reconciliation looks up.
+func reconcileEvent(i retryfuse.ReconcileInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	a.add(keyPhase.String(i.Phase.String()))
+	a.add(idempotencyKeySource(i.IdempotencyKey, i.KeyGenerated))
+	if i.IdempotencyKey != "" {
+		a.add(keyKeyValue.String(i.IdempotencyKey))
+	}
+	a.add(keyResolution.String(i.Resolution.String()))
+	addEvent(s, EventReconcileRequired, &a)
+}
+
+func giveUpEvent(i retryfuse.GiveUpInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	a.add(keyReason.String(retryfuse.ReasonName(i.Reason)))
+	if i.StatusCode != 0 {
+		a.add(semconv.HTTPResponseStatusCode(i.StatusCode))
+	}
+	addEvent(s, EventGiveUp, &a)
+}
+
+func hiddenResendEvent(i retryfuse.HiddenResendInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	a.add(keyConnections.Int(i.Connections))
+	addEvent(s, EventHiddenResend, &a)
+}
+
+func evidenceUnavailableEvent(i retryfuse.EvidenceUnavailableInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	a.add(keySource.String(i.Source))
+	addEvent(s, EventEvidenceUnavailable, &a)
+}
