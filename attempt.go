@@ -19,7 +19,8 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	if c.header != nil {
 		r2.Header = c.header
 	}
-	if c.attempt > 1 {
+	if c.attempt > 1 && r2.Body != nil && r2.Body != http.NoBody {
+		// A request without a body has nothing to replay (and no GetBody).
 		body, gerr := c.req.GetBody()
 		if gerr != nil {
 			c.lastErr = gerr
