@@ -54,16 +54,15 @@ type demoResults struct {
 }
 
 // runDemo runs the demo and prints its table to stdout. It returns the
-// process exit code: 0 on success, 1 when the demo could not run, 2 for bad
-// arguments.
+// process exit code: 0 on success, 1 when the demo could not run (a server
+// could not start), 2 for bad arguments.
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	_, code := demoMain(args, stdout, stderr)
+	_, code := demoMain(defaultDemoConfig(), args, stdout, stderr)
 	return code
 }
 
-// demoMain is runDemo, also returning what was measured.
-func demoMain(args []string, stdout, stderr io.Writer) (demoResults, int) {
-	cfg := defaultDemoConfig()
+// demoMain is runDemo from cfg, also returning what was measured.
+func demoMain(cfg demoConfig, args []string, stdout, stderr io.Writer) (demoResults, int) {
 	fs := flag.NewFlagSet("retryfuse demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.callers, "callers", cfg.callers, "concurrent callers in the storm")
