@@ -45,11 +45,24 @@ func (c *btClock) advance(d time.Duration) {
 }
 
 // btServer is a loopback server that counts the requests it receives and
-// answers each with status (503 unless set with setStatus).
+// answers each with status (as set by setStatus). A request that finds a
+// gate set takes it and waits until it is released.
 type btServer struct {
 	*httptest.Server
 	requests atomic.Int64
 	status   atomic.Int64
+	gate     atomic.Pointer[btGate]
+}
+
+// btGate holds one request: arrived is closed when it is held, and it
+// goes on when release is closed.
+type btGate struct{ arrived, release chan struct{} }
+
+// hold makes the next request wait at a gate, and returns the gate.
+func (s *btServer) hold() *btGate {
+	g := &btGate{arrived: make(chan struct{}), release: make(chan struct{})}
+	s.gate.Store(g)
+	return g
 }
 
 func newBtServer(t *testing.T, status int) *btServer {
@@ -58,6 +71,10 @@ func newBtServer(t *testing.T, status int) *btServer {
 	s.status.Store(int64(status))
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
+		if g := s.gate.Swap(nil); g != nil {
+			close(g.arrived)
+			<-g.release
+		}
 		w.WriteHeader(int(s.status.Load()))
 		_, _ = io.WriteString(w, http.StatusText(int(s.status.Load())))
 	}))
