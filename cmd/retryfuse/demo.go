@@ -19,7 +19,14 @@ const (
 	demoAttempts       = 3
 	demoInitialBackoff = 20 * time.Millisecond
 	demoMaxBackoff     = 200 * time.Millisecond
-	demoAttemptTimeout = 150 * time.Millisecond
+	// demoAttemptTimeout is generous: the servers answer at once, but a
+	// loaded machine (or the race detector) can take a while to accept a
+	// hundred connections opened together, and only the lost response is
+	// about timeouts.
+	demoAttemptTimeout = time.Second
+	// lostAttemptTimeout is the per-attempt timeout in the lost-response
+	// scenario, whose server stalls past it.
+	lostAttemptTimeout = 150 * time.Millisecond
 )
 
 // demoConfig holds what the scenarios are run with.
@@ -110,25 +117,25 @@ func measure(cfg demoConfig) (demoResults, error) {
 }
 
 // newPlain returns the plain loop, on a base transport of its own.
-func newPlain() plainLoop {
+func newPlain(attemptTimeout time.Duration) plainLoop {
 	return plainLoop{
 		client:         &http.Client{Transport: cleanhttp.DefaultPooledTransport()},
 		attempts:       demoAttempts,
 		initialBackoff: demoInitialBackoff,
 		maxBackoff:     demoMaxBackoff,
-		attemptTimeout: demoAttemptTimeout,
+		attemptTimeout: attemptTimeout,
 	}
 }
 
 // newFuse returns a retryfuse Transport with the shared policy; everything
 // else is left at its default unless set by the caller.
-func newFuse() *retryfuse.Transport {
+func newFuse(attemptTimeout time.Duration) *retryfuse.Transport {
 	return &retryfuse.Transport{
 		Base:           cleanhttp.DefaultPooledTransport(),
 		MaxAttempts:    demoAttempts,
 		InitialBackoff: demoInitialBackoff,
 		MaxBackoff:     demoMaxBackoff,
-		AttemptTimeout: demoAttemptTimeout,
+		AttemptTimeout: attemptTimeout,
 	}
 }
 

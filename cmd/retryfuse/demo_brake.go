@@ -80,9 +80,9 @@ func runBrake(srv *servers, cfg demoConfig) (brakeResults, error) {
 		urls[i] = s.URL
 	}
 
-	plain := newPlain()
-	budgetOnly := &http.Client{Transport: newFuse()}
-	braked := newFuse()
+	plain := newPlain(demoAttemptTimeout)
+	budgetOnly := &http.Client{Transport: newFuse(demoAttemptTimeout)}
+	braked := newFuse(demoAttemptTimeout)
 	braked.Breaker = breaker
 	var mu sync.Mutex
 	braked.Hooks.BreakerChange = func(c retryfuse.BreakerChangeInfo) {

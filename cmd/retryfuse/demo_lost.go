@@ -83,14 +83,14 @@ func (p *payments) count(key string) int {
 // and stalls past the attempt timeout.
 func runLost(srv *servers) (lostResults, error) {
 	res := lostResults{LookupApplied: -1}
-	pay, h := newPayments(20 * demoAttemptTimeout)
+	pay, h := newPayments(20 * lostAttemptTimeout)
 	s, err := srv.start("payments", h)
 	if err != nil {
 		return res, err
 	}
 	const plainKey, fuseKey = "order-1001", "order-1002"
 
-	plain := newPlain()
+	plain := newPlain(lostAttemptTimeout)
 	began := time.Now()
 	resp, err := plain.do(context.Background(), poster(s.URL+"/payments", plainKey))
 	res.PlainElapsed = time.Since(began)
@@ -98,7 +98,7 @@ func runLost(srv *servers) (lostResults, error) {
 	drainClose(resp)
 	res.PlainApplied = pay.count(plainKey)
 
-	client := &http.Client{Transport: newFuse()}
+	client := &http.Client{Transport: newFuse(lostAttemptTimeout)}
 	began = time.Now()
 	req, err := poster(s.URL+"/payments", fuseKey)(context.Background())
 	if err != nil {

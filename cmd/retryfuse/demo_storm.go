@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryfuse/retryfuse"
@@ -14,6 +15,8 @@ type stormResults struct {
 	Callers      int
 	PlainSent    int64 // requests the dependency received from the plain loop
 	FuseSent     int64 // ... and from retryfuse
+	PlainGot503  int64 // callers that got the 503 back (the others, an error)
+	FuseGot503   int64
 	PlainElapsed time.Duration
 	FuseElapsed  time.Duration
 	// FuseBudget is the retryfuse side's per-host ratio budget at the end.
@@ -39,46 +42,43 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 		return res, err
 	}
 
-	plain := newPlain()
+	plain := newPlain(demoAttemptTimeout)
 	res.PlainElapsed = together(cfg.callers, func() {
-		resp, _ := plain.do(context.Background(), getter(plainSrv.URL))
-		drainClose(resp)
+		resp, err := plain.do(context.Background(), getter(plainSrv.URL))
+		got503(&res.PlainGot503, resp, err)
 	})
 	res.PlainSent = plainDep.requests.Load()
 
 	// The Transport's default: one RatioBudget with default settings per
-	// host. It is created here, through NewBudget, only to read its
-	// Snapshot afterwards.
-	var (
-		mu     sync.Mutex
-		budget *retryfuse.RatioBudget
-	)
-	fuse := newFuse()
-	fuse.NewBudget = func(string) (retryfuse.Budget, error) {
-		b, err := retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{})
-		if err == nil {
-			mu.Lock()
-			budget = b
-			mu.Unlock()
-		}
-		return b, err
+	// host. It is made here, through NewBudget, only to read its Snapshot
+	// afterwards. Concurrent first calls may each ask NewBudget for the
+	// scope's budget: each gets the same one.
+	budget, err := retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{})
+	if err != nil {
+		return res, err
 	}
+	fuse := newFuse(demoAttemptTimeout)
+	fuse.NewBudget = func(string) (retryfuse.Budget, error) { return budget, nil }
 	client := &http.Client{Transport: fuse}
 	res.FuseElapsed = together(cfg.callers, func() {
 		req, err := getter(fuseSrv.URL)(context.Background())
 		if err != nil {
 			return
 		}
-		resp, _ := client.Do(req)
-		drainClose(resp)
+		resp, err := client.Do(req)
+		got503(&res.FuseGot503, resp, err)
 	})
 	res.FuseSent = fuseDep.requests.Load()
-	mu.Lock()
-	if budget != nil {
-		res.FuseBudget = budget.Snapshot()
-	}
-	mu.Unlock()
+	res.FuseBudget = budget.Snapshot()
 	return res, nil
+}
+
+// got503 counts a 503 response and discards it.
+func got503(n *int64, resp *http.Response, err error) {
+	if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+		atomic.AddInt64(n, 1)
+	}
+	drainClose(resp)
 }
 
 // together runs n callers of f released at the same instant and returns

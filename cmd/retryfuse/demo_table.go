@@ -13,8 +13,9 @@ import (
 func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t := &table{w: w}
 	t.line("retryfuse demo: a plain retry loop against retryfuse, on local servers (127.0.0.1)")
-	t.line("Both sides: %d attempts, backoff from %s doubling to %s (full jitter), %s per attempt.",
+	t.line("Both sides: %d attempts, backoff from %s doubling to %s (full jitter), %s per attempt",
 		demoAttempts, demoInitialBackoff, demoMaxBackoff, demoAttemptTimeout)
+	t.line("(%s in the lost-response scenario).", lostAttemptTimeout)
 	t.line("The plain loop retries any error and any 5xx, and waits as long as Retry-After says.")
 	t.line("Every number below was measured in this run.")
 
@@ -22,13 +23,14 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.section(fmt.Sprintf("1. Storm: %d concurrent callers; the dependency answers 503 to every request", s.Callers))
 	t.row("requests the dependency received", s.PlainSent, s.FuseSent)
 	t.row("requests per caller (amplification)", fmt.Sprintf("%.2f", s.PlainPerCaller()), fmt.Sprintf("%.2f", s.FusePerCaller()))
+	t.row("callers that got the 503 back", s.PlainGot503, s.FuseGot503)
 	t.row("time until every caller had an answer", dur(s.PlainElapsed), dur(s.FuseElapsed))
 	b := s.FuseBudget
 	t.note("retryfuse's per-host ratio budget (Snapshot): %d requests, %d retries granted, %d refused, %.1f available",
 		b.Requests, b.Retries, b.Refused, b.Available)
 
 	l := r.Lost
-	t.section(fmt.Sprintf("2. Lost response: a keyed POST; the server applies it, then stalls past the %s attempt timeout", demoAttemptTimeout))
+	t.section(fmt.Sprintf("2. Lost response: a keyed POST; the server applies it, then stalls past the %s attempt timeout", lostAttemptTimeout))
 	t.row("times the payment was applied", l.PlainApplied, l.FuseApplied)
 	t.row("what the caller got", l.PlainOutcome, l.FuseOutcome)
 	t.row("time until the caller had an answer", dur(l.PlainElapsed), dur(l.FuseElapsed))
@@ -83,7 +85,7 @@ type table struct {
 	err error
 }
 
-const labelWidth, cellWidth = 40, 26
+const labelWidth, cellWidth = 40, 28
 
 func (t *table) line(format string, args ...any) {
 	if t.err == nil {

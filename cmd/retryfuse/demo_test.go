@@ -35,7 +35,12 @@ func TestDemo(t *testing.T) {
 		assert.Less(t, s.FusePerCaller(), s.PlainPerCaller(), "retryfuse against the plain loop: requests per caller")
 		assert.Greater(t, s.PlainPerCaller(), 2.0, "the plain loop retries every caller")
 		assert.Equal(t, uint64(s.Callers), s.FuseBudget.Requests, "budget snapshot: requests recorded")
-		assert.Equal(t, uint64(s.FuseSent)-uint64(s.Callers), s.FuseBudget.Retries, "budget snapshot: retries granted are the requests beyond the first")
+		assert.LessOrEqual(t, s.FuseBudget.Retries, uint64(s.Callers/10+10), "budget snapshot: retries granted, at most 10% plus the reserve")
+		// An attempt that timed out before the server counted it was still
+		// made: the server's count can fall short of the attempts, never
+		// exceed them.
+		assert.LessOrEqual(t, uint64(s.FuseSent), s.FuseBudget.Requests+s.FuseBudget.Retries, "requests received against attempts made")
+		assertRow(t, out, "callers that got the 503 back", s.PlainGot503, s.FuseGot503)
 		assertRow(t, out, "requests the dependency received", s.PlainSent, s.FuseSent)
 		assertRow(t, out, "requests per caller (amplification)", fmt.Sprintf("%.2f", s.PlainPerCaller()), fmt.Sprintf("%.2f", s.FusePerCaller()))
 	})
