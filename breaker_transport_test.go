@@ -1,0 +1,290 @@
+package retryfuse
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests drive the Breaker through the Transport, over
+// http.Client.Do, against real loopback servers, with the breaker on a
+// clock the test advances (btClock, from budget_transport_test.go).
+
+// btTransitions records BreakerChange events.
+type btTransitions struct {
+	mu  sync.Mutex
+	got []BreakerTransition
+}
+
+func (r *btTransitions) hook(info BreakerChangeInfo) {
+	r.mu.Lock()
+	r.got = append(r.got, info.BreakerTransition)
+	r.mu.Unlock()
+}
+
+// take returns the transitions recorded since the last take, as
+// "from>to".
+func (r *btTransitions) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []string{}
+	for _, tr := range r.got {
+		out = append(out, tr.From.String()+">"+tr.To.String())
+	}
+	r.got = nil
+	return out
+}
+
+func (r *btTransitions) all() []BreakerTransition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]BreakerTransition(nil), r.got...)
+}
+
+// newBtBreakerTransport returns a Transport with a Breaker on clock, one
+// attempt per call (so that each call is one observation) and no budget,
+// and the recorder of its transitions.
+func newBtBreakerTransport(t *testing.T, clock *btClock, s BreakerSettings) (*Transport, *Breaker, *btTransitions) {
+	t.Helper()
+	b, err := NewBreaker(s)
+	require.NoError(t, err)
+	b.now = clock.now
+	tr := newBtTransport(clock)
+	tr.MaxAttempts = 1
+	tr.Budget = UnlimitedBudget{}
+	tr.Breaker = b
+	rec := &btTransitions{}
+	tr.Hooks.BreakerChange = rec.hook
+	return tr, b, rec
+}
+
+// btScope is the scope of a server's requests.
+func btScope(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	return HostScope(&http.Request{URL: u})
+}
+
+func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
+	const openTimeout = 30 * time.Second
+	srv := newBtServer(t, http.StatusServiceUnavailable)
+	scope := btScope(t, srv.Server)
+	clock := newBtClock()
+	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3, OpenTimeout: openTimeout})
+	client := &http.Client{Transport: tr}
+
+	// Dependency failures up to the threshold: each goes back as a 503.
+	for i := 1; i <= 3; i++ {
+		code, err := btGet(t, client, srv.URL)
+		require.NoError(t, err, "call %d", i)
+		require.Equal(t, http.StatusServiceUnavailable, code, "call %d", i)
+		if i < 3 {
+			require.Empty(t, rec.take(), "transitions after %d failures", i)
+		}
+	}
+	opened := rec.all()
+	require.Len(t, opened, 1, "transitions after the threshold")
+	assert.Equal(t, scope, opened[0].Scope)
+	assert.Equal(t, BreakerClosed, opened[0].From)
+	assert.Equal(t, BreakerOpen, opened[0].To)
+	assert.Equal(t, btStart, opened[0].At)
+	var se *StatusError
+	if assert.ErrorAs(t, opened[0].Cause, &se, "the cause of the opening") {
+		assert.Equal(t, http.StatusServiceUnavailable, se.StatusCode)
+	}
+	rec.take()
+	assert.Equal(t, BreakerOpen, b.State(scope))
+
+	// Open: fail fast without sending.
+	for range 5 {
+		_, err := btGet(t, client, srv.URL)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrCircuitOpen)
+		var coe *CircuitOpenError
+		require.ErrorAs(t, err, &coe)
+		assert.Equal(t, scope, coe.Scope)
+		assert.Equal(t, btStart, coe.OpenedAt)
+		assert.Equal(t, btStart.Add(openTimeout), coe.ProbeAt)
+	}
+	assert.Equal(t, int64(3), srv.requests.Load(), "requests the server received while open")
+
+	// Still open just before OpenTimeout.
+	clock.advance(openTimeout - time.Nanosecond)
+	_, err := btGet(t, client, srv.URL)
+	assert.ErrorIs(t, err, ErrCircuitOpen)
+	assert.Equal(t, int64(3), srv.requests.Load())
+
+	// After OpenTimeout one probe passes; while it is out, others fail
+	// fast; its success closes the scope.
+	clock.advance(time.Nanosecond)
+	srv.setStatus(http.StatusOK)
+	gate := srv.hold()
+	probe := make(chan error, 1)
+	go func() {
+		resp, err := client.Get(srv.URL)
+		if err == nil {
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("the probe's status: got %d, want 200", resp.StatusCode)
+			}
+			_ = resp.Body.Close()
+		}
+		probe <- err
+	}()
+	<-gate.arrived
+	assert.Equal(t, []string{"open>half_open"}, rec.take(), "transitions when the probe was let through")
+	_, err = btGet(t, client, srv.URL)
+	assert.ErrorIs(t, err, ErrCircuitOpen, "a second call while the probe is out")
+	close(gate.release)
+	require.NoError(t, <-probe, "the probe")
+	assert.Equal(t, []string{"half_open>closed"}, rec.take(), "transitions after the probe succeeded")
+	assert.Equal(t, BreakerClosed, b.State(scope))
+	assert.Equal(t, int64(4), srv.requests.Load(), "requests the server received: three failures and the probe")
+
+	code, err := btGet(t, client, srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code, "closed again: calls pass")
+	assert.Equal(t, int64(5), srv.requests.Load())
+}
+
+func TestBreakerTransportFailedProbeReopens(t *testing.T) {
+	const openTimeout = time.Second
+	srv := newBtServer(t, http.StatusServiceUnavailable)
+	scope := btScope(t, srv.Server)
+	clock := newBtClock()
+	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2, OpenTimeout: openTimeout})
+	client := &http.Client{Transport: tr}
+	for range 2 {
+		_, err := btGet(t, client, srv.URL)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"closed>open"}, rec.take())
+
+	clock.advance(openTimeout)
+	code, err := btGet(t, client, srv.URL)
+	require.NoError(t, err, "the probe's 503 comes back as a response")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Equal(t, []string{"open>half_open", "half_open>open"}, rec.take())
+	assert.Equal(t, int64(3), srv.requests.Load())
+
+	_, err = btGet(t, client, srv.URL)
+	var coe *CircuitOpenError
+	require.ErrorAs(t, err, &coe)
+	assert.Equal(t, btStart.Add(openTimeout), coe.OpenedAt, "reopened when the probe failed")
+	assert.Equal(t, btStart.Add(2*openTimeout), coe.ProbeAt)
+	assert.Equal(t, BreakerOpen, b.State(scope))
+	assert.Equal(t, int64(3), srv.requests.Load(), "nothing sent while open again")
+}
+
+func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
+	// The server fails every other request. Each failure's retry is
+	// refused by the budget: were the refusal counted as a failure too,
+	// two in a row would open the scope.
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1)%2 == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	clock := newBtClock()
+	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	tr.MaxAttempts = 3
+	refuse := &btRefuse{}
+	tr.Budget = refuse
+	var gave btGiveUps
+	tr.Hooks.GiveUp = gave.hook
+	client := &http.Client{Transport: tr}
+
+	for i := range 20 {
+		code, err := btGet(t, client, srv.URL)
+		require.NoError(t, err)
+		want := http.StatusOK
+		if i%2 == 0 {
+			want = http.StatusServiceUnavailable
+		}
+		require.Equal(t, want, code, "call %d", i)
+	}
+	assert.Equal(t, 10, gave.count(ErrBudgetExhausted), "budget refusals")
+	assert.Equal(t, int64(10), refuse.allowCalls.Load())
+	assert.Empty(t, rec.take(), "breaker transitions")
+	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+	assert.Equal(t, int64(20), n.Load(), "requests the server received")
+}
+
+func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // answers only when the caller has gone
+	}))
+	defer srv.Close()
+	clock := newBtClock()
+	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	tr.MaxAttempts = 3
+	client := &http.Client{Transport: tr}
+
+	for i := range 6 {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-arrived
+			cancel()
+		}()
+		_, err := btGetCtx(t, ctx, client, srv.URL)
+		cancel()
+		require.ErrorIs(t, err, context.Canceled, "call %d", i)
+	}
+	assert.Empty(t, rec.take(), "breaker transitions")
+	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+
+	// The caller's deadline likewise.
+	for i := range 4 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := btGetCtx(t, ctx, client, srv.URL)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+	}
+	assert.Empty(t, rec.take(), "breaker transitions")
+	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+}
+
+func TestBreakerTransportScopesAreIndependent(t *testing.T) {
+	down := newBtServer(t, http.StatusServiceUnavailable)
+	up := newBtServer(t, http.StatusOK)
+	clock := newBtClock()
+	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	client := &http.Client{Transport: tr}
+
+	for range 2 {
+		_, err := btGet(t, client, down.URL)
+		require.NoError(t, err)
+	}
+	got := rec.all()
+	require.Len(t, got, 1)
+	assert.Equal(t, btScope(t, down.Server), got[0].Scope, "the scope that opened")
+
+	for range 5 {
+		_, err := btGet(t, client, down.URL)
+		assert.ErrorIs(t, err, ErrCircuitOpen, "the failing host fails fast")
+		code, err := btGet(t, client, up.URL)
+		require.NoError(t, err, "the healthy host is not braked")
+		assert.Equal(t, http.StatusOK, code)
+	}
+	assert.Equal(t, int64(2), down.requests.Load())
+	assert.Equal(t, int64(5), up.requests.Load())
+	assert.Equal(t, BreakerOpen, b.State(btScope(t, down.Server)))
+	assert.Equal(t, BreakerClosed, b.State(btScope(t, up.Server)))
+	assert.Len(t, rec.all(), 1, "no other transition")
+}

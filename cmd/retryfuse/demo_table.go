@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/retryfuse/retryfuse"
+)
+
+// printTable prints what was measured, side by side.
+func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
+	t := &table{w: w}
+	t.line("retryfuse demo: a plain retry loop against retryfuse, on local servers (127.0.0.1)")
+	t.line("Both sides: %d attempts, backoff from %s doubling to %s (full jitter), %s per attempt",
+		demoAttempts, demoInitialBackoff, demoMaxBackoff, demoAttemptTimeout)
+	t.line("(%s in the lost-response scenario).", lostAttemptTimeout)
+	t.line("The plain loop retries any error and any 5xx, and waits as long as Retry-After says.")
+	t.line("Every number below was measured in this run.")
+
+	s := r.Storm
+	t.section(fmt.Sprintf("1. Storm: %d concurrent callers; the dependency answers 503 to every request", s.Callers))
+	t.row("requests the dependency received", s.PlainSent, s.FuseSent)
+	t.row("requests per caller (amplification)", fmt.Sprintf("%.2f", s.PlainPerCaller()), fmt.Sprintf("%.2f", s.FusePerCaller()))
+	t.row("callers that got the 503 back", s.PlainGot503, s.FuseGot503)
+	t.row("time until every caller had an answer", dur(s.PlainElapsed), dur(s.FuseElapsed))
+	b := s.FuseBudget
+	t.note("retryfuse's per-host ratio budget (Snapshot): %d requests, %d retries granted, %d refused, %.1f available",
+		b.Requests, b.Retries, b.Refused, b.Available)
+
+	l := r.Lost
+	t.section(fmt.Sprintf("2. Lost response: a keyed POST; the server applies it, then stalls past the %s attempt timeout", lostAttemptTimeout))
+	t.row("times the payment was applied", l.PlainApplied, l.FuseApplied)
+	t.row("what the caller got", l.PlainOutcome, l.FuseOutcome)
+	t.row("time until the caller had an answer", dur(l.PlainElapsed), dur(l.FuseElapsed))
+	if e := l.Reconcile; e != nil {
+		t.note("retryfuse: not replayed after %d attempt (phase %s, idempotency key %q)", e.Attempts, e.Phase, e.IdempotencyKey)
+		t.note("reconciled by GET /payments/%s: applied %d time(s), so the payment stands and is not sent again", e.IdempotencyKey, l.LookupApplied)
+	}
+
+	a := r.RetryAfter
+	t.section(fmt.Sprintf("3. Retry-After: 3600 on a 503; the caller's deadline is %s", dur(a.Deadline)))
+	t.row("time until control came back", dur(a.PlainElapsed), dur(a.FuseElapsed))
+	t.row("what the caller got", a.PlainOutcome, a.FuseOutcome)
+	t.row("requests the server received", a.PlainSent, a.FuseSent)
+	if a.FuseReason != nil {
+		t.note("retryfuse gave up at once: %v (cap %s)", a.FuseReason, retryfuse.DefaultMaxRetryAfter)
+	}
+
+	k := r.Brake
+	t.section(fmt.Sprintf("4. Brake: the dependency is down for the first %s, then up; a call arrives every %s for %s",
+		dur(k.DownFor), dur(k.Every), dur(k.RunFor)),
+		"plain loop", "retryfuse + Breaker", "retryfuse, budget only")
+	t.row("calls made", k.Plain.Calls, k.Breaker.Calls, k.Budget.Calls)
+	t.row("requests received while it was down", k.Plain.SentDown, k.Breaker.SentDown, k.Budget.SentDown)
+	t.row("requests received after it recovered", k.Plain.SentUp, k.Breaker.SentUp, k.Budget.SentUp)
+	t.row("calls failed fast (circuit open)", k.Plain.FastFails, k.Breaker.FastFails, k.Budget.FastFails)
+	t.row("first 200 a caller got, from the start", at(k.Plain.FirstOK), at(k.Breaker.FirstOK), at(k.Budget.FirstOK))
+	t.note("breaker transitions (BreakerChange hook; OpenTimeout %s; the dependency recovered at %s):", dur(k.OpenTimeout), at(k.DownFor))
+	for _, tr := range k.Transitions {
+		t.note("  %-9s %-9s -> %-9s  %s", at(tr.At), tr.From, tr.To, why(tr))
+	}
+	return t.err
+}
+
+// why explains a breaker transition.
+func why(tr brakeTransition) string {
+	switch {
+	case tr.From == retryfuse.BreakerClosed && tr.To == retryfuse.BreakerOpen:
+		return "failure threshold reached: calls now fail fast"
+	case tr.To == retryfuse.BreakerHalfOpen:
+		return "open interval over: one probe may pass"
+	case tr.From == retryfuse.BreakerHalfOpen && tr.To == retryfuse.BreakerOpen:
+		return "the probe failed: open again"
+	case tr.To == retryfuse.BreakerClosed:
+		return "the probe succeeded: closed"
+	}
+	return ""
+}
+
+// table prints fixed-width rows and remembers the first write error.
+type table struct {
+	w   io.Writer
+	err error
+}
+
+const labelWidth, cellWidth = 40, 28
+
+func (t *table) line(format string, args ...any) {
+	if t.err == nil {
+		_, t.err = fmt.Fprintf(t.w, format+"\n", args...)
+	}
+}
+
+// section starts a block under title, with column headers cols (by
+// default the two sides).
+func (t *table) section(title string, cols ...string) {
+	if len(cols) == 0 {
+		cols = []string{"plain loop", "retryfuse"}
+	}
+	t.line("")
+	t.line("%s", title)
+	t.header(cols...)
+}
+
+func (t *table) header(cols ...string) { t.row("", toAny(cols)...) }
+
+func (t *table) row(label string, cells ...any) {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "   %-*s", labelWidth, label)
+	for i, c := range cells {
+		if i == len(cells)-1 {
+			fmt.Fprint(&sb, c)
+		} else {
+			fmt.Fprintf(&sb, "%-*v", cellWidth, c)
+		}
+	}
+	t.line("%s", strings.TrimRight(sb.String(), " "))
+}
+
+func (t *table) note(format string, args ...any) { t.line("   "+format, args...) }
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// dur prints a duration briefly.
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Microsecond).String()
+}
+
+// at prints a time from the start, or "never".
+func at(d time.Duration) string {
+	if d == 0 {
+		return "never"
+	}
+	return "+" + dur(d)
+}

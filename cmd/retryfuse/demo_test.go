@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retryfuse/retryfuse"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestDemo runs the demo once and checks what it measured, and that the
+// table shows those measurements.
+func TestDemo(t *testing.T) {
+	deadline := time.Second
+	if testing.Short() {
+		deadline = 300 * time.Millisecond
+	}
+	var stdout, stderr bytes.Buffer
+	res, code := demoMain(defaultDemoConfig(), []string{"-deadline", deadline.String()}, &stdout, &stderr)
+	require.Equal(t, 0, code, "exit code; stderr: %s", stderr.String())
+	assert.Empty(t, stderr.String())
+	out := stdout.String()
+	t.Log("\n" + out)
+
+	t.Run("storm", func(t *testing.T) {
+		s := res.Storm
+		assert.Equal(t, 100, s.Callers)
+		assert.LessOrEqual(t, s.FusePerCaller(), 1.2, "retryfuse: requests per caller")
+		assert.Less(t, s.FusePerCaller(), s.PlainPerCaller(), "retryfuse against the plain loop: requests per caller")
+		assert.Greater(t, s.PlainPerCaller(), 2.0, "the plain loop retries every caller")
+		assert.Equal(t, uint64(s.Callers), s.FuseBudget.Requests, "budget snapshot: requests recorded")
+		assert.LessOrEqual(t, s.FuseBudget.Retries, uint64(s.Callers/10+10), "budget snapshot: retries granted, at most 10% plus the reserve")
+		// An attempt that timed out before the server counted it was still
+		// made: the server's count can fall short of the attempts, never
+		// exceed them.
+		assert.LessOrEqual(t, uint64(s.FuseSent), s.FuseBudget.Requests+s.FuseBudget.Retries, "requests received against attempts made")
+		assertRow(t, out, "callers that got the 503 back", s.PlainGot503, s.FuseGot503)
+		assertRow(t, out, "requests the dependency received", s.PlainSent, s.FuseSent)
+		assertRow(t, out, "requests per caller (amplification)", fmt.Sprintf("%.2f", s.PlainPerCaller()), fmt.Sprintf("%.2f", s.FusePerCaller()))
+	})
+
+	t.Run("lost response", func(t *testing.T) {
+		l := res.Lost
+		assert.Equal(t, 1, l.FuseApplied, "retryfuse: times applied")
+		assert.Greater(t, l.PlainApplied, 1, "plain loop: times applied")
+		require.NotNil(t, l.Reconcile, "retryfuse returns a *ReconcileRequiredError")
+		assert.Equal(t, "order-1002", l.Reconcile.IdempotencyKey)
+		assert.Equal(t, 1, l.Reconcile.Attempts)
+		assert.Equal(t, 1, l.LookupApplied, "the lookup by key finds the payment applied once")
+		assertRow(t, out, "times the payment was applied", l.PlainApplied, l.FuseApplied)
+	})
+
+	t.Run("Retry-After", func(t *testing.T) {
+		a := res.RetryAfter
+		assert.Equal(t, deadline, a.Deadline)
+		assert.GreaterOrEqual(t, a.PlainElapsed, deadline-10*time.Millisecond, "the plain loop waits out the caller's deadline")
+		assert.Less(t, a.FuseElapsed, deadline/4, "retryfuse hands back control at once")
+		assert.Equal(t, "context deadline exceeded", a.PlainOutcome)
+		assert.Equal(t, "503 Service Unavailable", a.FuseOutcome)
+		assert.True(t, errors.Is(a.FuseReason, retryfuse.ErrRetryAfterTooLong), "GiveUp reason: got %v", a.FuseReason)
+		assert.Equal(t, int64(1), a.FuseSent)
+		assertRow(t, out, "time until control came back", dur(a.PlainElapsed), dur(a.FuseElapsed))
+	})
+
+	t.Run("brake", func(t *testing.T) {
+		k := res.Brake
+		assert.Less(t, k.Breaker.SentDown, k.Plain.SentDown, "requests while down: breaker against the plain loop")
+		assert.Less(t, k.Breaker.SentDown, k.Budget.SentDown, "requests while down: breaker against the budget alone")
+		assert.Positive(t, k.Breaker.FastFails, "calls failed fast")
+		assert.Positive(t, k.Breaker.SentUp, "the breaker let traffic through after recovery")
+		assert.GreaterOrEqual(t, k.Breaker.FirstOK, k.DownFor, "no 200 before the dependency recovered")
+		require.NotEmpty(t, k.Transitions)
+		first, last := k.Transitions[0], k.Transitions[len(k.Transitions)-1]
+		assert.Equal(t, [2]retryfuse.BreakerState{retryfuse.BreakerClosed, retryfuse.BreakerOpen}, [2]retryfuse.BreakerState{first.From, first.To}, "first transition")
+		assert.Equal(t, [2]retryfuse.BreakerState{retryfuse.BreakerHalfOpen, retryfuse.BreakerClosed}, [2]retryfuse.BreakerState{last.From, last.To}, "last transition")
+		assert.GreaterOrEqual(t, last.At, k.DownFor, "closed only after the dependency recovered")
+		for i := 1; i < len(k.Transitions); i++ {
+			assert.GreaterOrEqual(t, k.Transitions[i].At, k.Transitions[i-1].At, "transitions in order")
+		}
+		assertRow(t, out, "requests received while it was down", k.Plain.SentDown, k.Breaker.SentDown, k.Budget.SentDown)
+	})
+}
+
+// assertRow checks that the table has a row label whose cells are want.
+func assertRow(t *testing.T, out, label string, want ...any) {
+	t.Helper()
+	for line := range strings.Lines(out) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), label)
+		if !ok {
+			continue
+		}
+		var cells []string
+		for _, w := range want {
+			cells = append(cells, fmt.Sprint(w))
+		}
+		assert.Equal(t, strings.Join(cells, " "), strings.Join(strings.Fields(rest), " "), "row %q", label)
+		return
+	}
+	t.Errorf("no row %q in the table", label)
+}
+
+func TestDemoServerCannotStart(t *testing.T) {
+	cfg := defaultDemoConfig()
+	cfg.listen = func() (net.Listener, error) { return nil, errors.New("no loopback here") }
+	var stdout, stderr bytes.Buffer
+	_, code := demoMain(cfg, nil, &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr.String(), "cannot start the")
+	assert.Contains(t, stderr.String(), "no loopback here")
+	assert.Empty(t, stdout.String(), "no table without measurements")
+}
+
+func TestDemoBadArguments(t *testing.T) {
+	for _, args := range [][]string{{"extra"}, {"-callers", "0"}, {"-deadline", "-1s"}, {"-nosuchflag"}} {
+		var stdout, stderr bytes.Buffer
+		assert.Equal(t, 2, runDemo(args, &stdout, &stderr), "args %q", args)
+		assert.NotEmpty(t, stderr.String(), "args %q: a message on stderr", args)
+		assert.Empty(t, stdout.String(), "args %q", args)
+	}
+}
