@@ -48,24 +48,19 @@ type hostKey struct{ scheme, host, scope string }
 
 func (b *budgets) get(k hostKey, scope func() string, newBudget func(string) (Budget, error)) (Budget, error) {
 	b.mu.Lock()
-	bud, ok := b.m[k]
-	b.mu.Unlock()
-	if ok {
+	defer b.mu.Unlock()
+	if bud, ok := b.m[k]; ok {
 		return bud, nil
 	}
-	// The factory is user code: call it without the lock. Two callers may
-	// race to create a scope's budget; the first stored wins.
+	// Created under the lock, so that a scope's budget is created once: a
+	// factory that keeps what it creates (to read Snapshots) sees exactly
+	// the budgets in use.
 	bud, err := newBudget(scope())
 	if err != nil {
 		return nil, err
 	}
 	if bud == nil {
 		bud = UnlimitedBudget{}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if prev, ok := b.m[k]; ok {
-		return prev, nil
 	}
 	if b.m == nil {
 		b.m = make(map[hostKey]Budget)

@@ -100,7 +100,8 @@ type Transport struct {
 	Budget Budget
 
 	// NewBudget creates the budget of a scope on first use, when Budget is
-	// nil. Nil means a RatioBudget with its default settings per scope
+	// nil. It is called once per scope, under the Transport's lock: keep it
+	// quick (a constructor), and do not call the Transport from it. Nil means a RatioBudget with its default settings per scope
 	// (retries at most 10% of requests plus a small floor). Return
 	// UnlimitedBudget{} to turn budgets off.
 	NewBudget func(scope string) (Budget, error)

@@ -1,0 +1,74 @@
+package retryfuse
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+func TestHostScope(t *testing.T) {
+	for _, tt := range []struct{ url, want string }{
+		{"http://api.example.com/x", "http://api.example.com:80"},
+		{"https://api.example.com/x", "https://api.example.com:443"},
+		{"https://API.example.com:8443/x", "https://API.example.com:8443"},
+		{"http://[::1]:8080/", "http://[::1]:8080"},
+		{"http://user:pw@127.0.0.1:9/", "http://127.0.0.1:9"},
+	} {
+		req, err := http.NewRequest(http.MethodGet, tt.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := HostScope(req); got != tt.want {
+			t.Errorf("HostScope(%s): got %q, want %q", tt.url, got, tt.want)
+		}
+	}
+}
+
+// Concurrent first calls to a scope create its budget once, so that a
+// factory that keeps its budgets sees the one in use.
+func TestNewBudgetCalledOncePerScope(t *testing.T) {
+	var created atomic.Int32
+	tr := &Transport{NewBudget: func(string) (Budget, error) {
+		created.Add(1)
+		return NewRatioBudget(RatioBudgetConfig{})
+	}}
+	tr.setup()
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
+	var wg sync.WaitGroup
+	got := make([]Budget, 64)
+	for i := range got {
+		wg.Go(func() {
+			b, err := tr.budget(req, func() string { return HostScope(req) })
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = b
+		})
+	}
+	wg.Wait()
+	if n := created.Load(); n != 1 {
+		t.Errorf("NewBudget calls: got %d, want 1", n)
+	}
+	for i := range got {
+		if got[i] != got[0] {
+			t.Fatalf("caller %d got another budget than caller 0", i)
+		}
+	}
+}
+
+// The map of per-scope budgets stays within MaxScopes.
+func TestBudgetScopesBounded(t *testing.T) {
+	tr := &Transport{MaxScopes: 4}
+	tr.setup()
+	for i := range 20 {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://h%d.test/", i), nil)
+		if _, err := tr.budget(req, func() string { return HostScope(req) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(tr.budgets.m); n > 4 {
+		t.Errorf("budgets kept: got %d, want at most 4", n)
+	}
+}
