@@ -52,7 +52,8 @@ const (
 	// ldEndlessBody applies the effect and sends a chunked body that ends
 	// only when the client goes away (bounded by ldEndlessCap bytes).
 	ldEndlessBody ldFault = "endless-body"
-	// ldRetryAfter503 answers 503 with Retry-After: no effect.
+	// ldRetryAfter503 reads the body and answers 503 with Retry-After: no
+	// effect.
 	ldRetryAfter503 ldFault = "503"
 	// ldTruncated applies the effect and sends a response whose
 	// Content-Length promises more than is sent, then closes.
@@ -71,6 +72,9 @@ const (
 	// ldEndlessCap bounds what an endless body writes, should a client
 	// read it for ever.
 	ldEndlessCap = 256 << 20
+	// ldEndlessSendBuffer is the socket send buffer of a connection that
+	// carries an endless body.
+	ldEndlessSendBuffer = 32 << 10
 	// ldIdleCloseAfter is how long after its answer ldIdleClose closes the
 	// connection.
 	ldIdleCloseAfter = 10 * time.Millisecond
@@ -178,8 +182,8 @@ func (s *ldFaultServer) arrivalsOf(call string) int {
 	return s.arrivals[call]
 }
 
-// endlessOf returns the bytes the endless body of call managed to write,
-// and whether its writer has returned.
+// endlessOf returns the bytes the endless body of call managed to write
+// and whether its writer has returned (the count is known only then).
 func (s *ldFaultServer) endlessOf(call string) (written int64, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -254,7 +258,9 @@ func (s *ldFaultServer) serve(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.Copy(io.Discard, r.Body); err != nil {
 		return // the client went away mid-body: nothing applies
 	}
-	s.apply(r)
+	if fault != ldRetryAfter503 { // a 503 says the request was not acted on
+		s.apply(r)
+	}
 	switch fault {
 	case ldResetAfterBody:
 		ldHijack(w, resetConn)
@@ -328,16 +334,24 @@ func (s *ldFaultServer) writeEndless(w http.ResponseWriter, r *http.Request) {
 	if status == 0 {
 		status = http.StatusOK
 	}
+	var written int64
 	defer func() {
 		s.mu.Lock()
+		s.endless[call] += written
 		s.ended[call] = true
 		s.mu.Unlock()
 	}()
+	// A small send buffer keeps what the kernel holds for a client that
+	// has stopped reading small, so that the count says what the client
+	// took, and endless bodies cost little.
+	if c, ok := r.Context().Value(ldConnKey{}).(*net.TCPConn); ok {
+		_ = c.SetWriteBuffer(ldEndlessSendBuffer)
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(status)
-	chunk := make([]byte, 4<<10)
+	chunk := make([]byte, 32<<10)
 	f := w.(http.Flusher)
-	for total := 0; total < ldEndlessCap; total += len(chunk) {
+	for written < ldEndlessCap {
 		select {
 		case <-s.closing:
 			return
@@ -352,9 +366,7 @@ func (s *ldFaultServer) writeEndless(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return
 		}
-		s.mu.Lock()
-		s.endless[call] += int64(len(chunk))
-		s.mu.Unlock()
+		written += int64(len(chunk))
 	}
 }
 
