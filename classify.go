@@ -38,7 +38,8 @@ type Classifier func(resp *http.Response, err error) Class
 //
 // Retryable: the statuses 408, 425, 429, 500, 502, 503 and 504; and
 // transient transport errors: connection refused, reset or aborted, a
-// broken pipe, EOF, timeouts (net.Error.Timeout), an unreachable host or
+// broken pipe, EOF (net/http's "server closed idle connection" included),
+// timeouts (net.Error.Timeout), an unreachable host or
 // network, a temporary DNS failure.
 //
 // Final: every other status, a cancellation, certificate and TLS verification failures, a host that does not exist,
@@ -92,11 +93,35 @@ func transientError(err error) bool {
 			return true
 		}
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || serverClosedIdle(err) {
 		return true
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// errServerClosedIdleText is the text of net/http's errServerClosedIdle:
+// the server's EOF on a reused connection, read before any response. It is
+// an EOF like any other, but net/http renames it without wrapping io.EOF and
+// does not export it, and returns it (rather than re-sending) for requests
+// it does not judge replayable, a PUT or a DELETE among them.
+const errServerClosedIdleText = "http: server closed idle connection"
+
+// serverClosedIdle reports whether err, or an error it wraps, is net/http's
+// errServerClosedIdle. Its whole text is the only evidence there is; this is
+// the one error recognised by its text.
+func serverClosedIdle(err error) bool {
+	for err != nil {
+		if err.Error() == errServerClosedIdleText {
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
 }
 
 var transientErrnos = [...]error{

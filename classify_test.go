@@ -56,6 +56,8 @@ func TestDefaultClassifyErrors(t *testing.T) {
 		{"io.EOF", io.EOF, ClassRetryable},
 		{"wrapped io.EOF", fmt.Errorf("reading: %w", io.EOF), ClassRetryable},
 		{"io.ErrUnexpectedEOF", io.ErrUnexpectedEOF, ClassRetryable},
+		{"net/http's server closed idle connection", errors.New("http: server closed idle connection"), ClassRetryable},
+		{"wrapped server closed idle connection", &url.Error{Op: "Put", URL: "http://x/", Err: errors.New("http: server closed idle connection")}, ClassRetryable},
 		{"net.Error with Timeout", &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}}, ClassRetryable},
 		{"attempt timeout over context.Canceled", &attemptTimeoutError{err: context.Canceled}, ClassRetryable},
 		{"x509.UnknownAuthorityError", &url.Error{Op: "Get", URL: "https://x/", Err: x509.UnknownAuthorityError{}}, ClassFinal},

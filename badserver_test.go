@@ -1,0 +1,165 @@
+package retryfuse
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+)
+
+// Servers that misbehave on real loopback sockets, through the fault
+// server: the transport's bounds must hold against them.
+
+// ldCountingBase is a base RoundTripper that counts, per attempt, the
+// bytes read from each response body it hands up.
+type ldCountingBase struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	read []*atomic.Int64 // one per response, in order
+}
+
+func (b *ldCountingBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.base.RoundTrip(req)
+	if resp != nil && resp.Body != nil {
+		n := new(atomic.Int64)
+		b.mu.Lock()
+		b.read = append(b.read, n)
+		b.mu.Unlock()
+		resp.Body = &ldCountingBody{ReadCloser: resp.Body, n: n}
+	}
+	return resp, err
+}
+
+func (b *ldCountingBase) CloseIdleConnections() {
+	b.base.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+}
+
+func (b *ldCountingBase) bytesRead() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]int64, len(b.read))
+	for i, n := range b.read {
+		out[i] = n.Load()
+	}
+	return out
+}
+
+type ldCountingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *ldCountingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// A 503 whose body never ends is set aside for a retry: the transport
+// reads at most MaxDrainBytes of it (one byte more, to see an end), closes
+// its connection, and the retry completes. The server's writer stops once
+// the connection is gone, having written no more than the drained bytes
+// plus what the sockets buffer.
+func TestLdEndlessBodyOnDiscardedAttemptReadOnlyToMaxDrainBytes(t *testing.T) {
+	const maxDrain = 1 << 10
+	srv := ldNewFaultServer(t, 3*time.Second)
+	base := &ldCountingBase{base: cleanhttp.DefaultPooledTransport()}
+	tr := newTransport(t, nil, &Transport{Base: base, MaxDrainBytes: maxDrain, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	req, err := ldCall{name: "endless", method: http.MethodGet, fault: ldEndlessBody, times: 1, status: http.StatusServiceUnavailable}.request(testCtx(t), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	resp, body, err := do(tr, req)
+	if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ok" {
+		t.Fatalf("Do: got %v, %q, %v; want 200 ok", resp, body, err)
+	}
+	if d := time.Since(began); d > 2*time.Second {
+		t.Errorf("call took %v, want well under 2s", d)
+	}
+	read := base.bytesRead()
+	if len(read) != 2 {
+		t.Fatalf("responses from the base: got %d, want 2", len(read))
+	}
+	if read[0] > maxDrain+1 {
+		t.Errorf("bytes read from the discarded endless body: got %d, want at most %d (MaxDrainBytes+1)", read[0], maxDrain+1)
+	}
+	// The writer ends once the client has closed the connection; what it
+	// managed to write is the drained bytes plus the sockets' buffers
+	// (the send buffer is small; the receive buffer a few hundred KiB).
+	var written int64
+	if !ldPoll(ldSettle, func() bool {
+		var ended bool
+		written, ended = srv.endlessOf("endless")
+		return ended
+	}) {
+		t.Fatalf("the endless body's writer did not stop within %v of the call's end", ldSettle)
+	}
+	if bound := int64(1 << 20); written > bound {
+		t.Errorf("bytes the endless body managed to write: got %d, want at most %d", written, bound)
+	}
+	t.Logf("the server wrote %d bytes of the endless body; the transport read %d", written, read[0])
+}
+
+// A Retry-After far beyond any cap (a date in the year 9999) neither
+// overflows nor waits: the 503 comes back at once, reported as
+// ErrRetryAfterTooLong.
+func TestLdRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
+	srv := ldNewFaultServer(t, 3*time.Second)
+	var log hookLog
+	tr := newTransport(t, nil, &Transport{Hooks: log.hooks()})
+	req, err := ldCall{name: "year9999", method: http.MethodGet, fault: ldRetryAfter503, retryAfter: "Fri, 31 Dec 9999 23:59:59 GMT"}.request(testCtx(t), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	resp, _, err := do(tr, req)
+	elapsed := time.Since(began)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("Do: got %v, %v; want the 503", resp, err)
+	}
+	if elapsed > time.Second {
+		t.Errorf("call took %v, want the 503 at once", elapsed)
+	}
+	if got := srv.arrivalsOf("year9999"); got != 1 {
+		t.Errorf("attempts that reached the server: got %d, want 1", got)
+	}
+	if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], ErrRetryAfterTooLong) {
+		t.Errorf("GiveUp reasons: got %v, want [ErrRetryAfterTooLong]", got)
+	}
+}
+
+// Response headers that never arrive are cut by AttemptTimeout on each
+// attempt; the call ends in about MaxAttempts·AttemptTimeout, not at the
+// server's leisure.
+func TestLdHeadersThatNeverArriveAreCutByAttemptTimeout(t *testing.T) {
+	const (
+		attemptTimeout = 100 * time.Millisecond
+		attempts       = 2
+		backoff        = time.Millisecond
+		margin         = 500 * time.Millisecond
+	)
+	srv := ldNewFaultServer(t, 3*time.Second) // the headers would come after 3s
+	tr := newTransport(t, nil, &Transport{MaxAttempts: attempts, AttemptTimeout: attemptTimeout, InitialBackoff: backoff, MaxBackoff: backoff})
+	req, err := ldCall{name: "noheaders", method: http.MethodGet, fault: ldSlowHeaders, delay: "1h"}.request(testCtx(t), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, _, err = do(tr, req)
+	elapsed := time.Since(began)
+	if !errors.Is(err, ErrAttemptTimeout) || !errors.Is(err, ErrAttemptsExhausted) {
+		t.Errorf("Do error: got %v, want ErrAttemptsExhausted after ErrAttemptTimeout", err)
+	}
+	if lo, hi := attempts*attemptTimeout, attempts*(attemptTimeout+backoff)+margin; elapsed < lo || elapsed > hi {
+		t.Errorf("call took %v, want between %v and %v", elapsed, lo, hi)
+	}
+	if got := srv.arrivalsOf("noheaders"); got != attempts {
+		t.Errorf("attempts that reached the server: got %d, want %d", got, attempts)
+	}
+}

@@ -1,0 +1,338 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The load test sends many concurrent calls through one Transport, with a
+// shared RatioBudget and a Breaker, against the fault server, on real
+// loopback sockets and the real clock. The default run makes ldSmallCalls
+// calls; RETRYFUSE_LOAD=1 (without -short) makes ldFullCalls.
+
+const (
+	ldSmallCalls = 200
+	ldFullCalls  = 1000
+
+	// ldCallDeadline is each call's deadline; a call must return within it
+	// plus ldCallMargin.
+	ldCallDeadline = 2 * time.Second
+	ldCallMargin   = 500 * time.Millisecond
+
+	// ldSettle bounds the polls for connections and goroutines to go.
+	ldSettle = 5 * time.Second
+)
+
+func TestLoadMixedFaults(t *testing.T) {
+	n := ldSmallCalls
+	if os.Getenv("RETRYFUSE_LOAD") == "1" && !testing.Short() {
+		n = ldFullCalls
+	}
+	ldRunLoad(t, n)
+}
+
+// ldResult is what one call of the load test returned.
+type ldResult struct {
+	call    ldCall
+	dur     time.Duration // from before Do to the body closed
+	status  int           // 0 without a response
+	err     error         // Do's error
+	bodyErr error         // the error reading the body, if any
+}
+
+// ldMix returns n calls, the same for the same n: GET, PUT and keyed POST in
+// turn (each POST with a key of its own), 40% healthy and the rest spread
+// over every fault, meeting between one and all three attempts.
+func ldMix(n int) []ldCall {
+	rng := rand.New(rand.NewPCG(20260101, uint64(n)))
+	calls := make([]ldCall, n)
+	for i := range calls {
+		lc := ldCall{name: fmt.Sprintf("c%d", i)}
+		switch i % 3 {
+		case 0:
+			lc.method = http.MethodGet
+		case 1:
+			lc.method = http.MethodPut
+		default:
+			lc.method = http.MethodPost
+			lc.key = fmt.Sprintf("ld-key-%d", i)
+		}
+		if rng.IntN(10) >= 4 {
+			lc.fault = ldFaults[1+rng.IntN(len(ldFaults)-1)]
+			lc.times = 1 + rng.IntN(3)
+		}
+		switch lc.fault {
+		case ldSlowHeaders:
+			lc.delay = []string{"20ms", "400ms"}[rng.IntN(2)] // under and over AttemptTimeout
+		case ldRetryAfter503:
+			lc.retryAfter = []string{"0", "0", "1"}[rng.IntN(3)]
+		}
+		calls[i] = lc
+	}
+	return calls
+}
+
+// ldDo makes one call with its own deadline and reads at most 64 KiB of the
+// body before closing it.
+func ldDo(ctx context.Context, client *http.Client, base string, lc ldCall) (res ldResult) {
+	res.call = lc
+	ctx, cancel := context.WithTimeout(ctx, ldCallDeadline)
+	defer cancel()
+	began := time.Now()
+	defer func() { res.dur = time.Since(began) }()
+	req, err := lc.request(ctx, base)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	res.status = resp.StatusCode
+	_, res.bodyErr = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return res
+}
+
+func ldRunLoad(t *testing.T, n int) {
+	hardBound := 20*time.Second + time.Duration(n)*10*time.Millisecond
+	baseline := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), hardBound)
+	defer cancel()
+
+	srv := ldNewFaultServer(t, 3*time.Second)
+	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	breaker, err := NewBreaker(BreakerSettings{FailureThreshold: 10, MinObservations: 20, OpenTimeout: 50 * time.Millisecond, MaxProbes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		retries   atomic.Int64
+		mu        sync.Mutex
+		giveUps   = map[string]int{}
+		budgetOut int
+		opened    atomic.Int64
+	)
+	tr := &Transport{
+		MaxAttempts:    3,
+		InitialBackoff: 5 * time.Millisecond,
+		MaxBackoff:     50 * time.Millisecond,
+		AttemptTimeout: 200 * time.Millisecond,
+		MaxRetryAfter:  time.Second,
+		Budget:         budget,
+		Breaker:        breaker,
+		Hooks: Hooks{
+			Retry: func(RetryInfo) { retries.Add(1) },
+			GiveUp: func(g GiveUpInfo) {
+				mu.Lock()
+				defer mu.Unlock()
+				giveUps[ldReasonName(g.Reason)]++
+				if errors.Is(g.Reason, ErrBudgetExhausted) {
+					budgetOut++
+				}
+			},
+			BreakerChange: func(c BreakerChangeInfo) {
+				if c.To == BreakerOpen {
+					opened.Add(1)
+				}
+			},
+		},
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	before := budget.Snapshot()
+
+	calls := ldMix(n)
+	results := make([]ldResult, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, lc := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i] = ldDo(ctx, client, srv.URL, lc)
+		}()
+	}
+	began := time.Now()
+	close(start)
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	select { // the watchdog
+	case <-finished:
+	case <-ctx.Done():
+		t.Fatalf("%d calls not done within %v: deadlock? goroutines:\n%s", n, hardBound, ldGoroutines())
+	}
+	elapsed := time.Since(began)
+	after := budget.Snapshot()
+
+	// Every call returned within its deadline and the margin.
+	durs := make([]time.Duration, n)
+	late := 0
+	for i, r := range results {
+		durs[i] = r.dur
+		if r.dur > ldCallDeadline+ldCallMargin {
+			late++
+			if late <= 10 {
+				t.Errorf("call %s (%s, fault %q ×%d): took %v, want at most %v", r.call.name, r.call.method, r.call.fault, r.call.times, r.dur, ldCallDeadline+ldCallMargin)
+			}
+		}
+	}
+	slices.Sort(durs)
+
+	// No keyed POST took effect twice; one that took effect was never
+	// reported as a definite failure.
+	effects := srv.effectsPerKey()
+	for _, r := range results {
+		if r.call.key == "" {
+			continue
+		}
+		got := effects[r.call.key]
+		if got > 1 {
+			t.Errorf("key %s (fault %q ×%d): applied %d times, want at most 1", r.call.key, r.call.fault, r.call.times, got)
+		}
+		var rec *ReconcileRequiredError
+		if got == 1 && r.err != nil && !errors.As(r.err, &rec) {
+			t.Errorf("key %s (fault %q ×%d) took effect, but the call returned %v; want a response or a *ReconcileRequiredError", r.call.key, r.call.fault, r.call.times, r.err)
+		}
+	}
+
+	// The budget's accounts add up.
+	if got := after.Requests - before.Requests; got != uint64(n) {
+		t.Errorf("budget requests recorded: got %d, want %d (the calls made)", got, n)
+	}
+	if got, want := after.Retries-before.Retries, uint64(retries.Load()); got != want {
+		t.Errorf("budget retries granted: got %d, want %d (Retry hooks)", got, want)
+	}
+	mu.Lock()
+	refusedSeen := budgetOut
+	mu.Unlock()
+	if got := after.Refused - before.Refused; got != uint64(refusedSeen) {
+		t.Errorf("budget retries refused: got %d, want %d (GiveUp with ErrBudgetExhausted)", got, refusedSeen)
+	}
+
+	// Connections and goroutines go once the calls are done.
+	tr.CloseIdleConnections()
+	if !ldPoll(ldSettle, func() bool { return srv.openConns() == 0 }) {
+		t.Errorf("open connections on the server after CloseIdleConnections: got %d, want 0", srv.openConns())
+	}
+	srv.Close()
+	if !ldPoll(ldSettle, func() bool { return runtime.NumGoroutine() <= baseline }) {
+		t.Errorf("goroutines: got %d, want at most %d (before the test); goroutines:\n%s", runtime.NumGoroutine(), baseline, ldGoroutines())
+	}
+
+	t.Logf("%d calls in %v; call duration p50 %v, p99 %v, max %v", n, elapsed.Round(time.Millisecond),
+		ldPercentile(durs, 50), ldPercentile(durs, 99), durs[n-1])
+	t.Logf("connections accepted %d; budget %+v; retries %d; breaker opened %d times", srv.accepted.Load(), after, retries.Load(), opened.Load())
+	t.Logf("faults injected %v", srv.injectedCounts())
+	mu.Lock()
+	t.Logf("give-ups %v", giveUps)
+	mu.Unlock()
+	t.Logf("outcomes %s", ldOutcomes(results))
+}
+
+// ldReasonName names a GiveUp reason for the tally: the sentinel it
+// matches.
+func ldReasonName(err error) string {
+	for _, s := range []error{ErrAttemptsExhausted, ErrBudgetExhausted, ErrCircuitOpen, ErrNotRepeatable,
+		ErrFailureThreshold, ErrCostBudget, ErrRetryAfterTooLong, ErrDeadline, ErrFinal,
+		context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, s) {
+			return strings.TrimPrefix(s.Error(), "retryfuse: ")
+		}
+	}
+	return fmt.Sprintf("%T", err)
+}
+
+// ldOutcomes tallies results by method and how they ended.
+func ldOutcomes(results []ldResult) string {
+	m := map[string]int{}
+	for _, r := range results {
+		var k string
+		var rec *ReconcileRequiredError
+		var open *CircuitOpenError
+		var re *RetryError
+		switch {
+		case r.err == nil && r.bodyErr != nil:
+			k = fmt.Sprintf("%d+body-error", r.status)
+		case r.err == nil:
+			k = fmt.Sprint(r.status)
+		case errors.As(r.err, &rec):
+			k = "reconcile"
+		case errors.As(r.err, &open):
+			k = "circuit-open"
+		case errors.As(r.err, &re):
+			k = "retry-error:" + ldReasonName(re.Reason)
+		case errors.Is(r.err, context.DeadlineExceeded):
+			k = "deadline"
+		default:
+			k = fmt.Sprintf("other-error %T", r.err)
+			var ue *url.Error
+			if errors.As(r.err, &ue) {
+				k = fmt.Sprintf("other-error %T", ue.Err)
+			}
+		}
+		m[r.call.method+" "+k]++
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\n\t%-50s %d", k, m[k])
+	}
+	return b.String()
+}
+
+// ldPoll calls cond until it holds or bound passes.
+func ldPoll(bound time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(bound)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond) // a bounded wait on real sockets
+	}
+}
+
+// ldGoroutines dumps every goroutine's stack.
+func ldGoroutines() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+// ldPercentile returns the p-th percentile of sorted durations.
+func ldPercentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(0, min(len(sorted)-1, i-1))]
+}
