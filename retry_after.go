@@ -84,6 +84,18 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 	return secs, true, true
 }
 
+// retryAfterDelay is the wait before a retry the server asked to delay by
+// ra, given a jitter drawn from the backoff and the cap limit (ra at most
+// limit): never earlier than asked, the jitter above it spreading clients
+// that were given the same value, never past the cap. The sum saturates at
+// limit rather than wrapping to a negative wait.
+func retryAfterDelay(ra, jitter, limit time.Duration) time.Duration {
+	if jitter > limit-ra {
+		return limit
+	}
+	return ra + jitter
+}
+
 // retryAfter returns the server's Retry-After of resp, if present and valid.
 func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if resp == nil {
