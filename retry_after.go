@@ -47,7 +47,7 @@ func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 
 // parseDelaySeconds reads s as delay-seconds. isNum reports whether s looks
 // like a number at all (digits, optionally signed); valid reports whether it
-// is a usable non-negative value. Surrounding spaces are tolerated.
+// is delay-seconds: digits only, no sign. Surrounding spaces are tolerated.
 func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
 		s = s[1:]
@@ -58,13 +58,8 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 	if s == "" {
 		return 0, false, false
 	}
-	neg := false
 	if s[0] == '-' || s[0] == '+' {
-		neg = s[0] == '-'
-		s = s[1:]
-		if s == "" {
-			return 0, true, false
-		}
+		return 0, true, false // delay-seconds is digits only (RFC 9110 §10.2.3)
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -74,9 +69,6 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 		if secs < maxRetryAfterSeconds {
 			secs = secs*10 + int64(c-'0')
 		}
-	}
-	if neg {
-		return 0, true, false
 	}
 	if secs > maxRetryAfterSeconds {
 		secs = maxRetryAfterSeconds
