@@ -142,9 +142,7 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 			resp, err = c.stop(ErrRetryAfterTooLong, Verdict{})
 			return resp, err, false
 		}
-		// Never earlier than asked; the jitter above it spreads clients
-		// that were given the same value. Never past the cap.
-		d, src = min(ra+d, p.maxRetryAfter), DelayRetryAfter
+		d, src = retryAfterDelay(ra, d, p.maxRetryAfter), DelayRetryAfter
 		if hasDeadline && d >= remaining {
 			d = ra
 		}

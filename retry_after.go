@@ -58,13 +58,8 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 	if s == "" {
 		return 0, false, false
 	}
-	// delay-seconds is 1*DIGIT: a sign makes the value malformed.
-	signed := s[0] == '-' || s[0] == '+'
-	if signed {
-		s = s[1:]
-		if s == "" {
-			return 0, true, false
-		}
+	if s[0] == '-' || s[0] == '+' {
+		return 0, true, false // delay-seconds is digits only (RFC 9110 §10.2.3)
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -75,13 +70,22 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 			secs = secs*10 + int64(c-'0')
 		}
 	}
-	if signed {
-		return 0, true, false
-	}
 	if secs > maxRetryAfterSeconds {
 		secs = maxRetryAfterSeconds
 	}
 	return secs, true, true
+}
+
+// retryAfterDelay is the wait before a retry the server asked to delay by
+// ra, given a jitter drawn from the backoff and the cap limit (ra at most
+// limit): never earlier than asked, the jitter above it spreading clients
+// that were given the same value, never past the cap. The sum saturates at
+// limit rather than wrapping to a negative wait.
+func retryAfterDelay(ra, jitter, limit time.Duration) time.Duration {
+	if jitter > limit-ra {
+		return limit
+	}
+	return ra + jitter
 }
 
 // retryAfter returns the server's Retry-After of resp, if present and valid.

@@ -24,6 +24,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"+5", 0, false}, // delay-seconds is digits only
 		{"-0", 0, false},
 		{"-", 0, false},
+		{"+5", 0, false},
 		{"1.5", 0, false},
 		{"5s", 0, false},
 		{"soon", 0, false},

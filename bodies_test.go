@@ -1,0 +1,224 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// hzRespBodies is a base that wraps every response body in one that
+// records its Close, so that a test sees each body the transport was
+// handed — the discarded ones and the one it returns.
+type hzRespBodies struct {
+	rt  *http.Transport
+	mu  sync.Mutex
+	all []*hzRespBody
+}
+
+type hzRespBody struct {
+	io.ReadCloser
+	resp   *http.Response
+	closed atomic.Bool
+}
+
+func (b *hzRespBody) Close() error {
+	b.closed.Store(true)
+	return b.ReadCloser.Close()
+}
+
+func (c *hzRespBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(r)
+	if resp != nil {
+		b := &hzRespBody{ReadCloser: resp.Body, resp: resp}
+		resp.Body = b
+		c.mu.Lock()
+		c.all = append(c.all, b)
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (c *hzRespBodies) CloseIdleConnections() { c.rt.CloseIdleConnections() }
+
+// open returns the bodies not closed yet, and how many there are in all.
+func (c *hzRespBodies) open() (open []*hzRespBody, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.all {
+		if !b.closed.Load() {
+			open = append(open, b)
+		}
+	}
+	return open, len(c.all)
+}
+
+// hzRefusingBudget refuses every retry.
+type hzRefusingBudget struct{}
+
+func (hzRefusingBudget) RecordRequest(context.Context)            {}
+func (hzRefusingBudget) AllowRetry(context.Context) (bool, error) { return false, nil }
+
+// hzPanickingHooks panic in every hook.
+func hzPanickingHooks() Hooks {
+	return Hooks{
+		AttemptStart:  func(AttemptStartInfo) { panic("AttemptStart") },
+		AttemptDone:   func(AttemptDoneInfo) { panic("AttemptDone") },
+		Decision:      func(DecisionInfo) { panic("Decision") },
+		Retry:         func(RetryInfo) { panic("Retry") },
+		Reconcile:     func(ReconcileInfo) { panic("Reconcile") },
+		GiveUp:        func(GiveUpInfo) { panic("GiveUp") },
+		HiddenResend:  func(HiddenResendInfo) { panic("HiddenResend") },
+		BreakerChange: func(BreakerChangeInfo) { panic("BreakerChange") },
+	}
+}
+
+// hzOpenBreaker returns a breaker whose scope "dep" is open.
+func hzOpenBreaker(t *testing.T) *Breaker {
+	t.Helper()
+	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	if err != nil {
+		t.Fatalf("NewBreaker: %v", err)
+	}
+	ticket, _, err := b.Allow("dep")
+	if err != nil {
+		t.Fatalf("Allow: %v", err)
+	}
+	ticket.Done(ObserveFailure, errors.New("down"))
+	if got := b.State("dep"); got != BreakerOpen {
+		t.Fatalf("breaker state: got %v, want open", got)
+	}
+	return b
+}
+
+// On every path, RoundTrip closes the request body and every copy GetBody
+// made, and every response body it discards; the response it returns is
+// the only one whose body is left open — readable, whole — for the caller.
+// transport_request_test.go covers the request bodies of the paths it
+// lists; this adds the response bodies and the paths it leaves out.
+func TestBodiesClosedOnEveryPath(t *testing.T) {
+	dep := func(*http.Request) string { return "dep" }
+	tests := []struct {
+		name     string
+		handler  func(int, http.ResponseWriter, *http.Request)
+		tr       func(t *testing.T) *Transport
+		key      string
+		cancelIn bool // cancel the caller's context during the first wait
+		wantErr  error
+		status   int  // the response returned, 0 for none
+		wantLive bool // the returned response is the base's own, body unread
+		wantN    int  // requests seen by the server
+	}{
+		{name: "success", handler: failThenOK(0), key: "k1", status: 200, wantLive: true, wantN: 1},
+		{name: "success with attempt timeout", handler: failThenOK(0), key: "k1", status: 200, wantLive: true, wantN: 1,
+			tr: func(*testing.T) *Transport { return &Transport{AttemptTimeout: time.Minute} }},
+		{name: "retry", handler: failThenOK(2), key: "k1", status: 200, wantLive: true, wantN: 3},
+		{name: "reconcile", handler: stallUntilGone, key: "k1", wantErr: ErrReconcileRequired, wantN: 1,
+			tr: func(*testing.T) *Transport { return &Transport{AttemptTimeout: shortTimeout} }},
+		{name: "brake rule 5: POST without key", handler: failThenOK(1), status: 503, wantLive: true, wantN: 1},
+		{name: "brake rule 6: failure threshold", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 2,
+			tr: func(*testing.T) *Transport { return &Transport{MaxAttempts: 5, FailureThreshold: 2} }},
+		{name: "attempts exhausted", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 3},
+		{name: "budget refusal", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 1,
+			tr: func(*testing.T) *Transport { return &Transport{Budget: hzRefusingBudget{}} }},
+		{name: "Retry-After over the cap", key: "k1", status: 503, wantLive: true, wantN: 1,
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Retry-After", "3600")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, "try later")
+			}},
+		{name: "cancellation mid-wait", handler: failThenOK(9), key: "k1", cancelIn: true, wantErr: context.Canceled, wantN: 1},
+		{name: "panicking hooks", handler: failThenOK(1), key: "k1", status: 200, wantLive: true, wantN: 2,
+			tr: func(*testing.T) *Transport { return &Transport{Hooks: hzPanickingHooks()} }},
+		{name: "breaker opens mid-call", handler: failThenOK(9), key: "k1", status: 503, wantN: 1,
+			tr: func(t *testing.T) *Transport {
+				b, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+				if err != nil {
+					t.Fatalf("NewBreaker: %v", err)
+				}
+				return &Transport{Breaker: b, Scope: dep}
+			}},
+		{name: "breaker open before the call", handler: failThenOK(0), key: "k1", wantErr: ErrCircuitOpen, wantN: 0,
+			tr: func(t *testing.T) *Transport { return &Transport{Breaker: hzOpenBreaker(t), Scope: dep} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newTestServer(t, tt.handler)
+			tr := &Transport{}
+			if tt.tr != nil {
+				tr = tt.tr(t)
+			}
+			base := &hzRespBodies{rt: &http.Transport{}}
+			tr.Base = base
+			clk := newFakeClock()
+			newTransport(t, clk, tr)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.cancelIn {
+				clk.onSleep = func(time.Duration) { cancel() }
+			}
+			req := newRequest(t, ctx, http.MethodPost, srv.URL+"/orders", "")
+			bs := &bodies{content: `{"amount":10}`}
+			bs.attach(req, true)
+			if tt.key != "" {
+				req.Header.Set(HeaderIdempotencyKey, tt.key)
+			}
+
+			resp, err := tr.RoundTrip(req)
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Fatalf("RoundTrip: got error %v, want nil", err)
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
+				t.Fatalf("RoundTrip: got error %v, want one matching %v", err, tt.wantErr)
+			case tt.status == 0 && resp != nil:
+				t.Fatalf("RoundTrip: got a response %d, want none", resp.StatusCode)
+			case tt.status != 0 && (resp == nil || resp.StatusCode != tt.status):
+				t.Fatalf("RoundTrip: got %v, want a response %d", resp, tt.status)
+			}
+			if got := srv.count(); got != tt.wantN {
+				t.Errorf("requests seen by the server: got %d, want %d", got, tt.wantN)
+			}
+			if n, total := bs.unclosed(); n != 0 {
+				t.Errorf("request bodies: %d of %d left unclosed, want none", n, total)
+			}
+
+			open, total := base.open()
+			wantResps := tt.wantN
+			if errors.Is(tt.wantErr, ErrReconcileRequired) {
+				wantResps = 0 // the one request never got its response
+			}
+			if total != wantResps {
+				t.Errorf("responses from the base: got %d, want %d", total, wantResps)
+			}
+			for _, b := range open {
+				if resp == nil || b.resp != resp {
+					t.Errorf("a discarded response body (status %d) was left open", b.resp.StatusCode)
+				}
+			}
+			switch {
+			case tt.wantLive && len(open) != 1:
+				t.Errorf("open response bodies: got %d, want 1 (the returned response's)", len(open))
+			case !tt.wantLive && len(open) != 0:
+				t.Errorf("open response bodies: got %d, want none (a set-aside response is read and closed)", len(open))
+			}
+			if resp == nil {
+				return
+			}
+			body, rerr := io.ReadAll(resp.Body)
+			want := map[int]string{200: "done", 503: "try later"}[resp.StatusCode]
+			if rerr != nil || string(body) != want {
+				t.Errorf("returned body: got %q, %v; want %q", body, rerr, want)
+			}
+			if err := resp.Body.Close(); err != nil {
+				t.Errorf("closing the returned body: %v", err)
+			}
+			if open, _ := base.open(); len(open) != 0 {
+				t.Errorf("after the caller closed the returned body: %d response bodies still open, want none", len(open))
+			}
+		})
+	}
+}

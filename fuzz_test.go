@@ -1,0 +1,468 @@
+package retryfuse
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// hzCentury is the longest delay ParseRetryAfter returns.
+const hzCentury = maxRetryAfterSeconds * time.Second
+
+// FuzzParseRetryAfter checks, for any value and any now: the delay is never
+// negative nor above a hundred years; ok is true only for delay-seconds
+// (digits, surrounding blanks allowed) or an HTTP-date net/http parses, and
+// the delay is zero when ok is false; delay-seconds gives exactly that many
+// seconds (clamped to the century); a date gives the time until it (zero
+// once past); and the wait built from it (retryAfterDelay) stays within
+// [Retry-After, cap] — min(ra+jitter, cap), never negative, never wrapped.
+func FuzzParseRetryAfter(f *testing.F) {
+	now := time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC).Unix()
+	f.Add("120", now, int64(0), uint32(5), int64(time.Second), int64(30*time.Second))
+	f.Add("Fri, 14 Mar 2025 12:01:30 GMT", now, int64(0), uint32(0), int64(0), int64(time.Minute))
+	f.Add("99999999999999999999", int64(0), int64(0), uint32(math.MaxUint32), int64(math.MaxInt64), int64(math.MaxInt64))
+	f.Add("-5", now, int64(999999999), uint32(1), int64(-1), int64(-1))
+	f.Add("+5", now, int64(0), uint32(7), int64(1), int64(time.Hour))
+	f.Fuzz(func(t *testing.T, value string, sec, nsec int64, small uint32, jitter, limit int64) {
+		now := time.Unix(sec, nsec)
+		d, ok := ParseRetryAfter(value, now)
+		d2, ok2 := ParseRetryAfter(value, now)
+		if d != d2 || ok != ok2 {
+			t.Fatalf("ParseRetryAfter(%q) gave %v, %v then %v, %v", value, d, ok, d2, ok2)
+		}
+		if d < 0 || d > hzCentury {
+			t.Fatalf("ParseRetryAfter(%q, %v) = %v, want within [0, %v]", value, now, d, hzCentury)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("ParseRetryAfter(%q) = %v, false; want 0 with ok false", value, d)
+		}
+
+		trimmed := strings.Trim(value, " \t")
+		date, dateErr := http.ParseTime(value)
+		switch {
+		case hzAllDigits(trimmed):
+			if !ok {
+				t.Fatalf("ParseRetryAfter(%q): got ok false for delay-seconds", value)
+			}
+			want := hzCentury
+			if n, err := strconv.ParseInt(trimmed, 10, 64); err == nil && n <= maxRetryAfterSeconds {
+				want = time.Duration(n) * time.Second
+			}
+			if d != want {
+				t.Fatalf("ParseRetryAfter(%q) = %v, want %v", value, d, want)
+			}
+		case dateErr == nil:
+			if !ok {
+				t.Fatalf("ParseRetryAfter(%q): got ok false for an HTTP-date", value)
+			}
+			if (d > 0) != date.After(now) {
+				t.Fatalf("ParseRetryAfter(%q, %v) = %v; want a positive delay exactly when the date is ahead", value, now, d)
+			}
+			if d > 0 && d < hzCentury && !now.Add(d).Equal(date) {
+				t.Fatalf("ParseRetryAfter(%q, %v) = %v, which does not lead to %v", value, now, d, date)
+			}
+		case ok:
+			t.Fatalf("ParseRetryAfter(%q) = %v, true; want ok false: neither delay-seconds nor an HTTP-date", value, d)
+		}
+
+		// Delay-seconds round-trips up to the century, and is clamped there.
+		s := strconv.FormatUint(uint64(small), 10)
+		wantSmall := min(time.Duration(small)*time.Second, hzCentury)
+		if got, ok := ParseRetryAfter(s, now); !ok || got != wantSmall {
+			t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, true", s, got, ok, wantSmall)
+		}
+
+		// The capped wait: the transport only waits for a Retry-After
+		// within its cap (both non-negative), with a non-negative jitter.
+		jitter, limit = hzAbs(jitter), hzAbs(limit)
+		for _, ra := range []time.Duration{d, wantSmall} {
+			lim := time.Duration(limit)
+			if ra > lim {
+				lim = ra
+			}
+			got := retryAfterDelay(ra, time.Duration(jitter), lim)
+			sum := new(big.Int).Add(big.NewInt(int64(ra)), big.NewInt(jitter))
+			want := lim
+			if sum.Cmp(big.NewInt(int64(lim))) < 0 {
+				want = time.Duration(sum.Int64())
+			}
+			if got != want || got < ra || got > lim {
+				t.Fatalf("retryAfterDelay(%v, %v, %v) = %v, want min(ra+jitter, cap) = %v", ra, time.Duration(jitter), lim, got, want)
+			}
+		}
+	})
+}
+
+func hzAllDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// hzAbs maps v onto [0, MaxInt64].
+func hzAbs(v int64) int64 {
+	if v == math.MinInt64 {
+		return math.MaxInt64
+	}
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// FuzzValidateIdempotencyKey checks, for any string: the validator accepts
+// exactly 1 to MaxIdempotencyKeyLen bytes of visible ASCII or inner
+// spaces; an accepted key, set as a header under any form the transport
+// sends, is written by http.Header.Write as exactly one header line that
+// reads back, through textproto, as the same key; readKey agrees with the
+// validator; a refused key's error wraps ErrInvalidIdempotencyKey and is
+// one line.
+func FuzzValidateIdempotencyKey(f *testing.F) {
+	f.Add("3f2b8c4e-9a1d-4e7f-b6c5-0d8e2a1f7b93")
+	f.Add("k\r\nX-Admin: 1")
+	f.Add("order 42")
+	f.Add(" k")
+	f.Add("a\x00b\x7f")
+	f.Add(strings.Repeat("a", MaxIdempotencyKeyLen+1))
+	f.Fuzz(func(t *testing.T, key string) {
+		err := ValidateIdempotencyKey(key)
+		if want := hzValidKey(key); (err == nil) != want {
+			t.Fatalf("ValidateIdempotencyKey(%q) = %v; want valid %v", key, err, want)
+		}
+		k, rerr := readKey(http.Header{HeaderIdempotencyKey: {key}})
+		if err != nil {
+			if !errors.Is(err, ErrInvalidIdempotencyKey) {
+				t.Fatalf("ValidateIdempotencyKey(%q) = %v; want an error wrapping ErrInvalidIdempotencyKey", key, err)
+			}
+			if strings.ContainsAny(err.Error(), "\r\n") {
+				t.Fatalf("ValidateIdempotencyKey(%q): got a message of several lines: %q", key, err)
+			}
+			if key != "" && !errors.Is(rerr, ErrInvalidIdempotencyKey) {
+				t.Fatalf("readKey(%q) = %v; want an error wrapping ErrInvalidIdempotencyKey", key, rerr)
+			}
+			return
+		}
+		if rerr != nil || !k.present || k.value != key {
+			t.Fatalf("readKey(%q) = %+v, %v; want the key, present", key, k, rerr)
+		}
+		if len(key) > MaxIdempotencyKeyLen {
+			t.Fatalf("accepted a key of %d bytes", len(key))
+		}
+		for i := 0; i < len(key); i++ {
+			if c := key[i]; c < 0x20 || c == 0x7f {
+				t.Fatalf("accepted %q with control byte %#x", key, c)
+			}
+		}
+		for _, h := range []http.Header{
+			{HeaderIdempotencyKey: {key}},
+			hideKey(http.Header{HeaderIdempotencyKey: {key}}, ""),
+			hideKey(http.Header{HeaderXIdempotencyKey: {key}}, ""),
+		} {
+			var buf bytes.Buffer
+			if err := h.Write(&buf); err != nil {
+				t.Fatalf("Header.Write: %v", err)
+			}
+			if n := strings.Count(buf.String(), "\n"); n != 1 {
+				t.Fatalf("Header.Write of key %q: got %d lines %q, want 1", key, n, buf.String())
+			}
+			buf.WriteString("\r\n")
+			mh, err := textproto.NewReader(bufio.NewReader(&buf)).ReadMIMEHeader()
+			if err != nil {
+				t.Fatalf("reading back %q: %v", buf.String(), err)
+			}
+			if len(mh) != 1 {
+				t.Fatalf("reading back key %q: got fields %v, want one", key, mh)
+			}
+			for name, vs := range mh {
+				if len(vs) != 1 || vs[0] != key || !strings.EqualFold(name, HeaderIdempotencyKey) && !strings.EqualFold(name, HeaderXIdempotencyKey) {
+					t.Fatalf("reading back key %q: got %s: %q", key, name, vs)
+				}
+			}
+		}
+	})
+}
+
+// hzValidKey is the documented rule, written independently.
+func hzValidKey(key string) bool {
+	if key == "" || len(key) > MaxIdempotencyKeyLen || strings.HasPrefix(key, " ") || strings.HasSuffix(key, " ") {
+		return false
+	}
+	for _, r := range []byte(key) {
+		if r < ' ' || r > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// A Retry-After within MaxRetryAfter plus a backoff jitter can exceed what
+// a Duration holds when both caps are set near their limits. The wait must
+// saturate at MaxRetryAfter, never wrap to a negative delay, which would
+// retry at once, earlier than the server asked.
+func TestRetryAfterPlusJitterNeverWraps(t *testing.T) {
+	const year = 365 * 24 * time.Hour
+	srv := newTestServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "3153600000") // 100 years
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	clk := newFakeClock()
+	var log hookLog
+	tr := newTransport(t, clk, &Transport{
+		MaxRetryAfter: 200 * year, InitialBackoff: 200 * year, MaxBackoff: 200 * year,
+		Hooks: log.hooks(),
+	})
+	tr.randN = func(n int64) int64 { return n - 1 } // the largest jitter
+	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("Do: got %v, %v; want 200", resp, err)
+	}
+	if got := clk.Sleeps(); len(got) != 1 || got[0] != 200*year {
+		t.Errorf("waits: got %v, want [%v] (the cap)", got, 200*year)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.retries) != 1 || log.retries[0].Delay != 200*year {
+		t.Errorf("Retry hook: got %+v, want one retry with Delay %v", log.retries, 200*year)
+	}
+}
+
+// hzKind is what the classification promises about an error leaf.
+type hzKind uint8
+
+const (
+	hzTransient hzKind = iota // an errno or EOF that errors.Is finds through any wrapping
+	hzCanceled
+	hzCert
+	hzDNSNotFound
+	hzDNSTransient
+	hzTimeoutish // a net.Error timeout: found or not depending on the layers above it
+	hzPlain      // known to be neither transient nor a timeout
+)
+
+type hzLeaf struct {
+	err  error
+	kind hzKind
+}
+
+type hzTimeoutErr struct{}
+
+func (hzTimeoutErr) Error() string   { return "i/o timeout" }
+func (hzTimeoutErr) Timeout() bool   { return true }
+func (hzTimeoutErr) Temporary() bool { return true }
+
+var hzLeaves = []hzLeaf{
+	{syscall.ECONNREFUSED, hzTransient},
+	{syscall.ECONNRESET, hzTransient},
+	{syscall.ECONNABORTED, hzTransient},
+	{syscall.EPIPE, hzTransient},
+	{syscall.ETIMEDOUT, hzTransient},
+	{syscall.EHOSTUNREACH, hzTransient},
+	{syscall.ENETUNREACH, hzTransient},
+	{io.EOF, hzTransient},
+	{io.ErrUnexpectedEOF, hzTransient},
+	{context.Canceled, hzCanceled},
+	{x509.UnknownAuthorityError{}, hzCert},
+	{x509.HostnameError{Host: "api.example.test"}, hzCert},
+	{x509.CertificateInvalidError{Reason: x509.Expired}, hzCert},
+	{x509.SystemRootsError{}, hzCert},
+	{&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, hzCert},
+	{tls.AlertError(42), hzCert},
+	{tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, hzCert},
+	{&net.DNSError{Err: "no such host", Name: "nx.test", IsNotFound: true}, hzDNSNotFound},
+	{&net.DNSError{Err: "server misbehaving", Name: "x.test", IsTemporary: true}, hzDNSTransient},
+	{&net.DNSError{Err: "i/o timeout", Name: "x.test", IsTimeout: true}, hzDNSTransient},
+	{context.DeadlineExceeded, hzTimeoutish},
+	{os.ErrDeadlineExceeded, hzTimeoutish},
+	{hzTimeoutErr{}, hzTimeoutish},
+	{errors.New("unsupported protocol scheme"), hzPlain},
+	{syscall.EACCES, hzPlain},
+	{http.ErrSchemeMismatch, hzPlain},
+}
+
+// hzChain builds an error chain from fuzz bytes: the first byte picks a
+// leaf, each following byte wraps it in a layer (some layers join another
+// leaf, picked by the byte after). It returns the chain and its leaves.
+func hzChain(data []byte) (error, []hzLeaf) {
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	leaf := func() hzLeaf { return hzLeaves[int(next())%len(hzLeaves)] }
+	first := leaf()
+	err, leaves := first.err, []hzLeaf{first}
+	for depth := 0; len(data) > 0 && depth < 16; depth++ {
+		switch next() % 9 {
+		case 0:
+			err = &net.OpError{Op: "read", Net: "tcp", Err: err}
+		case 1:
+			err = &url.Error{Op: "Post", URL: "http://api.example.test/", Err: err}
+		case 2:
+			err = fmt.Errorf("layer: %w", err)
+		case 3:
+			err = os.NewSyscallError("read", err)
+		case 4:
+			l := leaf()
+			err, leaves = errors.Join(err, l.err), append(leaves, l)
+		case 5:
+			l := leaf()
+			err, leaves = fmt.Errorf("%w, then %w", l.err, err), append(leaves, l)
+		case 6:
+			err = &RetryError{Reason: ErrAttemptsExhausted, Last: err, Attempts: 3}
+		case 7:
+			err = &attemptTimeoutError{after: time.Second, err: err}
+		case 8:
+			err = fmt.Errorf("opaque: %v", err) // %v: the chain ends here
+			leaves = []hzLeaf{{err, hzPlain}}
+		}
+	}
+	return err, leaves
+}
+
+func hzHas(leaves []hzLeaf, kinds ...hzKind) bool {
+	for _, l := range leaves {
+		for _, k := range kinds {
+			if l.kind == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FuzzClassify checks DefaultClassify and classify for any status code and
+// any error chain built from wrapping layers (net.OpError, url.Error, %w,
+// os.SyscallError, errors.Join, RetryError, the attempt timeout) around
+// errnos, EOF, context, TLS and x509, and DNS errors: the result is always
+// ClassRetryable or ClassFinal and the same twice; a status is retryable
+// exactly when RetryableStatus says so (408, 425, 429, 500, 502, 503, 504);
+// a cancellation or a certificate error is never retried unless the
+// transport's own attempt timer cut the attempt; a chain whose only
+// failures are transient is retried, one with nothing transient in it is
+// not; a panicking Classifier counts as the default; the caller's own
+// cancellation and body errors are never retried; and an error after the
+// request may have been written is never a definite failure, so that the
+// decision core never replays a written POST, key or no key.
+func FuzzClassify(f *testing.F) {
+	f.Add(503, []byte{1, 0, 3, 1}, uint8(2), false, false)      // ECONNRESET in SyscallError, OpError, url.Error
+	f.Add(200, []byte{9, 1}, uint8(1), false, false)            // context.Canceled in url.Error
+	f.Add(999, []byte{14, 4, 7, 2}, uint8(0), false, false)     // certificate error joined with EOF
+	f.Add(-1, []byte{20, 7, 0}, uint8(2), true, false)          // deadline, cut by the attempt timer
+	f.Add(1<<40, []byte{17, 5, 0, 6, 1}, uint8(3), false, true) // DNS not found beside ECONNREFUSED
+	f.Fuzz(func(t *testing.T, code int, data []byte, phaseByte uint8, callerDone, bodyErr bool) {
+		resp := &http.Response{StatusCode: code}
+		cls := DefaultClassify(resp, nil)
+		want := ClassFinal
+		switch code {
+		case 408, 425, 429, 500, 502, 503, 504:
+			want = ClassRetryable
+		}
+		if cls != want || RetryableStatus(code) != (want == ClassRetryable) {
+			t.Fatalf("DefaultClassify(status %d) = %v, want %v", code, cls, want)
+		}
+		phase := Phase(phaseByte % 4)
+		r := classify(nil, resp, nil, phase, callerDone, bodyErr)
+		if r.phase != PhaseResponse || r.retryable != (want == ClassRetryable) ||
+			r.outcome != map[bool]Outcome{true: OutcomeFailure, false: OutcomeSuccess}[r.retryable] {
+			t.Fatalf("classify(status %d) = %+v", code, r)
+		}
+
+		err, leaves := hzChain(data)
+		err2, _ := hzChain(data)
+		c := DefaultClassify(nil, err)
+		if c != ClassRetryable && c != ClassFinal {
+			t.Fatalf("DefaultClassify(%v) = %v, want ClassRetryable or ClassFinal", err, c)
+		}
+		if c2, c3 := DefaultClassify(nil, err), DefaultClassify(nil, err2); c2 != c || c3 != c {
+			t.Fatalf("DefaultClassify(%v) gave %v, %v, %v for the same chain", err, c, c2, c3)
+		}
+		cut := errors.Is(err, ErrAttemptTimeout)
+		switch {
+		case cut:
+			if c != ClassRetryable {
+				t.Fatalf("DefaultClassify(%v) = %v; want an attempt cut by its timer retried", err, c)
+			}
+		case errors.Is(err, context.Canceled) || hzHas(leaves, hzCert):
+			if c != ClassFinal {
+				t.Fatalf("DefaultClassify(%v) = %v; want a cancellation or certificate error final", err, c)
+			}
+		case hzHas(leaves, hzTransient) && !hzHas(leaves, hzDNSNotFound, hzDNSTransient):
+			if c != ClassRetryable {
+				t.Fatalf("DefaultClassify(%v) = %v; want a transient error retried", err, c)
+			}
+		case !hzHas(leaves, hzTransient, hzDNSTransient, hzTimeoutish):
+			if c != ClassFinal {
+				t.Fatalf("DefaultClassify(%v) = %v; want an error with nothing transient in it final", err, c)
+			}
+		}
+
+		r = classify(nil, nil, err, phase, callerDone, bodyErr)
+		panicky := classify(func(*http.Response, error) Class { panic("classifier") }, nil, err, phase, callerDone, bodyErr)
+		if panicky != r {
+			t.Fatalf("classify with a panicking Classifier = %+v, want the default %+v", panicky, r)
+		}
+		if r.phase != phase || r.outcome == OutcomeSuccess || r.outcome == 0 {
+			t.Fatalf("classify(%v, phase %v) = %+v", err, phase, r)
+		}
+		switch {
+		case callerDone || bodyErr:
+			if r.retryable || !r.ignored {
+				t.Fatalf("classify(%v, callerDone %v, bodyErr %v) = %+v; want not retryable, ignored", err, callerDone, bodyErr, r)
+			}
+		default:
+			if r.retryable != (c == ClassRetryable) || r.ignored {
+				t.Fatalf("classify(%v) = %+v; want retryable %v (DefaultClassify), not ignored", err, r, c == ClassRetryable)
+			}
+		}
+		if bodyErr && !callerDone {
+			return // the server cannot have a complete request: a definite failure
+		}
+		if phase.written() && r.outcome != OutcomeTimeout && r.outcome != OutcomeUnknown {
+			t.Fatalf("classify(%v, phase %v) = %+v; want an uncertain outcome after a write", err, phase, r)
+		}
+		// Even a Classifier that calls everything retryable cannot make the
+		// decision core replay a written POST.
+		forced := classify(func(*http.Response, error) Class { return ClassRetryable }, nil, err, phase, callerDone, bodyErr)
+		for _, key := range []bool{false, true} {
+			v := Decide(DecisionInput{
+				Policy:   DecisionPolicy{FailureThreshold: 5, BudgetUnits: 100},
+				Request:  RequestFacts{Method: http.MethodPost, IdempotencyKey: key, ReplayableBody: true},
+				Attempts: []Attempt{{Outcome: forced.outcome, Phase: contractPhase(forced.phase), Cost: 1}},
+			})
+			if phase.written() && v.Decision == ReplaySafe {
+				t.Fatalf("Decide after a written POST (key %v) failing with %v: got %v, want no replay", key, err, v)
+			}
+			if !key && v.Decision == ReplaySafe {
+				t.Fatalf("Decide after a POST without key failing with %v: got %v, want no replay", err, v)
+			}
+		}
+	})
+}

@@ -1,0 +1,148 @@
+package retryfuse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// hzSecretURL puts credentials where callers put them: user information
+// and token query parameters.
+func hzSecretURL(base string) string {
+	u, _ := url.Parse(base)
+	u.User = url.UserPassword("alice", "secret")
+	u.Path = "/payments"
+	u.RawQuery = "token=secret&access_token=secret2&page=2"
+	return u.String()
+}
+
+// hzEvents records every hook event, rendered with %+v (errors through
+// their Error method), and is safe for concurrent use.
+type hzEvents struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func hzAdd[T any](e *hzEvents) func(T) {
+	return func(v T) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.text = append(e.text, fmt.Sprintf("%T %+v", v, v))
+	}
+}
+
+func (e *hzEvents) hooks() Hooks {
+	return Hooks{
+		AttemptStart: hzAdd[AttemptStartInfo](e), AttemptDone: hzAdd[AttemptDoneInfo](e),
+		Decision: hzAdd[DecisionInfo](e), Retry: hzAdd[RetryInfo](e), Reconcile: hzAdd[ReconcileInfo](e),
+		GiveUp: hzAdd[GiveUpInfo](e), HiddenResend: hzAdd[HiddenResendInfo](e),
+		BreakerChange: hzAdd[BreakerChangeInfo](e), EvidenceUnavailable: hzAdd[EvidenceUnavailableInfo](e),
+	}
+}
+
+// hzNoCredential fails the test if s shows a credential of hzSecretURL.
+func hzNoCredential(t *testing.T, where, s string) {
+	t.Helper()
+	for _, c := range []string{"secret", "alice"} {
+		if strings.Contains(s, c) {
+			t.Errorf("%s shows %q: %s", where, c, s)
+		}
+	}
+}
+
+// No credential of the request URL — user, password, a token in the
+// query — reaches an error the transport returns, a hook, or the slog
+// hooks' log, on the paths that report a URL: a reconcile error, a retry
+// error after refused connections, retries of a 503.
+func TestCredentialsNeverReported(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler func(int, http.ResponseWriter, *http.Request) // nil: a refused connection
+		tr      *Transport
+		key     string
+		wantErr error
+	}{
+		{"reconcile", stallUntilGone, &Transport{AttemptTimeout: shortTimeout}, "pay-s1", ErrReconcileRequired},
+		{"refused", nil, &Transport{}, "pay-s2", ErrAttemptsExhausted},
+		{"retried 503", failThenOK(9), &Transport{}, "pay-s3", nil},
+		{"not repeatable", failThenOK(9), &Transport{}, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := refusedURL(t)
+			if tt.handler != nil {
+				target = newTestServer(t, tt.handler).URL
+			}
+			var events hzEvents
+			var logged bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			tt.tr.Hooks = JoinHooks(events.hooks(), SlogHooks(logger))
+			tr := newTransport(t, newFakeClock(), tt.tr)
+			req := newRequest(t, testCtx(t), http.MethodPost, hzSecretURL(target), `{"amount":10}`)
+			if tt.key != "" {
+				req.Header.Set(HeaderIdempotencyKey, tt.key)
+			}
+
+			resp, err := tr.RoundTrip(req)
+			if resp != nil {
+				_ = resp.Body.Close()
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("RoundTrip: got %v, want an error matching %v", err, tt.wantErr)
+			}
+			if err != nil {
+				hzNoCredential(t, "the error", err.Error())
+				var rec *ReconcileRequiredError
+				if errors.As(err, &rec) {
+					u := strings.TrimPrefix(target, "http://")
+					if want := "http://" + u + "/payments?access_token=REDACTED&page=2&token=REDACTED"; rec.URL != want {
+						t.Errorf("ReconcileRequiredError.URL: got %q, want %q", rec.URL, want)
+					}
+				}
+			}
+			events.mu.Lock()
+			defer events.mu.Unlock()
+			if len(events.text) == 0 {
+				t.Fatal("no hook events recorded")
+			}
+			for _, e := range events.text {
+				hzNoCredential(t, "a hook event", e)
+			}
+			hzNoCredential(t, "the slog hooks' log", logged.String())
+		})
+	}
+}
+
+// What http.Client adds: it wraps every error in a *url.Error whose URL is
+// the request's with the password replaced by "***" (net/http's
+// stripPassword) — the user name and the query are kept. The transport's
+// own error inside carries the redacted URL. SECURITY.md documents this.
+func TestCredentialsInHTTPClientURLError(t *testing.T) {
+	srv := newTestServer(t, stallUntilGone)
+	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: shortTimeout})
+	req := newRequest(t, testCtx(t), http.MethodPost, hzSecretURL(srv.URL), `{"amount":10}`)
+	req.Header.Set(HeaderIdempotencyKey, "pay-s5")
+	_, _, err := do(tr, req)
+
+	var uerr *url.Error
+	if !errors.As(err, &uerr) {
+		t.Fatalf("Do: got %v (%T), want a *url.Error", err, err)
+	}
+	if strings.Contains(uerr.URL, ":secret@") || strings.Contains(uerr.Error(), ":secret@") {
+		t.Errorf("url.Error shows the password: %s", uerr.Error())
+	}
+	if !strings.Contains(uerr.URL, "alice:***@") || !strings.Contains(uerr.URL, "token=secret") {
+		t.Errorf("url.Error.URL: got %q; net/http used to keep the user name and the query there — update SECURITY.md if it no longer does", uerr.URL)
+	}
+	var rec *ReconcileRequiredError
+	if !errors.As(err, &rec) {
+		t.Fatalf("Do: got %v, want a *ReconcileRequiredError inside", err)
+	}
+	hzNoCredential(t, "the reconcile error inside", rec.Error())
+}
