@@ -73,10 +73,52 @@
 // another one (or called again beneath one through the request context)
 // passes each attempt through and only reports it: the outermost repeats.
 //
+// # Budgets, the breaker and the key ledger
+//
+// Every retry (never a first attempt) must take a token from a Budget
+// shared by all callers of a dependency: by default one RatioBudget per
+// scope (scheme, host and port), which bounds retries to 10% of recent
+// requests plus a small reserve, so that a hundred callers of a dead
+// dependency send at most about 120 requests, not 300. A refusal hands
+// back the last response, or an error wrapping ErrBudgetExhausted.
+//
+// A Breaker, when set, fails calls to an open scope fast
+// (*CircuitOpenError) and lets a bounded number of probes through after its
+// open interval; only dependency outcomes feed it.
+//
+// A Ledger, when set, remembers idempotency keys: a concurrent duplicate
+// is braked (ErrDuplicateInFlight), a key reused with another body is
+// refused (ErrIdempotencyConflict), a completed key gets its stored result
+// back without sending, and a key whose write is uncertain stays held.
+// A Reconciler, when set, is asked whether an uncertain write took effect
+// before the *ReconcileRequiredError is returned.
+//
+// # Hooks
+//
+// Hooks is a struct of optional funcs called synchronously, never under a
+// lock, with an Info value carrying the call ID, attempt, method, URL
+// without credentials, idempotency key, phase, elapsed time and the
+// request's context. A panicking hook never breaks the call. SlogHooks logs
+// every event with stable attribute names; the module
+// github.com/retryfuse/retryfuse/otel records OpenTelemetry metrics and
+// span events. JoinHooks combines several.
+//
 // # Composing with other transports
 //
-// Put retryfuse outside anything that should see every attempt (a logging
-// or tracing transport for one span per attempt, an auth transport that
-// must sign each attempt afresh) and inside anything that should see the
-// call once (a tracing transport for one span per call).
+// A RoundTripper outside retryfuse sees each call once; one inside (its
+// Base) sees every attempt:
+//
+//   - a tracing transport such as otelhttp.NewTransport: outside for one
+//     span per call carrying retryfuse's events (recommended), inside for
+//     one span per attempt;
+//   - an auth transport (oauth2.Transport, a request signer): inside, so
+//     that each attempt carries a fresh token or signature — and a token
+//     refresh failure is an error of the attempt, not a retry of it;
+//   - a logging transport: inside to log every attempt, outside to log
+//     calls.
+//
+// Inside, a wrapper that passes the request's context on is traced like
+// net/http's Transport; one that does not gives no phase, so a failed
+// write behind it counts as possibly written. Read the idempotency key
+// there with IdempotencyKeyOf, not Header.Get.
 package retryfuse
