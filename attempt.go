@@ -5,26 +5,46 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"time"
 )
 
 // send makes one attempt and classifies it. ok is false when the attempt
-// could not be made because the body could not be replayed; err then says
-// why.
+// could not be made because the body could not be replayed; resp and err
+// are then what the call returns.
 func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	t, p := c.t, c.p
-	r2 := c.req.WithContext(c.ctx) // a shallow copy: the caller's request is never modified
+	at := &c.trace
+	ctx := at.context(c.ctx)
+	timeout := c.attemptTimeout()
+	var (
+		cancel context.CancelFunc
+		timer  *time.Timer
+	)
+	if timeout > 0 {
+		ctx, cancel = context.WithCancel(ctx)
+		timer = time.AfterFunc(timeout, cancel)
+	}
+	r2 := c.req.WithContext(ctx) // a shallow copy: the caller's request is never modified
 	if c.header != nil {
 		r2.Header = c.header
 	}
-	if c.attempt > 1 {
+	if c.attempt > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
+		// A request without a body has nothing to replay; one with a body
+		// got here only with GetBody set (replayableBody).
 		body, gerr := c.req.GetBody()
 		if gerr != nil {
-			c.lastErr = gerr
-			_, e := c.stop(ErrNotRepeatable, Verdict{})
-			return nil, e, r, false
+			if cancel != nil {
+				timer.Stop()
+				cancel()
+			}
+			if c.lastResp == nil {
+				c.lastErr = gerr
+			}
+			resp, err = c.stop(ErrNotRepeatable, Verdict{})
+			return resp, err, r, false
 		}
 		r2.Body = body
 	}
@@ -33,20 +53,6 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 		watched = &bodyWatcher{ReadCloser: r2.Body}
 		r2.Body = watched
 	}
-
-	at := newAttemptTrace()
-	ctx := at.context(r2.Context())
-	timeout := c.attemptTimeout()
-	var (
-		cancel   context.CancelFunc
-		timer    *time.Timer
-		timedOut atomic.Bool
-	)
-	if timeout > 0 {
-		ctx, cancel = context.WithCancel(ctx)
-		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); cancel() })
-	}
-	r2 = r2.WithContext(ctx)
 
 	if h := t.Hooks.AttemptStart; h != nil {
 		c.phase = PhaseUnknown
@@ -59,17 +65,17 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 		switch {
 		case err != nil:
 			cancel()
-		case !stopped || timedOut.Load():
+			if !stopped { // the timer struck: the error is its doing
+				err = &attemptTimeoutError{after: timeout, err: err}
+			}
+		case !stopped:
 			// The timer struck as the headers arrived: the body is already
 			// cut off, so the attempt counts as timed out.
 			drain(resp, 0)
-			resp, err = nil, context.Canceled
 			cancel()
+			resp, err = nil, &attemptTimeoutError{after: timeout, err: context.Canceled}
 		default:
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-		}
-		if err != nil && timedOut.Load() {
-			err = &attemptTimeoutError{after: timeout, err: err}
+			resp.Body = cancelOnClose(resp.Body, cancel)
 		}
 	}
 	if resp == nil && err == nil {
@@ -188,13 +194,15 @@ func keepBounded(resp *http.Response, limit int64) *http.Response {
 }
 
 // drain reads at most limit bytes of a discarded response body and closes
-// it, so that its connection can be reused.
+// it, so that its connection can be reused. It asks for one byte more: the
+// end of a body of exactly limit bytes is seen only by reading past it (a
+// chunked body's last chunk), and without that end the connection is closed.
 func drain(resp *http.Response, limit int64) {
 	if resp == nil || resp.Body == nil {
 		return
 	}
 	if limit > 0 {
-		_, _ = io.CopyN(io.Discard, resp.Body, limit)
+		_, _ = io.CopyN(io.Discard, resp.Body, min(limit, math.MaxInt64-1)+1)
 	}
 	_ = resp.Body.Close()
 }
@@ -220,15 +228,35 @@ func (b *bodyWatcher) failed(err error) bool {
 	return err != nil && be != nil && errors.Is(err, *be)
 }
 
-// cancelOnClose releases an attempt's context when the response body is
-// closed, keeping the body readable until then.
-type cancelOnClose struct {
+// cancelOnClose wraps a response body so that closing it releases the
+// attempt's context, keeping the body readable until then. A body that is
+// also a writer (the connection of a 101 Switching Protocols response)
+// stays one.
+func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
+	if rw, ok := body.(io.ReadWriteCloser); ok {
+		return &cancelOnCloseRW{ReadWriteCloser: rw, cancel: cancel}
+	}
+	return &cancelOnCloseR{ReadCloser: body, cancel: cancel}
+}
+
+type cancelOnCloseR struct {
 	io.ReadCloser
 	cancel context.CancelFunc
 }
 
-func (b *cancelOnClose) Close() error {
+func (b *cancelOnCloseR) Close() error {
 	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+type cancelOnCloseRW struct {
+	io.ReadWriteCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnCloseRW) Close() error {
+	err := b.ReadWriteCloser.Close()
 	b.cancel()
 	return err
 }

@@ -7,20 +7,20 @@ import (
 	"time"
 )
 
-// fakeClock is the breaker's injected clock. Tests advance it only while
+// breakerClock is the breaker's injected clock. Tests advance it only while
 // no other goroutine reads it.
-type fakeClock struct{ t time.Time }
+type breakerClock struct{ t time.Time }
 
-func (c *fakeClock) now() time.Time          { return c.t }
-func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func (c *breakerClock) now() time.Time          { return c.t }
+func (c *breakerClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
-func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *fakeClock) {
+func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *breakerClock) {
 	t.Helper()
 	b, err := NewBreaker(s)
 	if err != nil {
 		t.Fatalf("NewBreaker(%+v): %v", s, err)
 	}
-	c := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := &breakerClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	b.now = c.now
 	return b, c
 }
@@ -62,7 +62,7 @@ func steps(parts ...any) []breakerStep {
 
 var observations = map[string]BreakerObservation{"ok": ObserveSuccess, "fail": ObserveFailure, "ignore": ObserveIgnore}
 
-func runBreakerSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table []breakerStep) {
+func runBreakerSteps(t *testing.T, b *Breaker, c *breakerClock, scope string, table []breakerStep) {
 	t.Helper()
 	var held []BreakerTicket
 	for i, st := range table {

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// This file owns the shared retry budgets: the Budget interface and the
-// budgets the package ships (RatioBudget, TokenBucket, UnlimitedBudget).
+// This file owns the shared retry budgets: the Budget interface, the
+// TokenBucket and the UnlimitedBudget. The RatioBudget, the recommended one,
+// has budget_ratio.go to itself.
 //
 // Both stateful budgets follow golang.org/x/time/rate: one mutex, no
 // goroutine, no ticker; state is brought up to date lazily, under the lock,
@@ -60,12 +61,17 @@ func (UnlimitedBudget) RecordRequest(context.Context) {}
 func (UnlimitedBudget) AllowRetry(context.Context) (bool, error) { return true, nil }
 
 // snapEpsilon absorbs the rounding error of float credit: a balance within
-// snapEpsilon of a whole number is taken to be that number, so that ten
-// refills of 0.1 token make one token and not 0.9999999999999999.
+// snapEpsilon of a whole number counts as that number, so that ten refills of
+// 0.1 token make one token and not 0.9999999999999999.
 const snapEpsilon = 1e-9
 
+// snap takes a non-negative x within snapEpsilon of a whole number to that
+// number. (The conversion through int64 costs far less than math.Round.)
 func snap(x float64) float64 {
-	if r := math.Round(x); math.Abs(x-r) < snapEpsilon {
+	if x >= 1<<52 || x < 0 {
+		return x // whole already, or not ours to round
+	}
+	if r := float64(int64(x + 0.5)); x-r < snapEpsilon && r-x < snapEpsilon {
 		return r
 	}
 	return x
@@ -157,10 +163,10 @@ func (b *TokenBucket) refill(now time.Time) {
 		b.last = now
 		return
 	}
-	elapsed := now.Sub(b.last)
-	if elapsed <= 0 {
+	if !now.After(b.last) {
 		return // time went backwards or stood still: nothing earned
 	}
+	elapsed := now.Sub(b.last)
 	b.last = now
 	if b.tokens >= b.capacity {
 		return
@@ -211,196 +217,5 @@ func (b *TokenBucket) Snapshot() BudgetSnapshot {
 		Retries:   b.retries,
 		Refused:   b.refused,
 		Available: b.tokens,
-	}
-}
-
-// ratioBuckets is the number of time buckets a RatioBudget divides its
-// Window into. A deposit expires whole with its bucket, so it lives between
-// (1-1/ratioBuckets)·Window and Window.
-const ratioBuckets = 10
-
-// RatioBudget allows retries in proportion to requests, in the manner of
-// Finagle's RetryBudget and gRPC's retry throttling. It is the recommended
-// budget. This type is concurrency safe.
-//
-// Each request deposits Ratio of a retry, and the deposit lives for Window.
-// Each retry withdraws one whole retry, which is likewise counted for Window.
-// On top of the deposits a fixed reserve of MinPerSecond·Window (in seconds)
-// retries per window lets a service with little traffic retry at all. With
-// Q requests recorded and G retries granted within the last Window, a retry
-// is granted when the balance covers it:
-//
-//	G + 1 ≤ Ratio·Q + MinPerSecond·Window
-//
-// so over every window G ≤ Ratio·Q + reserve, and the attempts sent, first
-// attempts included, are at most (1+Ratio)·Q + reserve. The bound holds for
-// the total, however many callers share the budget and however many retries
-// each would like: when a dependency fails for everyone, retries add at most
-// Ratio (10% by default) to its load, plus the reserve. A TokenBucket, by
-// contrast, grants a fixed rate: too few retries for a busy service, too many
-// for a quiet one. With the defaults, 100 callers failing at the same instant
-// send at most 100 + 10 + 10 = 120 attempts.
-//
-// The window slides in steps of Window/10: a ring of ten buckets holds the
-// counts, and buckets whose time has passed are emptied lazily when the
-// budget is next used. Memory is constant, and there is no goroutine.
-//
-// Create it with NewRatioBudget.
-type RatioBudget struct {
-	ratio   float64
-	reserve float64
-	width   time.Duration // time span of one bucket
-	now     func() time.Time
-
-	mu      sync.Mutex
-	started bool
-	origin  time.Time // time of the first call: bucket ticks count from here
-	head    int64     // tick of the newest bucket
-	ring    [ratioBuckets]ratioBucket
-	winReq  uint64 // requests in the ring
-	winRet  uint64 // retries in the ring
-	// Totals since creation.
-	requests uint64
-	retries  uint64
-	refused  uint64
-}
-
-type ratioBucket struct {
-	requests uint64
-	retries  uint64
-}
-
-// RatioBudgetConfig configures a RatioBudget. The zero value is valid: 10%
-// retries, at least one retry per second, over a 10-second window.
-type RatioBudgetConfig struct {
-	// Ratio is the retry credit each request deposits, in retries; zero
-	// means 0.1. Must not be negative.
-	Ratio float64
-	// MinPerSecond sets the reserve, MinPerSecond·Window retries per window,
-	// granted whatever the traffic; zero means 1. A negative value means no
-	// reserve: retries then come from deposits alone, and a lone request
-	// cannot retry until 1/Ratio requests have been recorded in the window
-	// (the convention of net.Dialer.KeepAlive, where negative turns a
-	// feature off).
-	MinPerSecond float64
-	// Window is how long a request's deposit (and a retry's withdrawal)
-	// counts; zero means 10 seconds. It must be at least 10ns.
-	Window time.Duration
-}
-
-// NewRatioBudget returns an empty RatioBudget. A negative, NaN or infinite
-// Ratio, a NaN or infinite MinPerSecond, or a negative or too short Window
-// gives an error wrapping ErrInvalidPolicy that names the field.
-func NewRatioBudget(cfg RatioBudgetConfig) (*RatioBudget, error) {
-	if err := checkFinite("RatioBudgetConfig.Ratio", cfg.Ratio); err != nil {
-		return nil, err
-	}
-	// A negative MinPerSecond is allowed (no reserve), so only its size is checked.
-	if err := checkFinite("RatioBudgetConfig.MinPerSecond", math.Abs(cfg.MinPerSecond)); err != nil {
-		return nil, err
-	}
-	switch {
-	case cfg.Window < 0:
-		return nil, invalidPolicy("RatioBudgetConfig.Window", "is negative")
-	case cfg.Window == 0:
-		cfg.Window = 10 * time.Second
-	case cfg.Window < ratioBuckets:
-		return nil, invalidPolicy("RatioBudgetConfig.Window", "is shorter than 10ns, the least that divides into 10 buckets")
-	}
-	if cfg.Ratio == 0 {
-		cfg.Ratio = 0.1
-	}
-	switch {
-	case cfg.MinPerSecond == 0:
-		cfg.MinPerSecond = 1
-	case cfg.MinPerSecond < 0:
-		cfg.MinPerSecond = 0
-	}
-	return &RatioBudget{
-		ratio:   cfg.Ratio,
-		reserve: cfg.MinPerSecond * cfg.Window.Seconds(),
-		width:   cfg.Window / ratioBuckets,
-		now:     time.Now,
-	}, nil
-}
-
-// advance empties the buckets whose time has passed. b.mu is held.
-func (b *RatioBudget) advance(now time.Time) {
-	if !b.started {
-		b.started, b.origin = true, now
-		return
-	}
-	d := now.Sub(b.origin)
-	if d < 0 {
-		return // before the first call: no time has passed
-	}
-	tick := int64(d / b.width)
-	if tick <= b.head {
-		return // same bucket, or time went backwards: no time has passed
-	}
-	if tick-b.head >= ratioBuckets {
-		b.ring = [ratioBuckets]ratioBucket{}
-		b.winReq, b.winRet = 0, 0
-	} else {
-		for t := b.head + 1; t <= tick; t++ {
-			bk := &b.ring[t%ratioBuckets]
-			b.winReq -= bk.requests
-			b.winRet -= bk.retries
-			*bk = ratioBucket{}
-		}
-	}
-	b.head = tick
-}
-
-// balance is the retry credit left in the window. b.mu is held.
-func (b *RatioBudget) balance() float64 {
-	return snap(b.ratio*float64(b.winReq) + b.reserve - float64(b.winRet))
-}
-
-// AllowRetryAt withdraws one retry at time now and reports whether the
-// balance covered it.
-func (b *RatioBudget) AllowRetryAt(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.advance(now)
-	if b.balance() < 1 {
-		b.refused++
-		return false
-	}
-	b.ring[b.head%ratioBuckets].retries++
-	b.winRet++
-	b.retries++
-	return true
-}
-
-// RecordRequestAt deposits one request's credit at time now.
-func (b *RatioBudget) RecordRequestAt(now time.Time) {
-	b.mu.Lock()
-	b.advance(now)
-	b.ring[b.head%ratioBuckets].requests++
-	b.winReq++
-	b.requests++
-	b.mu.Unlock()
-}
-
-// RecordRequest deposits one request's credit at the current time.
-func (b *RatioBudget) RecordRequest(context.Context) { b.RecordRequestAt(b.now()) }
-
-// AllowRetry withdraws one retry at the current time. Its error is always nil.
-func (b *RatioBudget) AllowRetry(context.Context) (bool, error) {
-	return b.AllowRetryAt(b.now()), nil
-}
-
-// Snapshot returns the counters and the balance at the current time.
-func (b *RatioBudget) Snapshot() BudgetSnapshot {
-	now := b.now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.advance(now)
-	return BudgetSnapshot{
-		Requests:  b.requests,
-		Retries:   b.retries,
-		Refused:   b.refused,
-		Available: max(0, b.balance()),
 	}
 }

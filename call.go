@@ -22,8 +22,10 @@ type call struct {
 	facts  RequestFacts
 	header http.Header // the header to send when it differs from req.Header
 	url    string      // redacted, computed on first use
-	scope  string      // the dependency, for budgets and the breaker
+	scope  string      // the dependency, for the breaker and the ledger; see scopeName
 	budget Budget
+	owned  ownedContext
+	trace  attemptTrace
 
 	attempt  int
 	phase    Phase
@@ -73,13 +75,13 @@ func (c *call) run() (*http.Response, error) {
 	c.history = c.histBuf[:0]
 	c.ctx = req.Context()
 	if !c.passThrough {
-		c.ctx = context.WithValue(c.ctx, ownerKey{}, c.t)
+		c.owned = ownedContext{Context: c.ctx, owner: c.t}
+		c.ctx = &c.owned // no allocation: it lives in the call
 	}
 	if err := c.ctx.Err(); err != nil {
 		closeRequestBody(req)
 		return nil, err // no attempt starts after the deadline
 	}
-	c.scope = c.t.scope(req)
 
 	ks, stored, err := c.claim()
 	if err != nil {
@@ -118,7 +120,7 @@ func (c *call) loop() (*http.Response, error) {
 		resp, err, r, ok := c.send()
 		if !ok {
 			ticket.Done(ObserveIgnore, nil)
-			return nil, err // the body could not be replayed
+			return resp, err // the body could not be replayed
 		}
 		c.observe(ticket, resp, err, r)
 		c.phase = r.phase
@@ -283,6 +285,14 @@ func (c *call) reconcile(e *ReconcileRequiredError) Reconciliation {
 	return res
 }
 
+// scopeName returns the call's scope, computed on first use.
+func (c *call) scopeName() string {
+	if c.scope == "" {
+		c.scope = c.t.scope(c.req)
+	}
+	return c.scope
+}
+
 func (c *call) redactedURL() string {
 	if c.url == "" {
 		c.url = redactURL(c.req.URL, c.p.redact)
@@ -293,6 +303,7 @@ func (c *call) redactedURL() string {
 // info returns the CallInfo of the call's current attempt.
 func (c *call) info() CallInfo {
 	return CallInfo{
+		Context:        c.req.Context(),
 		CallID:         c.id,
 		Attempt:        c.attempt,
 		Method:         c.method,

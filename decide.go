@@ -2,10 +2,10 @@ package retryfuse
 
 import "strconv"
 
-// This file is the decision core: contract v1 (see CONTRACT.md in the
-// repository's docs and the README). It is pure: no I/O, no clock, no
-// globals, no allocation. Every "may this request be sent (again)?" question
-// of the transport is answered here and nowhere else.
+// This file is the decision core: contract v1 (docs/CONTRACT.md). It is
+// pure: no I/O, no clock, no globals, no allocation. Every "may this
+// request be sent (again)?" question of the transport is answered here and
+// nowhere else.
 
 // ContractVersion is the version of the decision contract Decide implements.
 const ContractVersion = 1

@@ -13,7 +13,10 @@ var (
 	// ErrInvalidPolicy is wrapped by every error about an invalid setting.
 	ErrInvalidPolicy = errors.New("retryfuse: invalid policy")
 
-	// ErrAttemptsExhausted: the last allowed attempt failed with an error.
+	// ErrAttemptsExhausted: the call used all of MaxAttempts. RoundTrip
+	// returns it (wrapped with the last error) only when the last attempt
+	// failed with an error; a last retryable response is returned as a
+	// response, and hooks report the reason.
 	ErrAttemptsExhausted = errors.New("retryfuse: attempts exhausted")
 
 	// ErrBudgetExhausted: a shared retry budget refused a retry.
@@ -56,8 +59,9 @@ var (
 	// caller's deadline, so it was not started.
 	ErrDeadline = errors.New("retryfuse: no time left before the deadline")
 
-	// ErrFinal: the result was not retryable and was handed back as it is.
-	// Only reported through hooks.
+	// ErrFinal: the attempt failed with an error that is not retryable
+	// (the caller's cancellation, a certificate failure, a malformed
+	// request), handed back as it is. Only reported through hooks.
 	ErrFinal = errors.New("retryfuse: result is final")
 
 	// ErrAttemptTimeout: one attempt ran past Transport.AttemptTimeout
@@ -135,7 +139,7 @@ func (e *RetryError) Unwrap() []error {
 type ReconcileRequiredError struct {
 	Method string
 	// URL is the request URL without user information and with redacted
-	// query parameters (see Transport.RedactQuery).
+	// query parameters (see Transport.RedactQueryParams).
 	URL string
 	// IdempotencyKey is the key the request carried, or the key the
 	// transport generated for it (KeyGenerated). Empty when there was none.

@@ -13,7 +13,7 @@ import (
 // recordRequest resolves the call's scope and budget and tells the budget
 // of the call's first attempt.
 func (c *call) recordRequest() error {
-	b, err := c.t.budget(c.scope)
+	b, err := c.t.budget(c.req, c.scopeName)
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (c *call) admit() (BreakerTicket, error) {
 	if b == nil {
 		return BreakerTicket{}, nil
 	}
-	ticket, tr, err := b.Allow(c.scope)
+	ticket, tr, err := b.Allow(c.scopeName())
 	c.breakerChanged(tr)
 	return ticket, err
 }

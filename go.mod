@@ -4,7 +4,9 @@ go 1.26
 
 require (
 	github.com/hashicorp/go-cleanhttp v0.5.2
+	github.com/jarcoal/httpmock v1.4.2
 	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 )
 
 require go.yaml.in/yaml/v3 v3.0.5 // indirect

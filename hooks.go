@@ -1,6 +1,9 @@
 package retryfuse
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Hooks observe what the transport decides. Every field may be nil. Hooks
 // run synchronously on the goroutine of the call, never while the
@@ -16,15 +19,20 @@ type Hooks struct {
 	// AttemptDone is called when an attempt has a result: a response (Err
 	// nil, or a *StatusError when its status is retryable) or an error.
 	AttemptDone func(AttemptDoneInfo)
-	// Decision is called with every verdict of the decision core.
+	// Decision is called with every verdict of the decision core: before
+	// the first attempt and after each attempt. A confirmed result is the
+	// contract's replay_stored (rule 2: "the last attempt succeeded"),
+	// which ends the call with that result.
 	Decision func(DecisionInfo)
 	// Retry is called when a retry is scheduled, before the wait.
 	Retry func(RetryInfo)
 	// Reconcile is called when a write's outcome is uncertain, once the
 	// Reconciler (if any) has answered.
 	Reconcile func(ReconcileInfo)
-	// GiveUp is called when a call stops repeating for any reason other
-	// than success, with that reason.
+	// GiveUp is called when a call stops with a failure it does not
+	// repeat, with the reason. It is not called for a confirmed result
+	// (any response that is not retryable) nor for an uncertain write
+	// (see Reconcile).
 	GiveUp func(GiveUpInfo)
 	// HiddenResend is called when the base transport obtained more than
 	// one connection within one attempt: it re-sent the request by itself
@@ -41,6 +49,10 @@ type Hooks struct {
 
 // CallInfo is carried by every event of one RoundTrip.
 type CallInfo struct {
+	// Context is the request's context, so that a hook can reach what the
+	// caller put there (the active trace span, a logger's values). A hook
+	// must not keep it after it returns.
+	Context context.Context
 	// CallID is shared by all events of one RoundTrip and unique within
 	// its Transport.
 	CallID uint64
@@ -75,8 +87,11 @@ type AttemptDoneInfo struct {
 	StatusCode int   // 0 when there is no response
 	Err        error // the attempt's error; a *StatusError for a retryable status
 	Outcome    Outcome
-	Retryable  bool // the classification, before the safety rules
-	Duration   time.Duration
+	// Retryable is the classification before the safety rules: an EOF
+	// after a POST was written is retryable as an error, yet the call
+	// then requires reconciliation (see Decision and Reconcile).
+	Retryable bool
+	Duration  time.Duration
 }
 
 // DecisionInfo carries a verdict of the decision core.

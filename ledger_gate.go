@@ -27,7 +27,7 @@ func (c *call) claim() (KeyState, *StoredResponse, error) {
 	if err != nil {
 		return KeyNone, nil, err
 	}
-	c.ledgerKey = c.scope + " " + c.key.value
+	c.ledgerKey = c.scopeName() + " " + c.key.value
 	cl, err := l.Begin(c.req.Context(), c.ledgerKey, fp)
 	if err != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})

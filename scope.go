@@ -37,20 +37,25 @@ func HostScope(req *http.Request) string {
 // fresh budget for a scope that returns is the cost of the bound.
 type budgets struct {
 	mu  sync.Mutex
-	m   map[string]Budget
+	m   map[hostKey]Budget
 	max int
 }
 
-func (b *budgets) get(scope string, newBudget func(string) (Budget, error)) (Budget, error) {
+// hostKey identifies a scope: by the request's scheme and host (as
+// written in its URL) for the default scope, so that finding a budget
+// builds no string; by name for a custom Scope.
+type hostKey struct{ scheme, host, scope string }
+
+func (b *budgets) get(k hostKey, scope func() string, newBudget func(string) (Budget, error)) (Budget, error) {
 	b.mu.Lock()
-	bud, ok := b.m[scope]
+	bud, ok := b.m[k]
 	b.mu.Unlock()
 	if ok {
 		return bud, nil
 	}
 	// The factory is user code: call it without the lock. Two callers may
 	// race to create a scope's budget; the first stored wins.
-	bud, err := newBudget(scope)
+	bud, err := newBudget(scope())
 	if err != nil {
 		return nil, err
 	}
@@ -59,11 +64,11 @@ func (b *budgets) get(scope string, newBudget func(string) (Budget, error)) (Bud
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if prev, ok := b.m[scope]; ok {
+	if prev, ok := b.m[k]; ok {
 		return prev, nil
 	}
 	if b.m == nil {
-		b.m = make(map[string]Budget)
+		b.m = make(map[hostKey]Budget)
 	}
 	if len(b.m) >= b.max {
 		for k := range b.m {
@@ -71,6 +76,6 @@ func (b *budgets) get(scope string, newBudget func(string) (Budget, error)) (Bud
 			break
 		}
 	}
-	b.m[scope] = bud
+	b.m[k] = bud
 	return bud, nil
 }

@@ -16,32 +16,41 @@ import (
 // phase rests on GotConn alone, which fires once per connection obtained,
 // again on each re-send inside the base.
 type attemptTrace struct {
-	trace httptrace.ClientTrace
-	conns atomic.Int32
+	trace   httptrace.ClientTrace
+	asked   atomic.Int32 // GetConn calls: the base traces
+	conns   atomic.Int32 // GotConn calls: connections obtained
+	getConn func(string)
+	gotConn func(httptrace.GotConnInfo)
 }
 
-func newAttemptTrace() *attemptTrace {
-	at := &attemptTrace{}
-	at.trace.GotConn = func(httptrace.GotConnInfo) { at.conns.Add(1) }
-	return at
-}
-
-// context returns ctx with the trace installed.
+// context resets the trace for a new attempt and returns ctx with it
+// installed. The ClientTrace is made anew each time because
+// httptrace.WithClientTrace composes it, in place, with a trace already in
+// ctx; gotConn, made once per call, is reused.
 func (at *attemptTrace) context(ctx context.Context) context.Context {
+	if at.gotConn == nil {
+		at.getConn = func(string) { at.asked.Add(1) }
+		at.gotConn = func(httptrace.GotConnInfo) { at.conns.Add(1) }
+	}
+	at.asked.Store(0)
+	at.conns.Store(0)
+	at.trace = httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
 	return httptrace.WithClientTrace(ctx, &at.trace)
 }
 
 // phase says how far an attempt got. tracing reports whether the base is
-// known to fire GotConn before it writes a byte; for any other base, an
-// attempt that obtained no connection may still have written, so its phase
-// is unknown.
+// known to fire GotConn before it writes a byte. A base that asked for a
+// connection (GetConn) but obtained none shows that it passes the trace
+// on — a wrapper around net/http's Transport, say — and wrote nothing. For
+// any other base, an attempt that obtained no connection may still have
+// written, so its phase is unknown.
 func (at *attemptTrace) phase(resp *http.Response, tracing bool) Phase {
 	switch {
 	case resp != nil:
 		return PhaseResponse
 	case at.conns.Load() > 0:
 		return PhasePostWrite
-	case tracing:
+	case tracing || at.asked.Load() > 0:
 		return PhasePreWrite
 	}
 	return PhaseUnknown

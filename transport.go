@@ -289,12 +289,17 @@ func (t *Transport) scope(req *http.Request) string {
 	return HostScope(req)
 }
 
-// budget returns the retry budget for scope.
-func (t *Transport) budget(scope string) (Budget, error) {
+// budget returns the retry budget of req's scope. scope computes the
+// scope's name; with the default scope it is only called when the scope's
+// budget is created, so that the common path builds no string.
+func (t *Transport) budget(req *http.Request, scope func() string) (Budget, error) {
 	if t.Budget != nil {
 		return t.Budget, nil
 	}
-	return t.budgets.get(scope, t.newBudget)
+	if t.Scope == nil && req.URL != nil {
+		return t.budgets.get(hostKey{scheme: req.URL.Scheme, host: req.URL.Host}, scope, t.newBudget)
+	}
+	return t.budgets.get(hostKey{scope: scope()}, scope, t.newBudget)
 }
 
 func (t *Transport) newBudget(scope string) (Budget, error) {
@@ -330,6 +335,20 @@ func (t *Transport) random(n int64) int64 {
 		return t.randN(n)
 	}
 	return rand.Int64N(n)
+}
+
+// ownedContext is a call's context marked with ownerKey. It lives inside
+// the call, so marking costs no allocation.
+type ownedContext struct {
+	context.Context
+	owner *Transport
+}
+
+func (c *ownedContext) Value(key any) any {
+	if _, ok := key.(ownerKey); ok {
+		return c.owner
+	}
+	return c.Context.Value(key)
 }
 
 // ownerKey marks, in an attempt's context, that a retryfuse Transport

@@ -1,0 +1,151 @@
+package retryfuse
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"syscall"
+	"testing"
+)
+
+func TestRetryableStatus(t *testing.T) {
+	retryable := map[int]bool{408: true, 425: true, 429: true, 500: true, 502: true, 503: true, 504: true}
+	for code := 100; code < 600; code++ {
+		if got, want := RetryableStatus(code), retryable[code]; got != want {
+			t.Errorf("RetryableStatus(%d) = %v, want %v", code, got, want)
+		}
+		resp := &http.Response{StatusCode: code}
+		want := ClassFinal
+		if retryable[code] {
+			want = ClassRetryable
+		}
+		if got := DefaultClassify(resp, nil); got != want {
+			t.Errorf("DefaultClassify(status %d) = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// opErr wraps errno the way the net package does, inside the *url.Error
+// that http.Client adds.
+func opErr(op string, errno error) error {
+	return &url.Error{Op: "Get", URL: "http://example.test/", Err: &net.OpError{
+		Op: op, Net: "tcp", Err: os.NewSyscallError(op, errno),
+	}}
+}
+
+func TestDefaultClassifyErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"ECONNRESET in OpError in url.Error", opErr("read", syscall.ECONNRESET), ClassRetryable},
+		{"ECONNREFUSED in OpError in url.Error", opErr("dial", syscall.ECONNREFUSED), ClassRetryable},
+		{"ECONNABORTED", opErr("read", syscall.ECONNABORTED), ClassRetryable},
+		{"EPIPE", opErr("write", syscall.EPIPE), ClassRetryable},
+		{"ETIMEDOUT", opErr("read", syscall.ETIMEDOUT), ClassRetryable},
+		{"EHOSTUNREACH", opErr("dial", syscall.EHOSTUNREACH), ClassRetryable},
+		{"ENETUNREACH", opErr("dial", syscall.ENETUNREACH), ClassRetryable},
+		{"io.EOF", io.EOF, ClassRetryable},
+		{"wrapped io.EOF", fmt.Errorf("reading: %w", io.EOF), ClassRetryable},
+		{"io.ErrUnexpectedEOF", io.ErrUnexpectedEOF, ClassRetryable},
+		{"net.Error with Timeout", &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}}, ClassRetryable},
+		{"attempt timeout over context.Canceled", &attemptTimeoutError{err: context.Canceled}, ClassRetryable},
+		{"x509.UnknownAuthorityError", &url.Error{Op: "Get", URL: "https://x/", Err: x509.UnknownAuthorityError{}}, ClassFinal},
+		{"tls.CertificateVerificationError over HostnameError", &tls.CertificateVerificationError{Err: x509.HostnameError{Host: "x"}}, ClassFinal},
+		{"x509.HostnameError", x509.HostnameError{Host: "x"}, ClassFinal},
+		{"tls.RecordHeaderError", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, ClassFinal},
+		{"context.Canceled", context.Canceled, ClassFinal},
+		{"wrapped context.Canceled", &url.Error{Op: "Get", URL: "http://x/", Err: context.Canceled}, ClassFinal},
+		{"DNS not found", &net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "nx.test", IsNotFound: true}}, ClassFinal},
+		{"DNS temporary", &net.OpError{Op: "dial", Err: &net.DNSError{Err: "server misbehaving", Name: "x.test", IsTemporary: true}}, ClassRetryable},
+		{"DNS timeout", &net.DNSError{Err: "i/o timeout", Name: "x.test", IsTimeout: true}, ClassRetryable},
+		{"unknown error", errors.New("unsupported protocol scheme"), ClassFinal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := DefaultClassify(nil, tt.err); got != tt.want {
+				t.Errorf("DefaultClassify(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestClassifyOutcomeAndPhase(t *testing.T) {
+	reset := opErr("read", syscall.ECONNRESET)
+	tests := []struct {
+		name          string
+		resp          *http.Response
+		err           error
+		phase         Phase
+		callerDone    bool
+		bodyErr       bool
+		wantOutcome   Outcome
+		wantPhase     Phase
+		wantRetryable bool
+	}{
+		{"200", &http.Response{StatusCode: 200}, nil, PhaseResponse, false, false, OutcomeSuccess, PhaseResponse, false},
+		{"404", &http.Response{StatusCode: 404}, nil, PhaseResponse, false, false, OutcomeSuccess, PhaseResponse, false},
+		{"503", &http.Response{StatusCode: 503}, nil, PhaseResponse, false, false, OutcomeFailure, PhaseResponse, true},
+		{"refused before writing", nil, opErr("dial", syscall.ECONNREFUSED), PhasePreWrite, false, false, OutcomeFailure, PhasePreWrite, true},
+		{"reset after writing", nil, reset, PhasePostWrite, false, false, OutcomeUnknown, PhasePostWrite, true},
+		{"reset, phase unknown", nil, reset, PhaseUnknown, false, false, OutcomeUnknown, PhaseUnknown, true},
+		{"attempt timeout after writing", nil, &attemptTimeoutError{err: context.Canceled}, PhasePostWrite, false, false, OutcomeTimeout, PhasePostWrite, true},
+		{"caller deadline after writing", nil, context.DeadlineExceeded, PhasePostWrite, true, false, OutcomeTimeout, PhasePostWrite, false},
+		{"caller cancel after writing", nil, context.Canceled, PhasePostWrite, true, false, OutcomeUnknown, PhasePostWrite, false},
+		{"caller cancel before writing", nil, context.Canceled, PhasePreWrite, true, false, OutcomeFailure, PhasePreWrite, false},
+		{"caller body reader failed", nil, errors.New("disk gone"), PhasePostWrite, false, true, OutcomeFailure, PhasePostWrite, false},
+		{"unknown error after writing", nil, errors.New("malformed"), PhasePostWrite, false, false, OutcomeUnknown, PhasePostWrite, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := classify(nil, tt.resp, tt.err, tt.phase, tt.callerDone, tt.bodyErr)
+			if got.outcome != tt.wantOutcome || got.phase != tt.wantPhase || got.retryable != tt.wantRetryable {
+				t.Errorf("classify = {%v %v retryable=%v}, want {%v %v retryable=%v}",
+					got.outcome, got.phase, got.retryable, tt.wantOutcome, tt.wantPhase, tt.wantRetryable)
+			}
+		})
+	}
+}
+
+func TestClassifyUsesClassifierAndSurvivesItsPanic(t *testing.T) {
+	notFound := &http.Response{StatusCode: 404}
+	retry404 := func(resp *http.Response, err error) Class {
+		if resp != nil && resp.StatusCode == 404 {
+			return ClassRetryable
+		}
+		return ClassDefault
+	}
+	if got := classify(retry404, notFound, nil, PhaseResponse, false, false); !got.retryable || got.outcome != OutcomeFailure {
+		t.Errorf("404 with a classifier retrying it: got {%v retryable=%v}, want {failure retryable=true}", got.outcome, got.retryable)
+	}
+	final503 := func(*http.Response, error) Class { return ClassFinal }
+	if got := classify(final503, &http.Response{StatusCode: 503}, nil, PhaseResponse, false, false); got.retryable || got.outcome != OutcomeSuccess {
+		t.Errorf("503 with a classifier calling it final: got {%v retryable=%v}, want {success retryable=false}", got.outcome, got.retryable)
+	}
+	panicky := func(*http.Response, error) Class { panic("classifier bug") }
+	if got := classify(panicky, &http.Response{StatusCode: 503}, nil, PhaseResponse, false, false); !got.retryable {
+		t.Errorf("503 with a panicking classifier: got retryable=%v, want true (the default rules)", got.retryable)
+	}
+	if got := classify(panicky, nil, io.EOF, PhasePreWrite, false, false); !got.retryable {
+		t.Errorf("EOF with a panicking classifier: got retryable=%v, want true (the default rules)", got.retryable)
+	}
+	// The caller's own cancellation is settled before any classifier.
+	always := func(*http.Response, error) Class { return ClassRetryable }
+	if got := classify(always, nil, context.Canceled, PhasePreWrite, true, false); got.retryable {
+		t.Errorf("caller cancellation with a classifier retrying everything: got retryable=true, want false")
+	}
+}

@@ -1,0 +1,111 @@
+package retryfuse
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func failures(n int, phase Phase, cost float64) []Attempt {
+	out := make([]Attempt, n)
+	for i := range out {
+		out[i] = Attempt{Outcome: OutcomeFailure, Phase: phase, Cost: cost}
+	}
+	return out
+}
+
+// TestDecideWorkedExamples pins the worked examples of CONTRACT.md, row by
+// row, as Go values.
+func TestDecideWorkedExamples(t *testing.T) {
+	def := DefaultDecisionPolicy()
+	get := RequestFacts{Method: "GET", ReplayableBody: true}
+	tests := []struct {
+		name     string
+		in       DecisionInput
+		decision Decision
+		evidence Evidence
+	}{
+		{"get_no_attempts", DecisionInput{Policy: def, Request: get}, ReplaySafe, EvidencePass},
+		{"post_key_timeout_post_write", DecisionInput{Policy: def,
+			Request:  RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
+			Attempts: []Attempt{{OutcomeTimeout, PhasePostWrite, 1}}}, ReconcileRequired, EvidenceUnknown},
+		{"put_timeout_post_write", DecisionInput{Policy: def,
+			Request:  RequestFacts{Method: "PUT", ReplayableBody: true},
+			Attempts: []Attempt{{OutcomeTimeout, PhasePostWrite, 1}}}, ReplaySafe, EvidencePass},
+		{"post_no_key_failure", DecisionInput{Policy: def,
+			Request:  RequestFacts{Method: "POST", ReplayableBody: true},
+			Attempts: failures(1, PhasePostWrite, 1)}, Brake, EvidencePass},
+		{"get_five_failures", DecisionInput{Policy: def, Request: get, Attempts: failures(5, PhasePostWrite, 1)}, Brake, EvidenceFail},
+		{"get_cost_60_40", DecisionInput{Policy: def, Request: get,
+			Attempts: []Attempt{{OutcomeFailure, PhasePostWrite, 60}, {OutcomeFailure, PhasePostWrite, 40}}}, Brake, EvidenceFail},
+		{"in_flight_post_key", DecisionInput{Policy: def, KeyState: KeyInFlight,
+			Request: RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true}}, Brake, EvidencePass},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Decide(tt.in)
+			assert.Equal(t, tt.decision, v.Decision, "got decision %s, want %s", v.Decision, tt.decision)
+			assert.Equal(t, tt.evidence, v.Evidence, "got evidence %s, want %s", v.Evidence, tt.evidence)
+			assert.Equal(t, v, Decide(tt.in), "got a different verdict for the same input")
+		})
+	}
+}
+
+// TestDecideResponsePhaseIsPostWrite pins that PhaseResponse, which the JSON
+// form does not accept, counts as written.
+func TestDecideResponsePhaseIsPostWrite(t *testing.T) {
+	in := DecisionInput{Policy: DefaultDecisionPolicy(), Request: RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
+		Attempts: []Attempt{{OutcomeTimeout, PhaseResponse, 1}}}
+	v := Decide(in)
+	assert.Equal(t, ReconcileRequired, v.Decision, "got %s, want reconcile_required", v.Decision)
+}
+
+func TestDecideDoesNotAllocate(t *testing.T) {
+	in := benchInput()
+	if n := testing.AllocsPerRun(100, func() { _ = Decide(in) }); n != 0 {
+		t.Errorf("got %v allocations per call, want 0", n)
+	}
+}
+
+// benchInput is a 10-attempt history that goes through every rule to the
+// last: a success, then failures and uncertain idempotent attempts.
+func benchInput() DecisionInput {
+	in := DecisionInput{
+		Policy:  DecisionPolicy{FailureThreshold: 10, BudgetUnits: 100},
+		Request: RequestFacts{Method: "PUT", IdempotencyKey: true, ReplayableBody: true},
+	}
+	for i := range 10 {
+		a := Attempt{Outcome: OutcomeFailure, Phase: PhasePostWrite, Cost: 1.5}
+		switch {
+		case i == 2:
+			a.Outcome = OutcomeSuccess
+		case i%3 == 0:
+			a.Outcome, a.Phase = OutcomeTimeout, PhaseUnknown
+		}
+		in.Attempts = append(in.Attempts, a)
+	}
+	return in
+}
+
+func BenchmarkDecide(b *testing.B) {
+	in := benchInput()
+	b.ReportAllocs()
+	var v Verdict
+	for b.Loop() {
+		v = Decide(in)
+	}
+	if v.Rule != 8 {
+		b.Fatalf("got rule %d, want 8: the benchmark must walk every rule", v.Rule)
+	}
+}
+
+func ExampleDecide() {
+	v := Decide(DecisionInput{
+		Policy:   DefaultDecisionPolicy(),
+		Request:  RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
+		Attempts: []Attempt{{Outcome: OutcomeTimeout, Phase: PhasePostWrite, Cost: 1}},
+	})
+	fmt.Println(v.Decision, v.Evidence)
+	// Output: reconcile_required unknown
+}

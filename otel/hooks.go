@@ -1,0 +1,222 @@
+// Package retryfuseotel reports what a retryfuse Transport does to
+// OpenTelemetry: metrics from its Hooks (NewHooks), and span events on the
+// span active in each request's context (Wrap).
+//
+// Hooks receive no context, so NewHooks records metrics only; Wrap, which
+// sees each call's context, adds events to its span when a call ends
+// without a response. See README.md for the instruments and for how this
+// composes with otelhttp.
+package retryfuseotel
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/retryfuse/retryfuse"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// ScopeName is the instrumentation scope of the meter.
+const ScopeName = "github.com/retryfuse/retryfuse/otel"
+
+// Option configures NewHooks.
+type Option func(*config)
+
+type config struct {
+	mp metric.MeterProvider
+}
+
+// WithMeterProvider sets the MeterProvider the instruments are created
+// with. Nil, or no option, means otel.GetMeterProvider() at the time
+// NewHooks is called.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.mp = mp }
+}
+
+// retryDelayBuckets are the boundaries of retryfuse.retry.delay, in
+// seconds: from a jittered 100ms backoff up to the 30s Retry-After cap.
+var retryDelayBuckets = []float64{0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// attemptDurationBuckets are the boundaries of retryfuse.attempt.duration
+// and match the HTTP semantic conventions' client duration.
+var attemptDurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+type instruments struct {
+	attempts           metric.Int64Counter
+	attemptDuration    metric.Float64Histogram
+	retries            metric.Int64Counter
+	retryDelay         metric.Float64Histogram
+	reconcile          metric.Int64Counter
+	brakes             metric.Int64Counter
+	giveUps            metric.Int64Counter
+	budgetRefusals     metric.Int64Counter
+	hiddenResends      metric.Int64Counter
+	breakerTransitions metric.Int64Counter
+	breakerState       metric.Int64Gauge
+	evidenceUnavail    metric.Int64Counter
+}
+
+// NewHooks returns Hooks that record retryfuse's metrics (listed in
+// README.md). Combine them with other hooks through retryfuse.JoinHooks.
+// The error joins those of the instruments that could not be created; the
+// Hooks are then empty.
+//
+// The Hooks are safe for concurrent use.
+func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	m := c.mp.Meter(ScopeName)
+	var (
+		ins  instruments
+		errs []error
+	)
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		i, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	ins.attempts = counter("retryfuse.attempts", "{attempt}", "Attempts sent by the transport, by outcome.")
+	ins.retries = counter("retryfuse.retries", "{retry}", "Retries scheduled, by where the delay came from.")
+	ins.reconcile = counter("retryfuse.reconcile_required", "{call}", "Calls that ended with a write of uncertain outcome, not replayed.")
+	ins.brakes = counter("retryfuse.brakes", "{call}", "Calls stopped by the decision core, by rule.")
+	ins.giveUps = counter("retryfuse.give_ups", "{call}", "Calls that stopped repeating for a reason other than success.")
+	ins.budgetRefusals = counter("retryfuse.budget.refusals", "{call}", "Retries refused by a shared retry budget.")
+	ins.hiddenResends = counter("retryfuse.hidden_resends", "{resend}", "Requests the base transport re-sent by itself within one attempt.")
+	ins.breakerTransitions = counter("retryfuse.breaker.transitions", "{transition}", "Breaker state changes, by scope.")
+	ins.evidenceUnavail = counter("retryfuse.evidence_unavailable", "{event}", "Fail-safes applied because a budget or ledger could not answer.")
+	var err error
+	ins.attemptDuration, err = m.Float64Histogram("retryfuse.attempt.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one attempt, until its response headers or its error."),
+		metric.WithExplicitBucketBoundaries(attemptDurationBuckets...))
+	errs = append(errs, err)
+	ins.retryDelay, err = m.Float64Histogram("retryfuse.retry.delay", metric.WithUnit("s"),
+		metric.WithDescription("Wait before a retry."),
+		metric.WithExplicitBucketBoundaries(retryDelayBuckets...))
+	errs = append(errs, err)
+	ins.breakerState, err = m.Int64Gauge("retryfuse.breaker.state", metric.WithUnit("1"),
+		metric.WithDescription("1 for the state a breaker scope is in, 0 for the states it left."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return retryfuse.Hooks{}, fmt.Errorf("retryfuseotel: creating instruments: %w", err)
+	}
+	return ins.hooks(), nil
+}
+
+func (ins *instruments) hooks() retryfuse.Hooks {
+	return retryfuse.Hooks{
+		AttemptDone:         ins.attemptDone,
+		Decision:            ins.decision,
+		Retry:               ins.retry,
+		Reconcile:           ins.reconcileRequired,
+		GiveUp:              ins.giveUp,
+		HiddenResend:        ins.hiddenResend,
+		BreakerChange:       ins.breakerChange,
+		EvidenceUnavailable: ins.evidenceUnavailable,
+	}
+}
+
+// Attribute keys of retryfuse's own.
+const (
+	keyOutcome     = attribute.Key("retryfuse.outcome")
+	keyPhase       = attribute.Key("retryfuse.phase")
+	keyDelaySource = attribute.Key("retryfuse.delay.source")
+	keyDecision    = attribute.Key("retryfuse.decision")
+	keyEvidence    = attribute.Key("retryfuse.evidence")
+	keyRule        = attribute.Key("retryfuse.rule")
+	keyReason      = attribute.Key("retryfuse.reason")
+	keyKeySource   = attribute.Key("retryfuse.idempotency_key.source")
+	keySource      = attribute.Key("retryfuse.source")
+	keyScope       = attribute.Key("retryfuse.breaker.scope")
+	keyFrom        = attribute.Key("retryfuse.breaker.from")
+	keyTo          = attribute.Key("retryfuse.breaker.to")
+	keyState       = attribute.Key("retryfuse.breaker.state")
+	keyAttempts    = attribute.Key("retryfuse.attempts")
+	keyKey         = attribute.Key("retryfuse.idempotency_key")
+)
+
+// method is the http.request.method attribute: the known methods as they
+// are, any other as _OTHER, which bounds its cardinality.
+func method(m string) attribute.KeyValue {
+	switch m {
+	case "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+		return semconv.HTTPRequestMethodKey.String(m)
+	}
+	return semconv.HTTPRequestMethodOther
+}
+
+// idempotencyKeySource says where a call's idempotency key came from:
+// generated, carried or none.
+func idempotencyKeySource(key string, generated bool) attribute.KeyValue {
+	switch {
+	case generated:
+		return keyKeySource.String("generated")
+	case key != "":
+		return keyKeySource.String("carried")
+	}
+	return keyKeySource.String("none")
+}
+
+func (ins *instruments) attemptDone(i retryfuse.AttemptDoneInfo) {
+	ctx := bg
+	set := metric.WithAttributes(method(i.Method), keyOutcome.String(i.Outcome.String()))
+	ins.attemptDuration.Record(ctx, i.Duration.Seconds(), set)
+	kvs := []attribute.KeyValue{method(i.Method), keyOutcome.String(i.Outcome.String()), keyPhase.String(i.Phase.String())}
+	if i.StatusCode != 0 {
+		kvs = append(kvs, semconv.HTTPResponseStatusCode(i.StatusCode))
+	}
+	ins.attempts.Add(ctx, 1, metric.WithAttributes(kvs...))
+}
+
+func (ins *instruments) decision(i retryfuse.DecisionInfo) {
+	v := i.Verdict
+	if v.Decision != retryfuse.Brake && v.Decision != retryfuse.RejectConflict {
+		return
+	}
+	ins.brakes.Add(bg, 1, metric.WithAttributes(method(i.Method),
+		keyDecision.String(v.Decision.String()), keyEvidence.String(v.Evidence.String()), keyRule.Int(v.Rule)))
+}
+
+func (ins *instruments) retry(i retryfuse.RetryInfo) {
+	set := metric.WithAttributes(method(i.Method), keyDelaySource.String(i.Source.String()))
+	ins.retries.Add(bg, 1, set)
+	ins.retryDelay.Record(bg, i.Delay.Seconds(), set)
+}
+
+func (ins *instruments) reconcileRequired(i retryfuse.ReconcileInfo) {
+	ins.reconcile.Add(bg, 1, metric.WithAttributes(method(i.Method), keyPhase.String(i.Phase.String()), idempotencyKeySource(i.IdempotencyKey, i.KeyGenerated)))
+}
+
+func (ins *instruments) giveUp(i retryfuse.GiveUpInfo) {
+	ins.giveUps.Add(bg, 1, metric.WithAttributes(method(i.Method), keyReason.String(reason(i.Reason))))
+	if errors.Is(i.Reason, retryfuse.ErrBudgetExhausted) {
+		ins.budgetRefusals.Add(bg, 1, metric.WithAttributes(method(i.Method)))
+	}
+}
+
+func (ins *instruments) hiddenResend(i retryfuse.HiddenResendInfo) {
+	if n := i.Connections - 1; n > 0 {
+		ins.hiddenResends.Add(bg, int64(n), metric.WithAttributes(method(i.Method)))
+	}
+}
+
+func (ins *instruments) breakerChange(i retryfuse.BreakerChangeInfo) {
+	from, to := stateName(i.From), stateName(i.To)
+	ins.breakerTransitions.Add(bg, 1, metric.WithAttributes(keyScope.String(i.Scope), keyFrom.String(from), keyTo.String(to)))
+	ins.breakerState.Record(bg, 0, metric.WithAttributes(keyScope.String(i.Scope), keyState.String(from)))
+	ins.breakerState.Record(bg, 1, metric.WithAttributes(keyScope.String(i.Scope), keyState.String(to)))
+}
+
+func (ins *instruments) evidenceUnavailable(i retryfuse.EvidenceUnavailableInfo) {
+	ins.evidenceUnavail.Add(bg, 1, metric.WithAttributes(method(i.Method), keySource.String(i.Source)))
+}
+
+// stateName is a breaker state's name: closed, open or half_open.
+func stateName(s retryfuse.BreakerState) string { return fmt.Sprint(s) }

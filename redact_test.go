@@ -1,0 +1,45 @@
+package retryfuse
+
+import (
+	"net/url"
+	"testing"
+)
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct {
+		name   string
+		raw    string
+		params []string
+		want   string
+	}{
+		{"plain", "https://api.example.test/v1/orders", DefaultRedactedQueryParams, "https://api.example.test/v1/orders"},
+		{"user and password", "https://alice:s3cret@api.example.test/x", DefaultRedactedQueryParams, "https://api.example.test/x"},
+		{"user only", "https://alice@api.example.test/x", DefaultRedactedQueryParams, "https://api.example.test/x"},
+		{"token", "https://h.test/x?token=abc&page=2", DefaultRedactedQueryParams, "https://h.test/x?page=2&token=REDACTED"},
+		{"case-insensitive name", "https://h.test/x?Access_Token=abc", DefaultRedactedQueryParams, "https://h.test/x?Access_Token=REDACTED"},
+		{"repeated param", "https://h.test/x?sig=a&sig=b", DefaultRedactedQueryParams, "https://h.test/x?sig=REDACTED&sig=REDACTED"},
+		{"nothing sensitive", "https://h.test/x?page=2&q=go", DefaultRedactedQueryParams, "https://h.test/x?page=2&q=go"},
+		{"fragment dropped", "https://h.test/x#token=abc", DefaultRedactedQueryParams, "https://h.test/x"},
+		{"unparseable query hidden whole", "https://h.test/x?token=a;b", DefaultRedactedQueryParams, "https://h.test/x?REDACTED"},
+		{"custom list", "https://h.test/x?session=abc&token=t", []string{"session"}, "https://h.test/x?session=REDACTED&token=t"},
+		{"empty list redacts no param", "https://u:p@h.test/x?token=t", []string{}, "https://h.test/x?token=t"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := url.Parse(tt.raw)
+			if err != nil {
+				t.Fatalf("url.Parse(%q): %v", tt.raw, err)
+			}
+			before := *u
+			if got := redactURL(u, tt.params); got != tt.want {
+				t.Errorf("redactURL(%q) = %q, want %q", tt.raw, got, tt.want)
+			}
+			if *u != before {
+				t.Errorf("redactURL modified its argument: got %+v, want %+v", *u, before)
+			}
+		})
+	}
+	if got := redactURL(nil, DefaultRedactedQueryParams); got != "" {
+		t.Errorf("redactURL(nil) = %q, want empty", got)
+	}
+}

@@ -1,0 +1,311 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// SlogHooks returns Hooks that log every event to logger (slog.Default()
+// when nil). Records are built only when logger is enabled for their
+// level.
+//
+// Levels:
+//
+//   - Debug: an attempt starting or done, and every verdict of the
+//     decision core except the two below. A call whose first attempt
+//     succeeds logs at Debug only.
+//   - Info: a retry being scheduled; a breaker scope closing or turning
+//     half open.
+//   - Warn: a reconcile error; a verdict that stops a call on evidence of
+//     failure (brake or reject_conflict with evidence fail, rules 1, 6 and
+//     7); a call giving up; a hidden re-send by the base; a breaker scope
+//     opening; a budget or ledger applying its fail-safe.
+//
+// Messages ("retryfuse: retry", ...) and attribute names are a
+// compatibility promise; new attributes may be added. Attributes, each
+// present only when it applies:
+//
+//	call_id          uint   CallInfo.CallID, shared by all records of a call
+//	attempt          int    attempt number, from 1; 0 before the first
+//	method           string request method
+//	url              string request URL, credentials removed and query redacted
+//	phase            string how far the attempt got: pre_write, post_write, response, unknown
+//	idempotency_key  string the key's value
+//	key_generated    bool   true when the transport generated the key
+//	elapsed          dur    time since RoundTrip was called
+//	timeout          dur    the attempt's timeout (attempt start)
+//	status           int    HTTP status of the attempt or of the response handed back
+//	outcome          string success, failure, timeout, unknown (attempt done)
+//	retryable        bool   the classification before the safety rules (attempt done)
+//	duration         dur    the attempt's duration (attempt done)
+//	decision         string replay_safe, replay_stored, reconcile_required, brake, reject_conflict
+//	evidence         string pass, fail, unknown
+//	rule             int    the contract rule that decided, 1 to 8
+//	key_state        string the ledger's state of the key when not none
+//	delay            dur    the wait before the retry
+//	delay_source     string backoff or retry_after
+//	retry_after      dur    the server's Retry-After, when it set the delay
+//	reason           string why: the verdict's reason (decision), or for a
+//	                        give-up one of attempts_exhausted, budget_exhausted,
+//	                        not_repeatable, failure_threshold, cost_budget,
+//	                        retry_after_too_long, deadline, circuit_open,
+//	                        duplicate_in_flight, idempotency_conflict, final,
+//	                        canceled, deadline_exceeded (else the error's text)
+//	error            string the error's text
+//	connections      int    connections obtained within one attempt (hidden re-send)
+//	source           string budget or ledger (evidence unavailable)
+//	scope, from, to  string breaker scope and states (closed, open, half_open)
+//
+// Durations are slog Duration values (the JSON handler writes nanoseconds).
+//
+// The idempotency key's value is logged. Keys are not credentials, though
+// they may be business identifiers; the value is what an operator needs to
+// look up the effect of a write that requires reconciliation. Drop it with
+// a HandlerOptions.ReplaceAttr if your logs must not hold it. URLs are
+// logged as the transport reports them, without user information and with
+// the query parameters of Transport.RedactQueryParams redacted.
+//
+// Hooks receive no context, so records are logged with
+// context.Background(); a handler that reads values from the context sees
+// none.
+func SlogHooks(logger *slog.Logger) Hooks {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	l := slogHooks{logger}
+	return Hooks{
+		AttemptStart:        l.attemptStart,
+		AttemptDone:         l.attemptDone,
+		Decision:            l.decision,
+		Retry:               l.retry,
+		Reconcile:           l.reconcile,
+		GiveUp:              l.giveUp,
+		HiddenResend:        l.hiddenResend,
+		BreakerChange:       l.breakerChange,
+		EvidenceUnavailable: l.evidenceUnavailable,
+	}
+}
+
+type slogHooks struct{ l *slog.Logger }
+
+// maxSlogAttrs bounds the attributes of one record; an array of this size
+// holds them without allocating.
+const maxSlogAttrs = 16
+
+type slogAttrs struct {
+	buf [maxSlogAttrs]slog.Attr
+	n   int
+}
+
+func (a *slogAttrs) add(attr slog.Attr) {
+	if a.n < len(a.buf) {
+		a.buf[a.n] = attr
+		a.n++
+	}
+}
+
+func (a *slogAttrs) call(ci CallInfo, phase bool) {
+	a.add(slog.Uint64("call_id", ci.CallID))
+	a.add(slog.Int("attempt", ci.Attempt))
+	a.add(slog.String("method", ci.Method))
+	a.add(slog.String("url", ci.URL))
+	if phase {
+		a.add(slog.String("phase", ci.Phase.String()))
+	}
+	if ci.IdempotencyKey != "" {
+		a.add(slog.String("idempotency_key", ci.IdempotencyKey))
+	}
+	if ci.KeyGenerated {
+		a.add(slog.Bool("key_generated", true))
+	}
+	a.add(slog.Duration("elapsed", ci.Elapsed))
+}
+
+func (a *slogAttrs) err(err error) {
+	if err != nil {
+		a.add(slog.String("error", err.Error()))
+	}
+}
+
+func (h slogHooks) log(level slog.Level, msg string, a *slogAttrs) {
+	h.l.LogAttrs(context.Background(), level, msg, a.buf[:a.n]...)
+}
+
+func (h slogHooks) enabled(level slog.Level) bool {
+	return h.l.Enabled(context.Background(), level)
+}
+
+func (h slogHooks) attemptStart(i AttemptStartInfo) {
+	if !h.enabled(slog.LevelDebug) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, false)
+	if i.Timeout > 0 {
+		a.add(slog.Duration("timeout", i.Timeout))
+	}
+	h.log(slog.LevelDebug, "retryfuse: attempt start", &a)
+}
+
+func (h slogHooks) attemptDone(i AttemptDoneInfo) {
+	if !h.enabled(slog.LevelDebug) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, true)
+	if i.StatusCode != 0 {
+		a.add(slog.Int("status", i.StatusCode))
+	}
+	a.add(slog.String("outcome", i.Outcome.String()))
+	a.add(slog.Bool("retryable", i.Retryable))
+	a.add(slog.Duration("duration", i.Duration))
+	a.err(i.Err)
+	h.log(slog.LevelDebug, "retryfuse: attempt done", &a)
+}
+
+func (h slogHooks) decision(i DecisionInfo) {
+	level := slog.LevelDebug
+	v := i.Verdict
+	if (v.Decision == Brake || v.Decision == RejectConflict) && v.Evidence == EvidenceFail {
+		level = slog.LevelWarn
+	}
+	if !h.enabled(level) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, i.Attempt > 0)
+	a.add(slog.String("decision", v.Decision.String()))
+	a.add(slog.String("evidence", v.Evidence.String()))
+	a.add(slog.Int("rule", v.Rule))
+	a.add(slog.String("reason", v.Reason))
+	if i.KeyState != KeyNone {
+		a.add(slog.String("key_state", i.KeyState.String()))
+	}
+	h.log(level, "retryfuse: decision", &a)
+}
+
+func (h slogHooks) retry(i RetryInfo) {
+	if !h.enabled(slog.LevelInfo) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, true)
+	a.add(slog.Duration("delay", i.Delay))
+	a.add(slog.String("delay_source", i.Source.String()))
+	if i.Source == DelayRetryAfter {
+		a.add(slog.Duration("retry_after", i.RetryAfter))
+	}
+	var se *StatusError
+	if errors.As(i.Err, &se) {
+		a.add(slog.Int("status", se.StatusCode))
+	}
+	a.err(i.Err)
+	h.log(slog.LevelInfo, "retryfuse: retry", &a)
+}
+
+func (h slogHooks) reconcile(i ReconcileInfo) {
+	if !h.enabled(slog.LevelWarn) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, true)
+	if i.Err != nil {
+		a.err(i.Err.Cause)
+	}
+	h.log(slog.LevelWarn, "retryfuse: reconcile required", &a)
+}
+
+func (h slogHooks) giveUp(i GiveUpInfo) {
+	if !h.enabled(slog.LevelWarn) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, i.Attempt > 0)
+	a.add(slog.String("reason", giveUpReason(i.Reason)))
+	if i.Verdict.Decision != 0 {
+		a.add(slog.String("decision", i.Verdict.Decision.String()))
+		a.add(slog.String("evidence", i.Verdict.Evidence.String()))
+		a.add(slog.Int("rule", i.Verdict.Rule))
+	}
+	if i.StatusCode != 0 {
+		a.add(slog.Int("status", i.StatusCode))
+	}
+	a.err(i.Err)
+	h.log(slog.LevelWarn, "retryfuse: give up", &a)
+}
+
+func (h slogHooks) hiddenResend(i HiddenResendInfo) {
+	if !h.enabled(slog.LevelWarn) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, true)
+	a.add(slog.Int("connections", i.Connections))
+	h.log(slog.LevelWarn, "retryfuse: hidden resend", &a)
+}
+
+func (h slogHooks) breakerChange(i BreakerChangeInfo) {
+	to := breakerStateName(i.To)
+	level := slog.LevelInfo
+	if to == "open" {
+		level = slog.LevelWarn
+	}
+	if !h.enabled(level) {
+		return
+	}
+	var a slogAttrs
+	a.add(slog.String("scope", i.Scope))
+	a.add(slog.String("from", breakerStateName(i.From)))
+	a.add(slog.String("to", to))
+	a.err(i.Cause)
+	h.log(level, "retryfuse: breaker change", &a)
+}
+
+func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
+	if !h.enabled(slog.LevelWarn) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, i.Attempt > 0)
+	a.add(slog.String("source", i.Source))
+	a.err(i.Err)
+	h.log(slog.LevelWarn, "retryfuse: evidence unavailable", &a)
+}
+
+// breakerStateName is the state's name: closed, open or half_open.
+func breakerStateName(s BreakerState) string { return fmt.Sprint(s) }
+
+// giveUpReasons name the sentinels of GiveUpInfo.Reason in logs.
+var giveUpReasons = [...]struct {
+	err  error
+	name string
+}{
+	{ErrAttemptsExhausted, "attempts_exhausted"},
+	{ErrBudgetExhausted, "budget_exhausted"},
+	{ErrNotRepeatable, "not_repeatable"},
+	{ErrFailureThreshold, "failure_threshold"},
+	{ErrCostBudget, "cost_budget"},
+	{ErrRetryAfterTooLong, "retry_after_too_long"},
+	{ErrDeadline, "deadline"},
+	{ErrCircuitOpen, "circuit_open"},
+	{ErrDuplicateInFlight, "duplicate_in_flight"},
+	{ErrIdempotencyConflict, "idempotency_conflict"},
+	{ErrFinal, "final"},
+	{context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// giveUpReason names reason: the sentinel's name, else the error's text.
+func giveUpReason(reason error) string {
+	if reason == nil {
+		return ""
+	}
+	for _, r := range giveUpReasons {
+		if errors.Is(reason, r.err) {
+			return r.name
+		}
+	}
+	return reason.Error()
+}

@@ -1,0 +1,285 @@
+package retryfuse
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slogRecords decodes the JSON lines of buf, dropping the time.
+func slogRecords(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		delete(m, slog.TimeKey)
+		recs = append(recs, m)
+	}
+	return recs
+}
+
+// rec builds an expected record; numbers are float64 as JSON decodes them.
+func rec(level, msg string, kv ...any) map[string]any {
+	m := map[string]any{slog.LevelKey: level, slog.MessageKey: msg}
+	for i := 0; i < len(kv); i += 2 {
+		v := kv[i+1]
+		switch x := v.(type) {
+		case int:
+			v = float64(x)
+		case time.Duration:
+			v = float64(x)
+		}
+		m[kv[i].(string)] = v
+	}
+	return m
+}
+
+func assertRecords(t *testing.T, got, want []map[string]any) {
+	t.Helper()
+	for i := range max(len(got), len(want)) {
+		switch {
+		case i >= len(got):
+			t.Errorf("record %d: missing, want %v", i, want[i])
+		case i >= len(want):
+			t.Errorf("record %d: got %v, want none", i, got[i])
+		case !reflect.DeepEqual(got[i], want[i]):
+			t.Errorf("record %d:\n got %v\nwant %v", i, got[i], want[i])
+		}
+	}
+}
+
+// slogTransport returns a Transport logging to a JSON handler at level,
+// with a fixed clock, no real waits and jitter at half the ceiling.
+func slogTransport(level slog.Level) (*Transport, *bytes.Buffer) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))
+	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	return &Transport{
+		Hooks: SlogHooks(logger),
+		now:   func() time.Time { return fixed },
+		sleep: func(context.Context, time.Duration) error { return nil },
+		randN: func(n int64) int64 { return n / 2 },
+	}, &buf
+}
+
+// statusSequence serves the statuses in turn, then 200.
+func statusSequence(t *testing.T, statuses ...int) *httptest.Server {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if i := int(n.Add(1)) - 1; i < len(statuses) {
+			w.WriteHeader(statuses[i])
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func roundTrip(t *testing.T, tr *Transport, method, url, key string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set(HeaderIdempotencyKey, key)
+	}
+	resp, err := tr.RoundTrip(req)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+func TestSlogHooksRetryThenSuccess(t *testing.T) {
+	srv := statusSequence(t, http.StatusServiceUnavailable)
+	tr, buf := slogTransport(slog.LevelDebug)
+	resp, err := roundTrip(t, tr, http.MethodGet, srv.URL+"/things?token=abc", "")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("RoundTrip: got %v, %v; want 200, nil", resp, err)
+	}
+	url := srv.URL + "/things?token=REDACTED"
+	call := func(attempt int) []any {
+		return []any{"call_id", 1, "attempt", attempt, "method", "GET", "url", url}
+	}
+	with := func(base []any, kv ...any) []any { return append(append([]any{}, base...), kv...) }
+	want := []map[string]any{
+		rec("DEBUG", "retryfuse: decision", with(call(0), "elapsed", 0,
+			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
+		rec("DEBUG", "retryfuse: attempt start", with(call(1), "elapsed", 0)...),
+		rec("DEBUG", "retryfuse: attempt done", with(call(1), "phase", "response", "elapsed", 0,
+			"status", 503, "outcome", "failure", "retryable", true, "duration", 0,
+			"error", "retryfuse: retryable status 503 Service Unavailable")...),
+		rec("DEBUG", "retryfuse: decision", with(call(1), "phase", "response", "elapsed", 0,
+			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
+		rec("INFO", "retryfuse: retry", with(call(1), "phase", "response", "elapsed", 0,
+			"delay", 50*time.Millisecond, "delay_source", "backoff", "status", 503,
+			"error", "retryfuse: retryable status 503 Service Unavailable")...),
+		rec("DEBUG", "retryfuse: attempt start", with(call(2), "elapsed", 0)...),
+		rec("DEBUG", "retryfuse: attempt done", with(call(2), "phase", "response", "elapsed", 0,
+			"status", 200, "outcome", "success", "retryable", false, "duration", 0)...),
+		rec("DEBUG", "retryfuse: decision", with(call(2), "phase", "response", "elapsed", 0,
+			"decision", "replay_stored", "evidence", "pass", "rule", 2, "reason", "the last attempt succeeded")...),
+	}
+	assertRecords(t, slogRecords(t, buf), want)
+}
+
+func TestSlogHooksLevels(t *testing.T) {
+	t.Run("first attempt succeeds: nothing above debug", func(t *testing.T) {
+		srv := statusSequence(t)
+		tr, buf := slogTransport(slog.LevelInfo)
+		if _, err := roundTrip(t, tr, http.MethodGet, srv.URL, ""); err != nil {
+			t.Fatal(err)
+		}
+		if buf.Len() != 0 {
+			t.Errorf("got %q, want no records at info", buf.String())
+		}
+	})
+	t.Run("a retry logs once at info", func(t *testing.T) {
+		srv := statusSequence(t, http.StatusTooManyRequests)
+		tr, buf := slogTransport(slog.LevelInfo)
+		if _, err := roundTrip(t, tr, http.MethodGet, srv.URL, ""); err != nil {
+			t.Fatal(err)
+		}
+		recs := slogRecords(t, buf)
+		if len(recs) != 1 || recs[0][slog.MessageKey] != "retryfuse: retry" || recs[0][slog.LevelKey] != "INFO" {
+			t.Errorf("got %v, want one INFO retryfuse: retry", recs)
+		}
+	})
+}
+
+// A POST without an idempotency key that gets a 503 is braked by rule 5
+// (evidence pass: debug) and the call gives up (warn).
+func TestSlogHooksBrakeNotRepeatable(t *testing.T) {
+	srv := statusSequence(t, http.StatusServiceUnavailable)
+	tr, buf := slogTransport(slog.LevelInfo)
+	resp, err := roundTrip(t, tr, http.MethodPost, srv.URL+"/orders", "")
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("RoundTrip: got %v, %v; want 503, nil", resp, err)
+	}
+	want := []map[string]any{
+		rec("WARN", "retryfuse: give up", "call_id", 1, "attempt", 1, "method", "POST",
+			"url", srv.URL+"/orders", "phase", "response", "elapsed", 0,
+			"reason", "not_repeatable", "decision", "brake", "evidence", "pass", "rule", 5, "status", 503),
+	}
+	assertRecords(t, slogRecords(t, buf), want)
+}
+
+// A keyed POST whose attempt stalls past AttemptTimeout after it was
+// written must be reconciled, and says so at warn with its key.
+func TestSlogHooksReconcile(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+
+	tr, buf := slogTransport(slog.LevelDebug)
+	tr.AttemptTimeout = 50 * time.Millisecond
+	_, err := roundTrip(t, tr, http.MethodPost, srv.URL+"/orders", "order-42")
+	var rre *ReconcileRequiredError
+	if !errors.As(err, &rre) {
+		t.Fatalf("RoundTrip: got %v, want a *ReconcileRequiredError", err)
+	}
+	cause := rre.Cause.Error()
+	call := []any{"call_id", 1, "method", "POST", "url", srv.URL + "/orders", "idempotency_key", "order-42", "elapsed", 0}
+	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
+	want := []map[string]any{
+		rec("DEBUG", "retryfuse: decision", with("attempt", 0,
+			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
+		rec("DEBUG", "retryfuse: attempt start", with("attempt", 1, "timeout", 50*time.Millisecond)...),
+		rec("DEBUG", "retryfuse: attempt done", with("attempt", 1, "phase", "post_write",
+			"outcome", "timeout", "retryable", true, "duration", 0, "error", cause)...),
+		rec("DEBUG", "retryfuse: decision", with("attempt", 1, "phase", "post_write",
+			"decision", "reconcile_required", "evidence", "unknown", "rule", 3,
+			"reason", "the last attempt's outcome is uncertain and the method is not idempotent")...),
+		rec("WARN", "retryfuse: reconcile required", with("attempt", 1, "phase", "post_write", "error", cause)...),
+	}
+	assertRecords(t, slogRecords(t, buf), want)
+	if !errors.Is(err, ErrAttemptTimeout) {
+		t.Errorf("cause: got %v, want one matching ErrAttemptTimeout", rre.Cause)
+	}
+}
+
+func TestSlogHooksDirectEvents(t *testing.T) {
+	var buf bytes.Buffer
+	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
+	ci := CallInfo{CallID: 7, Attempt: 2, Method: "PUT", URL: "http://x/y", IdempotencyKey: "k1", KeyGenerated: true, Phase: PhasePostWrite, Elapsed: time.Second}
+	h.HiddenResend(HiddenResendInfo{CallInfo: ci, Connections: 2})
+	h.EvidenceUnavailable(EvidenceUnavailableInfo{CallInfo: ci, Source: "budget", Err: errors.New("store down")})
+	h.GiveUp(GiveUpInfo{CallInfo: ci, Reason: ErrBudgetExhausted, Err: errors.New("boom")})
+	h.Decision(DecisionInfo{CallInfo: ci, Verdict: Verdict{Brake, EvidenceFail, 6, "streak"}})
+	h.Decision(DecisionInfo{CallInfo: ci, Verdict: Verdict{Brake, EvidencePass, 4, "in flight"}, KeyState: KeyInFlight}) // debug: dropped
+
+	call := []any{"call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y", "phase", "post_write",
+		"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}
+	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
+	want := []map[string]any{
+		rec("WARN", "retryfuse: hidden resend", with("connections", 2)...),
+		rec("WARN", "retryfuse: evidence unavailable", with("source", "budget", "error", "store down")...),
+		rec("WARN", "retryfuse: give up", with("reason", "budget_exhausted", "error", "boom")...),
+		rec("WARN", "retryfuse: decision", with("decision", "brake", "evidence", "fail", "rule", 6, "reason", "streak")...),
+	}
+	assertRecords(t, slogRecords(t, &buf), want)
+}
+
+// stateNamed finds the BreakerState whose String is name.
+func stateNamed(name string) (BreakerState, bool) {
+	for i := range 256 {
+		if s := BreakerState(i); fmt.Sprint(s) == name {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+func TestSlogHooksBreakerChange(t *testing.T) {
+	closed, ok1 := stateNamed("closed")
+	open, ok2 := stateNamed("open")
+	if !ok1 || !ok2 {
+		t.Skip("BreakerState has no closed and open names yet")
+	}
+	var buf bytes.Buffer
+	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
+	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: closed, To: open, Cause: errors.New("503")}})
+	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: open, To: closed}})
+	want := []map[string]any{
+		rec("WARN", "retryfuse: breaker change", "scope", "api.example:443", "from", "closed", "to", "open", "error", "503"),
+		rec("INFO", "retryfuse: breaker change", "scope", "api.example:443", "from", "open", "to", "closed"),
+	}
+	assertRecords(t, slogRecords(t, &buf), want)
+}
+
+func TestSlogHooksNilLogger(t *testing.T) {
+	h := SlogHooks(nil)
+	if h.AttemptStart == nil || h.BreakerChange == nil || h.EvidenceUnavailable == nil {
+		t.Fatal("SlogHooks(nil): got nil hooks, want every hook set")
+	}
+}
+
+func BenchmarkSlogHooksDisabled(b *testing.B) {
+	h := SlogHooks(slog.New(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelError})))
+	info := AttemptDoneInfo{CallInfo: CallInfo{CallID: 1, Attempt: 1, Method: "GET", URL: "http://x/"}, StatusCode: 200, Outcome: OutcomeSuccess}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.AttemptDone(info)
+	}
+}

@@ -1,0 +1,322 @@
+package retryfuse
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+)
+
+// shortTimeout is the attempt timeout of tests where a server stalls: long
+// enough for a loopback request to be written, short enough to keep the
+// suite fast.
+const shortTimeout = 100 * time.Millisecond
+
+// wantReconcile checks that err is a *ReconcileRequiredError, reached
+// through http.Client's *url.Error, and returns it.
+func wantReconcile(t *testing.T, err error, method, url, key string) *ReconcileRequiredError {
+	t.Helper()
+	var rec *ReconcileRequiredError
+	if !errors.As(err, &rec) {
+		t.Fatalf("Do: got error %v (%T), want a *ReconcileRequiredError", err, err)
+	}
+	if !errors.Is(err, ErrReconcileRequired) {
+		t.Errorf("errors.Is(err, ErrReconcileRequired): got false, want true")
+	}
+	if rec.Method != method || rec.URL != url || rec.IdempotencyKey != key || rec.Attempts != 1 || rec.Phase != PhasePostWrite {
+		t.Errorf("reconcile error: got Method %q URL %q Key %q Attempts %d Phase %v; want %q %q %q 1 post_write",
+			rec.Method, rec.URL, rec.IdempotencyKey, rec.Attempts, rec.Phase, method, url, key)
+	}
+	return rec
+}
+
+func TestKeyedPOSTStallingPastAttemptTimeoutRequiresReconcile(t *testing.T) {
+	srv := newTestServer(t, stallUntilGone)
+	clk := newFakeClock()
+	var log hookLog
+	tr := newTransport(t, clk, &Transport{AttemptTimeout: shortTimeout, Hooks: log.hooks()})
+
+	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
+	req.Header.Set(HeaderIdempotencyKey, "pay-1")
+	resp, _, err := do(tr, req)
+	if resp != nil {
+		t.Errorf("Do: got a response %d, want none", resp.StatusCode)
+	}
+	rec := wantReconcile(t, err, http.MethodPost, srv.URL+"/payments", "pay-1")
+	if !errors.Is(rec.Cause, ErrAttemptTimeout) {
+		t.Errorf("Cause: got %v, want one matching ErrAttemptTimeout", rec.Cause)
+	}
+	var ne net.Error
+	if !errors.As(rec.Cause, &ne) || !ne.Timeout() {
+		t.Errorf("Cause: got %v, want a net.Error with Timeout() true", rec.Cause)
+	}
+	if got := srv.count(); got != 1 {
+		t.Errorf("requests seen by the server: got %d, want 1", got)
+	}
+	if got := clk.Sleeps(); len(got) != 0 {
+		t.Errorf("waits: got %v, want none", got)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.reconciles) != 1 || log.reconciles[0].Err != rec {
+		t.Errorf("Reconcile hook: got %d events, want one carrying the returned error", len(log.reconciles))
+	}
+}
+
+// resetAfterRequest reads one request on each connection, then resets it.
+func resetAfterRequest(s *rawServer, _ int, c net.Conn, br *bufio.Reader) {
+	if _, err := s.readRequest(br); err != nil {
+		return
+	}
+	resetConn(c)
+}
+
+func TestKeyedPOSTResetAfterWriteRequiresReconcile(t *testing.T) {
+	srv := newRawServer(t, resetAfterRequest)
+	clk := newFakeClock()
+	tr := newTransport(t, clk, &Transport{})
+
+	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/payments", `{"amount":10}`)
+	req.Header.Set(HeaderIdempotencyKey, "pay-2")
+	_, _, err := do(tr, req)
+	rec := wantReconcile(t, err, http.MethodPost, srv.URL()+"/payments", "pay-2")
+	if !errors.Is(rec.Cause, syscall.ECONNRESET) {
+		t.Errorf("Cause: got %v, want one matching ECONNRESET", rec.Cause)
+	}
+	if got := len(srv.requests()); got != 1 {
+		t.Errorf("requests seen by the server: got %d, want 1", got)
+	}
+	if got := clk.Sleeps(); len(got) != 0 {
+		t.Errorf("waits: got %v, want none", got)
+	}
+}
+
+// reusedThenClosed answers the first request of the first connection, then
+// reads the second and closes the connection without an answer. Later
+// connections answer every request: that is where a silent re-send would
+// land.
+type reusedThenClosed struct {
+	mu   sync.Mutex
+	seen map[string]int // idempotency key (or path) → requests read
+}
+
+func (r *reusedThenClosed) serve(s *rawServer, connNo int, c net.Conn, br *bufio.Reader) {
+	for i := 0; ; i++ {
+		req, err := s.readRequest(br)
+		if err != nil {
+			return
+		}
+		id := req.Header.Get(HeaderIdempotencyKey)
+		if id == "" {
+			id = req.URL
+		}
+		r.mu.Lock()
+		r.seen[id]++
+		r.mu.Unlock()
+		if connNo == 0 && i == 1 {
+			return // close without an answer, after reading the request
+		}
+		if writeResponse(c, 200, "ok") != nil {
+			return
+		}
+	}
+}
+
+func (r *reusedThenClosed) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[id]
+}
+
+// runReusedThenClosed sends a GET that warms a connection, then a keyed
+// POST that the server reads on that reused connection and drops.
+func runReusedThenClosed(t *testing.T, rt http.RoundTripper) (srv *rawServer, script *reusedThenClosed, err error) {
+	t.Helper()
+	script = &reusedThenClosed{seen: map[string]int{}}
+	srv = newRawServer(t, script.serve)
+	if _, _, err := do(rt, newRequest(t, testCtx(t), http.MethodGet, srv.URL()+"/warm", "")); err != nil {
+		t.Fatalf("warming GET: %v", err)
+	}
+	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/payments", `{"amount":10}`)
+	req.Header.Set(HeaderIdempotencyKey, "pay-3")
+	_, _, err = do(rt, req)
+	return srv, script, err
+}
+
+func TestKeyedPOSTDroppedOnReusedConnectionIsNotResent(t *testing.T) {
+	t.Run("net/http alone re-sends it", func(t *testing.T) {
+		// The hazard this package guards against: the bare base silently
+		// re-sends a POST carrying the canonical Idempotency-Key. If this
+		// stops holding, the subtest below no longer exercises it.
+		base := cleanhttp.DefaultPooledTransport()
+		t.Cleanup(base.CloseIdleConnections)
+		_, script, err := runReusedThenClosed(t, base)
+		if err != nil {
+			t.Fatalf("bare base: got error %v, want the re-sent request's 200", err)
+		}
+		if got := script.count("pay-3"); got != 2 {
+			t.Errorf("bare base: server read the POST %d times, want 2", got)
+		}
+	})
+	t.Run("retryfuse does not", func(t *testing.T) {
+		clk := newFakeClock()
+		var log hookLog
+		tr := newTransport(t, clk, &Transport{Hooks: log.hooks()})
+		srv, script, err := runReusedThenClosed(t, tr)
+		rec := wantReconcile(t, err, http.MethodPost, srv.URL()+"/payments", "pay-3")
+		if !errors.Is(rec.Cause, io.EOF) && !errors.Is(rec.Cause, syscall.ECONNRESET) {
+			t.Errorf("Cause: got %v, want EOF or ECONNRESET", rec.Cause)
+		}
+		if got := script.count("pay-3"); got != 1 {
+			t.Errorf("server read the POST %d times, want exactly 1", got)
+		}
+		if got := srv.connCount(); got != 1 {
+			t.Errorf("connections: got %d, want 1 (the POST went out on the reused one)", got)
+		}
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if len(log.hidden) != 0 {
+			t.Errorf("HiddenResend events: got %+v, want none", log.hidden)
+		}
+	})
+}
+
+func TestCallerDeadlineAfterWriteOfPOST(t *testing.T) {
+	for _, key := range []string{"", "pay-4"} {
+		t.Run("key="+key, func(t *testing.T) {
+			srv := newTestServer(t, stallUntilGone)
+			clk := newFakeClock()
+			tr := newTransport(t, clk, &Transport{})
+
+			ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)
+			defer cancel()
+			req := newRequest(t, ctx, http.MethodPost, srv.URL, `{"amount":10}`)
+			if key != "" {
+				req.Header.Set(HeaderIdempotencyKey, key)
+			}
+			_, _, err := do(tr, req)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("errors.Is(err, context.DeadlineExceeded): got false for %v, want true", err)
+			}
+			wantReconcile(t, err, http.MethodPost, srv.URL, key)
+			if got := srv.count(); got != 1 {
+				t.Errorf("requests seen by the server: got %d, want 1", got)
+			}
+		})
+	}
+}
+
+func TestPUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
+	srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			stallUntilGone(n, w, r)
+			return
+		}
+		_, _ = io.WriteString(w, "stored")
+	})
+	clk := newFakeClock()
+	var log hookLog
+	tr := newTransport(t, clk, &Transport{AttemptTimeout: shortTimeout, Hooks: log.hooks()})
+
+	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL+"/doc/1", "v2"))
+	if err != nil {
+		t.Fatalf("Do: got error %v, want nil", err)
+	}
+	if resp.StatusCode != 200 || string(body) != "stored" {
+		t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "stored")
+	}
+	reqs := srv.requests()
+	if len(reqs) != 2 || reqs[1].Body != "v2" {
+		t.Errorf("requests seen by the server: got %+v, want 2 with body v2", reqs)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.dones) != 2 || log.dones[0].Outcome != OutcomeTimeout || log.dones[0].Phase != PhasePostWrite {
+		t.Errorf("AttemptDone events: got %+v, want the first a timeout in post_write", log.dones)
+	}
+}
+
+func TestGETAfterResetIsRetried(t *testing.T) {
+	srv := newRawServer(t, func(s *rawServer, connNo int, c net.Conn, br *bufio.Reader) {
+		if connNo == 0 {
+			resetAfterRequest(s, connNo, c, br)
+			return
+		}
+		if _, err := s.readRequest(br); err == nil {
+			_ = writeResponse(c, 200, "fine")
+		}
+	})
+	clk := newFakeClock()
+	tr := newTransport(t, clk, &Transport{})
+	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL(), ""))
+	if err != nil {
+		t.Fatalf("Do: got error %v, want nil", err)
+	}
+	if resp.StatusCode != 200 || string(body) != "fine" {
+		t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "fine")
+	}
+	if got := len(srv.requests()); got != 2 {
+		t.Errorf("requests seen by the server: got %d, want 2", got)
+	}
+	if got := len(clk.Sleeps()); got != 1 {
+		t.Errorf("waits: got %d, want 1", got)
+	}
+}
+
+func TestRefusedConnection(t *testing.T) {
+	t.Run("GET retried", func(t *testing.T) {
+		url := refusedURL(t)
+		clk := newFakeClock()
+		var log hookLog
+		tr := newTransport(t, clk, &Transport{MaxAttempts: 3, Hooks: log.hooks()})
+		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, url, ""))
+		if resp != nil {
+			t.Errorf("Do: got a response %d, want none", resp.StatusCode)
+		}
+		if !errors.Is(err, ErrAttemptsExhausted) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("Do: got error %v, want one matching ErrAttemptsExhausted and ECONNREFUSED", err)
+		}
+		var re *RetryError
+		if !errors.As(err, &re) || re.Attempts != 3 {
+			t.Errorf("Do: got %v, want a *RetryError with 3 attempts", err)
+		}
+		if got := len(clk.Sleeps()); got != 2 {
+			t.Errorf("waits: got %d, want 2", got)
+		}
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if len(log.dones) != 3 {
+			t.Fatalf("AttemptDone events: got %d, want 3", len(log.dones))
+		}
+		for i, d := range log.dones {
+			if d.Phase != PhasePreWrite || d.Outcome != OutcomeFailure || !d.Retryable || d.Attempt != i+1 {
+				t.Errorf("AttemptDone %d: got attempt %d phase %v outcome %v retryable %v; want attempt %d pre_write failure true",
+					i, d.Attempt, d.Phase, d.Outcome, d.Retryable, i+1)
+			}
+		}
+	})
+	t.Run("POST without key not retried", func(t *testing.T) {
+		url := refusedURL(t)
+		clk := newFakeClock()
+		tr := newTransport(t, clk, &Transport{MaxAttempts: 3})
+		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, url, "payload"))
+		if !errors.Is(err, ErrNotRepeatable) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("Do: got error %v, want one matching ErrNotRepeatable and ECONNREFUSED", err)
+		}
+		var re *RetryError
+		if !errors.As(err, &re) || re.Attempts != 1 {
+			t.Errorf("Do: got %v, want a *RetryError with 1 attempt", err)
+		}
+		if got := clk.Sleeps(); len(got) != 0 {
+			t.Errorf("waits: got %v, want none", got)
+		}
+	})
+}

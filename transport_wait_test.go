@@ -1,0 +1,264 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jarcoal/httpmock"
+)
+
+// retryAfterMock answers 503 with Retry-After: value(now) once, then 200.
+// now is the fake clock's time when the 503 is produced, which is also the
+// time at which the transport reads it (the clock moves only in sleep).
+func retryAfterMock(clk *fakeClock, value func(now time.Time) string) *httpmock.MockTransport {
+	mock := httpmock.NewMockTransport()
+	n := 0
+	mock.RegisterResponder(http.MethodGet, mockURL, func(*http.Request) (*http.Response, error) {
+		n++
+		if n > 1 {
+			return httpmock.NewStringResponse(200, "ok"), nil
+		}
+		resp := httpmock.NewStringResponse(503, "busy")
+		resp.Header.Set("Retry-After", value(clk.Now()))
+		return resp, nil
+	})
+	return mock
+}
+
+func TestRetryAfterHonoured(t *testing.T) {
+	gmt := func(layout string) func(time.Time) string {
+		return func(now time.Time) string {
+			return strings.Replace(now.Add(7*time.Second).UTC().Format(layout), "UTC", "GMT", 1)
+		}
+	}
+	tests := []struct {
+		name  string
+		value func(time.Time) string
+	}{
+		{"seconds", func(time.Time) string { return "7" }},
+		{"IMF-fixdate", gmt(http.TimeFormat)},
+		{"RFC 850", gmt(time.RFC850)},
+		{"asctime", gmt(time.ANSIC)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			var log hookLog
+			tr := newTransport(t, clk, &Transport{Base: retryAfterMock(clk, tt.value), MaxRetryAfter: 20 * time.Second, Hooks: log.hooks()})
+			start := clk.Now()
+			asked, ok := ParseRetryAfter(tt.value(start), start)
+			if !ok || asked < 6*time.Second || asked > 7*time.Second {
+				t.Fatalf("bad case: value %q asks %v, %v", tt.value(start), asked, ok)
+			}
+			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, mockURL, ""))
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("Do: got %v, %v; want 200", resp, err)
+			}
+			sleeps := clk.Sleeps()
+			if len(sleeps) != 1 || sleeps[0] < asked || sleeps[0] > 20*time.Second {
+				t.Fatalf("waits: got %v, want one within [%v, 20s]", sleeps, asked)
+			}
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			if len(log.retries) != 1 || log.retries[0].Source != DelayRetryAfter || log.retries[0].RetryAfter != asked || log.retries[0].Delay != sleeps[0] {
+				t.Errorf("Retry events: got %+v, want one from retry_after asking %v, delay %v", log.retries, asked, sleeps[0])
+			}
+		})
+	}
+}
+
+func TestRetryAfterWithJitterStaysUnderTheCap(t *testing.T) {
+	clk := newFakeClock()
+	mock := retryAfterMock(clk, func(time.Time) string { return "29" })
+	tr := newTransport(t, clk, &Transport{
+		Base: mock, MaxRetryAfter: 30 * time.Second,
+		InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second,
+		randN: func(n int64) int64 { return n - 1 }, // the largest jitter
+	})
+	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, mockURL, "")); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if got := clk.Sleeps(); len(got) != 1 || got[0] != 30*time.Second {
+		t.Errorf("waits: got %v, want [30s] (29s asked plus jitter, capped)", got)
+	}
+}
+
+func TestMalformedRetryAfterIgnored(t *testing.T) {
+	for _, value := range []string{"soon", "-5", "1.5", "Tue, 32 Foo 2025 00:00:00 GMT"} {
+		t.Run(value, func(t *testing.T) {
+			clk := newFakeClock()
+			var log hookLog
+			tr := newTransport(t, clk, &Transport{
+				Base:           retryAfterMock(clk, func(time.Time) string { return value }),
+				InitialBackoff: time.Second, MaxBackoff: time.Second, Hooks: log.hooks(),
+			})
+			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, mockURL, ""))
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("Do: got %v, %v; want 200", resp, err)
+			}
+			if got := clk.Sleeps(); len(got) != 1 || got[0] != 500*time.Millisecond {
+				t.Errorf("waits: got %v, want [500ms] (the backoff, half-ceiling jitter)", got)
+			}
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			if len(log.retries) != 1 || log.retries[0].Source != DelayBackoff {
+				t.Errorf("Retry events: got %+v, want one from backoff", log.retries)
+			}
+		})
+	}
+}
+
+func TestRetryAfterTooLongReturnsTheResponseAtOnce(t *testing.T) {
+	tests := []struct {
+		name     string
+		value    string
+		deadline time.Duration
+	}{
+		{"over MaxRetryAfter", "31", 0},
+		{"year 9999", "Fri, 31 Dec 9999 23:59:59 GMT", 0},
+		{"huge seconds", "99999999999999999999", 0},
+		{"longer than the deadline", "6", 5 * time.Second},
+		{"as long as the deadline", "5", 5 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			var log hookLog
+			mock := retryAfterMock(clk, func(time.Time) string { return tt.value })
+			tr := newTransport(t, clk, &Transport{Base: mock, MaxRetryAfter: 30 * time.Second, Hooks: log.hooks()})
+			ctx := testCtx(t)
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, clk.Now().Add(tt.deadline))
+				defer cancel()
+			}
+			resp, body, err := do(tr, newRequest(t, ctx, http.MethodGet, mockURL, ""))
+			if err != nil {
+				t.Fatalf("Do: got error %v, want nil and the 503", err)
+			}
+			if resp.StatusCode != 503 || string(body) != "busy" {
+				t.Errorf("got %d %q, want 503 %q", resp.StatusCode, body, "busy")
+			}
+			if got := resp.Header.Get("Retry-After"); got != tt.value {
+				t.Errorf("Retry-After handed back: got %q, want %q", got, tt.value)
+			}
+			if got := mock.GetTotalCallCount(); got != 1 {
+				t.Errorf("attempts sent: got %d, want 1", got)
+			}
+			if got := clk.Sleeps(); len(got) != 0 {
+				t.Errorf("waits: got %v, want none", got)
+			}
+			if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], ErrRetryAfterTooLong) {
+				t.Errorf("GiveUp reasons: got %v, want [ErrRetryAfterTooLong]", got)
+			}
+		})
+	}
+}
+
+func TestDeadlineShorterThanBackoff(t *testing.T) {
+	t.Run("response", func(t *testing.T) {
+		clk := newFakeClock()
+		var log hookLog
+		mock := httpmock.NewMockTransport()
+		mock.RegisterResponder(http.MethodGet, mockURL, sequenceResponder(503, 200))
+		tr := newTransport(t, clk, &Transport{Base: mock, InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second, Hooks: log.hooks()})
+		ctx, cancel := context.WithDeadline(testCtx(t), clk.Now().Add(2*time.Second))
+		defer cancel()
+		resp, _, err := do(tr, newRequest(t, ctx, http.MethodGet, mockURL, ""))
+		if err != nil || resp.StatusCode != 503 {
+			t.Fatalf("Do: got %v, %v; want the 503 and no error", resp, err)
+		}
+		if got := clk.Sleeps(); len(got) != 0 {
+			t.Errorf("waits: got %v, want none", got)
+		}
+		if got := mock.GetTotalCallCount(); got != 1 {
+			t.Errorf("attempts sent: got %d, want 1", got)
+		}
+		if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], ErrDeadline) {
+			t.Errorf("GiveUp reasons: got %v, want [ErrDeadline]", got)
+		}
+	})
+	t.Run("error", func(t *testing.T) {
+		clk := newFakeClock()
+		mock := httpmock.NewMockTransport()
+		mock.RegisterResponder(http.MethodGet, mockURL, httpmock.NewErrorResponder(io.ErrUnexpectedEOF))
+		tr := newTransport(t, clk, &Transport{Base: mock, InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second})
+		ctx, cancel := context.WithDeadline(testCtx(t), clk.Now().Add(2*time.Second))
+		defer cancel()
+		_, _, err := do(tr, newRequest(t, ctx, http.MethodGet, mockURL, ""))
+		if !errors.Is(err, ErrDeadline) || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("Do: got error %v, want one matching ErrDeadline and the last error", err)
+		}
+		if got := clk.Sleeps(); len(got) != 0 {
+			t.Errorf("waits: got %v, want none", got)
+		}
+	})
+}
+
+func TestCancellationMidWait(t *testing.T) {
+	srv := statusServer(t, 503, "busy")
+	clk := newFakeClock()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	clk.onSleep = func(time.Duration) { cancel() } // the caller gives up during the wait
+	var log hookLog
+	tr := newTransport(t, clk, &Transport{MaxAttempts: 5, Hooks: log.hooks()})
+	resp, _, err := do(tr, newRequest(t, ctx, http.MethodGet, srv.URL, ""))
+	if resp != nil {
+		t.Errorf("Do: got a response %d, want none", resp.StatusCode)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Do: got error %v, want one matching context.Canceled", err)
+	}
+	if got := srv.count(); got != 1 {
+		t.Errorf("requests seen by the server: got %d, want 1", got)
+	}
+	if got := len(clk.Sleeps()); got != 1 {
+		t.Errorf("waits: got %d, want 1", got)
+	}
+	if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], context.Canceled) {
+		t.Errorf("GiveUp reasons: got %v, want [context.Canceled]", got)
+	}
+}
+
+// The real timer of the wait stops as soon as the caller cancels.
+func TestCancellationMidRealWait(t *testing.T) {
+	srv := statusServer(t, 503, "busy")
+	tr := &Transport{InitialBackoff: time.Hour, MaxBackoff: time.Hour, randN: func(n int64) int64 { return n - 1 }}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	tr.Hooks.Retry = func(RetryInfo) { time.AfterFunc(20*time.Millisecond, cancel) }
+	start := time.Now()
+	_, _, err := do(tr, newRequest(t, ctx, http.MethodGet, srv.URL, ""))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Do: got error %v, want one matching context.Canceled", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Do returned after %v, want shortly after the cancellation", el)
+	}
+}
+
+func TestCancelledBeforeTheFirstAttempt(t *testing.T) {
+	srv := statusServer(t, 200, "ok")
+	tr := newTransport(t, newFakeClock(), &Transport{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := newRequest(t, ctx, http.MethodPost, srv.URL, "")
+	bs := &bodies{content: "payload"}
+	bs.attach(req, true)
+	_, err := tr.RoundTrip(req)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("RoundTrip: got error %v, want context.Canceled", err)
+	}
+	if got := srv.count(); got != 0 {
+		t.Errorf("requests seen by the server: got %d, want 0", got)
+	}
+	if n, _ := bs.unclosed(); n != 0 {
+		t.Errorf("request bodies left unclosed: got %d, want 0", n)
+	}
+}
