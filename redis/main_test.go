@@ -22,8 +22,14 @@ import (
 // otherwise.
 
 func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the tests make many on purpose.
+	redis.SetLogger(quietLogger{})
 	goleak.VerifyTestMain(m)
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // needRedis reports a missing dependency: fatal under CI, else a skip.
 func needRedis(t testing.TB, why string) {
