@@ -1,9 +1,10 @@
 -- Records a request, or takes one retry, in a ratio budget, atomically:
 -- the Redis twin of retryfuse.RatioBudget (RecordRequestAt, AllowRetryAt).
 --
--- KEYS[1]  the budget: a hash of
---            o       origin: time of the first call, in µs; ticks count from it
---            h       tick of the newest bucket
+-- KEYS[1]  the budget: a string of 24 little-endian doubles:
+--            origin  time of the first call, µs since the epoch; ticks
+--                    (of one bucket's width) count from it
+--            head    tick of the newest bucket
 --            q, r    requests and retries in the window
 --            q0..q9  requests per bucket (a ring of ten buckets)
 --            r0..r9  retries per bucket
@@ -11,7 +12,7 @@
 -- ARGV[2]  ratio: retry credit deposited per request
 -- ARGV[3]  reserve: retries granted per window whatever the traffic
 -- ARGV[4]  bucket width (window / 10), in nanoseconds
--- ARGV[5]  idle expiry, in milliseconds (PEXPIRE)
+-- ARGV[5]  idle expiry, in milliseconds (SET PX)
 -- ARGV[6]  optional: the time in µs since the epoch, for tests; absent
 --          means the server's clock (TIME)
 -- Returns 1 when the request was recorded or the retry granted, 0 when
@@ -21,6 +22,7 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local N = 10
+local LAYOUT = '<' .. string.rep('d', 4 + 2 * N)
 
 local now
 if ARGV[6] then
@@ -36,61 +38,46 @@ local function snap(x)
   return x
 end
 
-local st = {}
-local f = redis.call('HGETALL', KEYS[1])
-for i = 1, #f, 2 do st[f[i]] = tonumber(f[i + 1]) end
-for i = 0, N - 1 do
-  st['q' .. i] = st['q' .. i] or 0
-  st['r' .. i] = st['r' .. i] or 0
+-- v[1..4] = origin, head, q, r; v[5..14] = q0..q9; v[15..24] = r0..r9
+local v
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  v = {struct.unpack(LAYOUT, raw)}
+  v[#v] = nil -- struct.unpack also returns the next position
+else
+  v = {now, 0, 0, 0}
+  for i = 5, 4 + 2 * N do v[i] = 0 end
 end
 
-if st.o == nil or st.h == nil then
-  st.o, st.h, st.q, st.r = now, 0, 0, 0
-else
-  st.q, st.r = st.q or 0, st.r or 0
-  local d = now - st.o
-  if d >= 0 then
-    local tick = math.floor(d * 1000 / tonumber(ARGV[4]))
-    if tick > st.h then
-      if tick - st.h >= N then
-        for i = 0, N - 1 do st['q' .. i], st['r' .. i] = 0, 0 end
-        st.q, st.r = 0, 0
-      else
-        for t = st.h + 1, tick do
-          local i = t % N
-          st.q = st.q - st['q' .. i]
-          st.r = st.r - st['r' .. i]
-          st['q' .. i], st['r' .. i] = 0, 0
-        end
+local d = now - v[1]
+if d >= 0 then
+  local tick = math.floor(d * 1000 / tonumber(ARGV[4]))
+  if tick > v[2] then
+    if tick - v[2] >= N then
+      for i = 3, 4 + 2 * N do v[i] = 0 end
+    else
+      for t = v[2] + 1, tick do
+        local i = t % N
+        v[3] = v[3] - v[5 + i]
+        v[4] = v[4] - v[5 + N + i]
+        v[5 + i], v[5 + N + i] = 0, 0
       end
-      st.h = tick
     end
+    v[2] = tick
   end
 end
 
-local head = st.h % N
+local head = v[2] % N
 local ok = 1
 if ARGV[1] == 'request' then
-  st['q' .. head] = st['q' .. head] + 1
-  st.q = st.q + 1
+  v[5 + head] = v[5 + head] + 1
+  v[3] = v[3] + 1
+elseif snap(tonumber(ARGV[2]) * v[3] + tonumber(ARGV[3]) - v[4]) < 1 then
+  ok = 0
 else
-  local balance = snap(tonumber(ARGV[2]) * st.q + tonumber(ARGV[3]) - st.r)
-  if balance < 1 then
-    ok = 0
-  else
-    st['r' .. head] = st['r' .. head] + 1
-    st.r = st.r + 1
-  end
+  v[5 + N + head] = v[5 + N + head] + 1
+  v[4] = v[4] + 1
 end
 
-local out = {'o', string.format('%.17g', st.o), 'h', string.format('%.17g', st.h),
-  'q', string.format('%.17g', st.q), 'r', string.format('%.17g', st.r)}
-for i = 0, N - 1 do
-  out[#out + 1] = 'q' .. i
-  out[#out + 1] = string.format('%.17g', st['q' .. i])
-  out[#out + 1] = 'r' .. i
-  out[#out + 1] = string.format('%.17g', st['r' .. i])
-end
-redis.call('HSET', KEYS[1], unpack(out))
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('SET', KEYS[1], struct.pack(LAYOUT, unpack(v)), 'PX', ARGV[5])
 return ok

@@ -1,10 +1,11 @@
 -- Takes one retry token from a bucket, atomically: the Redis twin of
 -- retryfuse.TokenBucket.AllowRetryAt.
 --
--- KEYS[1]  the bucket: a hash of t (tokens) and l (latest time seen, in µs)
+-- KEYS[1]  the bucket: a string of two little-endian doubles, the tokens
+--          and the latest time seen (µs since the epoch)
 -- ARGV[1]  capacity (tokens when full; the bucket starts full)
 -- ARGV[2]  refill rate, in tokens per nanosecond
--- ARGV[3]  idle expiry, in milliseconds (PEXPIRE)
+-- ARGV[3]  idle expiry, in milliseconds (SET PX)
 -- ARGV[4]  optional: the time in µs since the epoch, for tests; absent
 --          means the server's clock (TIME)
 -- Returns 1 when a token was taken, 0 when the bucket had none.
@@ -28,9 +29,10 @@ local function snap(x)
 end
 
 local cap = tonumber(ARGV[1])
-local s = redis.call('HMGET', KEYS[1], 't', 'l')
-local tokens, last = tonumber(s[1]), tonumber(s[2])
-if tokens == nil or last == nil then
+local tokens, last
+local raw = redis.call('GET', KEYS[1])
+if raw then tokens, last = struct.unpack('<dd', raw) end
+if tokens == nil then
   tokens, last = cap, now
 elseif now > last then
   local elapsed = (now - last) * 1000 -- nanoseconds, as in Go
@@ -45,6 +47,5 @@ if tokens >= 1 then
   tokens = tokens - 1
   ok = 1
 end
-redis.call('HSET', KEYS[1], 't', string.format('%.17g', tokens), 'l', string.format('%.17g', last))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[1], struct.pack('<dd', tokens, last), 'PX', ARGV[3])
 return ok
