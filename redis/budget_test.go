@@ -304,3 +304,27 @@ func TestRatioFailSafeLocalCountsRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetKindsDoNotMix: a token bucket and a ratio budget given the
+// same key report it, rather than read each other's state.
+func TestBudgetKindsDoNotMix(t *testing.T) {
+	c := sharedClient(t)
+	prefix := uniq(t)
+	tb, err := NewTokenBucket(c, "same", retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := NewRatioBudget(c, "same", retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAllow(t, tb)
+	if _, err := rb.AllowRetry(bg()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ratio budget on a token bucket's key: got %v, want an error wrapping ErrUnavailable", err)
+	}
+	c.Del(bg(), tb.Key())
+	rb.RecordRequest(bg())
+	if _, err := tb.AllowRetry(bg()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("token bucket on a ratio budget's key: got %v, want an error wrapping ErrUnavailable", err)
+	}
+}

@@ -17,7 +17,7 @@
 //
 // Every check is one round trip: one Lua script, run atomically by Redis,
 // that reads the server's clock (TIME), updates the key and refreshes its
-// expiry (PEXPIRE), so that idle keys disappear by themselves.
+// expiry (SET PX, PEXPIRE), so that idle keys disappear by themselves.
 //
 // # When Redis cannot answer
 //

@@ -107,7 +107,7 @@ func run(ctx context.Context, c redis.Scripter, timeout time.Duration, s *redis.
 func micros(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 
 // ceilMillis is d in whole milliseconds, rounded up, at least 1: the
-// argument of PEXPIRE.
+// argument of SET PX and PEXPIRE.
 func ceilMillis(d time.Duration) int64 {
 	ms := (d + time.Millisecond - 1) / time.Millisecond
 	return max(1, int64(ms))

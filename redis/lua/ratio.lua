@@ -42,6 +42,7 @@ end
 local v
 local raw = redis.call('GET', KEYS[1])
 if raw then
+  if #raw ~= 8 * (4 + 2 * N) then return redis.error_reply('retryfuse: ' .. KEYS[1] .. ' is not a ratio budget') end
   v = {struct.unpack(LAYOUT, raw)}
   v[#v] = nil -- struct.unpack also returns the next position
 else

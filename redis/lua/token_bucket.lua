@@ -31,7 +31,10 @@ end
 local cap = tonumber(ARGV[1])
 local tokens, last
 local raw = redis.call('GET', KEYS[1])
-if raw then tokens, last = struct.unpack('<dd', raw) end
+if raw then
+  if #raw ~= 16 then return redis.error_reply('retryfuse: ' .. KEYS[1] .. ' is not a token bucket') end
+  tokens, last = struct.unpack('<dd', raw)
+end
 if tokens == nil then
   tokens, last = cap, now
 elseif now > last then
