@@ -65,7 +65,7 @@ func newRemote(client redis.Scripter, name string, opts BudgetOptions) (remote, 
 	return remote{client: client, keys: []string{prefix + name}, timeout: timeout, failSafe: opts.FailSafe}, nil
 }
 
-// Key returns the Redis key of the budget.
+// key returns the Redis key of the budget.
 func (r *remote) key() string { return r.keys[0] }
 
 // call runs script with args (plus the test clock, when set) and returns
