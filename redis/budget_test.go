@@ -1,0 +1,330 @@
+package retryfuseredis
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/retryfuse/retryfuse"
+)
+
+// testClock is a settable clock passed to the scripts in place of TIME.
+type testClock struct{ t time.Time }
+
+func (c *testClock) now() time.Time      { return c.t }
+func (c *testClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func newTestClock() *testClock           { return &testClock{t: time.UnixMicro(1_700_000_000_000_000)} }
+func bg() context.Context                { return context.Background() }
+func mustAllow(t *testing.T, b retryfuse.Budget) bool {
+	t.Helper()
+	ok, err := b.AllowRetry(bg())
+	if err != nil {
+		t.Fatalf("AllowRetry: unexpected error %v", err)
+	}
+	return ok
+}
+
+func TestTokenBucketScriptSteps(t *testing.T) {
+	c := sharedClient(t)
+	b, err := NewTokenBucket(c, "steps", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newTestClock()
+	b.r.now = clk.now
+	steps := []struct {
+		advance time.Duration
+		want    bool
+		why     string
+	}{
+		{0, true, "starts full: first token"},
+		{0, true, "second token"},
+		{0, false, "empty"},
+		{500 * time.Millisecond, false, "half a token"},
+		{500 * time.Millisecond, true, "a whole token after one interval"},
+		{-10 * time.Second, false, "time going back earns nothing"},
+		{20 * time.Second, true, "refill capped at capacity: first"},
+		{0, true, "refill capped at capacity: second"},
+		{0, false, "refill capped at capacity: no third"},
+	}
+	for i, s := range steps {
+		clk.add(s.advance)
+		if got := mustAllow(t, b); got != s.want {
+			t.Fatalf("step %d (%s): got %v, want %v", i, s.why, got, s.want)
+		}
+	}
+}
+
+func TestRatioScriptSteps(t *testing.T) {
+	c := sharedClient(t)
+	b, err := NewRatioBudget(c, "steps", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1, Window: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newTestClock()
+	b.r.now = clk.now
+	if mustAllow(t, b) {
+		t.Fatal("no reserve, no request: got a retry, want none")
+	}
+	b.RecordRequest(bg())
+	if mustAllow(t, b) {
+		t.Fatal("one request at ratio 0.5: got a retry, want none (half a retry)")
+	}
+	b.RecordRequest(bg())
+	if !mustAllow(t, b) {
+		t.Fatal("two requests at ratio 0.5: got no retry, want one")
+	}
+	if mustAllow(t, b) {
+		t.Fatal("credit spent: got a second retry, want none")
+	}
+	clk.add(time.Second)
+	b.RecordRequest(bg())
+	b.RecordRequest(bg())
+	if !mustAllow(t, b) {
+		t.Fatal("after the window the old retry has left: got no retry, want one")
+	}
+}
+
+// TestTokenBucketMatchesMemory drives the Redis bucket and
+// retryfuse.TokenBucket with the same times and checks every answer.
+func TestTokenBucketMatchesMemory(t *testing.T) {
+	c := sharedClient(t)
+	cfgs := []retryfuse.TokenBucketConfig{
+		{},
+		{Capacity: 3, Refill: 0.5, Interval: 100 * time.Millisecond},
+		{Capacity: 1.5, Refill: 3, Interval: 7 * time.Millisecond},
+	}
+	for ci, cfg := range cfgs {
+		rb, err := NewTokenBucket(c, "diff", cfg, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := retryfuse.NewTokenBucket(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk := newTestClock()
+		rb.r.now = clk.now
+		rb.args[2] = keepForTest
+		rng := rand.New(rand.NewPCG(1, uint64(ci)))
+		for i := range 300 {
+			clk.add(randomStep(rng, 300*time.Millisecond))
+			want := mb.AllowRetryAt(clk.t)
+			if got := mustAllow(t, rb); got != want {
+				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want)
+			}
+		}
+	}
+}
+
+// TestRatioMatchesMemory drives the Redis ratio budget and
+// retryfuse.RatioBudget with the same times and operations.
+func TestRatioMatchesMemory(t *testing.T) {
+	c := sharedClient(t)
+	cfgs := []retryfuse.RatioBudgetConfig{
+		{Window: time.Second},
+		{Ratio: 0.5, MinPerSecond: -1, Window: time.Second},
+		{Ratio: 0.25, MinPerSecond: 2, Window: 100 * time.Millisecond},
+		{Ratio: 0.3, MinPerSecond: 0.5, Window: 10 * time.Microsecond * 1001},
+	}
+	for ci, cfg := range cfgs {
+		rb, err := NewRatioBudget(c, "diff", cfg, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := retryfuse.NewRatioBudget(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		window := cfg.Window
+		clk := newTestClock()
+		rb.r.now = clk.now
+		rb.reqArgs[4], rb.retryArgs[4] = keepForTest, keepForTest
+		rng := rand.New(rand.NewPCG(2, uint64(ci)))
+		granted := 0
+		for i := range 600 {
+			clk.add(randomStep(rng, window/8))
+			if rng.IntN(3) > 0 {
+				mb.RecordRequestAt(clk.t)
+				rb.RecordRequest(bg())
+				continue
+			}
+			want := mb.AllowRetryAt(clk.t)
+			if got := mustAllow(t, rb); got != want {
+				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want)
+			}
+			if want {
+				granted++
+			}
+		}
+		if granted == 0 {
+			t.Fatalf("config %d: no retry granted in 600 steps: the comparison shows nothing", ci)
+		}
+	}
+}
+
+// keepForTest replaces a budget's idle expiry (in ms) in the comparisons
+// with the in-memory budgets: keys expire by real time, which a test clock
+// does not move, so a short window's key could vanish between two steps.
+const keepForTest = int64(time.Minute / time.Millisecond)
+
+// randomStep is a step of time: mostly forward up to max, sometimes none,
+// sometimes backwards.
+func randomStep(rng *rand.Rand, max time.Duration) time.Duration {
+	switch rng.IntN(10) {
+	case 0:
+		return 0
+	case 1:
+		return -time.Duration(rng.Int64N(int64(max)))
+	}
+	return time.Duration(rng.Int64N(int64(max))).Truncate(time.Microsecond)
+}
+
+// TestTokenBucketServerClock refills from Redis's own clock (TIME): a
+// token taken is back once the server's time has moved one interval on.
+func TestTokenBucketServerClock(t *testing.T) {
+	c := sharedClient(t)
+	b, err := NewTokenBucket(c, "clock", retryfuse.TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if !mustAllow(t, b) {
+		t.Fatal("first token: got refused, want granted")
+	}
+	if mustAllow(t, b) {
+		t.Fatal("second token at once: got granted, want refused")
+	}
+	for !mustAllow(t, b) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no token after 5s, want one after 100ms of server time")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := time.Since(start); d < 90*time.Millisecond {
+		t.Fatalf("token back after %v, want at least one interval (100ms)", d)
+	}
+}
+
+func TestBudgetKeysExpire(t *testing.T) {
+	c := sharedClient(t)
+	tb, err := NewTokenBucket(c, "ttl", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAllow(t, tb)
+	// Empty to full takes 200ms; the key lives that long plus a second.
+	if pttl := c.PTTL(bg(), tb.Key()).Val(); pttl <= time.Second || pttl > 1200*time.Millisecond {
+		t.Fatalf("token bucket PTTL: got %v, want in (1s, 1.2s]", pttl)
+	}
+
+	rb, err := NewRatioBudget(c, "ttl", retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.RecordRequest(bg())
+	if pttl := c.PTTL(bg(), rb.Key()).Val(); pttl <= 0 || pttl > 110*time.Millisecond {
+		t.Fatalf("ratio budget PTTL: got %v, want in (0, 110ms] (window plus one bucket)", pttl)
+	}
+	waitGone(t, c, rb.Key())
+	if mustAllow(t, rb) {
+		t.Fatal("after expiry: got a retry from an expired deposit, want none")
+	}
+}
+
+// waitGone waits (at most 5s) until key has expired.
+func waitGone(t *testing.T, c *redis.Client, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Exists(bg(), key).Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s still there after 5s (PTTL %v)", key, c.PTTL(bg(), key).Val())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// deadClient returns a client of a loopback port nothing listens on.
+func deadClient(t *testing.T) *redis.Client {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return newClient(t, addr)
+}
+
+func TestBudgetFailSafes(t *testing.T) {
+	c := deadClient(t)
+	cfg := retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Hour}
+	cases := []struct {
+		mode FailSafe
+		want []bool
+	}{
+		{FailSafeLocal, []bool{true, true, false}}, // a local bucket of two tokens
+		{FailSafeRefuse, []bool{false, false, false}},
+		{FailSafeAllow, []bool{true, true, true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			b, err := NewTokenBucket(c, "down", cfg, BudgetOptions{FailSafe: tc.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range tc.want {
+				ok, err := b.AllowRetry(bg())
+				if !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("call %d: err %v, want one wrapping ErrUnavailable", i, err)
+				}
+				if ok != want {
+					t.Fatalf("call %d: ok %v, want %v", i, ok, want)
+				}
+			}
+		})
+	}
+}
+
+func TestRatioFailSafeLocalCountsRequests(t *testing.T) {
+	b, err := NewRatioBudget(deadClient(t), "down", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1}, BudgetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.RecordRequest(bg())
+	b.RecordRequest(bg())
+	for i, want := range []bool{true, false} {
+		ok, err := b.AllowRetry(bg())
+		if !errors.Is(err, ErrUnavailable) || ok != want {
+			t.Fatalf("retry %d: got (%v, %v), want (%v, ErrUnavailable): two local requests at ratio 0.5 make one retry", i, ok, err, want)
+		}
+	}
+}
+
+// TestBudgetKindsDoNotMix: a token bucket and a ratio budget given the
+// same key report it, rather than read each other's state.
+func TestBudgetKindsDoNotMix(t *testing.T) {
+	c := sharedClient(t)
+	prefix := uniq(t)
+	tb, err := NewTokenBucket(c, "same", retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := NewRatioBudget(c, "same", retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAllow(t, tb)
+	if _, err := rb.AllowRetry(bg()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ratio budget on a token bucket's key: got %v, want an error wrapping ErrUnavailable", err)
+	}
+	c.Del(bg(), tb.Key())
+	rb.RecordRequest(bg())
+	if _, err := tb.AllowRetry(bg()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("token bucket on a ratio budget's key: got %v, want an error wrapping ErrUnavailable", err)
+	}
+}

@@ -1,0 +1,36 @@
+package retryfuseredis_test
+
+import (
+	"log"
+	"net/http"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/retryfuse/retryfuse"
+	retryfuseredis "github.com/retryfuse/retryfuse/redis"
+)
+
+// Every replica of a service builds its client this way: one retry budget
+// per dependency and one key ledger, both shared through Redis.
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+
+	newBudget, err := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ledger, err := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: &retryfuse.Transport{
+		NewBudget: newBudget,
+		Ledger:    ledger,
+		Hooks: retryfuse.Hooks{
+			EvidenceUnavailable: func(i retryfuse.EvidenceUnavailableInfo) {
+				log.Printf("%s unavailable, fail-safe applied: %v", i.Source, i.Err)
+			},
+		},
+	}}
+	_ = client
+}

@@ -1,0 +1,271 @@
+package retryfuseredis
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retryfuse/retryfuse"
+)
+
+func newTestLedger(t *testing.T, cfg LedgerConfig) *Ledger {
+	t.Helper()
+	c := sharedClient(t)
+	if cfg.Prefix == "" {
+		cfg.Prefix = uniq(t)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = testTimeout
+	}
+	l, err := NewLedger(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func begin(t *testing.T, l *Ledger, key string, fp retryfuse.Fingerprint) retryfuse.LedgerClaim {
+	t.Helper()
+	cl, err := l.Begin(bg(), key, fp)
+	if err != nil {
+		t.Fatalf("Begin(%q): %v", key, err)
+	}
+	return cl
+}
+
+func wantState(t *testing.T, cl retryfuse.LedgerClaim, state retryfuse.KeyState, uncertain bool) {
+	t.Helper()
+	if cl.State != state || cl.Uncertain != uncertain {
+		t.Fatalf("claim: got state %v uncertain %v, want %v uncertain %v", cl.State, cl.Uncertain, state, uncertain)
+	}
+}
+
+var fpA, fpB = retryfuse.Fingerprint{1}, retryfuse.Fingerprint{2}
+
+func TestLedgerLifecycle(t *testing.T) {
+	l := newTestLedger(t, LedgerConfig{})
+	cl := begin(t, l, "k", fpA)
+	wantState(t, cl, retryfuse.KeyNone, false)
+	if len(cl.Token) < 26 {
+		t.Fatalf("token %q: want at least 128 random bits", cl.Token)
+	}
+	wantState(t, begin(t, l, "k", fpA), retryfuse.KeyInFlight, false)
+	wantState(t, begin(t, l, "k", fpB), retryfuse.KeyConflict, false)
+
+	if err := l.Complete(bg(), "k", "not-the-token", nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
+		t.Fatalf("Complete with a wrong token: got %v, want ErrLedgerToken", err)
+	}
+	if err := l.Release(bg(), "k", "not-the-token"); !errors.Is(err, retryfuse.ErrLedgerToken) {
+		t.Fatalf("Release with a wrong token: got %v, want ErrLedgerToken", err)
+	}
+	res := &retryfuse.StoredResponse{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Two": {"a", "b"}}, Body: []byte(`{"id":7}`)}
+	if err := l.Complete(bg(), "k", cl.Token, res); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	res.Body[0] = 'X' // the ledger stored a copy
+
+	got := begin(t, l, "k", fpA)
+	wantState(t, got, retryfuse.KeyCompleted, false)
+	if got.Stored == nil || got.Stored.StatusCode != 201 || string(got.Stored.Body) != `{"id":7}` ||
+		got.Stored.Header.Get("Content-Type") != "application/json" || len(got.Stored.Header["X-Two"]) != 2 {
+		t.Fatalf("stored result: got %+v, want 201 with its headers and body", got.Stored)
+	}
+	wantState(t, begin(t, l, "k", fpB), retryfuse.KeyConflict, false) // conflict beats completed
+
+	if err := l.Release(bg(), "k", cl.Token); !errors.Is(err, retryfuse.ErrLedgerToken) {
+		t.Fatalf("Release after Complete: got %v, want ErrLedgerToken", err)
+	}
+	if err := l.Complete(bg(), "k", cl.Token, res); err != nil {
+		t.Fatalf("Complete sent again by the same owner: got %v, want nil (already so)", err)
+	}
+}
+
+func TestLedgerUncertainAndRelease(t *testing.T) {
+	l := newTestLedger(t, LedgerConfig{})
+	cl := begin(t, l, "u", fpA)
+	if err := l.Uncertain(bg(), "u", cl.Token); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, begin(t, l, "u", fpA), retryfuse.KeyInFlight, true)
+	wantState(t, begin(t, l, "u", fpB), retryfuse.KeyConflict, false) // conflict beats uncertain
+	if err := l.Complete(bg(), "u", cl.Token, nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
+		t.Fatalf("Complete after Uncertain: got %v, want ErrLedgerToken", err)
+	}
+
+	cl = begin(t, l, "r", fpA)
+	if err := l.Release(bg(), "r", cl.Token); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, begin(t, l, "r", fpB), retryfuse.KeyNone, false) // free again, for any body
+}
+
+func TestLedgerStoredBodyBound(t *testing.T) {
+	l := newTestLedger(t, LedgerConfig{MaxStoredBody: 4})
+	for _, tc := range []struct {
+		key    string
+		body   string
+		stored bool
+	}{{"fits", "1234", true}, {"over", "12345", false}} {
+		cl := begin(t, l, tc.key, fpA)
+		if err := l.Complete(bg(), tc.key, cl.Token, &retryfuse.StoredResponse{StatusCode: 200, Body: []byte(tc.body)}); err != nil {
+			t.Fatal(err)
+		}
+		got := begin(t, l, tc.key, fpA)
+		wantState(t, got, retryfuse.KeyCompleted, false)
+		if (got.Stored != nil) != tc.stored {
+			t.Fatalf("%s: body of %d bytes, limit 4: stored %v, want %v", tc.key, len(tc.body), got.Stored != nil, tc.stored)
+		}
+	}
+	cl := begin(t, l, "nil", fpA)
+	if err := l.Complete(bg(), "nil", cl.Token, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := begin(t, l, "nil", fpA); got.State != retryfuse.KeyCompleted || got.Stored != nil {
+		t.Fatalf("completed without a result: got %+v, want KeyCompleted with Stored nil", got)
+	}
+}
+
+func TestLedgerExpiry(t *testing.T) {
+	c := sharedClient(t)
+	l := newTestLedger(t, LedgerConfig{TTL: 150 * time.Millisecond, InFlightTTL: 100 * time.Millisecond})
+
+	cl := begin(t, l, "flight", fpA)
+	if pttl := c.PTTL(bg(), l.Key("flight")).Val(); pttl <= 0 || pttl > 100*time.Millisecond {
+		t.Fatalf("in-flight PTTL: got %v, want in (0, InFlightTTL=100ms]", pttl)
+	}
+	waitGone(t, c, l.Key("flight"))
+	if err := l.Complete(bg(), "flight", cl.Token, nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
+		t.Fatalf("Complete after the claim expired: got %v, want ErrLedgerToken", err)
+	}
+	wantState(t, begin(t, l, "flight", fpB), retryfuse.KeyNone, false)
+
+	cl = begin(t, l, "done", fpA)
+	if err := l.Uncertain(bg(), "done", cl.Token); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := c.PTTL(bg(), l.Key("done")).Val(); pttl <= 100*time.Millisecond || pttl > 150*time.Millisecond {
+		t.Fatalf("uncertain PTTL: got %v, want in (100ms, TTL=150ms]", pttl)
+	}
+	waitGone(t, c, l.Key("done"))
+	wantState(t, begin(t, l, "done", fpA), retryfuse.KeyNone, false)
+}
+
+// TestLedgerBeginSentAgain pins that a Begin the client sends again (the
+// reply to the first was lost) finds its own claim, not a duplicate.
+func TestLedgerBeginSentAgain(t *testing.T) {
+	l := newTestLedger(t, LedgerConfig{})
+	args := []any{string(fpA[:]), "tok", l.flightMillis}
+	for i := range 2 {
+		v, err := run(bg(), l.client, l.timeout, ledgerBeginScript, []string{l.Key("again")}, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := v.([]any)[0]; code != int64(0) {
+			t.Fatalf("Begin %d with the same token: got code %v, want 0 (claimed)", i, code)
+		}
+	}
+	if err := l.Release(bg(), "again", "tok"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLedgerOneOwner(t *testing.T) {
+	l := newTestLedger(t, LedgerConfig{})
+	const n = 32
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		owners int
+	)
+	for range n {
+		wg.Go(func() {
+			cl, err := l.Begin(bg(), "race", fpA)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if cl.State == retryfuse.KeyNone {
+				mu.Lock()
+				owners++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if owners != 1 {
+		t.Fatalf("%d concurrent Begins: %d owners, want exactly 1", n, owners)
+	}
+}
+
+func TestLedgerCorruptRecord(t *testing.T) {
+	c := sharedClient(t)
+	l := newTestLedger(t, LedgerConfig{})
+	c.HSet(bg(), l.Key("bad"), "fp", string(fpA[:]), "s", "c", "r", "\x09garbage")
+	if _, err := l.Begin(bg(), "bad", fpA); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Begin on an undecodable record: got %v, want an error wrapping ErrUnavailable", err)
+	}
+	c.Del(bg(), l.Key("bad"))
+}
+
+func TestLedgerUnavailable(t *testing.T) {
+	l, err := NewLedger(deadClient(t), LedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Begin(bg(), "k", fpA); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Begin with Redis down: got %v, want an error wrapping ErrUnavailable", err)
+	}
+	for name, f := range map[string]func() error{
+		"Complete":  func() error { return l.Complete(bg(), "k", "t", nil) },
+		"Release":   func() error { return l.Release(bg(), "k", "t") },
+		"Uncertain": func() error { return l.Uncertain(bg(), "k", "t") },
+	} {
+		if err := f(); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("%s with Redis down: got %v, want an error wrapping ErrUnavailable", name, err)
+		}
+	}
+	if _, err := l.Begin(bg(), "", fpA); !errors.Is(err, retryfuse.ErrInvalidIdempotencyKey) {
+		t.Fatalf("empty key: got %v, want ErrInvalidIdempotencyKey", err)
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	cases := []*retryfuse.StoredResponse{
+		{StatusCode: 200},
+		{StatusCode: 503, Header: http.Header{"Retry-After": {"1"}}, Body: []byte{}},
+		{StatusCode: 201, Header: http.Header{"A": {"1", "2"}, "B": {""}}, Body: bytes.Repeat([]byte{0, 255}, 1000)},
+	}
+	for i, want := range cases {
+		got, err := decodeResponse(encodeResponse(want))
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if got.StatusCode != want.StatusCode || !bytes.Equal(got.Body, want.Body) || len(got.Header) != len(want.Header) {
+			t.Fatalf("case %d: got %+v, want %+v", i, got, want)
+		}
+		for k, vs := range want.Header {
+			if len(got.Header[k]) != len(vs) {
+				t.Fatalf("case %d: header %s: got %q, want %q", i, k, got.Header[k], vs)
+			}
+		}
+	}
+}
+
+func FuzzDecodeResponse(f *testing.F) {
+	f.Add(encodeResponse(&retryfuse.StoredResponse{StatusCode: 200, Header: http.Header{"A": {"b"}}, Body: []byte("x")}))
+	f.Add([]byte{codecVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Add([]byte{codecVersion, 200, 1, 0x80, 0x80, 0x80, 0x80, 0x08})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := decodeResponse(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeResponse(encodeResponse(res))
+		if err != nil || again.StatusCode != res.StatusCode || !bytes.Equal(again.Body, res.Body) {
+			t.Fatalf("re-encoding a decoded record: got %+v, %v; want %+v", again, err, res)
+		}
+	})
+}

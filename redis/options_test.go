@@ -1,0 +1,83 @@
+package retryfuseredis
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/retryfuse/retryfuse"
+)
+
+func TestOptionsValidated(t *testing.T) {
+	good := newClient(t, "127.0.0.1:1")
+	noCtx := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = noCtx.Close() })
+	var nilClient *redis.Client
+
+	cases := map[string]func() error{
+		"nil client": func() error {
+			_, err := NewTokenBucket(nil, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			return err
+		},
+		"typed nil client": func() error {
+			_, err := NewRatioBudget(nilClient, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{})
+			return err
+		},
+		"client without ContextTimeoutEnabled": func() error {
+			_, err := NewRatioBudget(noCtx, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{})
+			return err
+		},
+		"empty name": func() error {
+			_, err := NewTokenBucket(good, "", retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			return err
+		},
+		"negative timeout": func() error {
+			_, err := NewTokenBucket(good, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{Timeout: -1})
+			return err
+		},
+		"unknown fail-safe": func() error {
+			_, err := NewTokenBucket(good, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{FailSafe: 9})
+			return err
+		},
+		"capacity below 1": func() error {
+			_, err := NewTokenBucket(good, "n", retryfuse.TokenBucketConfig{Capacity: 0.5}, BudgetOptions{})
+			return err
+		},
+		"negative ratio": func() error {
+			_, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{Ratio: -1}, BudgetOptions{})
+			return err
+		},
+		"window below 10µs": func() error {
+			_, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{Window: 5 * time.Microsecond}, BudgetOptions{})
+			return err
+		},
+		"budgets func with a bad config": func() error {
+			_, err := RatioBudgets(good, retryfuse.RatioBudgetConfig{Window: -1}, BudgetOptions{})
+			return err
+		},
+		"token buckets func without ContextTimeoutEnabled": func() error {
+			_, err := TokenBuckets(noCtx, retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			return err
+		},
+		"ledger nil client":           func() error { _, err := NewLedger(nil, LedgerConfig{}); return err },
+		"ledger negative TTL":         func() error { _, err := NewLedger(good, LedgerConfig{TTL: -1}); return err },
+		"ledger negative InFlightTTL": func() error { _, err := NewLedger(good, LedgerConfig{InFlightTTL: -1}); return err },
+		"ledger negative MaxStoredBody": func() error {
+			_, err := NewLedger(good, LedgerConfig{MaxStoredBody: -1})
+			return err
+		},
+		"ledger negative timeout": func() error { _, err := NewLedger(good, LedgerConfig{Timeout: -time.Second}); return err },
+	}
+	for name, f := range cases {
+		if err := f(); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
+			t.Errorf("%s: got %v, want an error wrapping ErrInvalidPolicy", name, err)
+		}
+	}
+	if _, err := NewLedger(good, LedgerConfig{}); err != nil {
+		t.Errorf("zero LedgerConfig: got %v, want it valid", err)
+	}
+	if _, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{}); err != nil {
+		t.Errorf("zero RatioBudgetConfig and BudgetOptions: got %v, want them valid", err)
+	}
+}

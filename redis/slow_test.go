@@ -1,0 +1,69 @@
+package retryfuseredis
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/retryfuse/retryfuse"
+)
+
+// TestSlowRedisIsBounded pauses Redis (SIGSTOP: connections accepted,
+// nothing answered) and checks that every call gives up by its timeout or
+// the caller's deadline, whichever is sooner, not by go-redis's own
+// three-second read timeout.
+func TestSlowRedisIsBounded(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s.Addr())
+	if err := c.Ping(bg()).Err(); err != nil { // a connection in the pool, so the pause meets a read
+		t.Fatal(err)
+	}
+	short, err := NewTokenBucket(c, "slow", retryfuse.TokenBucketConfig{}, BudgetOptions{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := NewRatioBudget(c, "slow", retryfuse.RatioBudgetConfig{}, BudgetOptions{Timeout: time.Minute, FailSafe: FailSafeRefuse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := NewLedger(c, LedgerConfig{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+
+	const bound = time.Second // well above the 100ms asked, well below go-redis's 3s
+	check := func(name string, f func() error) {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		if d := time.Since(start); d > bound {
+			t.Errorf("%s took %v with Redis paused, want under %v", name, d, bound)
+		}
+		if !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s: got %v, want an error wrapping ErrUnavailable", name, err)
+		}
+	}
+	check("AllowRetry (Timeout 100ms)", func() error {
+		ok, err := short.AllowRetry(bg())
+		if !ok {
+			t.Error("FailSafeLocal with a full local bucket: got refused, want granted")
+		}
+		return err
+	})
+	check("AllowRetry (Timeout 1m, caller's deadline 100ms)", func() error {
+		ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
+		defer cancel()
+		ok, err := long.AllowRetry(ctx)
+		if ok {
+			t.Error("FailSafeRefuse: got granted, want refused")
+		}
+		return err
+	})
+	check("Begin (Timeout 100ms)", func() error {
+		_, err := ledger.Begin(bg(), "k", fpA)
+		return err
+	})
+}

@@ -1,0 +1,408 @@
+package retryfuseredis
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retryfuse/retryfuse"
+)
+
+// These tests run retryfuse Transports — one per replica, each with its
+// own Redis client — against real loopback servers.
+
+// evidence records the EvidenceUnavailable events of a Transport.
+type evidence struct {
+	mu     sync.Mutex
+	events []retryfuse.EvidenceUnavailableInfo
+}
+
+func (e *evidence) hook(info retryfuse.EvidenceUnavailableInfo) {
+	e.mu.Lock()
+	e.events = append(e.events, info)
+	e.mu.Unlock()
+}
+
+// take returns the events so far and forgets them.
+func (e *evidence) take() []retryfuse.EvidenceUnavailableInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ev := e.events
+	e.events = nil
+	return ev
+}
+
+func newTransport(t *testing.T, tr *retryfuse.Transport) *http.Client {
+	t.Helper()
+	if tr.InitialBackoff == 0 {
+		tr.InitialBackoff, tr.MaxBackoff = time.Millisecond, 2*time.Millisecond
+	}
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// unavailableServer answers every request 503 and counts them.
+func unavailableServer(t *testing.T, hits *atomic.Int64) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// callAll sends n GETs to url at once, spread over the clients in turn,
+// and checks each comes back as a 503 response.
+func callAll(t *testing.T, clients []*http.Client, url string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		c := clients[i%len(clients)]
+		wg.Go(func() {
+			resp, err := c.Get(url)
+			if err != nil {
+				t.Errorf("GET: %v", err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Errorf("GET: status %d, want 503", resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestReplicasShareOneBudget: two replicas, one Redis budget per
+// dependency. The retries the server sees are bounded by that one budget;
+// with a local budget each, the same traffic gets twice the reserve.
+func TestReplicasShareOneBudget(t *testing.T) {
+	addr := sharedAddr(t)
+	const calls = 100
+	cases := []struct {
+		name string
+		// newBudget makes the NewBudget of one replica with its own client.
+		newBudget func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error)
+		bound     int64 // retries the one shared budget allows for 100 calls
+	}{
+		{
+			name: "ratio",
+			newBudget: func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error) {
+				// 100 requests deposit 100·0.01 = 1 retry; the reserve is 1/s · 10s = 10.
+				f, err := RatioBudgets(newClient(t, addr), retryfuse.RatioBudgetConfig{Ratio: 0.01, MinPerSecond: 1, Window: 10 * time.Second},
+					BudgetOptions{Prefix: prefix, Timeout: testTimeout})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			},
+			bound: 11,
+		},
+		{
+			name: "token bucket",
+			newBudget: func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error) {
+				f, err := TokenBuckets(newClient(t, addr), retryfuse.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour},
+					BudgetOptions{Prefix: prefix, Timeout: testTimeout})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			},
+			bound: 10,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int64
+			srv := unavailableServer(t, &hits)
+			prefix := uniq(t)
+			var ev evidence
+			replicas := []*http.Client{
+				newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: tc.newBudget(t, prefix), Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}}),
+				newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: tc.newBudget(t, prefix), Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}}),
+			}
+			callAll(t, replicas, srv.URL, calls)
+			retries := hits.Load() - calls
+			t.Logf("%d calls over 2 replicas, up to 3 retries each: the server saw %d retries (shared bound %d)", calls, retries, tc.bound)
+			if retries > tc.bound {
+				t.Fatalf("retries: got %d, want at most %d, the one shared budget", retries, tc.bound)
+			}
+			if retries < tc.bound-1 {
+				t.Fatalf("retries: got %d, want the shared budget (%d) spent: 300 retries were wanted", retries, tc.bound)
+			}
+			if evs := ev.take(); len(evs) != 0 {
+				t.Fatalf("EvidenceUnavailable fired %d times with Redis up: %+v", len(evs), evs[0])
+			}
+		})
+	}
+
+	// The contrast: a local token bucket per replica lets the same traffic
+	// through with twice the retries.
+	t.Run("local budgets, for contrast", func(t *testing.T) {
+		var hits atomic.Int64
+		srv := unavailableServer(t, &hits)
+		local := func(string) (retryfuse.Budget, error) {
+			return retryfuse.NewTokenBucket(retryfuse.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour})
+		}
+		replicas := []*http.Client{
+			newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: local}),
+			newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: local}),
+		}
+		callAll(t, replicas, srv.URL, calls)
+		if retries := hits.Load() - calls; retries != 20 {
+			t.Fatalf("two local buckets of 10: got %d retries, want 20", retries)
+		}
+	})
+}
+
+// chargeServer answers POST /charge 201 "charged", counting the requests;
+// while gate is open (not closed), each request waits for it.
+type chargeServer struct {
+	*httptest.Server
+	hits    atomic.Int64
+	arrived chan struct{} // receives once per request, when it arrives
+	gate    chan struct{}
+}
+
+func newChargeServer(t *testing.T, gated bool) *chargeServer {
+	s := &chargeServer{arrived: make(chan struct{}, 100), gate: make(chan struct{})}
+	if !gated {
+		close(s.gate)
+	}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		s.hits.Add(1)
+		s.arrived <- struct{}{}
+		<-s.gate
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func post(c *http.Client, url, key, body string) (status int, respBody string, err error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body) // to the end: the ledger stores the result then
+	return resp.StatusCode, string(b), err
+}
+
+func ledgerReplica(t *testing.T, addr, prefix string) *http.Client {
+	t.Helper()
+	l, err := NewLedger(newClient(t, addr), LedgerConfig{Prefix: prefix, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newTransport(t, &retryfuse.Transport{Ledger: l})
+}
+
+// TestReplicasShareOneLedger: the same keyed POST sent through two
+// replicas reaches the server once; the other is braked while the first is
+// in flight, and gets the stored result once it has completed.
+func TestReplicasShareOneLedger(t *testing.T) {
+	addr := sharedAddr(t)
+	prefix := uniq(t)
+	a, b := ledgerReplica(t, addr, prefix), ledgerReplica(t, addr, prefix)
+
+	t.Run("braked, then replayed", func(t *testing.T) {
+		srv := newChargeServer(t, true)
+		type result struct {
+			status int
+			body   string
+			err    error
+		}
+		first := make(chan result, 1)
+		go func() {
+			s, body, err := post(a, srv.URL+"/charge", "order-1", "amount=10")
+			first <- result{s, body, err}
+		}()
+		<-srv.arrived // replica a's request is at the server, in flight
+
+		if _, _, err := post(b, srv.URL+"/charge", "order-1", "amount=10"); !errors.Is(err, retryfuse.ErrDuplicateInFlight) {
+			t.Fatalf("duplicate on replica b while in flight: got %v, want ErrDuplicateInFlight", err)
+		}
+		close(srv.gate)
+		if r := <-first; r.err != nil || r.status != http.StatusCreated || r.body != "charged" {
+			t.Fatalf("replica a: got %d %q %v, want 201 \"charged\"", r.status, r.body, r.err)
+		}
+		status, body, err := post(b, srv.URL+"/charge", "order-1", "amount=10")
+		if err != nil || status != http.StatusCreated || body != "charged" {
+			t.Fatalf("replica b after completion: got %d %q %v, want the stored 201 \"charged\"", status, body, err)
+		}
+		if n := srv.hits.Load(); n != 1 {
+			t.Fatalf("server saw the charge %d times, want 1", n)
+		}
+	})
+
+	t.Run("at once", func(t *testing.T) {
+		srv := newChargeServer(t, false)
+		const keys = 20
+		var braked, replayed int64
+		for i := range keys {
+			key := "order-at-once-" + string(rune('a'+i))
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			var sent, brakedNow atomic.Int64
+			for _, c := range []*http.Client{a, b} {
+				wg.Go(func() {
+					<-start
+					status, body, err := post(c, srv.URL+"/charge", key, "amount=10")
+					switch {
+					case errors.Is(err, retryfuse.ErrDuplicateInFlight):
+						brakedNow.Add(1)
+					case err == nil && status == http.StatusCreated && body == "charged":
+						sent.Add(1) // sent, or replayed: told apart by the server's count
+					default:
+						t.Errorf("key %s: got %d %q %v", key, status, body, err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if sent.Load()+brakedNow.Load() != 2 || sent.Load() < 1 {
+				t.Fatalf("key %s: %d answered 201, %d braked; want one 201 and one braked or replayed", key, sent.Load(), brakedNow.Load())
+			}
+			braked += brakedNow.Load()
+			replayed += sent.Load() - 1
+		}
+		t.Logf("%d keys sent through both replicas at once: %d duplicates braked, %d replayed from the stored result", keys, braked, replayed)
+		if n := srv.hits.Load(); n != keys {
+			t.Fatalf("%d keys, each sent through both replicas at once: the server saw %d requests, want %d (one per key)", keys, n, keys)
+		}
+	})
+}
+
+// TestRedisDownAndBack kills Redis mid-run: the budget falls back to its
+// local budget and the ledger refuses, both reported through
+// EvidenceUnavailable; once Redis is back on the same port, the transport
+// uses it again.
+func TestRedisDownAndBack(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s.Addr())
+	prefix := uniq(t)
+	newBudget, err := RatioBudgets(c, retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := NewLedger(c, LedgerConfig{Prefix: prefix, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing, charges atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /flaky", func(w http.ResponseWriter, _ *http.Request) {
+		failing.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("POST /charge", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		charges.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	var ev evidence
+	client := newTransport(t, &retryfuse.Transport{MaxAttempts: 3, NewBudget: newBudget, Ledger: ledger, Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
+
+	getFlaky := func() {
+		t.Helper()
+		resp, err := client.Get(srv.URL + "/flaky")
+		if err != nil {
+			t.Fatalf("GET /flaky: %v", err)
+		}
+		resp.Body.Close()
+	}
+
+	// Redis up: the shared budget answers, nothing to report.
+	getFlaky()
+	if n := failing.Load(); n != 3 {
+		t.Fatalf("Redis up: server saw %d attempts, want 3 (two retries granted)", n)
+	}
+	if status, _, err := post(client, srv.URL+"/charge", "up", "x"); err != nil || status != http.StatusCreated {
+		t.Fatalf("keyed POST with Redis up: got %d %v, want 201", status, err)
+	}
+	if evs := ev.take(); len(evs) != 0 {
+		t.Fatalf("Redis up: EvidenceUnavailable fired: %+v", evs[0])
+	}
+
+	s.Stop()
+
+	// Redis down: the budget answers from its local fallback, and says so.
+	getFlaky()
+	if n := failing.Load(); n != 6 {
+		t.Fatalf("Redis down: server saw %d attempts in all, want 6: the local budget grants the two retries", n)
+	}
+	evs := ev.take()
+	if len(evs) != 2 {
+		t.Fatalf("Redis down: %d EvidenceUnavailable events, want 2 (one per retry asked)", len(evs))
+	}
+	for _, e := range evs {
+		if e.Source != "budget" || !errors.Is(e.Err, ErrUnavailable) {
+			t.Fatalf("event: got source %q err %v, want \"budget\" wrapping ErrUnavailable", e.Source, e.Err)
+		}
+	}
+	// The ledger refuses to treat the key as free.
+	if _, _, err := post(client, srv.URL+"/charge", "down", "x"); !errors.Is(err, retryfuse.ErrLedgerUnavailable) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("keyed POST with Redis down: got %v, want ErrLedgerUnavailable wrapping ErrUnavailable", err)
+	}
+	if n := charges.Load(); n != 1 {
+		t.Fatalf("Redis down: server saw %d charges, want still 1: nothing is sent without the ledger", n)
+	}
+	evs = ev.take()
+	if len(evs) != 1 || evs[0].Source != "ledger" || !errors.Is(evs[0].Err, ErrUnavailable) {
+		t.Fatalf("ledger events with Redis down: got %+v, want one from \"ledger\"", evs)
+	}
+
+	s.Start()
+
+	// Redis back: no sticky failure. go-redis may wait up to a second
+	// before it dials again; allow ten.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		getFlaky()
+		if len(ev.take()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Redis back for 10s: the budget still reports it unavailable")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := c.Exists(context.Background(), prefix+"http://"+srv.Listener.Addr().String()).Val(); n != 1 {
+		t.Fatalf("after recovery the budget key is not in the new Redis (exists %d): the shared path is not used", n)
+	}
+	for i := range 2 {
+		status, body, err := post(client, srv.URL+"/charge", "back", "x")
+		if err != nil || status != http.StatusCreated || body != "charged" {
+			t.Fatalf("keyed POST %d after recovery: got %d %q %v, want 201 \"charged\"", i, status, body, err)
+		}
+	}
+	if n := charges.Load(); n != 2 {
+		t.Fatalf("after recovery: server saw %d charges, want 2 (the second POST under \"back\" replayed from Redis)", n)
+	}
+	if evs := ev.take(); len(evs) != 0 {
+		t.Fatalf("after recovery: EvidenceUnavailable fired: %+v", evs[0])
+	}
+}
