@@ -17,7 +17,7 @@ import (
 func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 	t, p := c.t, c.p
 	at := &c.trace
-	ctx := at.context(c.ctx)
+	ctx := at.context(c.ctx, !p.tracing)
 	timeout := c.attemptTimeout()
 	var (
 		cancel context.CancelFunc
@@ -58,7 +58,10 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 		c.phase = PhaseUnknown
 		emit(h, AttemptStartInfo{CallInfo: c.info(), Timeout: timeout})
 	}
-	began := t.clock()
+	var began time.Time
+	if t.Hooks.AttemptDone != nil {
+		began = t.clock()
+	}
 	resp, err = p.base.RoundTrip(r2)
 	if timer != nil {
 		stopped := timer.Stop()

@@ -213,6 +213,13 @@ type EvidenceUnavailableInfo struct {
 	Err    error
 }
 
+// any reports whether some hook is set.
+func (h Hooks) any() bool {
+	return h.AttemptStart != nil || h.AttemptDone != nil || h.Decision != nil ||
+		h.Retry != nil || h.Reconcile != nil || h.GiveUp != nil ||
+		h.HiddenResend != nil || h.BreakerChange != nil || h.EvidenceUnavailable != nil
+}
+
 // JoinHooks returns Hooks that call each of hs in order.
 func JoinHooks(hs ...Hooks) Hooks {
 	return Hooks{

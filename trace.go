@@ -27,10 +27,15 @@ type attemptTrace struct {
 // installed. The ClientTrace is made anew each time because
 // httptrace.WithClientTrace composes it, in place, with a trace already in
 // ctx; gotConn, made once per call, is reused.
-func (at *attemptTrace) context(ctx context.Context) context.Context {
+//
+// askConn installs GetConn too, for a base not known to trace: whether it
+// asks for a connection tells whether it passes the trace on.
+func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Context {
 	if at.gotConn == nil {
-		at.getConn = func(string) { at.asked.Add(1) }
 		at.gotConn = func(httptrace.GotConnInfo) { at.conns.Add(1) }
+	}
+	if askConn && at.getConn == nil {
+		at.getConn = func(string) { at.asked.Add(1) }
 	}
 	at.asked.Store(0)
 	at.conns.Store(0)

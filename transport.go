@@ -177,6 +177,7 @@ var _ http.RoundTripper = (*Transport)(nil)
 type policy struct {
 	base           http.RoundTripper
 	tracing        bool
+	hooked         bool // some hook is set
 	maxAttempts    int
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
@@ -257,6 +258,7 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("Base", "must not be the Transport itself")
 	}
 	p.tracing = baseTraces(p.base)
+	p.hooked = t.Hooks.any()
 	t.budgets.max = orDefault(t.MaxScopes, DefaultMaxScopes)
 	return p, nil
 }
@@ -367,7 +369,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, t.initErr
 	}
-	c := call{t: t, p: &t.p, req: req, start: t.clock(), id: t.calls.Add(1)}
+	c := call{t: t, p: &t.p, req: req, id: t.calls.Add(1)}
+	if t.p.hooked {
+		c.start = t.clock() // only hooks report elapsed time
+	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
 	return c.run()
 }

@@ -89,3 +89,74 @@ func BenchmarkTransportGETParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTransportGETPaired sends the same loopback GET through the bare
+// base and through the Transport alternately, one of each per iteration,
+// and reports each side's mean time and the Transport's overhead in
+// percent. Pairing cancels the drift of a shared machine that makes
+// separate sub-benchmarks, run one after the other, hard to compare.
+func BenchmarkTransportGETPaired(b *testing.B) {
+	for _, timeout := range []time.Duration{0, 10 * time.Second} {
+		name := "no_timeout"
+		if timeout > 0 {
+			name = "attempt_timeout"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := benchServer(b)
+			bare := cleanhttp.DefaultPooledTransport()
+			fuse := &Transport{Base: cleanhttp.DefaultPooledTransport(), AttemptTimeout: timeout}
+			defer bare.CloseIdleConnections()
+			defer fuse.CloseIdleConnections()
+			bareClient, fuseClient := &http.Client{Transport: bare}, &http.Client{Transport: fuse}
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			benchGET(b, bareClient, req)
+			benchGET(b, fuseClient, req)
+			var bareTime, fuseTime time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				benchGET(b, bareClient, req)
+				t1 := time.Now()
+				benchGET(b, fuseClient, req)
+				bareTime += t1.Sub(t0)
+				fuseTime += time.Since(t1)
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(bareTime.Nanoseconds())/n, "bare-ns/call")
+			b.ReportMetric(float64(fuseTime.Nanoseconds())/n, "retryfuse-ns/call")
+			b.ReportMetric(100*(float64(fuseTime)/float64(bareTime)-1), "overhead-%")
+		})
+	}
+}
+
+// BenchmarkTransportOverhead measures the Transport's own work per call,
+// without a network: the base answers at once. It is what the Transport
+// adds to any round trip.
+func BenchmarkTransportOverhead(b *testing.B) {
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/x", nil)
+	for _, bt := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"base", staticBase{}},
+		{"retryfuse", &Transport{Base: staticBase{}}},
+		{"retryfuse_timeout", &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}},
+	} {
+		b.Run(bt.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := bt.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = resp.Body.Close()
+			}
+		})
+	}
+}
+
+// staticBase answers every request with a 200 at once.
+type staticBase struct{}
+
+func (staticBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+}
