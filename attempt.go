@@ -77,6 +77,8 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 			drain(resp, 0)
 			cancel()
 			resp, err = nil, &attemptTimeoutError{after: timeout, err: context.Canceled}
+		case resp.Body == http.NoBody:
+			cancel() // no body to read: the attempt is over, and NoBody stays NoBody
 		default:
 			resp.Body = cancelOnClose(resp.Body, cancel)
 		}

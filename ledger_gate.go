@@ -70,8 +70,8 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 				emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
 			}
 		}
-		if resp.Body == nil {
-			rec.finish(true)
+		if resp.Body == nil || resp.Body == http.NoBody {
+			rec.finish(true) // nothing to read: a caller rightly closes it unread
 		} else {
 			resp.Body = rec
 		}

@@ -407,19 +407,24 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 
 func TestLedgerStoredResultReplayed(t *testing.T) {
 	cases := []struct {
-		name   string
-		step   lgStep
-		status int
-		read   bool // read the body before closing it
+		name    string
+		step    lgStep
+		status  int
+		read    bool          // read the body before closing it
+		timeout time.Duration // AttemptTimeout
 	}{
-		{"created", lgApply, http.StatusCreated, true},
-		{"client_error", lgReject, http.StatusUnprocessableEntity, true},
+		{"created", lgApply, http.StatusCreated, true, time.Second},
+		{"client_error", lgReject, http.StatusUnprocessableEntity, true, 0},
+		// A response without content is whole as it comes: closing it
+		// unread, as callers do, must not lose the result.
+		{"no_content_closed_unread", lgNoContent, http.StatusNoContent, false, 0},
+		{"no_content_closed_unread_attempt_timeout", lgNoContent, http.StatusNoContent, false, time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ledger, _ := lgLedger(t, MemoryLedgerConfig{})
 			srv := lgServe(t, lgAlways(tc.step))
-			client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = time.Second })
+			client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = tc.timeout })
 			first, err := client.Do(lgRequest(t, lgCtx(t), srv.url(), "k-"+tc.name, `{"item":"book"}`))
 			require.NoError(t, err)
 			require.Equalf(t, tc.status, first.StatusCode, "got status %d, want %d", first.StatusCode, tc.status)
