@@ -1,0 +1,319 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The Reconciler seen through http.Client.Do: a write whose response was
+// lost on a real loopback connection, looked up by its idempotency key.
+
+// lgAttemptTimeout cuts the attempt whose response the server holds back.
+const lgAttemptTimeout = 50 * time.Millisecond
+
+// lgPlainClient is a client without retryfuse, for lookups.
+func lgPlainClient(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// lgLookup is a Reconciler that looks the order up with GET
+// /orders?key=K through *c: Applied with the order (200), NotApplied when
+// there is none (404), StillUnknown otherwise. calls counts its uses.
+func lgLookup(c **http.Client, srv *lgOrders, calls *atomic.Int32) Reconciler {
+	return ReconcilerFunc(func(ctx context.Context, e *ReconcileRequiredError) (Reconciliation, error) {
+		calls.Add(1)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.url()+"?key="+url.QueryEscape(e.IdempotencyKey), nil)
+		if err != nil {
+			return Reconciliation{}, err
+		}
+		resp, err := (*c).Do(req)
+		if err != nil {
+			return Reconciliation{}, err
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return Reconciliation{Resolution: Applied, Response: resp}, nil
+		case http.StatusNotFound:
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			return Reconciliation{Resolution: NotApplied}, nil
+		}
+		_ = resp.Body.Close()
+		return Reconciliation{}, nil
+	})
+}
+
+// lgReconciles records the Reconcile hook.
+type lgReconciles struct {
+	mu   sync.Mutex
+	seen []ReconcileInfo
+}
+
+func (r *lgReconciles) hook(i ReconcileInfo) {
+	r.mu.Lock()
+	r.seen = append(r.seen, i)
+	r.mu.Unlock()
+}
+
+// one asserts that the hook fired once, with res, and returns the event.
+func (r *lgReconciles) one(t *testing.T, res Resolution) ReconcileInfo {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Lenf(t, r.seen, 1, "got %d Reconcile events, want 1", len(r.seen))
+	got := r.seen[0]
+	assert.Equalf(t, res, got.Resolution, "got Resolution %v, want %v", got.Resolution, res)
+	require.NotNil(t, got.Err, "got a Reconcile event without its error")
+	return got
+}
+
+func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
+	const key = "order-10"
+	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
+	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	lookups := lgPlainClient(t)
+	var calls atomic.Int32
+	var hooks lgReconciles
+	client, _ := lgClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = lgAttemptTimeout
+		tr.Reconciler = lgLookup(&lookups, srv, &calls)
+		tr.Hooks.Reconcile = hooks.hook
+	})
+
+	resp, body, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	require.NoErrorf(t, err, "got %v, want the reconciled response", err)
+	assert.Equalf(t, http.StatusOK, resp.StatusCode, "got status %d, want the lookup's 200", resp.StatusCode)
+	assert.Containsf(t, body, `"key":"`+key+`"`, "got body %q, want the order looked up by key", body)
+	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
+	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1: an uncertain write is never replayed", srv.posts.Load())
+	assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
+	ev := hooks.one(t, Applied)
+	assert.Equalf(t, key, ev.Err.IdempotencyKey, "got key %q in the hook, want %q", ev.Err.IdempotencyKey, key)
+
+	// The reconciled result completed the key: it is replayed, not sent.
+	again, againBody, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	require.NoError(t, err)
+	assert.Equalf(t, http.StatusOK, again.StatusCode, "replay: got status %d, want 200", again.StatusCode)
+	assert.Equalf(t, body, againBody, "replay: got body %q, want %q", againBody, body)
+	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
+}
+
+func TestReconcilerNotAppliedSendsAgain(t *testing.T) {
+	const key = "order-11"
+	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
+	srv := lgServe(t, lgFirst(lgStallNoApply))
+	lookups := lgPlainClient(t)
+	var calls atomic.Int32
+	var hooks lgReconciles
+	client, _ := lgClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = lgAttemptTimeout
+		tr.Reconciler = lgLookup(&lookups, srv, &calls)
+		tr.Hooks.Reconcile = hooks.hook
+	})
+
+	resp, body, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	require.NoErrorf(t, err, "got %v, want the request sent again and answered", err)
+	assert.Equalf(t, http.StatusCreated, resp.StatusCode, "got status %d, want 201", resp.StatusCode)
+	assert.Containsf(t, body, `"key":"`+key+`"`, "got body %q, want the order", body)
+	assert.Equalf(t, int32(2), srv.posts.Load(), "got %d POSTs at the server, want 2", srv.posts.Load())
+	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
+	assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
+	hooks.one(t, NotApplied)
+}
+
+// lgTrackedBody reports whether it was closed.
+type lgTrackedBody struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (b *lgTrackedBody) Close() error { b.closed.Store(true); return nil }
+
+func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
+	stray := &lgTrackedBody{Reader: strings.NewReader("not the caller's")}
+	cases := []struct {
+		name string
+		f    func(context.Context, *ReconcileRequiredError) (Reconciliation, error)
+	}{
+		{"still_unknown", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+			return Reconciliation{Resolution: StillUnknown}, nil
+		}},
+		{"error", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+			return Reconciliation{Resolution: Applied, Response: &http.Response{StatusCode: 200, Body: http.NoBody}}, errors.New("lookup failed")
+		}},
+		{"panic", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+			panic("reconciler bug")
+		}},
+		{"applied_without_response", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+			return Reconciliation{Resolution: Applied}, nil
+		}},
+		{"still_unknown_with_response", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+			return Reconciliation{Resolution: StillUnknown, Response: &http.Response{StatusCode: 200, Body: stray}}, nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			const key = "order-12"
+			ledger, _ := lgLedger(t, MemoryLedgerConfig{})
+			srv := lgServe(t, lgAlways(lgApplyThenStall))
+			var calls atomic.Int32
+			var hooks lgReconciles
+			client, _ := lgClient(t, ledger, func(tr *Transport) {
+				tr.AttemptTimeout = lgAttemptTimeout
+				tr.Reconciler = ReconcilerFunc(func(ctx context.Context, e *ReconcileRequiredError) (Reconciliation, error) {
+					calls.Add(1)
+					return tc.f(ctx, e)
+				})
+				tr.Hooks.Reconcile = hooks.hook
+			})
+
+			resp, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+			require.Nilf(t, resp, "got a response, want a *ReconcileRequiredError")
+			rec := lgReconcileErr(t, err, key)
+			assert.Truef(t, errors.Is(rec.Cause, ErrAttemptTimeout), "got Cause %v, want ErrAttemptTimeout", rec.Cause)
+			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
+			assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
+			hooks.one(t, StillUnknown)
+
+			// The key stays held as uncertain: never a replay.
+			resp, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+			require.Nil(t, resp)
+			rec = lgReconcileErr(t, err, key)
+			assert.Truef(t, errors.Is(rec.Cause, ErrEarlierUncertain), "got Cause %v, want ErrEarlierUncertain", rec.Cause)
+			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
+		})
+	}
+	assert.True(t, stray.closed.Load(), "the response of an unresolved reconciliation was not closed")
+}
+
+func TestReconcilerBoundByCallerDeadline(t *testing.T) {
+	const (
+		key      = "order-13"
+		deadline = 300 * time.Millisecond
+	)
+	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	var (
+		ctxErr      error
+		hadDeadline bool
+		escaped     atomic.Bool
+	)
+	var hooks lgReconciles
+	client, _ := lgClient(t, nil, func(tr *Transport) {
+		tr.AttemptTimeout = lgAttemptTimeout
+		tr.Reconciler = ReconcilerFunc(func(ctx context.Context, _ *ReconcileRequiredError) (Reconciliation, error) {
+			_, hadDeadline = ctx.Deadline()
+			select {
+			case <-ctx.Done():
+				ctxErr = ctx.Err()
+				return Reconciliation{}, ctxErr
+			case <-time.After(lgWait):
+				escaped.Store(true)
+				return Reconciliation{}, nil
+			}
+		})
+		tr.Hooks.Reconcile = hooks.hook
+	})
+
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	began := time.Now()
+	resp, err := client.Do(lgRequest(t, ctx, srv.url(), key, `{"item":"book"}`))
+	elapsed := time.Since(began)
+	if resp != nil {
+		lgReadAll(t, resp)
+	}
+	require.Nil(t, resp)
+	lgReconcileErr(t, err, key)
+	assert.False(t, escaped.Load(), "the reconciler outlived the caller's deadline")
+	assert.True(t, hadDeadline, "the reconciler's context has no deadline, want the caller's")
+	assert.Truef(t, errors.Is(ctxErr, context.DeadlineExceeded), "the reconciler's context ended with %v, want context.DeadlineExceeded", ctxErr)
+	assert.Lessf(t, elapsed, lgWait/2, "the call took %v, want it to end at the caller's deadline (%v)", elapsed, deadline)
+	hooks.one(t, StillUnknown)
+}
+
+func TestReconcilerLookupThroughSameClient(t *testing.T) {
+	const key = "order-14"
+	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
+	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	// The first lookup meets a 503: the Transport must repeat it as a call
+	// of its own, not pass it through as part of the POST.
+	srv.getHook = func(n int, w http.ResponseWriter) bool {
+		if n == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	type start struct {
+		call    uint64
+		method  string
+		attempt int
+	}
+	var (
+		mu     sync.Mutex
+		starts []start
+		calls  atomic.Int32
+		client *http.Client
+	)
+	var hooks lgReconciles
+	client, _ = lgClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = lgAttemptTimeout
+		tr.Reconciler = lgLookup(&client, srv, &calls)
+		tr.Hooks.Reconcile = hooks.hook
+		tr.Hooks.AttemptStart = func(i AttemptStartInfo) {
+			mu.Lock()
+			starts = append(starts, start{i.CallID, i.Method, i.Attempt})
+			mu.Unlock()
+		}
+	})
+
+	done := make(chan lgReply, 1)
+	go func() {
+		resp, err := client.Do(lgRequest(t, lgCtx(t), srv.url(), key, `{"item":"book"}`))
+		done <- lgReply{resp, err}
+	}()
+	r := lgReceive(t, done) // a deadlock fails here
+	require.NoErrorf(t, r.err, "got %v, want the reconciled response", r.err)
+	body := lgReadAll(t, r.resp)
+	assert.Equalf(t, http.StatusOK, r.resp.StatusCode, "got status %d, want the lookup's 200", r.resp.StatusCode)
+	assert.Containsf(t, body, `"key":"`+key+`"`, "got body %q, want the order", body)
+	assert.Equalf(t, int32(2), srv.gets.Load(), "got %d lookups at the server, want 2 (the 503 repeated)", srv.gets.Load())
+	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
+	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
+	hooks.one(t, Applied)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Lenf(t, starts, 3, "got attempts %v, want the POST's and two of the lookup", starts)
+	post, get := starts[0].call, starts[1].call
+	want := []start{{post, http.MethodPost, 1}, {get, http.MethodGet, 1}, {get, http.MethodGet, 2}}
+	assert.Equalf(t, want, starts, "got attempts %v, want %v", starts, want)
+	assert.NotEqualf(t, post, get, "the lookup ran as attempt of the POST's call %d, want a call of its own", post)
+}
+
+func TestReconcileHookWithoutReconciler(t *testing.T) {
+	const key = "order-15"
+	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	var hooks lgReconciles
+	client, _ := lgClient(t, nil, func(tr *Transport) {
+		tr.AttemptTimeout = lgAttemptTimeout
+		tr.Hooks.Reconcile = hooks.hook
+	})
+	_, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	rec := lgReconcileErr(t, err, key)
+	ev := hooks.one(t, StillUnknown)
+	assert.Samef(t, rec, ev.Err, "the hook's error %v is not the one returned, %v", ev.Err, rec)
+}
