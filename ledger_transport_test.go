@@ -24,6 +24,11 @@ import (
 // lgWait bounds every wait on a real socket or goroutine in these tests.
 const lgWait = 10 * time.Second
 
+// lgAttemptTimeout cuts an attempt whose response the server holds back.
+// It leaves a loaded machine time to run the handler (to apply the order)
+// before the client gives up; the tests that wait for it run in parallel.
+const lgAttemptTimeout = 500 * time.Millisecond
+
 // lgClock is a virtual clock: it stands still until sleep or advance moves it.
 type lgClock struct {
 	mu sync.Mutex
@@ -365,6 +370,7 @@ func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 }
 
 func TestLedgerConflictingBodyRefused(t *testing.T) {
+	t.Parallel()
 	const key = "order-2"
 	conflict := func(t *testing.T, client *http.Client, srv *lgOrders) {
 		t.Helper()
@@ -398,7 +404,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 	t.Run("uncertain", func(t *testing.T) {
 		ledger, _ := lgLedger(t, MemoryLedgerConfig{})
 		srv := lgServe(t, lgAlways(lgApplyThenStall))
-		client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = 50 * time.Millisecond })
+		client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = lgAttemptTimeout })
 		_, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
 		lgReconcileErr(t, err, key)
 		conflict(t, client, srv)
@@ -488,13 +494,14 @@ func TestLedgerResultNotStoredAsksToReconcile(t *testing.T) {
 }
 
 func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
+	t.Parallel()
 	const (
 		key = "order-4"
 		ttl = 10 * time.Minute
 	)
 	ledger, ledgerClock := lgLedger(t, MemoryLedgerConfig{TTL: ttl})
 	srv := lgServe(t, lgFirst(lgApplyThenStall))
-	client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = 50 * time.Millisecond })
+	client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = lgAttemptTimeout })
 
 	resp, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
 	require.Nil(t, resp)
@@ -514,7 +521,10 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 	}
 
 	ledgerClock.advance(time.Second) // the TTL has passed: the key is free
-	resp, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	// Sent through a second Transport sharing the ledger: the POST is
+	// answered at once, and a starved handler must not look like a timeout.
+	untimed, _ := lgClient(t, ledger, nil)
+	resp, _, err = lgPost(t, untimed, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "after the TTL: got %v, want the request sent", err)
 	assert.Equalf(t, http.StatusCreated, resp.StatusCode, "got status %d, want 201", resp.StatusCode)
 	assert.Equalf(t, int32(2), srv.posts.Load(), "got %d POSTs at the server, want 2", srv.posts.Load())

@@ -19,9 +19,6 @@ import (
 // The Reconciler seen through http.Client.Do: a write whose response was
 // lost on a real loopback connection, looked up by its idempotency key.
 
-// lgAttemptTimeout cuts the attempt whose response the server holds back.
-const lgAttemptTimeout = 50 * time.Millisecond
-
 // lgPlainClient is a client without retryfuse, for lookups.
 func lgPlainClient(t *testing.T) *http.Client {
 	tr := &http.Transport{}
@@ -81,6 +78,7 @@ func (r *lgReconciles) one(t *testing.T, res Resolution) ReconcileInfo {
 }
 
 func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
+	t.Parallel()
 	const key = "order-10"
 	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
 	srv := lgServe(t, lgAlways(lgApplyThenStall))
@@ -112,6 +110,7 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 }
 
 func TestReconcilerNotAppliedSendsAgain(t *testing.T) {
+	t.Parallel()
 	const key = "order-11"
 	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
 	srv := lgServe(t, lgFirst(lgStallNoApply))
@@ -143,39 +142,43 @@ type lgTrackedBody struct {
 func (b *lgTrackedBody) Close() error { b.closed.Store(true); return nil }
 
 func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
-	stray := &lgTrackedBody{Reader: strings.NewReader("not the caller's")}
+	t.Parallel()
+	type answer func(stray *lgTrackedBody) (Reconciliation, error)
 	cases := []struct {
-		name string
-		f    func(context.Context, *ReconcileRequiredError) (Reconciliation, error)
+		name        string
+		answer      answer
+		closesStray bool // the transport must close the response it is given
 	}{
-		{"still_unknown", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+		{"still_unknown", func(*lgTrackedBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: StillUnknown}, nil
-		}},
-		{"error", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+		}, false},
+		{"error", func(*lgTrackedBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: Applied, Response: &http.Response{StatusCode: 200, Body: http.NoBody}}, errors.New("lookup failed")
-		}},
-		{"panic", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+		}, false},
+		{"panic", func(*lgTrackedBody) (Reconciliation, error) {
 			panic("reconciler bug")
-		}},
-		{"applied_without_response", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+		}, false},
+		{"applied_without_response", func(*lgTrackedBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: Applied}, nil
-		}},
-		{"still_unknown_with_response", func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+		}, false},
+		{"still_unknown_with_response", func(stray *lgTrackedBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: StillUnknown, Response: &http.Response{StatusCode: 200, Body: stray}}, nil
-		}},
+		}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			const key = "order-12"
+			stray := &lgTrackedBody{Reader: strings.NewReader("not the caller's")}
 			ledger, _ := lgLedger(t, MemoryLedgerConfig{})
 			srv := lgServe(t, lgAlways(lgApplyThenStall))
 			var calls atomic.Int32
 			var hooks lgReconciles
 			client, _ := lgClient(t, ledger, func(tr *Transport) {
 				tr.AttemptTimeout = lgAttemptTimeout
-				tr.Reconciler = ReconcilerFunc(func(ctx context.Context, e *ReconcileRequiredError) (Reconciliation, error) {
+				tr.Reconciler = ReconcilerFunc(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
 					calls.Add(1)
-					return tc.f(ctx, e)
+					return tc.answer(stray)
 				})
 				tr.Hooks.Reconcile = hooks.hook
 			})
@@ -187,6 +190,9 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 			assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
 			hooks.one(t, StillUnknown)
+			if tc.closesStray {
+				assert.True(t, stray.closed.Load(), "the response of an unresolved reconciliation was not closed")
+			}
 
 			// The key stays held as uncertain: never a replay.
 			resp, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
@@ -196,13 +202,13 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 		})
 	}
-	assert.True(t, stray.closed.Load(), "the response of an unresolved reconciliation was not closed")
 }
 
 func TestReconcilerBoundByCallerDeadline(t *testing.T) {
+	t.Parallel()
 	const (
 		key      = "order-13"
-		deadline = 300 * time.Millisecond
+		deadline = 4 * lgAttemptTimeout
 	)
 	srv := lgServe(t, lgAlways(lgApplyThenStall))
 	var (
@@ -245,6 +251,7 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 }
 
 func TestReconcilerLookupThroughSameClient(t *testing.T) {
+	t.Parallel()
 	const key = "order-14"
 	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
 	srv := lgServe(t, lgAlways(lgApplyThenStall))
@@ -305,6 +312,7 @@ func TestReconcilerLookupThroughSameClient(t *testing.T) {
 }
 
 func TestReconcileHookWithoutReconciler(t *testing.T) {
+	t.Parallel()
 	const key = "order-15"
 	srv := lgServe(t, lgAlways(lgApplyThenStall))
 	var hooks lgReconciles

@@ -30,7 +30,7 @@ import (
 )
 
 // attemptTimeout is how long the client waits for a response to each attempt.
-const attemptTimeout = 200 * time.Millisecond
+const attemptTimeout = 500 * time.Millisecond
 
 func main() {
 	if err := run(os.Stdout); err != nil {
