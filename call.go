@@ -39,6 +39,7 @@ type call struct {
 	ledgerToken      string
 	earlierUncertain bool // an earlier call under the key ended uncertain
 	confirmed        bool // the call ends with a confirmed result
+	notStored        bool // ... whose response is not to be stored for replay
 	uncertain        bool // the call ends with an uncertain write
 }
 
@@ -143,7 +144,10 @@ func (c *call) loop() (*http.Response, error) {
 			res := c.reconcile(rec)
 			switch res.Resolution {
 			case Applied:
-				c.confirmed = true
+				// Completed — but the authoritative response is the
+				// Reconciler's lookup, not this request's own answer: it is
+				// not stored to replay as if it were.
+				c.confirmed, c.notStored = true, true
 				return res.Response, nil
 			case NotApplied:
 				// The effect is now known not to have happened: a
@@ -218,12 +222,12 @@ func (c *call) refuse(v Verdict, stored *StoredResponse) (*http.Response, error)
 		if stored == nil {
 			// Completed, but its result was too large to keep: the caller
 			// must look it up rather than have it sent again.
-			return nil, c.reconcileError(ErrResultNotStored)
+			return nil, c.refuseUncertain(ErrResultNotStored)
 		}
 		return storedResponse(stored, c.req), nil
 	}
 	if v.Decision == Brake && v.Rule == 4 && c.earlierUncertain {
-		return nil, c.reconcileError(ErrEarlierUncertain)
+		return nil, c.refuseUncertain(ErrEarlierUncertain)
 	}
 	reason := brakeReason(v)
 	c.giveUp(reason, v)
@@ -252,7 +256,9 @@ func (c *call) giveUp(reason error, v Verdict) {
 	emit(h, info)
 }
 
-// reconcileError builds the error for an uncertain write and reports it.
+// reconcileError builds the error for an uncertain write. The Reconcile
+// hook reports it: reconcile, for a write of this call; refuseUncertain,
+// for a key left uncertain or unreplayable by an earlier call.
 func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 	e := &ReconcileRequiredError{
 		Method:         c.method,
@@ -263,10 +269,16 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		Phase:          c.phase,
 		Cause:          cause,
 	}
-	if c.t.Reconciler == nil {
-		if h := c.t.Hooks.Reconcile; h != nil {
-			emit(h, ReconcileInfo{CallInfo: c.info(), Err: e})
-		}
+	return e
+}
+
+// refuseUncertain returns a reconcile error about an earlier call under
+// the key, without asking the Reconciler (that call's own reconciliation
+// was the time to ask), and reports it.
+func (c *call) refuseUncertain(cause error) *ReconcileRequiredError {
+	e := c.reconcileError(cause)
+	if h := c.t.Hooks.Reconcile; h != nil {
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: StillUnknown})
 	}
 	return e
 }
@@ -275,10 +287,10 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 // caller's own context (its time counts against the caller's deadline; it
 // carries no retry ownership, so its own requests are not passed through).
 func (c *call) reconcile(e *ReconcileRequiredError) Reconciliation {
-	if c.t.Reconciler == nil {
-		return Reconciliation{}
+	var res Reconciliation
+	if c.t.Reconciler != nil {
+		res = askReconciler(c.req.Context(), c.t.Reconciler, e)
 	}
-	res := askReconciler(c.req.Context(), c.t.Reconciler, e)
 	if h := c.t.Hooks.Reconcile; h != nil {
 		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.Resolution})
 	}

@@ -52,6 +52,13 @@ type Reconciliation struct {
 //
 // An error, a panic, or an Applied without a Response counts as
 // StillUnknown: the reconcile error goes back, never a replay.
+//
+// With a Ledger, an Applied call completes its key without a stored result
+// (the lookup's response is not the write's own answer): later calls under
+// the key get a *ReconcileRequiredError rather than the lookup replayed. A
+// lookup sent through a Transport with the same Ledger must not carry the
+// write's idempotency key: it would be refused as a conflict (another
+// method and path); look the effect up by a query or a path instead.
 type Reconciler interface {
 	Reconcile(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
 }

@@ -101,11 +101,13 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 	ev := hooks.one(t, Applied)
 	assert.Equalf(t, key, ev.Err.IdempotencyKey, "got key %q in the hook, want %q", ev.Err.IdempotencyKey, key)
 
-	// The reconciled result completed the key: it is replayed, not sent.
-	again, againBody, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
-	require.NoError(t, err)
-	assert.Equalf(t, http.StatusOK, again.StatusCode, "replay: got status %d, want 200", again.StatusCode)
-	assert.Equalf(t, body, againBody, "replay: got body %q, want %q", againBody, body)
+	// The reconciliation completed the key, but the lookup's response is not
+	// the write's own answer: it is not replayed as if it were. A later call
+	// under the key is not sent; it is asked to reconcile.
+	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	var rec *ReconcileRequiredError
+	require.ErrorAsf(t, err, &rec, "again: got %v, want a *ReconcileRequiredError", err)
+	assert.ErrorIsf(t, err, ErrResultNotStored, "again: got %v, want cause ErrResultNotStored", err)
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 }
 
@@ -324,4 +326,33 @@ func TestReconcileHookWithoutReconciler(t *testing.T) {
 	rec := lgReconcileErr(t, err, key)
 	ev := hooks.one(t, StillUnknown)
 	assert.Samef(t, rec, ev.Err, "the hook's error %v is not the one returned, %v", ev.Err, rec)
+}
+
+// A later call under a key an earlier call left uncertain is refused without
+// asking the Reconciler again, and the Reconcile hook still reports it.
+func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
+	t.Parallel()
+	const key = "order-hook"
+	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
+	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	var asked atomic.Int32
+	var hooks lgReconciles
+	client, _ := lgClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = lgAttemptTimeout
+		tr.Reconciler = ReconcilerFunc(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+			asked.Add(1)
+			return Reconciliation{Resolution: StillUnknown}, nil
+		})
+		tr.Hooks.Reconcile = hooks.hook
+	})
+	_, _, err := lgPost(t, client, srv.url(), key, `{"item":"lamp"}`)
+	lgReconcileErr(t, err, key)
+	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"lamp"}`)
+	require.ErrorIsf(t, err, ErrEarlierUncertain, "again: got %v, want cause ErrEarlierUncertain", err)
+	assert.Equalf(t, int32(1), asked.Load(), "got %d Reconciler calls, want 1: the refusal does not ask again", asked.Load())
+	hooks.mu.Lock()
+	defer hooks.mu.Unlock()
+	require.Lenf(t, hooks.seen, 2, "got %d Reconcile events, want 2", len(hooks.seen))
+	assert.ErrorIsf(t, hooks.seen[1].Err, ErrEarlierUncertain, "second event: got %v, want cause ErrEarlierUncertain", hooks.seen[1].Err)
+	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs, want 1", srv.posts.Load())
 }
