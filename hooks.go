@@ -141,7 +141,8 @@ type ReconcileInfo struct {
 // GiveUpInfo says why a call stopped repeating.
 type GiveUpInfo struct {
 	CallInfo
-	// Reason is a sentinel: ErrAttemptsExhausted, ErrBudgetExhausted,
+	// Reason is, or matches with errors.Is (a *CircuitOpenError does),
+	// one of: ErrAttemptsExhausted, ErrBudgetExhausted,
 	// ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget,
 	// ErrRetryAfterTooLong, ErrDeadline, ErrCircuitOpen,
 	// ErrDuplicateInFlight, ErrIdempotencyConflict, or ErrFinal when the
