@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -341,6 +342,8 @@ func (t *Transport) random(n int64) int64 {
 	return rand.Int64N(n)
 }
 
+var errNilRequest = errors.New("retryfuse: nil Request")
+
 // ownedContext is a call's context marked with ownerKey. It lives inside
 // the call, so marking costs no allocation.
 type ownedContext struct {
@@ -364,6 +367,9 @@ type ownerKey struct{}
 // RoundTrip implements http.RoundTripper. See Transport for what is
 // repeated and what is returned.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req == nil {
+		return nil, errNilRequest
+	}
 	t.setup()
 	if t.initErr != nil {
 		closeRequestBody(req)

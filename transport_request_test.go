@@ -184,3 +184,10 @@ func TestLongInitialBackoffWithDefaultMaxBackoff(t *testing.T) {
 		t.Errorf("resolved MaxBackoff: got %v, want 20s", got)
 	}
 }
+
+func TestNilRequestIsAnError(t *testing.T) {
+	resp, err := (&Transport{}).RoundTrip(nil)
+	if resp != nil || err == nil {
+		t.Fatalf("RoundTrip(nil): got %v, %v; want no response and an error", resp, err)
+	}
+}
