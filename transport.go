@@ -51,7 +51,9 @@ type Transport struct {
 	Base http.RoundTripper
 
 	// MaxAttempts is the number of attempts in total, the first included.
-	// Zero means DefaultMaxAttempts (3); 1 disables retries.
+	// Zero means DefaultMaxAttempts (3); 1 disables retries. The decision
+	// core also stops a call after FailureThreshold failed attempts in a
+	// row: raise both to allow more than 5 attempts.
 	MaxAttempts int
 
 	// InitialBackoff and MaxBackoff shape the delay before a retry: the
