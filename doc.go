@@ -54,8 +54,20 @@
 //	case errors.Is(err, retryfuse.ErrCircuitOpen): // nothing was sent
 //	case errors.Is(err, retryfuse.ErrBudgetExhausted): // the dependency is failing for many callers
 //	case errors.Is(err, retryfuse.ErrAttemptsExhausted): // this call ran out of attempts
+//	case errors.Is(err, retryfuse.ErrNotRepeatable): // it failed and may not be sent again
+//	case errors.Is(err, retryfuse.ErrFailureThreshold),
+//		errors.Is(err, retryfuse.ErrCostBudget): // the decision core braked the call
+//	case errors.Is(err, retryfuse.ErrDeadline): // no time left for another wait or attempt
+//	case errors.Is(err, retryfuse.ErrDuplicateInFlight): // another call holds the key: wait for it
+//	case errors.Is(err, retryfuse.ErrIdempotencyConflict): // the key was used with another body
+//	case errors.Is(err, retryfuse.ErrLedgerUnavailable): // the ledger could not answer; nothing was sent
+//	case errors.Is(err, retryfuse.ErrInvalidIdempotencyKey),
+//		errors.Is(err, retryfuse.ErrInvalidPolicy): // bad input or settings; nothing was sent
 //	}
 //
+// Test for the reconcile error first: when the caller's own deadline or
+// cancellation strikes after a write, both errors.As(err, &rec) and
+// errors.Is(err, context.DeadlineExceeded) (or context.Canceled) hold.
 // Each sentinel survives the *url.Error wrapping of http.Client, and the
 // error of the last attempt stays reachable through errors.Is and
 // errors.As.

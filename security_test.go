@@ -146,3 +146,35 @@ func TestCredentialsInHTTPClientURLError(t *testing.T) {
 	}
 	hzNoCredential(t, "the reconcile error inside", rec.Error())
 }
+
+// A header value that would inject a header line is refused by net/http
+// before it dials, and that refusal is final: nothing reaches the server,
+// and the transport does not try again.
+func TestHeaderInjectionRefusedBeforeSending(t *testing.T) {
+	srv := statusServer(t, http.StatusOK, "ok")
+	var log hookLog
+	tr := newTransport(t, newFakeClock(), &Transport{Hooks: log.hooks()})
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		req := newRequest(t, testCtx(t), method, srv.URL, "body")
+		req.Header.Set("Idempotency-Key", "k-1")
+		req.Header["X-Note"] = []string{"a\r\nX-Injected: 1"}
+		_, _, err := do(tr, req)
+		if err == nil {
+			t.Fatalf("%s: got a nil error, want the request refused", method)
+		}
+		if errors.Is(err, ErrReconcileRequired) {
+			t.Errorf("%s: got %v, want no reconcile error (nothing was written)", method, err)
+		}
+	}
+	if got := srv.count(); got != 0 {
+		t.Errorf("requests seen by the server: got %d, want 0", got)
+	}
+	if got := len(log.starts); got != 2 {
+		t.Errorf("attempts: got %d, want 2 (one per call, none repeated)", got)
+	}
+	for _, d := range log.dones {
+		if d.Phase != PhasePreWrite || d.Retryable {
+			t.Errorf("call %d: got phase %v, retryable %v; want pre_write, not retryable", d.CallID, d.Phase, d.Retryable)
+		}
+	}
+}

@@ -104,9 +104,12 @@ type Transport struct {
 
 	// NewBudget creates the budget of a scope on first use, when Budget is
 	// nil. It is called once per scope, under the Transport's lock: keep it
-	// quick (a constructor), and do not call the Transport from it. Nil means a RatioBudget with its default settings per scope
-	// (retries at most 10% of requests plus a small floor). Return
-	// UnlimitedBudget{} to turn budgets off.
+	// quick (a constructor), and do not call the Transport from it. Nil
+	// means a RatioBudget with its default settings per scope (retries at
+	// most 10% of requests plus a small floor). Return UnlimitedBudget{} to
+	// turn budgets off; a nil Budget with a nil error counts as
+	// UnlimitedBudget{} too. An error fails the call that needed the
+	// budget, before anything is sent.
 	NewBudget func(scope string) (Budget, error)
 
 	// Breaker, when set, brakes a failing dependency per scope: an open
@@ -146,8 +149,10 @@ type Transport struct {
 	// breaker. Nil means HostScope (scheme, host and port).
 	Scope func(*http.Request) string
 
-	// MaxScopes bounds the per-scope budgets kept. Zero means
-	// DefaultMaxScopes.
+	// MaxScopes bounds the per-scope budgets kept (the breaker has its
+	// own bound, BreakerSettings.MaxScopes). When it is reached, the budget
+	// of an arbitrary scope is dropped to make room, and that scope gets a
+	// fresh budget when it returns. Zero means DefaultMaxScopes (1024).
 	MaxScopes int
 
 	// Hooks observe every decision. See Hooks.

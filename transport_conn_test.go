@@ -112,3 +112,31 @@ func TestDrainBound(t *testing.T) {
 	drain(nil, 10)                       // no response: nothing to do
 	drain(&http.Response{Body: nil}, 10) // no body: nothing to do
 }
+
+// A zero Transport creates its base once, not per call, so that calls
+// share its connection pool; CloseIdleConnections reaches that base.
+func TestZeroTransportKeepsOneBaseAndForwardsCloseIdleConnections(t *testing.T) {
+	srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr := &Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	get := func() {
+		t.Helper()
+		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ok" {
+			t.Fatalf("GET: got %v, %q, %v; want 200 \"ok\"", resp, body, err)
+		}
+	}
+	for range 3 {
+		get()
+	}
+	if got := srv.conns.Load(); got != 1 {
+		t.Errorf("connections after three calls: got %d, want 1 (one pooled base per Transport)", got)
+	}
+	tr.CloseIdleConnections()
+	get()
+	if got := srv.conns.Load(); got != 2 {
+		t.Errorf("connections after CloseIdleConnections and one more call: got %d, want 2 (the idle one was closed)", got)
+	}
+}

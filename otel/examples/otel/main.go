@@ -2,16 +2,21 @@
 // for three calls against a local server: a GET retried once after a 503,
 // a keyed POST that times out after it was written (reconcile required),
 // and a GET refused until its attempts run out.
+//
+// Run it from the otel module's directory with:
+//
+//	go run ./examples/otel
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,6 +31,13 @@ import (
 )
 
 func main() {
+	if err := run(os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "otel:", err)
+		os.Exit(1)
+	}
+}
+
+func run(w io.Writer) error {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	spans := tracetest.NewSpanRecorder()
@@ -33,7 +45,7 @@ func main() {
 
 	hooks, err := retryfuseotel.NewHooks(retryfuseotel.WithMeterProvider(mp))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	rf := &retryfuse.Transport{
 		Hooks:          hooks,
@@ -45,6 +57,7 @@ func main() {
 	// here each call starts its own. In a service, otelhttp.NewTransport(rf)
 	// starts one span per call for them.
 	client := &http.Client{Transport: rf}
+	defer rf.CloseIdleConnections()
 
 	var gets atomic.Int32
 	stop := make(chan struct{})
@@ -64,7 +77,10 @@ func main() {
 	defer srv.Close()
 	defer close(stop)
 
-	refused := closedAddr()
+	refused, err := closedAddr()
+	if err != nil {
+		return err
+	}
 	calls := []struct{ method, url, key string }{
 		{http.MethodGet, srv.URL + "/items", ""},
 		{http.MethodPost, srv.URL + "/orders", "order-42"},
@@ -72,54 +88,59 @@ func main() {
 	}
 	for _, c := range calls {
 		ctx, span := tp.Tracer("example").Start(context.Background(), c.method+" "+c.url)
-		req, _ := http.NewRequestWithContext(ctx, c.method, c.url, nil)
+		req, err := http.NewRequestWithContext(ctx, c.method, c.url, nil)
+		if err != nil {
+			span.End()
+			return err
+		}
 		if c.key != "" {
 			req.Header.Set(retryfuse.HeaderIdempotencyKey, c.key)
 		}
 		resp, err := client.Do(req)
 		switch {
 		case errors.Is(err, retryfuse.ErrReconcileRequired):
-			fmt.Printf("%s %s: reconcile required\n", c.method, c.url)
+			fmt.Fprintf(w, "%s %s: reconcile required\n", c.method, c.url)
 		case err != nil:
-			fmt.Printf("%s %s: %v\n", c.method, c.url, err)
+			fmt.Fprintf(w, "%s %s: %v\n", c.method, c.url, err)
 		default:
 			resp.Body.Close()
-			fmt.Printf("%s %s: %s\n", c.method, c.url, resp.Status)
+			fmt.Fprintf(w, "%s %s: %s\n", c.method, c.url, resp.Status)
 		}
 		span.End()
 	}
 
-	fmt.Println("\nspans:")
+	fmt.Fprintln(w, "\nspans:")
 	for _, s := range spans.Ended() {
-		fmt.Printf("  %s\n", s.Name())
+		fmt.Fprintf(w, "  %s\n", s.Name())
 		if a := s.Attributes(); len(a) > 0 {
-			fmt.Printf("    %s\n", attrs(a))
+			fmt.Fprintf(w, "    %s\n", attrs(a))
 		}
 		for _, e := range s.Events() {
-			fmt.Printf("    event %s %s\n", e.Name, attrs(e.Attributes))
+			fmt.Fprintf(w, "    event %s %s\n", e.Name, attrs(e.Attributes))
 		}
 	}
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
-		log.Fatal(err)
+		return err
 	}
-	fmt.Println("\nmetrics:")
+	fmt.Fprintln(w, "\nmetrics:")
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			fmt.Printf("  %s (%s)\n", m.Name, m.Unit)
+			fmt.Fprintf(w, "  %s (%s)\n", m.Name, m.Unit)
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				for _, dp := range d.DataPoints {
-					fmt.Printf("    %s %d\n", attrs(dp.Attributes.ToSlice()), dp.Value)
+					fmt.Fprintf(w, "    %s %d\n", attrs(dp.Attributes.ToSlice()), dp.Value)
 				}
 			case metricdata.Histogram[float64]:
 				for _, dp := range d.DataPoints {
-					fmt.Printf("    %s count=%d sum=%.3f\n", attrs(dp.Attributes.ToSlice()), dp.Count, dp.Sum)
+					fmt.Fprintf(w, "    %s count=%d sum=%.3f\n", attrs(dp.Attributes.ToSlice()), dp.Count, dp.Sum)
 				}
 			}
 		}
 	}
+	return nil
 }
 
 func attrs(kvs []attribute.KeyValue) string {
@@ -131,11 +152,11 @@ func attrs(kvs []attribute.KeyValue) string {
 }
 
 // closedAddr returns a loopback address nothing listens on.
-func closedAddr() string {
+func closedAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		log.Fatal(err)
+		return "", err
 	}
 	defer ln.Close()
-	return ln.Addr().String()
+	return ln.Addr().String(), nil
 }
