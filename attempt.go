@@ -163,7 +163,9 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	lastErr := c.lastErr
 	if c.lastResp != nil {
 		lastErr = statusError(c.lastResp, now)
-		c.lastResp = keepBounded(c.lastResp, p.maxDrain)
+		if c.lastResp = keepBounded(c.lastResp, p.maxDrain); c.lastResp == nil {
+			c.lastErr = lastErr // too long to keep: its status stays in the error
+		}
 	}
 	if h := t.Hooks.Retry; h != nil {
 		info := RetryInfo{CallInfo: c.info(), Delay: d, Source: src, Err: lastErr}

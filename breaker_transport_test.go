@@ -288,3 +288,29 @@ func TestBreakerTransportScopesAreIndependent(t *testing.T) {
 	assert.Equal(t, BreakerClosed, b.State(btScope(t, up.Server)))
 	assert.Len(t, rec.all(), 1, "no other transition")
 }
+
+// A retryable response too long to keep during the wait is dropped; when
+// the breaker then refuses the retry, the error still carries its status.
+func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(make([]byte, 4096))
+	}))
+	t.Cleanup(srv.Close)
+	tr, _, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 1})
+	tr.MaxAttempts = 2
+	tr.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
+	t.Cleanup(tr.CloseIdleConnections)
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if resp != nil {
+		resp.Body.Close()
+		t.Fatalf("got a response %d, want an error: the response was too long to keep", resp.StatusCode)
+	}
+	require.ErrorIsf(t, err, ErrCircuitOpen, "got %v, want ErrCircuitOpen", err)
+	var se *StatusError
+	require.ErrorAsf(t, err, &se, "got %v, want the dropped response's *StatusError", err)
+	assert.Equalf(t, http.StatusServiceUnavailable, se.StatusCode, "got status %d, want 503", se.StatusCode)
+}

@@ -34,10 +34,11 @@ const (
 var keyHeaderForms = [...]string{HeaderIdempotencyKey, HeaderXIdempotencyKey, hiddenIdempotencyKey, hiddenXIdempotencyKey}
 
 // IdempotencyKeyOf returns the idempotency key h carries, under any of the
-// forms the transport reads or writes, and whether one is present.
+// forms the transport reads or writes, and whether one is present. An
+// empty value counts as no key, as it does for the transport.
 func IdempotencyKeyOf(h http.Header) (string, bool) {
 	for _, name := range keyHeaderForms {
-		if v, ok := h[name]; ok && len(v) > 0 {
+		if v := h[name]; len(v) > 0 && v[0] != "" {
 			return v[0], true
 		}
 	}

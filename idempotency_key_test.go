@@ -178,3 +178,14 @@ func equalHeaders(a, b http.Header) bool {
 	}
 	return true
 }
+
+// An empty key is no key, for IdempotencyKeyOf as for the transport.
+func TestIdempotencyKeyOfEmptyValue(t *testing.T) {
+	h := http.Header{HeaderIdempotencyKey: {""}, hiddenXIdempotencyKey: {"k2"}}
+	if got, ok := IdempotencyKeyOf(h); got != "k2" || !ok {
+		t.Errorf("IdempotencyKeyOf = %q, %v; want k2, true: an empty value is skipped", got, ok)
+	}
+	if got, ok := IdempotencyKeyOf(http.Header{HeaderIdempotencyKey: {""}}); got != "" || ok {
+		t.Errorf("IdempotencyKeyOf(empty) = %q, %v; want \"\", false", got, ok)
+	}
+}
