@@ -310,7 +310,10 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 		t.Fatalf("got a response %d, want an error: the response was too long to keep", resp.StatusCode)
 	}
 	require.ErrorIsf(t, err, ErrCircuitOpen, "got %v, want ErrCircuitOpen", err)
+	// The circuit's cause is a 503 too; the call's own last result is in Last.
+	var re *RetryError
+	require.ErrorAsf(t, err, &re, "got %v, want a *RetryError", err)
 	var se *StatusError
-	require.ErrorAsf(t, err, &se, "got %v, want the dropped response's *StatusError", err)
+	require.ErrorAsf(t, re.Last, &se, "got Last %v, want the dropped response's *StatusError", re.Last)
 	assert.Equalf(t, http.StatusServiceUnavailable, se.StatusCode, "got status %d, want 503", se.StatusCode)
 }
