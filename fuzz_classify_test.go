@@ -1,0 +1,233 @@
+package retryfuse
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// hzKind is what the classification promises about an error leaf.
+type hzKind uint8
+
+const (
+	hzTransient hzKind = iota // an errno or EOF that errors.Is finds through any wrapping
+	hzCanceled
+	hzCert
+	hzDNSNotFound
+	hzDNSTransient
+	hzTimeoutish // a net.Error timeout: found or not depending on the layers above it
+	hzPlain      // known to be neither transient nor a timeout
+)
+
+type hzLeaf struct {
+	err  error
+	kind hzKind
+}
+
+type hzTimeoutErr struct{}
+
+func (hzTimeoutErr) Error() string   { return "i/o timeout" }
+func (hzTimeoutErr) Timeout() bool   { return true }
+func (hzTimeoutErr) Temporary() bool { return true }
+
+var hzLeaves = []hzLeaf{
+	{syscall.ECONNREFUSED, hzTransient},
+	{syscall.ECONNRESET, hzTransient},
+	{syscall.ECONNABORTED, hzTransient},
+	{syscall.EPIPE, hzTransient},
+	{syscall.ETIMEDOUT, hzTransient},
+	{syscall.EHOSTUNREACH, hzTransient},
+	{syscall.ENETUNREACH, hzTransient},
+	{io.EOF, hzTransient},
+	{io.ErrUnexpectedEOF, hzTransient},
+	{context.Canceled, hzCanceled},
+	{x509.UnknownAuthorityError{}, hzCert},
+	{x509.HostnameError{Host: "api.example.test"}, hzCert},
+	{x509.CertificateInvalidError{Reason: x509.Expired}, hzCert},
+	{x509.SystemRootsError{}, hzCert},
+	{&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, hzCert},
+	{tls.AlertError(42), hzCert},
+	{tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, hzCert},
+	{&net.DNSError{Err: "no such host", Name: "nx.test", IsNotFound: true}, hzDNSNotFound},
+	{&net.DNSError{Err: "server misbehaving", Name: "x.test", IsTemporary: true}, hzDNSTransient},
+	{&net.DNSError{Err: "i/o timeout", Name: "x.test", IsTimeout: true}, hzDNSTransient},
+	{context.DeadlineExceeded, hzTimeoutish},
+	{os.ErrDeadlineExceeded, hzTimeoutish},
+	{hzTimeoutErr{}, hzTimeoutish},
+	{errors.New("unsupported protocol scheme"), hzPlain},
+	{syscall.EACCES, hzPlain},
+	{http.ErrSchemeMismatch, hzPlain},
+}
+
+// hzChain builds an error chain from fuzz bytes: the first byte picks a
+// leaf, each following byte wraps it in a layer (some layers join another
+// leaf, picked by the byte after). It returns the chain and its leaves.
+func hzChain(data []byte) (error, []hzLeaf) {
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	leaf := func() hzLeaf { return hzLeaves[int(next())%len(hzLeaves)] }
+	first := leaf()
+	err, leaves := first.err, []hzLeaf{first}
+	for depth := 0; len(data) > 0 && depth < 16; depth++ {
+		switch next() % 9 {
+		case 0:
+			err = &net.OpError{Op: "read", Net: "tcp", Err: err}
+		case 1:
+			err = &url.Error{Op: "Post", URL: "http://api.example.test/", Err: err}
+		case 2:
+			err = fmt.Errorf("layer: %w", err)
+		case 3:
+			err = os.NewSyscallError("read", err)
+		case 4:
+			l := leaf()
+			err, leaves = errors.Join(err, l.err), append(leaves, l)
+		case 5:
+			l := leaf()
+			err, leaves = fmt.Errorf("%w, then %w", l.err, err), append(leaves, l)
+		case 6:
+			err = &RetryError{Reason: ErrAttemptsExhausted, Last: err, Attempts: 3}
+		case 7:
+			err = &attemptTimeoutError{after: time.Second, err: err}
+		case 8:
+			err = fmt.Errorf("opaque: %v", err) // %v: the chain ends here
+			leaves = []hzLeaf{{err, hzPlain}}
+		}
+	}
+	return err, leaves
+}
+
+func hzHas(leaves []hzLeaf, kinds ...hzKind) bool {
+	for _, l := range leaves {
+		for _, k := range kinds {
+			if l.kind == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FuzzClassify checks DefaultClassify and classify for any status code and
+// any error chain built from wrapping layers (net.OpError, url.Error, %w,
+// os.SyscallError, errors.Join, RetryError, the attempt timeout) around
+// errnos, EOF, context, TLS and x509, and DNS errors: the result is always
+// ClassRetryable or ClassFinal and the same twice; a status is retryable
+// exactly when RetryableStatus says so (408, 425, 429, 500, 502, 503, 504);
+// a cancellation or a certificate error is never retried unless the
+// transport's own attempt timer cut the attempt; a chain whose only
+// failures are transient is retried, one with nothing transient in it is
+// not; a panicking Classifier counts as the default; the caller's own
+// cancellation and body errors are never retried; and an error after the
+// request may have been written is never a definite failure, so that the
+// decision core never replays a written POST, key or no key.
+func FuzzClassify(f *testing.F) {
+	f.Add(503, []byte{1, 0, 3, 1}, uint8(2), false, false)      // ECONNRESET in SyscallError, OpError, url.Error
+	f.Add(200, []byte{9, 1}, uint8(1), false, false)            // context.Canceled in url.Error
+	f.Add(999, []byte{14, 4, 7, 2}, uint8(0), false, false)     // certificate error joined with EOF
+	f.Add(-1, []byte{20, 7, 0}, uint8(2), true, false)          // deadline, cut by the attempt timer
+	f.Add(1<<40, []byte{17, 5, 0, 6, 1}, uint8(3), false, true) // DNS not found beside ECONNREFUSED
+	f.Fuzz(func(t *testing.T, code int, data []byte, phaseByte uint8, callerDone, bodyErr bool) {
+		resp := &http.Response{StatusCode: code}
+		cls := DefaultClassify(resp, nil)
+		want := ClassFinal
+		switch code {
+		case 408, 425, 429, 500, 502, 503, 504:
+			want = ClassRetryable
+		}
+		if cls != want || RetryableStatus(code) != (want == ClassRetryable) {
+			t.Fatalf("DefaultClassify(status %d) = %v, want %v", code, cls, want)
+		}
+		phase := Phase(phaseByte % 4)
+		r := classify(nil, resp, nil, phase, callerDone, bodyErr)
+		if r.phase != PhaseResponse || r.retryable != (want == ClassRetryable) ||
+			r.outcome != map[bool]Outcome{true: OutcomeFailure, false: OutcomeSuccess}[r.retryable] {
+			t.Fatalf("classify(status %d) = %+v", code, r)
+		}
+
+		err, leaves := hzChain(data)
+		err2, _ := hzChain(data)
+		c := DefaultClassify(nil, err)
+		if c != ClassRetryable && c != ClassFinal {
+			t.Fatalf("DefaultClassify(%v) = %v, want ClassRetryable or ClassFinal", err, c)
+		}
+		if c2, c3 := DefaultClassify(nil, err), DefaultClassify(nil, err2); c2 != c || c3 != c {
+			t.Fatalf("DefaultClassify(%v) gave %v, %v, %v for the same chain", err, c, c2, c3)
+		}
+		cut := errors.Is(err, ErrAttemptTimeout)
+		switch {
+		case cut:
+			if c != ClassRetryable {
+				t.Fatalf("DefaultClassify(%v) = %v; want an attempt cut by its timer retried", err, c)
+			}
+		case errors.Is(err, context.Canceled) || hzHas(leaves, hzCert):
+			if c != ClassFinal {
+				t.Fatalf("DefaultClassify(%v) = %v; want a cancellation or certificate error final", err, c)
+			}
+		case hzHas(leaves, hzTransient) && !hzHas(leaves, hzDNSNotFound, hzDNSTransient):
+			if c != ClassRetryable {
+				t.Fatalf("DefaultClassify(%v) = %v; want a transient error retried", err, c)
+			}
+		case !hzHas(leaves, hzTransient, hzDNSTransient, hzTimeoutish):
+			if c != ClassFinal {
+				t.Fatalf("DefaultClassify(%v) = %v; want an error with nothing transient in it final", err, c)
+			}
+		}
+
+		r = classify(nil, nil, err, phase, callerDone, bodyErr)
+		panicky := classify(func(*http.Response, error) Class { panic("classifier") }, nil, err, phase, callerDone, bodyErr)
+		if panicky != r {
+			t.Fatalf("classify with a panicking Classifier = %+v, want the default %+v", panicky, r)
+		}
+		if r.phase != phase || r.outcome == OutcomeSuccess || r.outcome == 0 {
+			t.Fatalf("classify(%v, phase %v) = %+v", err, phase, r)
+		}
+		switch {
+		case callerDone || bodyErr:
+			if r.retryable || !r.ignored {
+				t.Fatalf("classify(%v, callerDone %v, bodyErr %v) = %+v; want not retryable, ignored", err, callerDone, bodyErr, r)
+			}
+		default:
+			if r.retryable != (c == ClassRetryable) || r.ignored {
+				t.Fatalf("classify(%v) = %+v; want retryable %v (DefaultClassify), not ignored", err, r, c == ClassRetryable)
+			}
+		}
+		if bodyErr && !callerDone {
+			return // the server cannot have a complete request: a definite failure
+		}
+		if phase.written() && r.outcome != OutcomeTimeout && r.outcome != OutcomeUnknown {
+			t.Fatalf("classify(%v, phase %v) = %+v; want an uncertain outcome after a write", err, phase, r)
+		}
+		// Even a Classifier that calls everything retryable cannot make the
+		// decision core replay a written POST.
+		forced := classify(func(*http.Response, error) Class { return ClassRetryable }, nil, err, phase, callerDone, bodyErr)
+		for _, key := range []bool{false, true} {
+			v := Decide(DecisionInput{
+				Policy:   DecisionPolicy{FailureThreshold: 5, BudgetUnits: 100},
+				Request:  RequestFacts{Method: http.MethodPost, IdempotencyKey: key, ReplayableBody: true},
+				Attempts: []Attempt{{Outcome: forced.outcome, Phase: contractPhase(forced.phase), Cost: 1}},
+			})
+			if phase.written() && v.Decision == ReplaySafe {
+				t.Fatalf("Decide after a written POST (key %v) failing with %v: got %v, want no replay", key, err, v)
+			}
+			if !key && v.Decision == ReplaySafe {
+				t.Fatalf("Decide after a POST without key failing with %v: got %v, want no replay", err, v)
+			}
+		}
+	})
+}
