@@ -16,9 +16,10 @@ import (
 // phase rests on GotConn alone, which fires once per connection obtained,
 // again on each re-send inside the base.
 type attemptTrace struct {
-	trace   httptrace.ClientTrace
-	asked   atomic.Int32 // GetConn calls: the base traces
-	conns   atomic.Int32 // GotConn calls: connections obtained
+	first   httptrace.ClientTrace // the first attempt's, kept in the call
+	used    bool                  // first is taken
+	asked   atomic.Int32          // GetConn calls: the base traces
+	conns   atomic.Int32          // GotConn calls: connections obtained
 	getConn func(string)
 	gotConn func(httptrace.GotConnInfo)
 }
@@ -26,7 +27,11 @@ type attemptTrace struct {
 // context resets the trace for a new attempt and returns ctx with it
 // installed. The ClientTrace is made anew each time because
 // httptrace.WithClientTrace composes it, in place, with a trace already in
-// ctx; gotConn, made once per call, is reused.
+// ctx; gotConn, made once per call, is reused. A later attempt's
+// ClientTrace never reuses an earlier one's memory: net/http may still read
+// the earlier one after its attempt returned (the write loop reports
+// WroteRequest when a body it was still sending ends, after a response
+// that came first).
 //
 // askConn installs GetConn too, for a base not known to trace: whether it
 // asks for a connection tells whether it passes the trace on.
@@ -39,8 +44,13 @@ func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Conte
 	}
 	at.asked.Store(0)
 	at.conns.Store(0)
-	at.trace = httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
-	return httptrace.WithClientTrace(ctx, &at.trace)
+	tr := &at.first
+	if at.used {
+		tr = new(httptrace.ClientTrace)
+	}
+	at.used = true
+	*tr = httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
+	return httptrace.WithClientTrace(ctx, tr)
 }
 
 // phase says how far an attempt got. tracing reports whether the base is
