@@ -77,8 +77,8 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 			drain(resp, 0)
 			cancel()
 			resp, err = nil, &attemptTimeoutError{after: timeout, err: context.Canceled}
-		case resp.Body == http.NoBody:
-			cancel() // no body to read: the attempt is over, and NoBody stays NoBody
+		case resp.Body == nil || resp.Body == http.NoBody:
+			cancel() // no body to read: the attempt is over, and nil or NoBody stays as it is
 		default:
 			resp.Body = cancelOnClose(resp.Body, cancel)
 		}
