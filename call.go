@@ -41,6 +41,7 @@ type call struct {
 	confirmed        bool // the call ends with a confirmed result
 	notStored        bool // ... whose response is not to be stored for replay
 	uncertain        bool // the call ends with an uncertain write
+	settled          bool // settle has run
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -88,6 +89,9 @@ func (c *call) run() (*http.Response, error) {
 	if err != nil {
 		closeRequestBody(req)
 		return nil, err
+	}
+	if c.ledgerToken != "" {
+		defer c.settleOnPanic()
 	}
 	if v := c.decide(ks); v.Decision != ReplaySafe {
 		closeRequestBody(req)
