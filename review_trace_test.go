@@ -30,13 +30,15 @@ func TestRvTraceNotRewrittenUnderALateWriteLoop(t *testing.T) {
 		if _, err := http.ReadRequest(br); err != nil {
 			return
 		}
-		// Answer at once, without reading the body, and keep the
-		// connection open without reading: the client's write blocks.
 		if connNo == 0 {
+			// Answer at once, and hold the connection open without reading
+			// the body: the client's write blocks until it gives the
+			// connection up.
 			_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-		} else {
-			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			<-s.done
+			return
 		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
 		s.stallConn(c)
 	})
 
