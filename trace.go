@@ -71,19 +71,28 @@ func (at *attemptTrace) phase(resp *http.Response, tracing bool) Phase {
 	return PhaseUnknown
 }
 
-// baseTraces reports whether rt fires httptrace's GotConn for every
-// connection before writing: net/http's Transport does, and so does a
-// retryfuse Transport over one.
-func baseTraces(rt http.RoundTripper) bool {
-	for range 8 { // bounded: a cycle of Transports is a misconfiguration
+// baseTraces reports whether rt, the base of t, fires httptrace's GotConn
+// for every connection before writing: net/http's Transport does, and so
+// does a retryfuse Transport over one. cycle reports that the Transports
+// below lead back to t. It reads their Base fields and never sets them up:
+// a Transport below set up from here would walk back into t's own setup,
+// still running, and deadlock on it.
+func baseTraces(t *Transport, rt http.RoundTripper) (tracing, cycle bool) {
+	for range 8 { // bounded: a cycle that misses t is caught by its members
 		switch b := rt.(type) {
 		case *http.Transport:
-			return true
+			return true, false
 		case *Transport:
-			rt = b.base()
+			if b == t {
+				return false, true
+			}
+			if b.Base == nil {
+				return true, false // cleanhttp's pooled *http.Transport
+			}
+			rt = b.Base
 		default:
-			return false
+			return false, false
 		}
 	}
-	return false
+	return false, false
 }
