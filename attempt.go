@@ -172,7 +172,13 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		}
 		emit(h, info)
 	}
-	if werr := t.wait(c.ctx, d); werr != nil {
+	werr := t.wait(c.ctx, d)
+	if werr == nil {
+		// The timer and the caller's context may end the wait together,
+		// and the timer win: no attempt starts once the caller is done.
+		werr = c.ctx.Err()
+	}
+	if werr != nil {
 		c.giveUp(werr, Verdict{})
 		// The set-aside response is not handed back: the caller stopped
 		// waiting for it. Its status stays reachable through Last.
