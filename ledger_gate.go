@@ -136,8 +136,17 @@ func (b *recordingBody) Close() error {
 	return err
 }
 
+// finish reports the end of the body once. Only a whole body, seen by
+// Read, is passed on: Close may run concurrently with a Read still
+// appending to buf (to abort it), so an unfinished body is never touched.
 func (b *recordingBody) finish(whole bool) {
-	b.once.Do(func() { b.done(b.buf.Bytes(), whole) })
+	b.once.Do(func() {
+		var body []byte
+		if whole {
+			body = b.buf.Bytes()
+		}
+		b.done(body, whole)
+	})
 }
 
 // storedResponse turns a stored result into a response for req.
