@@ -40,8 +40,10 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 				timer.Stop()
 				cancel()
 			}
+			c.attempt-- // this retry is not sent: report the attempts made
 			if c.lastResp == nil {
-				c.lastErr = gerr
+				// Last stays the last attempt's error; GetBody's goes beside it.
+				c.lastErr = errors.Join(c.lastErr, gerr)
 			}
 			resp, err = c.stop(ErrNotRepeatable, Verdict{})
 			return resp, err, r, false
