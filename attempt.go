@@ -40,8 +40,10 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 				timer.Stop()
 				cancel()
 			}
+			c.attempt-- // this retry is not sent: report the attempts made
 			if c.lastResp == nil {
-				c.lastErr = gerr
+				// Last stays the last attempt's error; GetBody's goes beside it.
+				c.lastErr = errors.Join(c.lastErr, gerr)
 			}
 			resp, err = c.stop(ErrNotRepeatable, Verdict{})
 			return resp, err, r, false
@@ -77,8 +79,8 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 			drain(resp, 0)
 			cancel()
 			resp, err = nil, &attemptTimeoutError{after: timeout, err: context.Canceled}
-		case resp.Body == http.NoBody:
-			cancel() // no body to read: the attempt is over, and NoBody stays NoBody
+		case resp.Body == nil || resp.Body == http.NoBody:
+			cancel() // no body to read: the attempt is over, and nil or NoBody stays as it is
 		default:
 			resp.Body = cancelOnClose(resp.Body, cancel)
 		}
@@ -174,7 +176,13 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		}
 		emit(h, info)
 	}
-	if werr := t.wait(c.ctx, d); werr != nil {
+	werr := t.wait(c.ctx, d)
+	if werr == nil {
+		// The timer and the caller's context may end the wait together,
+		// and the timer win: no attempt starts once the caller is done.
+		werr = c.ctx.Err()
+	}
+	if werr != nil {
 		c.giveUp(werr, Verdict{})
 		// The set-aside response is not handed back: the caller stopped
 		// waiting for it. Its status stays reachable through Last.

@@ -41,6 +41,7 @@ type call struct {
 	confirmed        bool // the call ends with a confirmed result
 	notStored        bool // ... whose response is not to be stored for replay
 	uncertain        bool // the call ends with an uncertain write
+	settled          bool // settle has run
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -89,6 +90,9 @@ func (c *call) run() (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, err
 	}
+	if c.ledgerToken != "" {
+		defer c.settleOnPanic()
+	}
 	if v := c.decide(ks); v.Decision != ReplaySafe {
 		closeRequestBody(req)
 		return c.refuse(v, stored)
@@ -118,7 +122,7 @@ func (c *call) loop() (*http.Response, error) {
 			return c.stop(berr, Verdict{})
 		}
 		c.attempt++
-		resp, err, r, ok := c.send()
+		resp, err, r, ok := c.sendAdmitted(ticket)
 		if !ok {
 			ticket.Done(ObserveIgnore, nil)
 			return resp, err // the body could not be replayed
@@ -179,6 +183,22 @@ func (c *call) loop() (*http.Response, error) {
 			return resp, err
 		}
 	}
+}
+
+// sendAdmitted makes the attempt that the breaker admitted with ticket.
+// Should the attempt panic (in the base), the ticket is done on the way up:
+// a probe that never gave its slot back would keep a half-open scope
+// refusing every request for good.
+func (c *call) sendAdmitted(ticket BreakerTicket) (resp *http.Response, err error, r result, ok bool) {
+	returned := false
+	defer func() {
+		if !returned {
+			ticket.Done(ObserveIgnore, nil)
+		}
+	}()
+	resp, err, r, ok = c.send()
+	returned = true
+	return resp, err, r, ok
 }
 
 // decide asks the decision core about the call as it stands.

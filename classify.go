@@ -43,8 +43,9 @@ type Classifier func(resp *http.Response, err error) Class
 // network, a temporary DNS failure.
 //
 // Final: every other status, a cancellation, certificate and TLS verification failures, a host that does not exist,
-// and any error not known to be transient (an unsupported scheme, a
-// malformed request).
+// a breaker's refusal (a *CircuitOpenError, whatever the failure that
+// opened the circuit), and any error not known to be transient (an
+// unsupported scheme, a malformed request).
 //
 // The transport recognises the caller's own cancellation or deadline, and
 // an error of the caller's body reader, before any classifier is asked:
@@ -82,6 +83,11 @@ func transientError(err error) bool {
 	}
 	switch {
 	case errors.Is(err, context.Canceled), certificateError(err):
+		return false
+	case errors.Is(err, ErrCircuitOpen):
+		// A local refusal, nothing sent: it unwraps to the failure that
+		// opened the circuit, but repeating it cannot succeed before the
+		// breaker's open interval ends.
 		return false
 	}
 	var dnsErr *net.DNSError

@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -219,7 +220,10 @@ func invalidPolicy(field, problem string) error {
 
 // attemptTimeoutError is the error of an attempt cut by AttemptTimeout. It
 // matches ErrAttemptTimeout and the error the base returned, and is a
-// net.Error whose Timeout is true.
+// net.Error whose Timeout is true. The base's error is most often the
+// context.Canceled of the attempt's context, cancelled by its timer: that
+// one is not the caller's cancellation, and is matched as
+// context.DeadlineExceeded instead, as net/http's own timeouts are.
 type attemptTimeoutError struct {
 	after time.Duration
 	err   error
@@ -228,6 +232,11 @@ type attemptTimeoutError struct {
 func (e *attemptTimeoutError) Error() string {
 	return "retryfuse: attempt timed out after " + e.after.String() + ": " + e.err.Error()
 }
-func (e *attemptTimeoutError) Unwrap() []error { return []error{ErrAttemptTimeout, e.err} }
+func (e *attemptTimeoutError) Unwrap() []error {
+	if errors.Is(e.err, context.Canceled) {
+		return []error{ErrAttemptTimeout, context.DeadlineExceeded}
+	}
+	return []error{ErrAttemptTimeout, e.err}
+}
 func (e *attemptTimeoutError) Timeout() bool   { return true }
 func (e *attemptTimeoutError) Temporary() bool { return true }

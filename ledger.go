@@ -77,9 +77,12 @@ func FingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Finger
 // path ("/" when empty) and body, reading the body through req.GetBody (at
 // most limit bytes) so that req.Body is never consumed. A request without a
 // body (Body nil or http.NoBody) has an empty body. A body without GetBody
-// gives an error wrapping ErrNotRepeatable; the other errors are those of
-// FingerprintBody.
+// gives an error wrapping ErrNotRepeatable, a request without a URL an
+// error; the other errors are those of FingerprintBody.
 func FingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
+	if req.URL == nil {
+		return Fingerprint{}, errNilURL
+	}
 	getBody := req.GetBody
 	if getBody == nil && (req.Body == nil || req.Body == http.NoBody) {
 		getBody = noBody
@@ -103,6 +106,8 @@ func FingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	h.Sum(fp[:0])
 	return fp, nil
 }
+
+var errNilURL = errors.New("retryfuse: fingerprint: request has no URL")
 
 // fingerprintBufs holds copy buffers for hashBody, so that fingerprinting a
 // body does not allocate one each time.

@@ -48,9 +48,10 @@ func (c *call) claim() (KeyState, *StoredResponse, error) {
 // else frees it. It returns resp and err unchanged, but for the body
 // wrapped to record it.
 func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
-	if c.ledgerToken == "" {
+	if c.ledgerToken == "" || c.settled {
 		return resp, err
 	}
+	c.settled = true
 	l, key, token := c.t.Ledger, c.ledgerKey, c.ledgerToken
 	ctx := context.WithoutCancel(c.req.Context()) // settling outlives the caller's deadline
 	var lerr error
@@ -83,6 +84,19 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: lerr})
 	}
 	return resp, err
+}
+
+// settleOnPanic, deferred by run, ends the claim of a call that leaves run
+// without settling: one that a panic (of the base, a Budget, a Scope
+// function) cuts short, the panic going on up. Left in
+// flight, the key would be freed when its claim expires, and a later call
+// under it sent again. Once an attempt has started, its outcome is unknown.
+func (c *call) settleOnPanic() {
+	if c.settled {
+		return
+	}
+	c.confirmed, c.uncertain = false, c.attempt > 0
+	c.settle(nil, nil)
 }
 
 // recordingBody passes a response body through to the caller and keeps a
@@ -122,8 +136,17 @@ func (b *recordingBody) Close() error {
 	return err
 }
 
+// finish reports the end of the body once. Only a whole body, seen by
+// Read, is passed on: Close may run concurrently with a Read still
+// appending to buf (to abort it), so an unfinished body is never touched.
 func (b *recordingBody) finish(whole bool) {
-	b.once.Do(func() { b.done(b.buf.Bytes(), whole) })
+	b.once.Do(func() {
+		var body []byte
+		if whole {
+			body = b.buf.Bytes()
+		}
+		b.done(body, whole)
+	})
 }
 
 // storedResponse turns a stored result into a response for req.

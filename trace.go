@@ -16,9 +16,10 @@ import (
 // phase rests on GotConn alone, which fires once per connection obtained,
 // again on each re-send inside the base.
 type attemptTrace struct {
-	trace   httptrace.ClientTrace
-	asked   atomic.Int32 // GetConn calls: the base traces
-	conns   atomic.Int32 // GotConn calls: connections obtained
+	first   httptrace.ClientTrace // the first attempt's, kept in the call
+	used    bool                  // first is taken
+	asked   atomic.Int32          // GetConn calls: the base traces
+	conns   atomic.Int32          // GotConn calls: connections obtained
 	getConn func(string)
 	gotConn func(httptrace.GotConnInfo)
 }
@@ -26,7 +27,11 @@ type attemptTrace struct {
 // context resets the trace for a new attempt and returns ctx with it
 // installed. The ClientTrace is made anew each time because
 // httptrace.WithClientTrace composes it, in place, with a trace already in
-// ctx; gotConn, made once per call, is reused.
+// ctx; gotConn, made once per call, is reused. A later attempt's
+// ClientTrace never reuses an earlier one's memory: net/http may still read
+// the earlier one after its attempt returned (the write loop reports
+// WroteRequest when a body it was still sending ends, after a response
+// that came first).
 //
 // askConn installs GetConn too, for a base not known to trace: whether it
 // asks for a connection tells whether it passes the trace on.
@@ -39,8 +44,13 @@ func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Conte
 	}
 	at.asked.Store(0)
 	at.conns.Store(0)
-	at.trace = httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
-	return httptrace.WithClientTrace(ctx, &at.trace)
+	tr := &at.first
+	if at.used {
+		tr = new(httptrace.ClientTrace)
+	}
+	at.used = true
+	*tr = httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
+	return httptrace.WithClientTrace(ctx, tr)
 }
 
 // phase says how far an attempt got. tracing reports whether the base is
@@ -61,19 +71,28 @@ func (at *attemptTrace) phase(resp *http.Response, tracing bool) Phase {
 	return PhaseUnknown
 }
 
-// baseTraces reports whether rt fires httptrace's GotConn for every
-// connection before writing: net/http's Transport does, and so does a
-// retryfuse Transport over one.
-func baseTraces(rt http.RoundTripper) bool {
-	for range 8 { // bounded: a cycle of Transports is a misconfiguration
+// baseTraces reports whether rt, the base of t, fires httptrace's GotConn
+// for every connection before writing: net/http's Transport does, and so
+// does a retryfuse Transport over one. cycle reports that the Transports
+// below lead back to t. It reads their Base fields and never sets them up:
+// a Transport below set up from here would walk back into t's own setup,
+// still running, and deadlock on it.
+func baseTraces(t *Transport, rt http.RoundTripper) (tracing, cycle bool) {
+	for range 8 { // bounded: a cycle that misses t is caught by its members
 		switch b := rt.(type) {
 		case *http.Transport:
-			return true
+			return true, false
 		case *Transport:
-			rt = b.base()
+			if b == t {
+				return false, true
+			}
+			if b.Base == nil {
+				return true, false // cleanhttp's pooled *http.Transport
+			}
+			rt = b.Base
 		default:
-			return false
+			return false, false
 		}
 	}
-	return false
+	return false, false
 }

@@ -265,7 +265,10 @@ func (t *Transport) resolve() (policy, error) {
 	if p.base == http.RoundTripper(t) {
 		return p, invalidPolicy("Base", "must not be the Transport itself")
 	}
-	p.tracing = baseTraces(p.base)
+	var cycle bool
+	if p.tracing, cycle = baseTraces(t, p.base); cycle {
+		return p, invalidPolicy("Base", "must not lead back to the Transport itself")
+	}
 	p.hooked = t.Hooks.any()
 	t.budgets.max = orDefault(t.MaxScopes, DefaultMaxScopes)
 	return p, nil
