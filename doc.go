@@ -68,6 +68,11 @@
 // Test for the reconcile error first: when the caller's own deadline or
 // cancellation strikes after a write, both errors.As(err, &rec) and
 // errors.Is(err, context.DeadlineExceeded) (or context.Canceled) hold.
+// Set the end-to-end deadline on the request's context rather than with
+// http.Client.Timeout: when that timer strikes, http.Client replaces the
+// transport's error with its own, and a *ReconcileRequiredError can no
+// longer be found in it.
+//
 // Each sentinel survives the *url.Error wrapping of http.Client, and the
 // error of the last attempt stays reachable through errors.Is and
 // errors.As.

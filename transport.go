@@ -314,7 +314,8 @@ func (t *Transport) budget(req *http.Request, scope func() string) (Budget, erro
 	if t.Scope == nil && req.URL != nil {
 		return t.budgets.get(hostKey{scheme: req.URL.Scheme, host: req.URL.Host}, scope, t.newBudget)
 	}
-	return t.budgets.get(hostKey{scope: scope()}, scope, t.newBudget)
+	name := scope() // a custom Scope is user code: call it before the lock
+	return t.budgets.get(hostKey{scope: name}, func() string { return name }, t.newBudget)
 }
 
 func (t *Transport) newBudget(scope string) (Budget, error) {
