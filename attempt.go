@@ -165,7 +165,7 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	lastErr := c.lastErr
 	if c.lastResp != nil {
 		lastErr = statusError(c.lastResp, now)
-		if c.lastResp = keepBounded(c.lastResp, p.maxDrain); c.lastResp == nil {
+		if c.lastResp = keepBounded(c.lastResp, p.maxDrain, t.maxDrainTime()); c.lastResp == nil {
 			c.lastErr = lastErr // too long to keep: its status stays in the error
 		}
 	}
@@ -195,11 +195,17 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 // connection returns to the pool during the wait, and keeps it to give
 // back should no retry follow (the breaker refuses, the deadline nears).
 // A body longer than limit is dropped with its response: nil.
-func keepBounded(resp *http.Response, limit int64) *http.Response {
+//
+// The read is bounded in time too, by closing the body from a timer after
+// within (net/http lets a body be closed to abort a read in progress): a
+// server trickling a long body cannot hold the call before its wait.
+func keepBounded(resp *http.Response, limit int64, within time.Duration) *http.Response {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return resp
 	}
+	cut := time.AfterFunc(within, func() { _ = resp.Body.Close() })
 	body, err := io.ReadAll(io.LimitReader(resp.Body, min(limit, math.MaxInt64-1)+1))
+	cut.Stop()
 	_ = resp.Body.Close()
 	if err != nil || int64(len(body)) > limit {
 		return nil

@@ -163,3 +163,46 @@ func TestLdHeadersThatNeverArriveAreCutByAttemptTimeout(t *testing.T) {
 		t.Errorf("attempts that reached the server: got %d, want %d", got, attempts)
 	}
 }
+
+// A discarded 503 whose body trickles in, a byte at a time and never ends,
+// holds the call only for the drain time: the body is closed and the retry
+// goes ahead, although no deadline and no AttemptTimeout are set.
+func TestTrickledBodyOnDiscardedAttemptIsCutInTime(t *testing.T) {
+	var n atomic.Int32
+	done := make(chan struct{})
+	srv := newTestServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) > 1 {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fl := http.NewResponseController(w)
+		for {
+			if _, err := w.Write([]byte{'x'}); err != nil || fl.Flush() != nil {
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
+	defer close(done)
+	tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget{}})
+	tr.drainTime = 100 * time.Millisecond
+	start := time.Now()
+	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Do: got %v, want the retry's 200", err)
+	}
+	if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+		t.Errorf("got %d %q, want 200 \"ok\"", resp.StatusCode, body)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the call took %v: the trickled body was not cut after the drain time", took)
+	}
+}

@@ -19,6 +19,10 @@ import (
 // (its connection is then closed rather than reused).
 const DefaultMaxDrainBytes = 64 << 10
 
+// DefaultMaxDrainTime bounds how long the transport reads a discarded
+// response body before it closes it.
+const DefaultMaxDrainTime = time.Second
+
 // Defaults of the ledger's bounds on the Transport.
 const (
 	DefaultMaxFingerprintBytes = 1 << 20
@@ -164,7 +168,9 @@ type Transport struct {
 	RedactQueryParams []string
 
 	// MaxDrainBytes bounds how much of a discarded response body is read
-	// before it is closed. Zero means DefaultMaxDrainBytes.
+	// before it is closed. Zero means DefaultMaxDrainBytes. The read is
+	// also bounded in time, by DefaultMaxDrainTime: a body still arriving
+	// then is closed, its connection with it.
 	MaxDrainBytes int64
 
 	once    sync.Once
@@ -177,6 +183,8 @@ type Transport struct {
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
 	randN func(n int64) int64
+	// drainTime replaces DefaultMaxDrainTime when set.
+	drainTime time.Duration
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -323,6 +331,13 @@ func (t *Transport) newBudget(scope string) (Budget, error) {
 		return t.NewBudget(scope)
 	}
 	return NewRatioBudget(RatioBudgetConfig{})
+}
+
+func (t *Transport) maxDrainTime() time.Duration {
+	if t.drainTime > 0 {
+		return t.drainTime
+	}
+	return DefaultMaxDrainTime
 }
 
 func (t *Transport) clock() time.Time {
