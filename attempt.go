@@ -158,6 +158,12 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		resp, err = c.stop(ErrDeadline, Verdict{})
 		return resp, err, false
 	}
+	if err := c.openThrough(now.Add(d)); err != nil {
+		// The breaker would refuse the attempt after the wait: neither wait
+		// nor spend a retry token for it.
+		resp, err = c.stop(err, Verdict{})
+		return resp, err, false
+	}
 	if !c.allowRetry() {
 		resp, err = c.stop(ErrBudgetExhausted, Verdict{})
 		return resp, err, false

@@ -209,6 +209,21 @@ func (b *Breaker) State(scope string) BreakerState {
 	return s.state
 }
 
+// OpenUntil reports whether scope is open and will still be open at t
+// (before its OpenTimeout ends), with the *CircuitOpenError that Allow
+// would give then. It changes nothing: a transport asks it before a wait,
+// so that it neither waits nor spends a retry token for an attempt the
+// breaker would refuse.
+func (b *Breaker) OpenUntil(scope string, t time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.scopes[scope]
+	if s == nil || s.state != BreakerOpen || t.Sub(s.openedAt) >= b.set.OpenTimeout {
+		return nil
+	}
+	return s.openError(b.set.OpenTimeout)
+}
+
 // Allow asks to send one request in scope. It returns a ticket to mark
 // Done with the request's outcome, or a *CircuitOpenError (nothing may be
 // sent) when the scope is open, or half-open with MaxProbes probes out. The

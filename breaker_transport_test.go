@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -290,16 +291,25 @@ func TestBreakerTransportScopesAreIndependent(t *testing.T) {
 }
 
 // A retryable response too long to keep during the wait is dropped; when
-// the breaker then refuses the retry, the error still carries its status.
+// the breaker, opened meanwhile by another call, then refuses the retry, the
+// error still carries the dropped response's status.
 func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write(make([]byte, 4096))
 	}))
 	t.Cleanup(srv.Close)
-	tr, _, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 1})
+	tr, b, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 2
 	tr.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
+	scope := btScope(t, srv)
+	tr.sleep = func(ctx context.Context, _ time.Duration) error {
+		// Another call's failure opens the scope during this call's wait.
+		ticket, _, err := b.Allow(scope)
+		require.NoError(t, err)
+		ticket.Done(ObserveFailure, fmt.Errorf("another call failed"))
+		return ctx.Err()
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 
 	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
@@ -310,10 +320,43 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 		t.Fatalf("got a response %d, want an error: the response was too long to keep", resp.StatusCode)
 	}
 	require.ErrorIsf(t, err, ErrCircuitOpen, "got %v, want ErrCircuitOpen", err)
-	// The circuit's cause is a 503 too; the call's own last result is in Last.
 	var re *RetryError
 	require.ErrorAsf(t, err, &re, "got %v, want a *RetryError", err)
 	var se *StatusError
 	require.ErrorAsf(t, re.Last, &se, "got Last %v, want the dropped response's *StatusError", re.Last)
 	assert.Equalf(t, http.StatusServiceUnavailable, se.StatusCode, "got status %d, want 503", se.StatusCode)
+}
+
+// A scope that opens on an attempt and stays open past the backoff is
+// refused before the wait: the live response goes back, no retry token is
+// spent and nothing waits.
+func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "busy")
+	}))
+	t.Cleanup(srv.Close)
+	tr, _, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 1})
+	tr.MaxAttempts = 3
+	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
+	require.NoError(t, err)
+	tr.Budget = bucket
+	var waits atomic.Int32
+	tr.sleep = func(ctx context.Context, _ time.Duration) error { waits.Add(1); return ctx.Err() }
+	var reasons []error
+	tr.Hooks.GiveUp = func(i GiveUpInfo) { reasons = append(reasons, i.Reason) }
+	t.Cleanup(tr.CloseIdleConnections)
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoErrorf(t, err, "got %v, want the 503 back as a response", err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equalf(t, http.StatusServiceUnavailable, resp.StatusCode, "got status %d, want 503", resp.StatusCode)
+	assert.Equalf(t, "busy", string(body), "got body %q, want the live response's", body)
+	assert.Equalf(t, int32(0), waits.Load(), "got %d waits, want none", waits.Load())
+	assert.Equalf(t, uint64(0), bucket.Snapshot().Retries, "got %d retry tokens spent, want none", bucket.Snapshot().Retries)
+	require.Lenf(t, reasons, 1, "got GiveUp reasons %v, want one", reasons)
+	assert.ErrorIsf(t, reasons[0], ErrCircuitOpen, "got GiveUp reason %v, want ErrCircuitOpen", reasons[0])
 }

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"net/http"
+	"time"
 )
 
 // This file holds the gates an attempt passes besides the decision core:
@@ -44,6 +45,15 @@ func (c *call) admit() (BreakerTicket, error) {
 	ticket, tr, err := b.Allow(c.scopeName())
 	c.breakerChanged(tr)
 	return ticket, err
+}
+
+// openThrough reports the breaker's refusal, if any, of an attempt that
+// would start at t: the scope is open and stays open until then.
+func (c *call) openThrough(t time.Time) error {
+	if c.t.Breaker == nil {
+		return nil
+	}
+	return c.t.Breaker.OpenUntil(c.scopeName(), t)
 }
 
 // observe feeds an attempt's result to the breaker: only what the
