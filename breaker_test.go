@@ -390,3 +390,26 @@ func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
 	}
 	p3.Done(ObserveSuccess, nil)
 }
+
+// OpenUntil tells whether an attempt at a given time would be refused,
+// without moving the scope.
+func TestBreakerOpenUntil(t *testing.T) {
+	b, clk := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	if err := b.OpenUntil("unknown", clk.now()); err != nil {
+		t.Errorf("unknown scope: got %v, want nil", err)
+	}
+	ticket, _, err := b.Allow("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket.Done(ObserveFailure, errors.New("down"))
+	if err := b.OpenUntil("s", clk.now().Add(999*time.Millisecond)); !errors.Is(err, ErrCircuitOpen) {
+		t.Errorf("before the open interval ends: got %v, want ErrCircuitOpen", err)
+	}
+	if err := b.OpenUntil("s", clk.now().Add(time.Second)); err != nil {
+		t.Errorf("once a probe may run: got %v, want nil", err)
+	}
+	if got := b.State("s"); got != BreakerOpen {
+		t.Errorf("state after OpenUntil: got %v, want open (unchanged)", got)
+	}
+}
