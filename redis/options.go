@@ -76,6 +76,13 @@ func checkClient(c redis.Scripter) error {
 		if !c.Options().ContextTimeoutEnabled {
 			return invalid("client", "must be created with ContextTimeoutEnabled: true, so that the Timeout bounds each call")
 		}
+	case *redis.Ring:
+		if c == nil {
+			return invalid("client", "is nil")
+		}
+		if !c.Options().ContextTimeoutEnabled {
+			return invalid("client", "must be created with ContextTimeoutEnabled: true, so that the Timeout bounds each call")
+		}
 	}
 	return nil
 }

@@ -14,6 +14,10 @@ func TestOptionsValidated(t *testing.T) {
 	noCtx := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = noCtx.Close() })
 	var nilClient *redis.Client
+	ringNoCtx := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { _ = ringNoCtx.Close() })
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ring.Close() })
 
 	cases := map[string]func() error{
 		"nil client": func() error {
@@ -60,6 +64,14 @@ func TestOptionsValidated(t *testing.T) {
 			_, err := TokenBuckets(noCtx, retryfuse.TokenBucketConfig{}, BudgetOptions{})
 			return err
 		},
+		"ring without ContextTimeoutEnabled": func() error {
+			_, err := NewTokenBucket(ringNoCtx, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			return err
+		},
+		"ledger on a ring without ContextTimeoutEnabled": func() error {
+			_, err := NewLedger(ringNoCtx, LedgerConfig{})
+			return err
+		},
 		"ledger nil client":           func() error { _, err := NewLedger(nil, LedgerConfig{}); return err },
 		"ledger negative TTL":         func() error { _, err := NewLedger(good, LedgerConfig{TTL: -1}); return err },
 		"ledger negative InFlightTTL": func() error { _, err := NewLedger(good, LedgerConfig{InFlightTTL: -1}); return err },
@@ -79,5 +91,8 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	if _, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{}); err != nil {
 		t.Errorf("zero RatioBudgetConfig and BudgetOptions: got %v, want them valid", err)
+	}
+	if _, err := NewLedger(ring, LedgerConfig{}); err != nil {
+		t.Errorf("ring with ContextTimeoutEnabled: got %v, want it valid", err)
 	}
 }
