@@ -79,7 +79,7 @@ func NewRatioBudget(client redis.Scripter, name string, cfg retryfuse.RatioBudge
 		reserve = cfg.MinPerSecond * window.Seconds()
 	}
 	width := window / ratioBuckets
-	common := []any{formatFloat(ratio), formatFloat(reserve), fmt.Sprint(int64(width)), ceilMillis(window + width)}
+	common := []any{formatFloat(ratio), formatFloat(reserve), fmt.Sprint(int64(width)), ceilMillis(addSat(window, width))}
 	b.reqArgs = append([]any{"request"}, common...)
 	b.retryArgs = append([]any{"retry"}, common...)
 	return b, nil

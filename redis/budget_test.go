@@ -3,6 +3,7 @@ package retryfuseredis
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -234,6 +235,33 @@ func TestBudgetKeysExpire(t *testing.T) {
 	if mustAllow(t, rb) {
 		t.Fatal("after expiry: got a retry from an expired deposit, want none")
 	}
+}
+
+// TestRatioLongWindowExpiry pins that the longest Window a Duration can
+// hold gives a key that lasts: Window plus one bucket must not wrap round.
+func TestRatioLongWindowExpiry(t *testing.T) {
+	c := sharedClient(t)
+	rb, err := NewRatioBudget(c, "long", retryfuse.RatioBudgetConfig{Window: math.MaxInt64}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.RecordRequest(bg())
+	const atLeast = int64(100 * 365 * 24 * time.Hour / time.Millisecond)
+	if pttl := pttlMillis(t, c, rb.Key()); pttl < atLeast {
+		t.Fatalf("ratio budget PTTL with Window MaxInt64: got %dms, want at least %dms", pttl, atLeast)
+	}
+	c.Del(bg(), rb.Key())
+}
+
+// pttlMillis is key's PTTL in milliseconds, read as the integer Redis
+// sends: go-redis's PTTL overflows a Duration beyond some 292 years.
+func pttlMillis(t *testing.T, c *redis.Client, key string) int64 {
+	t.Helper()
+	ms, err := c.Do(bg(), "PTTL", key).Int64()
+	if err != nil {
+		t.Fatalf("PTTL %s: %v", key, err)
+	}
+	return ms
 }
 
 // waitGone waits (at most 5s) until key has expired.

@@ -3,6 +3,7 @@ package retryfuseredis
 import (
 	"bytes"
 	"errors"
+	"math"
 	"net/http"
 	"sync"
 	"testing"
@@ -151,6 +152,25 @@ func TestLedgerExpiry(t *testing.T) {
 	}
 	waitGone(t, c, l.Key("done"))
 	wantState(t, begin(t, l, "done", fpA), retryfuse.KeyNone, false)
+}
+
+// TestLedgerLongTTLs pins that the longest TTLs a Duration can hold give
+// records that last, not records that expire at once.
+func TestLedgerLongTTLs(t *testing.T) {
+	c := sharedClient(t)
+	l := newTestLedger(t, LedgerConfig{TTL: math.MaxInt64, InFlightTTL: math.MaxInt64})
+	const atLeast = int64(100 * 365 * 24 * time.Hour / time.Millisecond)
+	cl := begin(t, l, "long", fpA)
+	if pttl := pttlMillis(t, c, l.Key("long")); pttl < atLeast {
+		t.Fatalf("in-flight PTTL with InFlightTTL MaxInt64: got %dms, want at least %dms", pttl, atLeast)
+	}
+	if err := l.Complete(bg(), "long", cl.Token, nil); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := pttlMillis(t, c, l.Key("long")); pttl < atLeast {
+		t.Fatalf("completed PTTL with TTL MaxInt64: got %dms, want at least %dms", pttl, atLeast)
+	}
+	c.Del(bg(), l.Key("long"))
 }
 
 // TestLedgerBeginSentAgain pins that a Begin the client sends again (the

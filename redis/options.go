@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -114,10 +115,23 @@ func run(ctx context.Context, c redis.Scripter, timeout time.Duration, s *redis.
 func micros(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 
 // ceilMillis is d in whole milliseconds, rounded up, at least 1: the
-// argument of SET PX and PEXPIRE.
+// argument of SET PX and PEXPIRE. It divides before rounding up, so that
+// the longest Durations do not wrap round to a negative, and then 1ms.
 func ceilMillis(d time.Duration) int64 {
-	ms := (d + time.Millisecond - 1) / time.Millisecond
+	ms := d / time.Millisecond
+	if d%time.Millisecond > 0 {
+		ms++
+	}
 	return max(1, int64(ms))
+}
+
+// addSat is a+b for non-negative a and b, or the longest Duration when the
+// sum would overflow.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

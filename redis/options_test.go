@@ -2,6 +2,7 @@ package retryfuseredis
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -94,5 +95,26 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	if _, err := NewLedger(ring, LedgerConfig{}); err != nil {
 		t.Errorf("ring with ContextTimeoutEnabled: got %v, want it valid", err)
+	}
+}
+
+// TestCeilMillis pins the rounding of expiries to milliseconds, up to the
+// largest Duration: a huge TTL must not wrap round to a tiny one.
+func TestCeilMillis(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 1},
+		{time.Microsecond, 1},
+		{time.Millisecond, 1},
+		{time.Millisecond + 1, 2},
+		{24 * time.Hour, 86_400_000},
+		{math.MaxInt64 - 999_999, math.MaxInt64 / 1_000_000},
+		{math.MaxInt64, math.MaxInt64/1_000_000 + 1},
+	} {
+		if got := ceilMillis(tc.d); got != tc.want {
+			t.Errorf("ceilMillis(%d): got %d, want %d", tc.d, got, tc.want)
+		}
 	}
 }
