@@ -253,6 +253,33 @@ func TestRatioLongWindowExpiry(t *testing.T) {
 	c.Del(bg(), rb.Key())
 }
 
+// TestTokenBucketSlowFillExpiry pins that a bucket that takes longer than
+// a year to fill keeps its key until it is full: an expired bucket is a
+// full one, so expiring sooner would hand back tokens not yet earned.
+func TestTokenBucketSlowFillExpiry(t *testing.T) {
+	c := sharedClient(t)
+	const day = 24 * time.Hour
+	tb, err := NewTokenBucket(c, "slow", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 400 * day}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAllow(t, tb)
+	want := int64(800 * day / time.Millisecond) // empty to full: 2 tokens at 1 per 400 days
+	if pttl := pttlMillis(t, c, tb.Key()); pttl < want {
+		t.Fatalf("token bucket PTTL: got %dms, want at least %dms (the time to fill)", pttl, want)
+	}
+	c.Del(bg(), tb.Key())
+	huge, err := NewTokenBucket(c, "huge", retryfuse.TokenBucketConfig{Capacity: 1e300, Refill: 1e-300}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAllow(t, huge) // a fill time past the longest Duration is still a valid expiry
+	if pttl := pttlMillis(t, c, huge.Key()); pttl < want {
+		t.Fatalf("token bucket PTTL, fill time beyond any Duration: got %dms, want at least %dms", pttl, want)
+	}
+	c.Del(bg(), huge.Key())
+}
+
 // pttlMillis is key's PTTL in milliseconds, read as the integer Redis
 // sends: go-redis's PTTL overflows a Duration beyond some 292 years.
 func pttlMillis(t *testing.T, c *redis.Client, key string) int64 {

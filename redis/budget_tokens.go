@@ -33,8 +33,8 @@ const (
 // request, so it does not go to Redis.
 //
 // The key expires when the bucket has been idle long enough to be full
-// again (Capacity/Refill intervals, plus a second): an expired bucket and
-// a full one are the same.
+// again (Capacity/Refill intervals, plus a second; at most the longest
+// Duration, some 292 years): an expired bucket and a full one are the same.
 //
 // Create it with NewTokenBucket. This type is concurrency safe.
 type TokenBucket struct {
@@ -65,11 +65,15 @@ func NewTokenBucket(client redis.Scripter, name string, cfg retryfuse.TokenBucke
 	interval := orDefault(cfg.Interval, defaultBucketInterval)
 	perNano := refill / float64(interval)
 	// Time for an empty bucket to fill: after it, the key holds nothing a
-	// fresh bucket would not.
-	fill := time.Duration(math.Min(capacity/perNano, float64(365*24*time.Hour)))
+	// fresh bucket would not. Sooner, it would hand back unearned tokens;
+	// so it is capped only by the longest Duration.
+	fill := time.Duration(math.MaxInt64)
+	if f := capacity / perNano; f < float64(math.MaxInt64) {
+		fill = time.Duration(f)
+	}
 	return &TokenBucket{
 		r:    r,
-		args: []any{formatFloat(capacity), formatFloat(perNano), ceilMillis(fill + time.Second)},
+		args: []any{formatFloat(capacity), formatFloat(perNano), ceilMillis(addSat(fill, time.Second))},
 	}, nil
 }
 
