@@ -217,7 +217,8 @@ func (t *Transport) budget(req *http.Request, scope func() string) (Budget, erro
 		return t.Budget, nil
 	}
 	if t.Scope == nil && req.URL != nil {
-		return t.budgets.get(hostKey{scheme: req.URL.Scheme, host: req.URL.Host}, scope, t.newBudget)
+		k := hostKey{scheme: req.URL.Scheme, host: withoutDefaultPort(req.URL.Scheme, req.URL.Host)}
+		return t.budgets.get(k, scope, t.newBudget)
 	}
 	name := scope() // a custom Scope is user code: call it before the lock
 	return t.budgets.get(hostKey{scope: name}, func() string { return name }, t.newBudget)
