@@ -300,7 +300,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, t.initErr
 	}
 	c := call{t: t, p: &t.p, req: req, id: t.calls.Add(1)}
-	if t.p.hooked {
+	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
 		c.start = t.clock() // only hooks report elapsed time
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
