@@ -42,8 +42,10 @@ const (
 //
 // The zero value is ready to use with the defaults documented on each
 // field. Fields must not be changed after the first RoundTrip; they are
-// validated then, and an invalid value makes every RoundTrip return an
-// error wrapping ErrInvalidPolicy (Validate reports it earlier).
+// resolved and validated then, and an invalid value makes every RoundTrip
+// return an error wrapping ErrInvalidPolicy. Validate and
+// CloseIdleConnections resolve them too: a setting changed after either
+// is not seen (but for Hooks).
 //
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
