@@ -51,7 +51,7 @@
 //
 //	switch {
 //	case errors.As(err, &rec): // reconcile: the effect may have happened
-//	case errors.Is(err, retryfuse.ErrCircuitOpen): // nothing was sent
+//	case errors.Is(err, retryfuse.ErrCircuitOpen): // not sent (again): the breaker is open
 //	case errors.Is(err, retryfuse.ErrBudgetExhausted): // the dependency is failing for many callers
 //	case errors.Is(err, retryfuse.ErrAttemptsExhausted): // this call ran out of attempts
 //	case errors.Is(err, retryfuse.ErrNotRepeatable): // it failed and may not be sent again
