@@ -174,6 +174,11 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		if c.lastResp = keepBounded(c.lastResp, p.maxDrain, t.maxDrainTime()); c.lastResp == nil {
 			c.lastErr = lastErr // too long to keep: its status stays in the error
 		}
+		if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(t.clock()) {
+			// Reading the body took the time the wait needed.
+			resp, err = c.stop(ErrDeadline, Verdict{})
+			return resp, err, false
+		}
 	}
 	if h := t.Hooks.Retry; h != nil {
 		info := RetryInfo{CallInfo: c.info(), Delay: d, Source: src, Err: lastErr}

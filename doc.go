@@ -51,7 +51,7 @@
 //
 //	switch {
 //	case errors.As(err, &rec): // reconcile: the effect may have happened
-//	case errors.Is(err, retryfuse.ErrCircuitOpen): // nothing was sent
+//	case errors.Is(err, retryfuse.ErrCircuitOpen): // not sent (again): the breaker is open
 //	case errors.Is(err, retryfuse.ErrBudgetExhausted): // the dependency is failing for many callers
 //	case errors.Is(err, retryfuse.ErrAttemptsExhausted): // this call ran out of attempts
 //	case errors.Is(err, retryfuse.ErrNotRepeatable): // it failed and may not be sent again
@@ -115,7 +115,8 @@
 // Hooks is a struct of optional funcs called synchronously, never under a
 // lock, with an Info value carrying the call ID, attempt, method, URL
 // without credentials, idempotency key, phase, elapsed time and the
-// request's context. A panicking hook never breaks the call. SlogHooks logs
+// request's context (BreakerChange, about a scope rather than one call,
+// carries the transition instead). A panicking hook never breaks the call. SlogHooks logs
 // every event with stable attribute names; the module
 // github.com/retryfuse/retryfuse/otel records OpenTelemetry metrics and
 // span events. JoinHooks combines several.

@@ -23,7 +23,8 @@ var (
 	// ErrBudgetExhausted: a shared retry budget refused a retry.
 	ErrBudgetExhausted = errors.New("retryfuse: retry budget exhausted")
 
-	// ErrCircuitOpen: the brake of the request's scope is open; nothing was sent.
+	// ErrCircuitOpen: the brake of the request's scope is open; the request
+	// was not sent, or (after earlier attempts, in a *RetryError) not sent again.
 	ErrCircuitOpen = errors.New("retryfuse: circuit open")
 
 	// ErrDuplicateInFlight: another call holds the same idempotency key now;

@@ -15,7 +15,6 @@ import (
 type policy struct {
 	base           http.RoundTripper
 	tracing        bool
-	hooked         bool // some hook is set
 	maxAttempts    int
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
@@ -99,7 +98,6 @@ func (t *Transport) resolve() (policy, error) {
 	if p.tracing, cycle = baseTraces(t, p.base); cycle {
 		return p, invalidPolicy("Base", "must not lead back to the Transport itself")
 	}
-	p.hooked = t.Hooks.any()
 	t.budgets.max = orDefault(t.MaxScopes, DefaultMaxScopes)
 	return p, nil
 }

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -45,6 +46,26 @@ type budgets struct {
 // written in its URL) for the default scope, so that finding a budget
 // builds no string; by name for a custom Scope.
 type hostKey struct{ scheme, host, scope string }
+
+// withoutDefaultPort returns host without the scheme's default port
+// (":80" for http, ":443" for https), so that "h" and "h:80" find the same
+// budget, as HostScope names them both "http://h:80". It slices host and
+// builds no string.
+func withoutDefaultPort(scheme, host string) string {
+	var port string
+	switch scheme {
+	case "http":
+		port = ":80"
+	case "https":
+		port = ":443"
+	default:
+		return host
+	}
+	if strings.HasSuffix(host, port) {
+		return host[:len(host)-len(port)]
+	}
+	return host
+}
 
 func (b *budgets) get(k hostKey, scope func() string, newBudget func(string) (Budget, error)) (Budget, error) {
 	b.mu.Lock()

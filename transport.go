@@ -42,8 +42,10 @@ const (
 //
 // The zero value is ready to use with the defaults documented on each
 // field. Fields must not be changed after the first RoundTrip; they are
-// validated then, and an invalid value makes every RoundTrip return an
-// error wrapping ErrInvalidPolicy (Validate reports it earlier).
+// resolved and validated then, and an invalid value makes every RoundTrip
+// return an error wrapping ErrInvalidPolicy. Validate and
+// CloseIdleConnections resolve them too: a setting changed after either
+// is not seen (but for Hooks).
 //
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
@@ -217,7 +219,8 @@ func (t *Transport) budget(req *http.Request, scope func() string) (Budget, erro
 		return t.Budget, nil
 	}
 	if t.Scope == nil && req.URL != nil {
-		return t.budgets.get(hostKey{scheme: req.URL.Scheme, host: req.URL.Host}, scope, t.newBudget)
+		k := hostKey{scheme: req.URL.Scheme, host: withoutDefaultPort(req.URL.Scheme, req.URL.Host)}
+		return t.budgets.get(k, scope, t.newBudget)
 	}
 	name := scope() // a custom Scope is user code: call it before the lock
 	return t.budgets.get(hostKey{scope: name}, func() string { return name }, t.newBudget)
@@ -299,7 +302,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, t.initErr
 	}
 	c := call{t: t, p: &t.p, req: req, id: t.calls.Add(1)}
-	if t.p.hooked {
+	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
 		c.start = t.clock() // only hooks report elapsed time
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
