@@ -112,6 +112,16 @@ func (c *call) run() (*http.Response, error) {
 // stops the call, or attempts run out.
 func (c *call) loop() (*http.Response, error) {
 	for {
+		// No attempt starts after the deadline, however long the gates
+		// before it took (a remote ledger or budget, a hook).
+		if err := c.req.Context().Err(); err != nil {
+			if c.attempt == 0 {
+				closeRequestBody(c.req)
+				c.giveUp(err, Verdict{})
+				return nil, err
+			}
+			return c.stop(err, Verdict{})
+		}
 		ticket, berr := c.admit()
 		if berr != nil {
 			if c.attempt == 0 {

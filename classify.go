@@ -89,6 +89,10 @@ func transientError(err error) bool {
 		// opened the circuit, but repeating it cannot succeed before the
 		// breaker's open interval ends.
 		return false
+	case errors.Is(err, ErrReconcileRequired):
+		// A retryfuse Transport below found the write uncertain: its cause
+		// may look transient, but the write must not be repeated.
+		return false
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {

@@ -44,7 +44,10 @@ type Hooks struct {
 	BreakerChange func(BreakerChangeInfo)
 	// EvidenceUnavailable is called when a budget or ledger could not
 	// establish its answer (a remote store is down or slow) and its
-	// declared fail-safe was applied instead.
+	// declared fail-safe was applied instead. Unlike the other hooks, it
+	// may also be called after RoundTrip has returned, from the goroutine
+	// that reads or closes a response body: when the ledger fails to record
+	// the call's completed result.
 	EvidenceUnavailable func(EvidenceUnavailableInfo)
 }
 

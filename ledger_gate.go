@@ -20,7 +20,9 @@ import (
 // A ledger that cannot answer is not taken to mean the key is free.
 func (c *call) claim() (KeyState, *StoredResponse, error) {
 	l := c.t.Ledger
-	if l == nil || c.passThrough || !c.key.present || !c.facts.ReplayableBody {
+	// A generated key is new by construction: no earlier call can hold it,
+	// so it would fill the ledger without ever catching a duplicate.
+	if l == nil || c.passThrough || !c.key.present || c.key.generated || !c.facts.ReplayableBody {
 		return KeyNone, nil, nil
 	}
 	fp, err := FingerprintRequest(c.req, c.p.maxFP)
