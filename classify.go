@@ -39,6 +39,8 @@ type Classifier func(resp *http.Response, err error) Class
 // Retryable: the statuses 408, 425, 429, 500, 502, 503 and 504; and
 // transient transport errors: connection refused, reset or aborted, a
 // broken pipe, EOF (net/http's "server closed idle connection" included),
+// an HTTP/2 stream reset with INTERNAL_ERROR or REFUSED_STREAM (the
+// HTTP/2 form of a reset: a Go server sends it when a handler aborts),
 // timeouts (net.Error.Timeout), an unreachable host or
 // network, a temporary DNS failure.
 //
@@ -106,6 +108,9 @@ func transientError(err error) bool {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || serverClosedIdle(err) {
 		return true
 	}
+	if streamReset(err) {
+		return true
+	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
@@ -132,6 +137,38 @@ func serverClosedIdle(err error) bool {
 		err = u.Unwrap()
 	}
 	return false
+}
+
+// h2StreamError has the fields of net/http's (unexported) HTTP/2 stream
+// error, in order: that error's As method fills any struct of the same
+// shape, which is how it is recognised without its text.
+type h2StreamError struct {
+	StreamID uint32
+	Code     uint32
+	Cause    error
+}
+
+// Error makes h2StreamError a target errors.As accepts; it is never
+// returned.
+func (e h2StreamError) Error() string { return "http2 stream error" }
+
+// HTTP/2 error codes (RFC 9113, section 7) that make a stream reset
+// transient.
+const (
+	h2CodeInternal      = 0x2 // INTERNAL_ERROR: the server gave up on the stream
+	h2CodeRefusedStream = 0x7 // REFUSED_STREAM: the server did not process it
+)
+
+// streamReset reports whether err, or an error it wraps, is an HTTP/2
+// stream reset with INTERNAL_ERROR or REFUSED_STREAM. Other codes (a
+// protocol or flow-control error, HTTP_1_1_REQUIRED, ENHANCE_YOUR_CALM)
+// are not known to pass.
+func streamReset(err error) bool {
+	var se h2StreamError
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Code == h2CodeInternal || se.Code == h2CodeRefusedStream
 }
 
 var transientErrnos = [...]error{
