@@ -14,7 +14,7 @@ import (
 // send makes one attempt and classifies it. ok is false when the attempt
 // could not be made because the body could not be replayed; resp and err
 // are then what the call returns.
-func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
+func (c *call) send() (resp *http.Response, r result, ok bool, err error) {
 	t, p := c.t, c.p
 	at := &c.trace
 	ctx := at.context(c.ctx, !p.tracing)
@@ -46,7 +46,7 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 				c.lastErr = errors.Join(c.lastErr, gerr)
 			}
 			resp, err = c.stop(ErrNotRepeatable, Verdict{})
-			return resp, err, r, false
+			return resp, r, false, err
 		}
 		r2.Body = body
 	}
@@ -107,7 +107,7 @@ func (c *call) send() (resp *http.Response, err error, r result, ok bool) {
 		}
 		emit(h, info)
 	}
-	return resp, err, r, true
+	return resp, r, true, err
 }
 
 var errNilResponse = errors.New("retryfuse: base RoundTripper returned neither a response nor an error")

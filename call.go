@@ -132,7 +132,7 @@ func (c *call) loop() (*http.Response, error) {
 			return c.stop(berr, Verdict{})
 		}
 		c.attempt++
-		resp, err, r, ok := c.sendAdmitted(ticket)
+		resp, r, ok, err := c.sendAdmitted(ticket)
 		if !ok {
 			ticket.Done(ObserveIgnore, nil)
 			return resp, err // the body could not be replayed
@@ -199,16 +199,16 @@ func (c *call) loop() (*http.Response, error) {
 // Should the attempt panic (in the base), the ticket is done on the way up:
 // a probe that never gave its slot back would keep a half-open scope
 // refusing every request for good.
-func (c *call) sendAdmitted(ticket BreakerTicket) (resp *http.Response, err error, r result, ok bool) {
+func (c *call) sendAdmitted(ticket BreakerTicket) (resp *http.Response, r result, ok bool, err error) {
 	returned := false
 	defer func() {
 		if !returned {
 			ticket.Done(ObserveIgnore, nil)
 		}
 	}()
-	resp, err, r, ok = c.send()
+	resp, r, ok, err = c.send()
 	returned = true
-	return resp, err, r, ok
+	return resp, r, ok, err
 }
 
 // decide asks the decision core about the call as it stands.
