@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // send makes one attempt and classifies it. ok is false when the attempt
@@ -45,7 +47,7 @@ func (c *call) send() (resp *http.Response, r result, ok bool, err error) {
 				// Last stays the last attempt's error; GetBody's goes beside it.
 				c.lastErr = errors.Join(c.lastErr, gerr)
 			}
-			resp, err = c.stop(ErrNotRepeatable, Verdict{})
+			resp, err = c.stop(ErrNotRepeatable, decide.Verdict{})
 			return resp, r, false, err
 		}
 		r2.Body = body
@@ -57,7 +59,7 @@ func (c *call) send() (resp *http.Response, r result, ok bool, err error) {
 	}
 
 	if h := t.Hooks.AttemptStart; h != nil {
-		c.phase = PhaseUnknown
+		c.phase = decide.PhaseUnknown
 		emit(h, AttemptStartInfo{CallInfo: c.info(), Timeout: timeout})
 	}
 	var began time.Time
@@ -146,7 +148,7 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	}
 	if hasRA {
 		if ra > p.maxRetryAfter || (hasDeadline && ra >= remaining) {
-			resp, err = c.stop(ErrRetryAfterTooLong, Verdict{})
+			resp, err = c.stop(ErrRetryAfterTooLong, decide.Verdict{})
 			return resp, err, false
 		}
 		d, src = retryAfterDelay(ra, d, p.maxRetryAfter), DelayRetryAfter
@@ -155,17 +157,17 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		}
 	}
 	if hasDeadline && d >= remaining {
-		resp, err = c.stop(ErrDeadline, Verdict{})
+		resp, err = c.stop(ErrDeadline, decide.Verdict{})
 		return resp, err, false
 	}
 	if err := c.openThrough(now.Add(d)); err != nil {
 		// The breaker would refuse the attempt after the wait: neither wait
 		// nor spend a retry token for it.
-		resp, err = c.stop(err, Verdict{})
+		resp, err = c.stop(err, decide.Verdict{})
 		return resp, err, false
 	}
 	if !c.allowRetry() {
-		resp, err = c.stop(ErrBudgetExhausted, Verdict{})
+		resp, err = c.stop(ErrBudgetExhausted, decide.Verdict{})
 		return resp, err, false
 	}
 	lastErr := c.lastErr
@@ -176,7 +178,7 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		}
 		if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(t.clock()) {
 			// Reading the body took the time the wait needed.
-			resp, err = c.stop(ErrDeadline, Verdict{})
+			resp, err = c.stop(ErrDeadline, decide.Verdict{})
 			return resp, err, false
 		}
 	}
@@ -194,7 +196,7 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 		werr = c.ctx.Err()
 	}
 	if werr != nil {
-		c.giveUp(werr, Verdict{})
+		c.giveUp(werr, decide.Verdict{})
 		// The set-aside response is not handed back: the caller stopped
 		// waiting for it. Its status stays reachable through Last.
 		return nil, &RetryError{Reason: werr, Last: lastErr, Attempts: c.attempt}, false

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // call is the state of one RoundTrip: the facts about the request, the
@@ -19,7 +21,7 @@ type call struct {
 
 	method string
 	key    requestKey
-	facts  RequestFacts
+	facts  decide.Request
 	header http.Header // the header to send when it differs from req.Header
 	url    string      // redacted, computed on first use
 	scope  string      // the dependency, for the breaker and the ledger; see scopeName
@@ -28,9 +30,9 @@ type call struct {
 	trace  attemptTrace
 
 	attempt  int
-	phase    Phase
-	history  []Attempt
-	histBuf  [4]Attempt
+	phase    decide.Phase
+	history  []decide.Attempt
+	histBuf  [4]decide.Attempt
 	lastResp *http.Response
 	lastErr  error
 
@@ -73,7 +75,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 		c.header = hideKey(req.Header, gen)
 	}
-	c.facts = RequestFacts{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
+	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
 	c.history = c.histBuf[:0]
 	c.ctx = req.Context()
 	if !c.passThrough {
@@ -93,7 +95,7 @@ func (c *call) run() (*http.Response, error) {
 	if c.ledgerToken != "" {
 		defer c.settleOnPanic()
 	}
-	if v := c.decide(ks); v.Decision != ReplaySafe {
+	if v := c.decide(ks); v.Decision != decide.ReplaySafe {
 		closeRequestBody(req)
 		return c.refuse(v, stored)
 	}
@@ -117,19 +119,19 @@ func (c *call) loop() (*http.Response, error) {
 		if err := c.req.Context().Err(); err != nil {
 			if c.attempt == 0 {
 				closeRequestBody(c.req)
-				c.giveUp(err, Verdict{})
+				c.giveUp(err, decide.Verdict{})
 				return nil, err
 			}
-			return c.stop(err, Verdict{})
+			return c.stop(err, decide.Verdict{})
 		}
 		ticket, berr := c.admit()
 		if berr != nil {
 			if c.attempt == 0 {
 				closeRequestBody(c.req)
-				c.giveUp(ErrCircuitOpen, Verdict{})
+				c.giveUp(ErrCircuitOpen, decide.Verdict{})
 				return nil, berr
 			}
-			return c.stop(berr, Verdict{})
+			return c.stop(berr, decide.Verdict{})
 		}
 		c.attempt++
 		resp, r, ok, err := c.sendAdmitted(ticket)
@@ -140,20 +142,20 @@ func (c *call) loop() (*http.Response, error) {
 		c.observe(ticket, resp, err, r)
 		c.phase = r.phase
 		cost := 1.0
-		if r.outcome == OutcomeTimeout {
+		if r.outcome == decide.OutcomeTimeout {
 			cost = c.p.timeoutCost
 		}
-		c.history = append(c.history, Attempt{Outcome: r.outcome, Phase: contractPhase(r.phase), Cost: cost})
+		c.history = append(c.history, decide.Attempt{Outcome: r.outcome, Phase: contractPhase(r.phase), Cost: cost})
 		c.lastResp, c.lastErr = resp, err
 
-		v := c.decide(KeyNone)
+		v := c.decide(decide.KeyNone)
 		switch {
 		case c.passThrough:
 			return resp, err // the Transport above decides
-		case v.Decision == ReplayStored:
+		case v.Decision == decide.ReplayStored:
 			c.confirmed = true
 			return resp, err
-		case v.Decision == ReconcileRequired:
+		case v.Decision == decide.ReconcileRequired:
 			rec := c.reconcileError(err)
 			res := c.reconcile(rec)
 			switch res.Resolution {
@@ -167,12 +169,12 @@ func (c *call) loop() (*http.Response, error) {
 				// The effect is now known not to have happened: a
 				// definite failure, which may be sent again through the
 				// usual gates.
-				c.history[len(c.history)-1].Outcome = OutcomeFailure
+				c.history[len(c.history)-1].Outcome = decide.OutcomeFailure
 				if !r.retryable {
-					c.giveUp(ErrFinal, Verdict{})
+					c.giveUp(ErrFinal, decide.Verdict{})
 					return nil, err
 				}
-				if v = c.decide(KeyNone); v.Decision == ReplaySafe {
+				if v = c.decide(decide.KeyNone); v.Decision == decide.ReplaySafe {
 					break // to the gates below
 				}
 				return c.stop(brakeReason(v), v)
@@ -181,13 +183,13 @@ func (c *call) loop() (*http.Response, error) {
 				return nil, rec
 			}
 		case !r.retryable:
-			c.giveUp(ErrFinal, Verdict{})
+			c.giveUp(ErrFinal, decide.Verdict{})
 			return resp, err
-		case v.Decision != ReplaySafe:
+		case v.Decision != decide.ReplaySafe:
 			return c.stop(brakeReason(v), v)
 		}
 		if c.attempt >= c.p.maxAttempts {
-			return c.stop(ErrAttemptsExhausted, Verdict{})
+			return c.stop(ErrAttemptsExhausted, decide.Verdict{})
 		}
 		if resp, err, retry := c.backoff(); !retry {
 			return resp, err
@@ -212,8 +214,8 @@ func (c *call) sendAdmitted(ticket BreakerTicket) (resp *http.Response, r result
 }
 
 // decide asks the decision core about the call as it stands.
-func (c *call) decide(ks KeyState) Verdict {
-	v := Decide(DecisionInput{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.history})
+func (c *call) decide(ks decide.KeyState) decide.Verdict {
+	v := decide.Decide(decide.Input{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.history})
 	if h := c.t.Hooks.Decision; h != nil {
 		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
 	}
@@ -221,15 +223,15 @@ func (c *call) decide(ks KeyState) Verdict {
 }
 
 // contractPhase maps a phase to the contract's: a response was written.
-func contractPhase(p Phase) Phase {
-	if p == PhaseResponse {
-		return PhasePostWrite
+func contractPhase(p decide.Phase) decide.Phase {
+	if p == decide.PhaseResponse {
+		return decide.PhasePostWrite
 	}
 	return p
 }
 
 // brakeReason names the sentinel for a verdict that stops a call.
-func brakeReason(v Verdict) error {
+func brakeReason(v decide.Verdict) error {
 	switch v.Rule {
 	case 1:
 		return ErrIdempotencyConflict
@@ -247,8 +249,8 @@ func brakeReason(v Verdict) error {
 
 // refuse answers a call that the decision core stops before its first
 // attempt: a stored result is replayed; a refusal is an error.
-func (c *call) refuse(v Verdict, stored *StoredResponse) (*http.Response, error) {
-	if v.Decision == ReplayStored {
+func (c *call) refuse(v decide.Verdict, stored *StoredResponse) (*http.Response, error) {
+	if v.Decision == decide.ReplayStored {
 		if stored == nil {
 			// Completed, but its result was too large to keep: the caller
 			// must look it up rather than have it sent again.
@@ -256,7 +258,7 @@ func (c *call) refuse(v Verdict, stored *StoredResponse) (*http.Response, error)
 		}
 		return storedResponse(stored, c.req), nil
 	}
-	if v.Decision == Brake && v.Rule == 4 && c.earlierUncertain {
+	if v.Decision == decide.Brake && v.Rule == 4 && c.earlierUncertain {
 		return nil, c.refuseUncertain(ErrEarlierUncertain)
 	}
 	reason := brakeReason(v)
@@ -266,7 +268,7 @@ func (c *call) refuse(v Verdict, stored *StoredResponse) (*http.Response, error)
 
 // stop ends a call that may not go on: the last response goes back as it
 // is, or, without one, an error carrying reason and the last error.
-func (c *call) stop(reason error, v Verdict) (*http.Response, error) {
+func (c *call) stop(reason error, v decide.Verdict) (*http.Response, error) {
 	c.giveUp(reason, v)
 	if c.lastResp != nil {
 		return c.lastResp, nil
@@ -274,7 +276,7 @@ func (c *call) stop(reason error, v Verdict) (*http.Response, error) {
 	return nil, &RetryError{Reason: reason, Last: c.lastErr, Attempts: c.attempt}
 }
 
-func (c *call) giveUp(reason error, v Verdict) {
+func (c *call) giveUp(reason error, v decide.Verdict) {
 	h := c.t.Hooks.GiveUp
 	if h == nil {
 		return

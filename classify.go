@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"syscall"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // Class is a Classifier's verdict on one attempt.
@@ -194,8 +196,8 @@ func certificateError(err error) bool {
 
 // result is the classification of one attempt.
 type result struct {
-	outcome   Outcome
-	phase     Phase
+	outcome   decide.Outcome
+	phase     decide.Phase
 	retryable bool // worth another attempt, before the safety rules
 	ignored   bool // not evidence about the dependency (the caller's own doing)
 }
@@ -203,9 +205,9 @@ type result struct {
 // classify turns one attempt into a result. callerDone reports whether the
 // caller's own context had ended when the attempt returned; bodyErr whether
 // the caller's body reader failed.
-func classify(c Classifier, resp *http.Response, err error, phase Phase, callerDone, bodyErr bool) result {
+func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, callerDone, bodyErr bool) result {
 	if err == nil {
-		r := result{outcome: OutcomeSuccess, phase: PhaseResponse}
+		r := result{outcome: decide.OutcomeSuccess, phase: decide.PhaseResponse}
 		class := ClassDefault
 		if c != nil {
 			class = safeClassify(c, resp, nil)
@@ -214,7 +216,7 @@ func classify(c Classifier, resp *http.Response, err error, phase Phase, callerD
 			class = DefaultClassify(resp, nil)
 		}
 		if class == ClassRetryable {
-			r.outcome, r.retryable = OutcomeFailure, true
+			r.outcome, r.retryable = decide.OutcomeFailure, true
 		}
 		return r
 	}
@@ -224,11 +226,11 @@ func classify(c Classifier, resp *http.Response, err error, phase Phase, callerD
 		r.ignored = true
 		// The caller stopped the call: never repeated. After a write its
 		// outcome is as uncertain as any timeout.
-		r.outcome = OutcomeFailure
-		if phase.written() {
-			r.outcome = OutcomeTimeout
+		r.outcome = decide.OutcomeFailure
+		if phase != decide.PhasePreWrite { // it may have been written
+			r.outcome = decide.OutcomeTimeout
 			if !errors.Is(err, context.DeadlineExceeded) {
-				r.outcome = OutcomeUnknown
+				r.outcome = decide.OutcomeUnknown
 			}
 		}
 		return r
@@ -236,7 +238,7 @@ func classify(c Classifier, resp *http.Response, err error, phase Phase, callerD
 		r.ignored = true
 		// The request was cut short by the caller's own body: the server
 		// cannot have a complete request to apply.
-		r.outcome = OutcomeFailure
+		r.outcome = decide.OutcomeFailure
 		return r
 	}
 	class := ClassDefault
@@ -251,11 +253,11 @@ func classify(c Classifier, resp *http.Response, err error, phase Phase, callerD
 	timeout := errors.Is(err, ErrAttemptTimeout) || (errors.As(err, &ne) && ne.Timeout())
 	switch {
 	case timeout:
-		r.outcome = OutcomeTimeout
-	case phase == PhasePreWrite:
-		r.outcome = OutcomeFailure
+		r.outcome = decide.OutcomeTimeout
+	case phase == decide.PhasePreWrite:
+		r.outcome = decide.OutcomeFailure
 	default:
-		r.outcome = OutcomeUnknown // a reset or EOF after a write
+		r.outcome = decide.OutcomeUnknown // a reset or EOF after a write
 	}
 	return r
 }

@@ -13,6 +13,8 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 func TestRetryableStatus(t *testing.T) {
@@ -92,25 +94,25 @@ func TestClassifyOutcomeAndPhase(t *testing.T) {
 		name          string
 		resp          *http.Response
 		err           error
-		phase         Phase
+		phase         decide.Phase
 		callerDone    bool
 		bodyErr       bool
-		wantOutcome   Outcome
-		wantPhase     Phase
+		wantOutcome   decide.Outcome
+		wantPhase     decide.Phase
 		wantRetryable bool
 	}{
-		{"200", &http.Response{StatusCode: 200}, nil, PhaseResponse, false, false, OutcomeSuccess, PhaseResponse, false},
-		{"404", &http.Response{StatusCode: 404}, nil, PhaseResponse, false, false, OutcomeSuccess, PhaseResponse, false},
-		{"503", &http.Response{StatusCode: 503}, nil, PhaseResponse, false, false, OutcomeFailure, PhaseResponse, true},
-		{"refused before writing", nil, opErr("dial", syscall.ECONNREFUSED), PhasePreWrite, false, false, OutcomeFailure, PhasePreWrite, true},
-		{"reset after writing", nil, reset, PhasePostWrite, false, false, OutcomeUnknown, PhasePostWrite, true},
-		{"reset, phase unknown", nil, reset, PhaseUnknown, false, false, OutcomeUnknown, PhaseUnknown, true},
-		{"attempt timeout after writing", nil, &attemptTimeoutError{err: context.Canceled}, PhasePostWrite, false, false, OutcomeTimeout, PhasePostWrite, true},
-		{"caller deadline after writing", nil, context.DeadlineExceeded, PhasePostWrite, true, false, OutcomeTimeout, PhasePostWrite, false},
-		{"caller cancel after writing", nil, context.Canceled, PhasePostWrite, true, false, OutcomeUnknown, PhasePostWrite, false},
-		{"caller cancel before writing", nil, context.Canceled, PhasePreWrite, true, false, OutcomeFailure, PhasePreWrite, false},
-		{"caller body reader failed", nil, errors.New("disk gone"), PhasePostWrite, false, true, OutcomeFailure, PhasePostWrite, false},
-		{"unknown error after writing", nil, errors.New("malformed"), PhasePostWrite, false, false, OutcomeUnknown, PhasePostWrite, false},
+		{"200", &http.Response{StatusCode: 200}, nil, decide.PhaseResponse, false, false, decide.OutcomeSuccess, decide.PhaseResponse, false},
+		{"404", &http.Response{StatusCode: 404}, nil, decide.PhaseResponse, false, false, decide.OutcomeSuccess, decide.PhaseResponse, false},
+		{"503", &http.Response{StatusCode: 503}, nil, decide.PhaseResponse, false, false, decide.OutcomeFailure, decide.PhaseResponse, true},
+		{"refused before writing", nil, opErr("dial", syscall.ECONNREFUSED), decide.PhasePreWrite, false, false, decide.OutcomeFailure, decide.PhasePreWrite, true},
+		{"reset after writing", nil, reset, decide.PhasePostWrite, false, false, decide.OutcomeUnknown, decide.PhasePostWrite, true},
+		{"reset, phase unknown", nil, reset, decide.PhaseUnknown, false, false, decide.OutcomeUnknown, decide.PhaseUnknown, true},
+		{"attempt timeout after writing", nil, &attemptTimeoutError{err: context.Canceled}, decide.PhasePostWrite, false, false, decide.OutcomeTimeout, decide.PhasePostWrite, true},
+		{"caller deadline after writing", nil, context.DeadlineExceeded, decide.PhasePostWrite, true, false, decide.OutcomeTimeout, decide.PhasePostWrite, false},
+		{"caller cancel after writing", nil, context.Canceled, decide.PhasePostWrite, true, false, decide.OutcomeUnknown, decide.PhasePostWrite, false},
+		{"caller cancel before writing", nil, context.Canceled, decide.PhasePreWrite, true, false, decide.OutcomeFailure, decide.PhasePreWrite, false},
+		{"caller body reader failed", nil, errors.New("disk gone"), decide.PhasePostWrite, false, true, decide.OutcomeFailure, decide.PhasePostWrite, false},
+		{"unknown error after writing", nil, errors.New("malformed"), decide.PhasePostWrite, false, false, decide.OutcomeUnknown, decide.PhasePostWrite, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,23 +133,23 @@ func TestClassifyUsesClassifierAndSurvivesItsPanic(t *testing.T) {
 		}
 		return ClassDefault
 	}
-	if got := classify(retry404, notFound, nil, PhaseResponse, false, false); !got.retryable || got.outcome != OutcomeFailure {
+	if got := classify(retry404, notFound, nil, decide.PhaseResponse, false, false); !got.retryable || got.outcome != decide.OutcomeFailure {
 		t.Errorf("404 with a classifier retrying it: got {%v retryable=%v}, want {failure retryable=true}", got.outcome, got.retryable)
 	}
 	final503 := func(*http.Response, error) Class { return ClassFinal }
-	if got := classify(final503, &http.Response{StatusCode: 503}, nil, PhaseResponse, false, false); got.retryable || got.outcome != OutcomeSuccess {
+	if got := classify(final503, &http.Response{StatusCode: 503}, nil, decide.PhaseResponse, false, false); got.retryable || got.outcome != decide.OutcomeSuccess {
 		t.Errorf("503 with a classifier calling it final: got {%v retryable=%v}, want {success retryable=false}", got.outcome, got.retryable)
 	}
 	panicky := func(*http.Response, error) Class { panic("classifier bug") }
-	if got := classify(panicky, &http.Response{StatusCode: 503}, nil, PhaseResponse, false, false); !got.retryable {
+	if got := classify(panicky, &http.Response{StatusCode: 503}, nil, decide.PhaseResponse, false, false); !got.retryable {
 		t.Errorf("503 with a panicking classifier: got retryable=%v, want true (the default rules)", got.retryable)
 	}
-	if got := classify(panicky, nil, io.EOF, PhasePreWrite, false, false); !got.retryable {
+	if got := classify(panicky, nil, io.EOF, decide.PhasePreWrite, false, false); !got.retryable {
 		t.Errorf("EOF with a panicking classifier: got retryable=%v, want true (the default rules)", got.retryable)
 	}
 	// The caller's own cancellation is settled before any classifier.
 	always := func(*http.Response, error) Class { return ClassRetryable }
-	if got := classify(always, nil, context.Canceled, PhasePreWrite, true, false); got.retryable {
+	if got := classify(always, nil, context.Canceled, decide.PhasePreWrite, true, false); got.retryable {
 		t.Errorf("caller cancellation with a classifier retrying everything: got retryable=true, want false")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // Sentinel errors. Test for them with errors.Is; each survives the *url.Error
@@ -150,7 +152,7 @@ type ReconcileRequiredError struct {
 	// Attempts is the number of attempts made, the uncertain one included.
 	Attempts int
 	// Phase is how far the uncertain attempt got.
-	Phase Phase
+	Phase decide.Phase
 	// Cause is the error of the uncertain attempt.
 	Cause error
 }

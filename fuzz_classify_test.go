@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // hzKind is what the classification promises about an error leaf.
@@ -153,10 +155,10 @@ func FuzzClassify(f *testing.F) {
 		if cls != want || RetryableStatus(code) != (want == ClassRetryable) {
 			t.Fatalf("DefaultClassify(status %d) = %v, want %v", code, cls, want)
 		}
-		phase := Phase(phaseByte % 4)
+		phase := decide.Phase(phaseByte % 4)
 		r := classify(nil, resp, nil, phase, callerDone, bodyErr)
-		if r.phase != PhaseResponse || r.retryable != (want == ClassRetryable) ||
-			r.outcome != map[bool]Outcome{true: OutcomeFailure, false: OutcomeSuccess}[r.retryable] {
+		if r.phase != decide.PhaseResponse || r.retryable != (want == ClassRetryable) ||
+			r.outcome != map[bool]decide.Outcome{true: decide.OutcomeFailure, false: decide.OutcomeSuccess}[r.retryable] {
 			t.Fatalf("classify(status %d) = %+v", code, r)
 		}
 
@@ -194,7 +196,7 @@ func FuzzClassify(f *testing.F) {
 		if panicky != r {
 			t.Fatalf("classify with a panicking Classifier = %+v, want the default %+v", panicky, r)
 		}
-		if r.phase != phase || r.outcome == OutcomeSuccess || r.outcome == 0 {
+		if r.phase != phase || r.outcome == decide.OutcomeSuccess || r.outcome == 0 {
 			t.Fatalf("classify(%v, phase %v) = %+v", err, phase, r)
 		}
 		switch {
@@ -210,22 +212,22 @@ func FuzzClassify(f *testing.F) {
 		if bodyErr && !callerDone {
 			return // the server cannot have a complete request: a definite failure
 		}
-		if phase.written() && r.outcome != OutcomeTimeout && r.outcome != OutcomeUnknown {
+		if (phase != decide.PhasePreWrite) && r.outcome != decide.OutcomeTimeout && r.outcome != decide.OutcomeUnknown {
 			t.Fatalf("classify(%v, phase %v) = %+v; want an uncertain outcome after a write", err, phase, r)
 		}
 		// Even a Classifier that calls everything retryable cannot make the
 		// decision core replay a written POST.
 		forced := classify(func(*http.Response, error) Class { return ClassRetryable }, nil, err, phase, callerDone, bodyErr)
 		for _, key := range []bool{false, true} {
-			v := Decide(DecisionInput{
-				Policy:   DecisionPolicy{FailureThreshold: 5, BudgetUnits: 100},
-				Request:  RequestFacts{Method: http.MethodPost, IdempotencyKey: key, ReplayableBody: true},
-				Attempts: []Attempt{{Outcome: forced.outcome, Phase: contractPhase(forced.phase), Cost: 1}},
+			v := decide.Decide(decide.Input{
+				Policy:   decide.Policy{FailureThreshold: 5, BudgetUnits: 100},
+				Request:  decide.Request{Method: http.MethodPost, IdempotencyKey: key, ReplayableBody: true},
+				Attempts: []decide.Attempt{{Outcome: forced.outcome, Phase: contractPhase(forced.phase), Cost: 1}},
 			})
-			if phase.written() && v.Decision == ReplaySafe {
+			if (phase != decide.PhasePreWrite) && v.Decision == decide.ReplaySafe {
 				t.Fatalf("Decide after a written POST (key %v) failing with %v: got %v, want no replay", key, err, v)
 			}
-			if !key && v.Decision == ReplaySafe {
+			if !key && v.Decision == decide.ReplaySafe {
 				t.Fatalf("Decide after a POST without key failing with %v: got %v, want no replay", err, v)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // This file holds the gates an attempt passes besides the decision core:
@@ -74,7 +76,7 @@ func (c *call) observe(ticket BreakerTicket, resp *http.Response, err error, r r
 		o, cause = ObserveFailure, statusError(resp, c.t.clock())
 	case resp != nil:
 		o = ObserveSuccess
-	case r.retryable || r.outcome == OutcomeTimeout || r.outcome == OutcomeUnknown:
+	case r.retryable || r.outcome == decide.OutcomeTimeout || r.outcome == decide.OutcomeUnknown:
 		o, cause = ObserveFailure, err
 	}
 	c.breakerChanged(ticket.Done(o, cause))

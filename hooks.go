@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // Hooks observe what the transport decides. Every field may be nil. Hooks
@@ -72,7 +74,7 @@ type CallInfo struct {
 	IdempotencyKey string
 	KeyGenerated   bool
 	// Phase is how far the attempt got; PhaseUnknown before it is sent.
-	Phase Phase
+	Phase decide.Phase
 	// Elapsed is the time since RoundTrip was called.
 	Elapsed time.Duration
 }
@@ -90,7 +92,7 @@ type AttemptDoneInfo struct {
 	CallInfo
 	StatusCode int   // 0 when there is no response
 	Err        error // the attempt's error; a *StatusError for a retryable status
-	Outcome    Outcome
+	Outcome    decide.Outcome
 	// Retryable is the classification before the safety rules: an EOF
 	// after a POST was written is retryable as an error, yet the call
 	// then requires reconciliation (see Decision and Reconcile).
@@ -101,8 +103,8 @@ type AttemptDoneInfo struct {
 // DecisionInfo carries a verdict of the decision core.
 type DecisionInfo struct {
 	CallInfo
-	Verdict  Verdict
-	KeyState KeyState
+	Verdict  decide.Verdict
+	KeyState decide.KeyState
 }
 
 // DelaySource says where a retry delay came from.
@@ -153,7 +155,7 @@ type GiveUpInfo struct {
 	// gave up during a wait. ReasonName names it.
 	Reason error
 	// Verdict is the decision core's verdict when it decided, else zero.
-	Verdict Verdict
+	Verdict decide.Verdict
 	// StatusCode is the status of the response handed back, 0 for none.
 	StatusCode int
 	Err        error // the last error, if any

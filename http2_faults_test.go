@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // The fault tests of transport_faults_test.go, over HTTP/2 as over
@@ -63,7 +65,7 @@ func TestHTTP2KeyedPOSTAbortedAfterEffectRequiresReconcile(t *testing.T) {
 			}
 			log.mu.Lock()
 			defer log.mu.Unlock()
-			if len(log.dones) != 1 || log.dones[0].Phase != PhasePostWrite || log.dones[0].Outcome != OutcomeUnknown {
+			if len(log.dones) != 1 || log.dones[0].Phase != decide.PhasePostWrite || log.dones[0].Outcome != decide.OutcomeUnknown {
 				t.Errorf("AttemptDone: got %+v, want one post_write attempt of unknown outcome", log.dones)
 			}
 			if len(log.hidden) != 0 {
@@ -98,7 +100,7 @@ func TestHTTP2GETAbortedIsRetried(t *testing.T) {
 			}
 			log.mu.Lock()
 			defer log.mu.Unlock()
-			if len(log.dones) != 2 || log.dones[0].Phase != PhasePostWrite || !log.dones[0].Retryable {
+			if len(log.dones) != 2 || log.dones[0].Phase != decide.PhasePostWrite || !log.dones[0].Retryable {
 				t.Fatalf("AttemptDone: got %+v, want a retryable post_write failure, then the response", log.dones)
 			}
 			h2WantResetCause(t, p, log.dones[0].Err)
@@ -133,7 +135,7 @@ func TestHTTP2PUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
 			}
 			log.mu.Lock()
 			defer log.mu.Unlock()
-			if len(log.dones) != 2 || log.dones[0].Outcome != OutcomeTimeout || log.dones[0].Phase != PhasePostWrite ||
+			if len(log.dones) != 2 || log.dones[0].Outcome != decide.OutcomeTimeout || log.dones[0].Phase != decide.PhasePostWrite ||
 				!errors.Is(log.dones[0].Err, ErrAttemptTimeout) {
 				t.Errorf("AttemptDone: got %+v, want the first an attempt timeout in post_write", log.dones)
 			}

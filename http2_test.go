@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // The transport's promises hold over HTTP/2 as over HTTP/1.1. Each test
@@ -229,7 +231,7 @@ func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 			}
 			log.mu.Lock()
 			defer log.mu.Unlock()
-			if len(log.dones) != 2 || log.dones[0].Phase != PhasePreWrite || !errors.Is(log.dones[0].Err, syscall.ECONNREFUSED) {
+			if len(log.dones) != 2 || log.dones[0].Phase != decide.PhasePreWrite || !errors.Is(log.dones[0].Err, syscall.ECONNREFUSED) {
 				t.Errorf("AttemptDone: got %+v, want a pre_write ECONNREFUSED, then the response", log.dones)
 			}
 		})

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // MaxIdempotencyKeyLen is the longest idempotency key the transport sends.
@@ -121,7 +123,7 @@ func replayableBody(req *http.Request) bool {
 // that net/http's Transport would take as licence to re-send a request of a
 // method that is not idempotent.
 func needsKeyHiding(method string, h http.Header) bool {
-	if IdempotentMethod(method) {
+	if decide.IdempotentMethod(method) {
 		return false
 	}
 	_, a := h[HeaderIdempotencyKey]

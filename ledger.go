@@ -10,6 +10,8 @@ import (
 	"math"
 	"net/http"
 	"sync"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // This file is the ledger of idempotency keys: what it promises (the Ledger
@@ -179,7 +181,7 @@ type LedgerClaim struct {
 	//     see Stored.
 	//   - KeyConflict: the key was used with a different fingerprint, whatever
 	//     the key's state.
-	State KeyState
+	State decide.KeyState
 	// Uncertain, with KeyInFlight: an earlier call under the key ended with
 	// an uncertain outcome. The key is neither completed nor free until it
 	// expires.

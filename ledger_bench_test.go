@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 func newBenchLedger(b *testing.B, maxEntries int) *MemoryLedger {
@@ -33,7 +35,7 @@ func BenchmarkMemoryLedgerBeginComplete(b *testing.B) {
 		key := keys[i%len(keys)]
 		i++
 		c, err := l.Begin(ctx, key, Fingerprint{1})
-		if err != nil || c.State != KeyNone {
+		if err != nil || c.State != decide.KeyNone {
 			b.Fatalf("Begin(%q): %v, state %s", key, err, c.State)
 		}
 		if err := l.Complete(ctx, key, c.Token, res); err != nil {
@@ -58,7 +60,7 @@ func BenchmarkMemoryLedgerBeginCompleteParallel(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			if c.State == KeyNone {
+			if c.State == decide.KeyNone {
 				_ = l.Complete(ctx, key, c.Token, res)
 			}
 		}
@@ -73,7 +75,7 @@ func BenchmarkMemoryLedgerBeginReplay(b *testing.B) {
 	_ = l.Complete(ctx, "k", c.Token, &StoredResponse{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: make([]byte, 1024)})
 	b.ReportAllocs()
 	for b.Loop() {
-		if c, _ := l.Begin(ctx, "k", Fingerprint{1}); c.State != KeyCompleted {
+		if c, _ := l.Begin(ctx, "k", Fingerprint{1}); c.State != decide.KeyCompleted {
 			b.Fatalf("got %s, want completed", c.State)
 		}
 	}

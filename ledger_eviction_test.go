@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,15 +17,15 @@ func TestMemoryLedgerEvictsLeastRecentlyUsed(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		ledgerComplete(t, l, k)
 	}
-	ledgerBegin(t, l, "a", KeyCompleted) // a is now used more recently than b
-	ledgerBegin(t, l, "d", KeyNone)      // full: b goes
+	ledgerBegin(t, l, "a", decide.KeyCompleted) // a is now used more recently than b
+	ledgerBegin(t, l, "d", decide.KeyNone)      // full: b goes
 	assert.Equal(t, 3, l.Len())
-	ledgerBegin(t, l, "a", KeyCompleted)
-	ledgerBegin(t, l, "c", KeyCompleted)
-	ledgerBegin(t, l, "d", KeyInFlight)
-	ledgerBegin(t, l, "b", KeyNone) // b was evicted; now a, the least recently used, goes
-	ledgerBegin(t, l, "c", KeyCompleted)
-	ledgerBegin(t, l, "a", KeyNone) // evicts c, the last completed key
+	ledgerBegin(t, l, "a", decide.KeyCompleted)
+	ledgerBegin(t, l, "c", decide.KeyCompleted)
+	ledgerBegin(t, l, "d", decide.KeyInFlight)
+	ledgerBegin(t, l, "b", decide.KeyNone) // b was evicted; now a, the least recently used, goes
+	ledgerBegin(t, l, "c", decide.KeyCompleted)
+	ledgerBegin(t, l, "a", decide.KeyNone) // evicts c, the last completed key
 	assert.Equal(t, 3, l.Len())
 	_, err := l.Begin(ctx, "e", ledgerFP(1)) // b, d and a are in flight
 	assert.ErrorIs(t, err, ErrLedgerFull)
@@ -35,10 +36,10 @@ func TestMemoryLedgerDropsExpiredBeforeEvicting(t *testing.T) {
 	ledgerComplete(t, l, "old")
 	clock.advance(testLedgerTTL / 2)
 	ledgerComplete(t, l, "young")
-	ledgerBegin(t, l, "old", KeyCompleted) // old is the most recently used...
-	clock.advance(testLedgerTTL / 2)       // ...but now expired
-	ledgerBegin(t, l, "new", KeyNone)
-	ledgerBegin(t, l, "young", KeyCompleted)
+	ledgerBegin(t, l, "old", decide.KeyCompleted) // old is the most recently used...
+	clock.advance(testLedgerTTL / 2)              // ...but now expired
+	ledgerBegin(t, l, "new", decide.KeyNone)
+	ledgerBegin(t, l, "young", decide.KeyCompleted)
 	assert.Equal(t, 2, l.Len())
 }
 
@@ -57,19 +58,19 @@ func TestMemoryLedgerBound(t *testing.T) {
 func TestMemoryLedgerNeverEvictsInFlight(t *testing.T) {
 	l, clock := newTestLedger(t, 2)
 	ctx := context.Background()
-	a := ledgerBegin(t, l, "a", KeyNone)
+	a := ledgerBegin(t, l, "a", decide.KeyNone)
 	ledgerComplete(t, l, "b")
-	ledgerBegin(t, l, "c", KeyNone) // evicts b, the only completed key
+	ledgerBegin(t, l, "c", decide.KeyNone) // evicts b, the only completed key
 	_, err := l.Begin(ctx, "d", ledgerFP(1))
 	require.ErrorIs(t, err, ErrLedgerFull)
 	assert.Equal(t, 2, l.Len())
-	ledgerBegin(t, l, "a", KeyInFlight)
+	ledgerBegin(t, l, "a", decide.KeyInFlight)
 	require.NoError(t, l.Release(ctx, "a", a.Token))
-	ledgerBegin(t, l, "d", KeyNone) // room again
+	ledgerBegin(t, l, "d", decide.KeyNone) // room again
 	_, err = l.Begin(ctx, "e", ledgerFP(1))
 	require.ErrorIs(t, err, ErrLedgerFull)
 	clock.advance(testLedgerInFlightTTL) // the owners of c and d lose their claims
-	ledgerBegin(t, l, "e", KeyNone)
+	ledgerBegin(t, l, "e", decide.KeyNone)
 	assert.Equal(t, 1, l.Len())
 }
 
@@ -80,10 +81,10 @@ func TestMemoryLedgerSweepSeesSoonerExpiry(t *testing.T) {
 	ledgerComplete(t, l, "a")
 	clock.advance(testLedgerInFlightTTL)
 	require.Equal(t, 1, l.Len()) // a sweep: a, expiring in 9m, is the soonest
-	ledgerBegin(t, l, "b", KeyNone)
+	ledgerBegin(t, l, "b", decide.KeyNone)
 	clock.advance(testLedgerInFlightTTL)
-	ledgerBegin(t, l, "c", KeyNone)
-	ledgerBegin(t, l, "a", KeyCompleted)
+	ledgerBegin(t, l, "c", decide.KeyNone)
+	ledgerBegin(t, l, "a", decide.KeyCompleted)
 }
 
 // After a sweep the ledger must still know the soonest expiry of the keys
@@ -98,11 +99,11 @@ func TestMemoryLedgerSweepKeepsSoonestExpiry(t *testing.T) {
 		clock.advance(time.Second)
 		ledgerComplete(t, l, "y"+strconv.Itoa(i)) // expire after 10m30s
 	}
-	ledgerBegin(t, l, "x", KeyCompleted) // x is the most recently used; y0 the least
+	ledgerBegin(t, l, "x", decide.KeyCompleted) // x is the most recently used; y0 the least
 	clock.advance(testLedgerTTL - 30*time.Second - time.Duration(maxEntries-2)*time.Second)
-	ledgerBegin(t, l, "n1", KeyNone) // at 10m: drops w
+	ledgerBegin(t, l, "n1", decide.KeyNone) // at 10m: drops w
 	clock.advance(30 * time.Second)
-	ledgerBegin(t, l, "n2", KeyNone) // at 10m30s: must drop x, not evict y0
-	ledgerBegin(t, l, "y0", KeyCompleted)
+	ledgerBegin(t, l, "n2", decide.KeyNone) // at 10m30s: must drop x, not evict y0
+	ledgerBegin(t, l, "y0", decide.KeyCompleted)
 	assert.Equal(t, maxEntries, l.Len())
 }

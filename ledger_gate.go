@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // This file is the key ledger's gate in the transport: the claim taken
@@ -18,27 +20,27 @@ import (
 // the decision core and, for a completed key, its stored result. Without a
 // ledger, a key, or a body that can be fingerprinted, the state is none.
 // A ledger that cannot answer is not taken to mean the key is free.
-func (c *call) claim() (KeyState, *StoredResponse, error) {
+func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	l := c.t.Ledger
 	// A generated key is new by construction: no earlier call can hold it,
 	// so it would fill the ledger without ever catching a duplicate.
 	if l == nil || c.passThrough || !c.key.present || c.key.generated || !c.facts.ReplayableBody {
-		return KeyNone, nil, nil
+		return decide.KeyNone, nil, nil
 	}
 	fp, err := FingerprintRequest(c.req, c.p.maxFP)
 	if err != nil {
-		return KeyNone, nil, err
+		return decide.KeyNone, nil, err
 	}
 	c.ledgerKey = c.scopeName() + " " + c.key.value
 	cl, err := l.Begin(c.req.Context(), c.ledgerKey, fp)
 	if err != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
-		return KeyNone, nil, fmt.Errorf("%w: %w", ErrLedgerUnavailable, err)
+		return decide.KeyNone, nil, fmt.Errorf("%w: %w", ErrLedgerUnavailable, err)
 	}
 	switch cl.State {
-	case KeyNone:
+	case decide.KeyNone:
 		c.ledgerToken = cl.Token
-	case KeyInFlight:
+	case decide.KeyInFlight:
 		c.earlierUncertain = cl.Uncertain
 	}
 	return cl.State, cl.Stored, nil

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // Defaults of MemoryLedgerConfig.
@@ -159,21 +161,21 @@ func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (Led
 	if e != nil {
 		if e.fp != fp {
 			l.mu.Unlock()
-			return LedgerClaim{State: KeyConflict}, nil
+			return LedgerClaim{State: decide.KeyConflict}, nil
 		}
 		switch e.state {
 		case entryInFlight:
 			l.mu.Unlock()
-			return LedgerClaim{State: KeyInFlight}, nil
+			return LedgerClaim{State: decide.KeyInFlight}, nil
 		case entryUncertain:
 			l.moveToFront(e)
 			l.mu.Unlock()
-			return LedgerClaim{State: KeyInFlight, Uncertain: true}, nil
+			return LedgerClaim{State: decide.KeyInFlight, Uncertain: true}, nil
 		default:
 			l.moveToFront(e)
 			stored := e.stored
 			l.mu.Unlock()
-			return LedgerClaim{State: KeyCompleted, Stored: stored.clone()}, nil
+			return LedgerClaim{State: decide.KeyCompleted, Stored: stored.clone()}, nil
 		}
 	}
 	if len(l.m) >= l.cfg.maxEntries() && !l.makeRoom(now) {
@@ -186,7 +188,7 @@ func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (Led
 	l.setExpiry(e, now.Add(l.cfg.inFlightTTL()))
 	l.m[key] = e
 	l.mu.Unlock()
-	return LedgerClaim{State: KeyNone, Token: token}, nil
+	return LedgerClaim{State: decide.KeyNone, Token: token}, nil
 }
 
 // Complete implements Ledger. A res whose body is longer than MaxStoredBody

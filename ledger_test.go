@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -77,7 +78,7 @@ type ledgerStep struct {
 	res     *StoredResponse // opComplete
 	advance time.Duration   // opAdvance
 	// Expectations.
-	state     KeyState
+	state     decide.KeyState
 	uncertain bool
 	stored    string // "-" for Stored nil, else the stored body
 	err       error
@@ -86,10 +87,10 @@ type ledgerStep struct {
 func TestMemoryLedgerSteps(t *testing.T) {
 	res := &StoredResponse{StatusCode: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("created")}
 	big := &StoredResponse{StatusCode: 200, Body: []byte("longer than eight bytes")}
-	begin := func(fp byte, state KeyState, stored string) ledgerStep {
+	begin := func(fp byte, state decide.KeyState, stored string) ledgerStep {
 		return ledgerStep{op: opBegin, fp: fp, state: state, stored: stored}
 	}
-	beginUncertain := ledgerStep{op: opBegin, fp: 1, state: KeyInFlight, uncertain: true, stored: "-"}
+	beginUncertain := ledgerStep{op: opBegin, fp: 1, state: decide.KeyInFlight, uncertain: true, stored: "-"}
 	end := func(op ledgerOp, tok int, err error) ledgerStep {
 		return ledgerStep{op: op, tok: tok, res: res, err: err}
 	}
@@ -100,61 +101,61 @@ func TestMemoryLedgerSteps(t *testing.T) {
 		steps []ledgerStep
 	}{
 		{"owned, completed with a stored body, then replayed", []ledgerStep{
-			begin(1, KeyNone, "-"), begin(1, KeyInFlight, "-"), end(opComplete, tokOwner, nil),
-			begin(1, KeyCompleted, "created"), begin(1, KeyCompleted, "created"),
+			begin(1, decide.KeyNone, "-"), begin(1, decide.KeyInFlight, "-"), end(opComplete, tokOwner, nil),
+			begin(1, decide.KeyCompleted, "created"), begin(1, decide.KeyCompleted, "created"),
 		}},
 		{"released key is free again", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opRelease, tokOwner, nil), begin(1, KeyNone, "-"), begin(1, KeyInFlight, "-"),
+			begin(1, decide.KeyNone, "-"), end(opRelease, tokOwner, nil), begin(1, decide.KeyNone, "-"), begin(1, decide.KeyInFlight, "-"),
 		}},
 		{"released key takes another body", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opRelease, tokOwner, nil), begin(2, KeyNone, "-"), begin(1, KeyConflict, "-"),
+			begin(1, decide.KeyNone, "-"), end(opRelease, tokOwner, nil), begin(2, decide.KeyNone, "-"), begin(1, decide.KeyConflict, "-"),
 		}},
 		{"uncertain key is held until its TTL, then free", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opUncertain, tokOwner, nil), beginUncertain,
+			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), beginUncertain,
 			advance(testLedgerTTL - time.Nanosecond), beginUncertain,
-			advance(time.Nanosecond), begin(1, KeyNone, "-"),
+			advance(time.Nanosecond), begin(1, decide.KeyNone, "-"),
 		}},
 		{"completed key expires after its TTL", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opComplete, tokOwner, nil),
-			advance(testLedgerTTL - time.Nanosecond), begin(1, KeyCompleted, "created"),
-			advance(time.Nanosecond), begin(1, KeyNone, "-"),
+			begin(1, decide.KeyNone, "-"), end(opComplete, tokOwner, nil),
+			advance(testLedgerTTL - time.Nanosecond), begin(1, decide.KeyCompleted, "created"),
+			advance(time.Nanosecond), begin(1, decide.KeyNone, "-"),
 		}},
 		{"conflict beats in flight", []ledgerStep{
-			begin(1, KeyNone, "-"), begin(2, KeyConflict, "-"), begin(1, KeyInFlight, "-"),
+			begin(1, decide.KeyNone, "-"), begin(2, decide.KeyConflict, "-"), begin(1, decide.KeyInFlight, "-"),
 		}},
 		{"conflict beats completed", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opComplete, tokOwner, nil), begin(2, KeyConflict, "-"), begin(1, KeyCompleted, "created"),
+			begin(1, decide.KeyNone, "-"), end(opComplete, tokOwner, nil), begin(2, decide.KeyConflict, "-"), begin(1, decide.KeyCompleted, "created"),
 		}},
 		{"conflict beats uncertain", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opUncertain, tokOwner, nil), begin(2, KeyConflict, "-"), beginUncertain,
+			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), begin(2, decide.KeyConflict, "-"), beginUncertain,
 		}},
 		{"complete without a result stores none", []ledgerStep{
-			begin(1, KeyNone, "-"), {op: opComplete, tok: tokOwner}, begin(1, KeyCompleted, "-"),
+			begin(1, decide.KeyNone, "-"), {op: opComplete, tok: tokOwner}, begin(1, decide.KeyCompleted, "-"),
 		}},
 		{"a body over MaxStoredBody is not stored", []ledgerStep{
-			begin(1, KeyNone, "-"), {op: opComplete, tok: tokOwner, res: big}, begin(1, KeyCompleted, "-"),
+			begin(1, decide.KeyNone, "-"), {op: opComplete, tok: tokOwner, res: big}, begin(1, decide.KeyCompleted, "-"),
 		}},
 		{"an owner loses its key after InFlightTTL", []ledgerStep{
-			begin(1, KeyNone, "-"), advance(testLedgerInFlightTTL - time.Nanosecond), begin(1, KeyInFlight, "-"),
-			advance(time.Nanosecond), end(opComplete, tokOwner, ErrLedgerToken), begin(1, KeyNone, "-"),
+			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL - time.Nanosecond), begin(1, decide.KeyInFlight, "-"),
+			advance(time.Nanosecond), end(opComplete, tokOwner, ErrLedgerToken), begin(1, decide.KeyNone, "-"),
 		}},
 		{"a stale owner cannot end the new owner's claim", []ledgerStep{
-			begin(1, KeyNone, "-"), advance(testLedgerInFlightTTL), begin(1, KeyNone, "-"),
+			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), begin(1, decide.KeyNone, "-"),
 			end(opComplete, tokPrevious, ErrLedgerToken), end(opRelease, tokPrevious, ErrLedgerToken),
-			end(opUncertain, tokPrevious, ErrLedgerToken), begin(1, KeyInFlight, "-"),
-			end(opComplete, tokOwner, nil), begin(1, KeyCompleted, "created"),
+			end(opUncertain, tokPrevious, ErrLedgerToken), begin(1, decide.KeyInFlight, "-"),
+			end(opComplete, tokOwner, nil), begin(1, decide.KeyCompleted, "created"),
 		}},
 		{"a wrong token changes nothing", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opComplete, tokBogus, ErrLedgerToken), end(opRelease, tokBogus, ErrLedgerToken),
-			end(opUncertain, tokBogus, ErrLedgerToken), begin(1, KeyInFlight, "-"), end(opRelease, tokOwner, nil),
+			begin(1, decide.KeyNone, "-"), end(opComplete, tokBogus, ErrLedgerToken), end(opRelease, tokBogus, ErrLedgerToken),
+			end(opUncertain, tokBogus, ErrLedgerToken), begin(1, decide.KeyInFlight, "-"), end(opRelease, tokOwner, nil),
 		}},
 		{"a claim ends once", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opComplete, tokOwner, ErrLedgerToken),
+			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opComplete, tokOwner, ErrLedgerToken),
 			end(opRelease, tokOwner, ErrLedgerToken), beginUncertain,
 		}},
 		{"a released token is stale", []ledgerStep{
-			begin(1, KeyNone, "-"), end(opRelease, tokOwner, nil), end(opRelease, tokOwner, ErrLedgerToken),
-			end(opComplete, tokOwner, ErrLedgerToken), begin(1, KeyNone, "-"),
+			begin(1, decide.KeyNone, "-"), end(opRelease, tokOwner, nil), end(opRelease, tokOwner, ErrLedgerToken),
+			end(opComplete, tokOwner, ErrLedgerToken), begin(1, decide.KeyNone, "-"),
 		}},
 	}
 	for _, tt := range tests {
@@ -193,7 +194,7 @@ func TestMemoryLedgerSteps(t *testing.T) {
 						assert.Equal(t, res.Header, c.Stored.Header, "step %d: stored header", i)
 					}
 					assert.Equal(t, s.stored, got, "step %d: stored body", i)
-					if c.State == KeyNone {
+					if c.State == decide.KeyNone {
 						require.NotEmpty(t, c.Token, "step %d: owner without a token", i)
 						tokens = append(tokens, c.Token)
 					} else {
@@ -235,9 +236,9 @@ func TestMemoryLedgerConcurrentBeginOneOwner(t *testing.T) {
 					return
 				}
 				switch c.State {
-				case KeyNone:
+				case decide.KeyNone:
 					owners.Add(1)
-				case KeyInFlight:
+				case decide.KeyInFlight:
 					inFlight.Add(1)
 				}
 			})
@@ -263,7 +264,7 @@ func TestMemoryLedgerConcurrentOwnershipExclusive(t *testing.T) {
 		wg.Go(func() {
 			for range 200 {
 				c, err := l.Begin(ctx, "k", ledgerFP(1))
-				if err != nil || c.State != KeyNone {
+				if err != nil || c.State != decide.KeyNone {
 					continue
 				}
 				claims.Add(1)
@@ -285,19 +286,19 @@ func TestMemoryLedgerDeepCopies(t *testing.T) {
 	l, _ := newTestLedger(t, 0)
 	ctx := context.Background()
 	res := &StoredResponse{StatusCode: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}
-	c := ledgerBegin(t, l, "k", KeyNone)
+	c := ledgerBegin(t, l, "k", decide.KeyNone)
 	require.NoError(t, l.Complete(ctx, "k", c.Token, res))
 	res.Header.Set("A", "changed")
 	res.Header.Set("B", "added")
 	res.Body[0] = 'X'
 
 	want := &StoredResponse{StatusCode: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}
-	got := ledgerBegin(t, l, "k", KeyCompleted)
+	got := ledgerBegin(t, l, "k", decide.KeyCompleted)
 	require.Equal(t, want, got.Stored, "the caller's changes after Complete reached the ledger")
 	got.Stored.Header["A"][0] = "changed"
 	got.Stored.Body[0] = 'X'
 	got.Stored.StatusCode = 500
-	again := ledgerBegin(t, l, "k", KeyCompleted)
+	again := ledgerBegin(t, l, "k", decide.KeyCompleted)
 	assert.Equal(t, want, again.Stored, "changes to a handed-out copy reached the ledger")
 }
 
@@ -313,7 +314,7 @@ func TestMemoryLedgerZeroValue(t *testing.T) {
 	ctx := context.Background()
 	c, err := l.Begin(ctx, "k", ledgerFP(1))
 	require.NoError(t, err)
-	require.Equal(t, KeyNone, c.State)
+	require.Equal(t, decide.KeyNone, c.State)
 	body := make([]byte, defaultLedgerMaxStoredBody)
 	require.NoError(t, l.Complete(ctx, "k", c.Token, &StoredResponse{StatusCode: 200, Body: body}))
 	c, err = l.Begin(ctx, "k", ledgerFP(1))
@@ -343,7 +344,7 @@ func TestNewMemoryLedgerInvalid(t *testing.T) {
 	}
 }
 
-func ledgerBegin(t *testing.T, l *MemoryLedger, key string, want KeyState) LedgerClaim {
+func ledgerBegin(t *testing.T, l *MemoryLedger, key string, want decide.KeyState) LedgerClaim {
 	t.Helper()
 	c, err := l.Begin(context.Background(), key, ledgerFP(1))
 	require.NoError(t, err)
@@ -353,6 +354,6 @@ func ledgerBegin(t *testing.T, l *MemoryLedger, key string, want KeyState) Ledge
 
 func ledgerComplete(t *testing.T, l *MemoryLedger, key string) {
 	t.Helper()
-	c := ledgerBegin(t, l, key, KeyNone)
+	c := ledgerBegin(t, l, key, decide.KeyNone)
 	require.NoError(t, l.Complete(context.Background(), key, c.Token, &StoredResponse{StatusCode: 200}))
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -203,7 +204,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 	require.Nil(t, resp)
 	rec := lgReconcileErr(t, err, key)
 	assert.Truef(t, errors.Is(rec.Cause, ErrAttemptTimeout), "got Cause %v, want ErrAttemptTimeout", rec.Cause)
-	assert.Equalf(t, PhasePostWrite, rec.Phase, "got Phase %v, want post_write", rec.Phase)
+	assert.Equalf(t, decide.PhasePostWrite, rec.Phase, "got Phase %v, want post_write", rec.Phase)
 	assert.Equalf(t, 1, rec.Attempts, "got Attempts %d, want 1: an uncertain write is never replayed", rec.Attempts)
 	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
 
@@ -318,10 +319,10 @@ func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 	client, _ := lgClient(t, ledger, func(tr *Transport) { tr.Hooks.Decision = d.hook })
 
 	type want struct {
-		ks       KeyState
-		decision Decision
-		evidence Evidence
-		rule     int
+		ks       decide.KeyState
+		decision decide.Decision
+		evidence decide.Evidence
+		rule     decide.Rule
 	}
 	check := func(step string, got []DecisionInfo, w want) {
 		t.Helper()
@@ -334,24 +335,24 @@ func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 
 	held := lgGo(client, lgRequest(t, lgCtx(t), srv.url(), key, `{"item":"book"}`))
 	srv.waitArrived(t, 1)
-	check("first call", d.take(), want{KeyNone, ReplaySafe, EvidencePass, 8})
+	check("first call", d.take(), want{decide.KeyNone, decide.ReplaySafe, decide.EvidencePass, 8})
 
 	_, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
 	require.Truef(t, errors.Is(err, ErrDuplicateInFlight), "got %v, want ErrDuplicateInFlight", err)
-	check("duplicate", d.take(), want{KeyInFlight, Brake, EvidencePass, 4})
+	check("duplicate", d.take(), want{decide.KeyInFlight, decide.Brake, decide.EvidencePass, 4})
 
 	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"other"}`)
 	require.Truef(t, errors.Is(err, ErrIdempotencyConflict), "got %v, want ErrIdempotencyConflict", err)
-	check("other body", d.take(), want{KeyConflict, RejectConflict, EvidenceFail, 1})
+	check("other body", d.take(), want{decide.KeyConflict, decide.RejectConflict, decide.EvidenceFail, 1})
 
 	close(srv.release)
 	r := lgReceive(t, held)
 	require.NoError(t, r.err)
 	lgReadAll(t, r.resp)
-	check("first call's response", d.take(), want{KeyNone, ReplayStored, EvidencePass, 2})
+	check("first call's response", d.take(), want{decide.KeyNone, decide.ReplayStored, decide.EvidencePass, 2})
 
 	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoError(t, err)
-	check("replay", d.take(), want{KeyCompleted, ReplayStored, EvidencePass, 2})
+	check("replay", d.take(), want{decide.KeyCompleted, decide.ReplayStored, decide.EvidencePass, 2})
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 }

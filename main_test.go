@@ -14,7 +14,6 @@ import (
 // connections.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	removeContractBinary()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak: goroutines left behind:", err)

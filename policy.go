@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // This file resolves and validates a Transport's settings, once, at its
@@ -20,7 +21,7 @@ type policy struct {
 	maxBackoff     time.Duration
 	attemptTimeout time.Duration
 	maxRetryAfter  time.Duration
-	decision       DecisionPolicy
+	decision       decide.Policy
 	timeoutCost    float64
 	redact         []string
 	maxDrain       int64
@@ -47,7 +48,7 @@ func (t *Transport) resolve() (policy, error) {
 		maxBackoff:     orDefault(t.MaxBackoff, max(DefaultMaxBackoff, t.InitialBackoff)),
 		attemptTimeout: t.AttemptTimeout,
 		maxRetryAfter:  orDefault(t.MaxRetryAfter, DefaultMaxRetryAfter),
-		decision: DecisionPolicy{
+		decision: decide.Policy{
 			FailureThreshold: orDefault(t.FailureThreshold, 5),
 			BudgetUnits:      orDefault(t.BudgetUnits, 100),
 		},

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // hzSecretURL puts credentials where callers put them: user information
@@ -173,7 +175,7 @@ func TestHeaderInjectionRefusedBeforeSending(t *testing.T) {
 		t.Errorf("attempts: got %d, want 2 (one per call, none repeated)", got)
 	}
 	for _, d := range log.dones {
-		if d.Phase != PhasePreWrite || d.Retryable {
+		if d.Phase != decide.PhasePreWrite || d.Retryable {
 			t.Errorf("call %d: got phase %v, retryable %v; want pre_write, not retryable", d.CallID, d.Phase, d.Retryable)
 		}
 	}

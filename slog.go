@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // SlogHooks returns Hooks that log every event to logger (slog.Default()
@@ -177,7 +179,7 @@ func (h slogHooks) attemptDone(i AttemptDoneInfo) {
 func (h slogHooks) decision(i DecisionInfo) {
 	level := slog.LevelDebug
 	v := i.Verdict
-	if (v.Decision == Brake || v.Decision == RejectConflict) && v.Evidence == EvidenceFail {
+	if (v.Decision == decide.Brake || v.Decision == decide.RejectConflict) && v.Evidence == decide.EvidenceFail {
 		level = slog.LevelWarn
 	}
 	if !h.enabled(i.Context, level) {
@@ -187,9 +189,9 @@ func (h slogHooks) decision(i DecisionInfo) {
 	a.call(i.CallInfo, i.Attempt > 0)
 	a.add(slog.String("decision", v.Decision.String()))
 	a.add(slog.String("evidence", v.Evidence.String()))
-	a.add(slog.Int("rule", v.Rule))
+	a.add(slog.Int("rule", int(v.Rule)))
 	a.add(slog.String("reason", v.Reason))
-	if i.KeyState != KeyNone {
+	if i.KeyState != decide.KeyNone {
 		a.add(slog.String("key_state", i.KeyState.String()))
 	}
 	h.log(i.Context, level, "retryfuse: decision", &a)
@@ -236,7 +238,7 @@ func (h slogHooks) giveUp(i GiveUpInfo) {
 	if i.Verdict.Decision != 0 {
 		a.add(slog.String("decision", i.Verdict.Decision.String()))
 		a.add(slog.String("evidence", i.Verdict.Evidence.String()))
-		a.add(slog.Int("rule", i.Verdict.Rule))
+		a.add(slog.Int("rule", int(i.Verdict.Rule)))
 	}
 	if i.StatusCode != 0 {
 		a.add(slog.Int("status", i.StatusCode))

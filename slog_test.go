@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // slogRecords decodes the JSON lines of buf, dropping the time.
@@ -221,12 +223,12 @@ func TestSlogHooksReconcile(t *testing.T) {
 func TestSlogHooksDirectEvents(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
-	ci := CallInfo{CallID: 7, Attempt: 2, Method: "PUT", URL: "http://x/y", IdempotencyKey: "k1", KeyGenerated: true, Phase: PhasePostWrite, Elapsed: time.Second}
+	ci := CallInfo{CallID: 7, Attempt: 2, Method: "PUT", URL: "http://x/y", IdempotencyKey: "k1", KeyGenerated: true, Phase: decide.PhasePostWrite, Elapsed: time.Second}
 	h.HiddenResend(HiddenResendInfo{CallInfo: ci, Connections: 2})
 	h.EvidenceUnavailable(EvidenceUnavailableInfo{CallInfo: ci, Source: "budget", Err: errors.New("store down")})
 	h.GiveUp(GiveUpInfo{CallInfo: ci, Reason: ErrBudgetExhausted, Err: errors.New("boom")})
-	h.Decision(DecisionInfo{CallInfo: ci, Verdict: Verdict{Brake, EvidenceFail, 6, "streak"}})
-	h.Decision(DecisionInfo{CallInfo: ci, Verdict: Verdict{Brake, EvidencePass, 4, "in flight"}, KeyState: KeyInFlight}) // debug: dropped
+	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: decide.RuleFailureThreshold, Reason: "streak"}})
+	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: decide.RuleInFlight, Reason: "in flight"}, KeyState: decide.KeyInFlight}) // debug: dropped
 
 	call := []any{"call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y", "phase", "post_write",
 		"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}
@@ -331,7 +333,7 @@ func TestSlogHooksNilLogger(t *testing.T) {
 
 func BenchmarkSlogHooksDisabled(b *testing.B) {
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelError})))
-	info := AttemptDoneInfo{CallInfo: CallInfo{CallID: 1, Attempt: 1, Method: "GET", URL: "http://x/"}, StatusCode: 200, Outcome: OutcomeSuccess}
+	info := AttemptDoneInfo{CallInfo: CallInfo{CallID: 1, Attempt: 1, Method: "GET", URL: "http://x/"}, StatusCode: 200, Outcome: decide.OutcomeSuccess}
 	b.ReportAllocs()
 	for b.Loop() {
 		h.AttemptDone(info)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"syscall"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // A Transport over a Transport does not multiply the load: the inner one
@@ -61,7 +63,7 @@ func TestStackedTransportsOnErrors(t *testing.T) {
 		t.Errorf("inner attempts: got %d, want 2 (the outer's MaxAttempts)", len(innerLog.dones))
 	}
 	for i, d := range innerLog.dones {
-		if d.Phase != PhasePreWrite {
+		if d.Phase != decide.PhasePreWrite {
 			t.Errorf("inner attempt %d: phase %v, want pre_write", i+1, d.Phase)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // attemptTrace follows one attempt through net/http/httptrace, composed
@@ -59,16 +61,16 @@ func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Conte
 // on — a wrapper around net/http's Transport, say — and wrote nothing. For
 // any other base, an attempt that obtained no connection may still have
 // written, so its phase is unknown.
-func (at *attemptTrace) phase(resp *http.Response, tracing bool) Phase {
+func (at *attemptTrace) phase(resp *http.Response, tracing bool) decide.Phase {
 	switch {
 	case resp != nil:
-		return PhaseResponse
+		return decide.PhaseResponse
 	case at.conns.Load() > 0:
-		return PhasePostWrite
+		return decide.PhasePostWrite
 	case tracing || at.asked.Load() > 0:
-		return PhasePreWrite
+		return decide.PhasePreWrite
 	}
-	return PhaseUnknown
+	return decide.PhaseUnknown
 }
 
 // baseTraces reports whether rt, the base of t, fires httptrace's GotConn

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // wrapperBase is a RoundTripper around net/http's Transport, as a logging
@@ -28,7 +29,7 @@ func (o opaqueBase) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestPhaseThroughWrapperBaseIsPreWrite(t *testing.T) {
 	inner := cleanhttp.DefaultPooledTransport()
 	t.Cleanup(inner.CloseIdleConnections)
-	var phases []Phase
+	var phases []decide.Phase
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Base:   wrapperBase{rt: inner},
 		Budget: UnlimitedBudget{},
@@ -44,7 +45,7 @@ func TestPhaseThroughWrapperBaseIsPreWrite(t *testing.T) {
 		t.Fatalf("got %d attempts, want 3", len(phases))
 	}
 	for i, p := range phases {
-		if p != PhasePreWrite {
+		if p != decide.PhasePreWrite {
 			t.Errorf("attempt %d: got phase %v, want pre_write", i+1, p)
 		}
 	}
@@ -62,7 +63,7 @@ func TestPhaseWithoutTraceIsUnknownAndTreatedAsWritten(t *testing.T) {
 	if !errors.As(err, &rec) {
 		t.Fatalf("got %v, want *ReconcileRequiredError: without a trace the write may have happened", err)
 	}
-	if rec.Phase != PhaseUnknown || rec.Attempts != 1 {
+	if rec.Phase != decide.PhaseUnknown || rec.Attempts != 1 {
 		t.Errorf("got phase %v after %d attempts, want unknown after 1", rec.Phase, rec.Attempts)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // The decision core's brake, through the transport: a retryable response
@@ -18,10 +20,10 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 		tr       *Transport
 		wantSent int
 		reason   error
-		rule     int
+		rule     decide.Rule
 	}{
-		{"FailureThreshold 2", &Transport{FailureThreshold: 2}, 2, ErrFailureThreshold, 6},
-		{"BudgetUnits 3", &Transport{BudgetUnits: 3}, 3, ErrCostBudget, 7},
+		{"FailureThreshold 2", &Transport{FailureThreshold: 2}, 2, ErrFailureThreshold, decide.RuleFailureThreshold},
+		{"BudgetUnits 3", &Transport{BudgetUnits: 3}, 3, ErrCostBudget, decide.RuleCostBudget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,7 +42,7 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 				t.Errorf("GiveUp reasons: got %v, want [%v]", got, tt.reason)
 			}
 			last := log.decisions[len(log.decisions)-1].Verdict
-			if last.Decision != Brake || last.Evidence != EvidenceFail || last.Rule != tt.rule {
+			if last.Decision != decide.Brake || last.Evidence != decide.EvidenceFail || last.Rule != tt.rule {
 				t.Errorf("last verdict: got %+v, want brake/fail by rule %d", last, tt.rule)
 			}
 		})

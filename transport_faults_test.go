@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // shortTimeout is the attempt timeout of tests where a server stalls: long
@@ -31,7 +32,7 @@ func wantReconcile(t *testing.T, err error, method, url, key string) *ReconcileR
 	if !errors.Is(err, ErrReconcileRequired) {
 		t.Errorf("errors.Is(err, ErrReconcileRequired): got false, want true")
 	}
-	if rec.Method != method || rec.URL != url || rec.IdempotencyKey != key || rec.Attempts != 1 || rec.Phase != PhasePostWrite {
+	if rec.Method != method || rec.URL != url || rec.IdempotencyKey != key || rec.Attempts != 1 || rec.Phase != decide.PhasePostWrite {
 		t.Errorf("reconcile error: got Method %q URL %q Key %q Attempts %d Phase %v; want %q %q %q 1 post_write",
 			rec.Method, rec.URL, rec.IdempotencyKey, rec.Attempts, rec.Phase, method, url, key)
 	}
@@ -239,7 +240,7 @@ func TestPUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
 	}
 	log.mu.Lock()
 	defer log.mu.Unlock()
-	if len(log.dones) != 2 || log.dones[0].Outcome != OutcomeTimeout || log.dones[0].Phase != PhasePostWrite {
+	if len(log.dones) != 2 || log.dones[0].Outcome != decide.OutcomeTimeout || log.dones[0].Phase != decide.PhasePostWrite {
 		t.Errorf("AttemptDone events: got %+v, want the first a timeout in post_write", log.dones)
 	}
 }
@@ -297,7 +298,7 @@ func TestRefusedConnection(t *testing.T) {
 			t.Fatalf("AttemptDone events: got %d, want 3", len(log.dones))
 		}
 		for i, d := range log.dones {
-			if d.Phase != PhasePreWrite || d.Outcome != OutcomeFailure || !d.Retryable || d.Attempt != i+1 {
+			if d.Phase != decide.PhasePreWrite || d.Outcome != decide.OutcomeFailure || !d.Retryable || d.Attempt != i+1 {
 				t.Errorf("AttemptDone %d: got attempt %d phase %v outcome %v retryable %v; want attempt %d pre_write failure true",
 					i, d.Attempt, d.Phase, d.Outcome, d.Retryable, i+1)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jarcoal/httpmock"
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 const mockURL = "http://api.example.test/items"
@@ -71,7 +72,7 @@ func TestTerminalStatusNotRetried(t *testing.T) {
 			}
 			log.mu.Lock()
 			defer log.mu.Unlock()
-			if len(log.dones) != 1 || log.dones[0].Retryable || log.dones[0].Outcome != OutcomeSuccess || log.dones[0].StatusCode != status {
+			if len(log.dones) != 1 || log.dones[0].Retryable || log.dones[0].Outcome != decide.OutcomeSuccess || log.dones[0].StatusCode != status {
 				t.Errorf("AttemptDone events: got %+v, want one, status %d, not retryable, outcome success", log.dones, status)
 			}
 		})

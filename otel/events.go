@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/decide"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -111,7 +112,7 @@ func decisionEvent(i retryfuse.DecisionInfo) {
 	a.add(keyDecision.String(i.Verdict.Decision.String()))
 	a.add(keyEvidence.String(i.Verdict.Evidence.String()))
 	a.add(keyRule.Int(i.Verdict.Rule))
-	if i.KeyState != retryfuse.KeyNone {
+	if i.KeyState != decide.KeyNone {
 		a.add(keyKeyState.String(i.KeyState.String()))
 	}
 	addEvent(s, EventDecision, &a)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/decide"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -189,7 +190,7 @@ func (ins *instruments) attemptDone(i retryfuse.AttemptDoneInfo) {
 func (ins *instruments) decision(i retryfuse.DecisionInfo) {
 	decisionEvent(i)
 	v := i.Verdict
-	if v.Decision != retryfuse.Brake && v.Decision != retryfuse.RejectConflict {
+	if v.Decision != decide.Brake && v.Decision != decide.RejectConflict {
 		return
 	}
 	ins.brakes.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method),

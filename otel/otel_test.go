@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/decide"
 	retryfuseotel "github.com/retryfuse/retryfuse/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -302,14 +303,14 @@ func TestGETAttemptsExhausted(t *testing.T) {
 func TestHooksDirectEvents(t *testing.T) {
 	h := newHarness(t)
 	ctx, span := h.tp.Tracer("test").Start(context.Background(), "call")
-	ci := retryfuse.CallInfo{Context: ctx, CallID: 1, Attempt: 1, Method: "PURGE", URL: "http://x/", IdempotencyKey: "k-1", KeyGenerated: true, Phase: retryfuse.PhasePostWrite}
+	ci := retryfuse.CallInfo{Context: ctx, CallID: 1, Attempt: 1, Method: "PURGE", URL: "http://x/", IdempotencyKey: "k-1", KeyGenerated: true, Phase: decide.PhasePostWrite}
 	h.hooks.HiddenResend(retryfuse.HiddenResendInfo{CallInfo: ci, Connections: 3})
 	h.hooks.EvidenceUnavailable(retryfuse.EvidenceUnavailableInfo{CallInfo: ci, Source: "ledger", Err: errors.New("down")})
 	h.hooks.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrBudgetExhausted})
 	h.hooks.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: errors.New("something new")})
-	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: retryfuse.Verdict{Decision: retryfuse.ReplaySafe, Evidence: retryfuse.EvidencePass, Rule: 8}})
-	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: retryfuse.Verdict{Decision: retryfuse.Brake, Evidence: retryfuse.EvidenceFail, Rule: 6}})
-	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: retryfuse.Verdict{Decision: retryfuse.Brake, Evidence: retryfuse.EvidencePass, Rule: 4}, KeyState: retryfuse.KeyInFlight})
+	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.ReplaySafe, Evidence: decide.EvidencePass, Rule: 8}})
+	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: 6}})
+	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: 4}, KeyState: decide.KeyInFlight})
 	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 2500 * time.Millisecond, Source: retryfuse.DelayRetryAfter, RetryAfter: 2 * time.Second,
 		Err: &retryfuse.StatusError{StatusCode: 429}})
 	h.hooks.Reconcile(retryfuse.ReconcileInfo{CallInfo: ci, Resolution: retryfuse.NotApplied})
@@ -359,7 +360,7 @@ func TestHooksBreakerChange(t *testing.T) {
 func TestInstrumentUnits(t *testing.T) {
 	h := newHarness(t)
 	ci := retryfuse.CallInfo{Method: "GET"}
-	h.hooks.AttemptDone(retryfuse.AttemptDoneInfo{CallInfo: ci, Outcome: retryfuse.OutcomeSuccess})
+	h.hooks.AttemptDone(retryfuse.AttemptDoneInfo{CallInfo: ci, Outcome: decide.OutcomeSuccess})
 	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 1500 * time.Millisecond, Source: retryfuse.DelayRetryAfter})
 	var rm metricdata.ResourceMetrics
 	if err := h.reader.Collect(context.Background(), &rm); err != nil {

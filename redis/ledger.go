@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 //go:embed lua/ledger_begin.lua
@@ -149,13 +150,13 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 	code, _ := reply[0].(int64)
 	switch code {
 	case 0:
-		return retryfuse.LedgerClaim{State: retryfuse.KeyNone, Token: token}, nil
+		return retryfuse.LedgerClaim{State: decide.KeyNone, Token: token}, nil
 	case 1:
-		return retryfuse.LedgerClaim{State: retryfuse.KeyInFlight}, nil
+		return retryfuse.LedgerClaim{State: decide.KeyInFlight}, nil
 	case 2:
-		return retryfuse.LedgerClaim{State: retryfuse.KeyInFlight, Uncertain: true}, nil
+		return retryfuse.LedgerClaim{State: decide.KeyInFlight, Uncertain: true}, nil
 	case 3:
-		cl := retryfuse.LedgerClaim{State: retryfuse.KeyCompleted}
+		cl := retryfuse.LedgerClaim{State: decide.KeyCompleted}
 		if len(reply) > 1 && reply[1] != nil {
 			enc, _ := reply[1].(string)
 			res, err := decodeResponse([]byte(enc))
@@ -166,7 +167,7 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 		}
 		return cl, nil
 	case 4:
-		return retryfuse.LedgerClaim{State: retryfuse.KeyConflict}, nil
+		return retryfuse.LedgerClaim{State: decide.KeyConflict}, nil
 	}
 	return retryfuse.LedgerClaim{}, unexpected(v)
 }

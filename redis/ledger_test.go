@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 func newTestLedger(t *testing.T, cfg LedgerConfig) *Ledger {
@@ -37,7 +38,7 @@ func begin(t *testing.T, l *Ledger, key string, fp retryfuse.Fingerprint) retryf
 	return cl
 }
 
-func wantState(t *testing.T, cl retryfuse.LedgerClaim, state retryfuse.KeyState, uncertain bool) {
+func wantState(t *testing.T, cl retryfuse.LedgerClaim, state decide.KeyState, uncertain bool) {
 	t.Helper()
 	if cl.State != state || cl.Uncertain != uncertain {
 		t.Fatalf("claim: got state %v uncertain %v, want %v uncertain %v", cl.State, cl.Uncertain, state, uncertain)
@@ -49,12 +50,12 @@ var fpA, fpB = retryfuse.Fingerprint{1}, retryfuse.Fingerprint{2}
 func TestLedgerLifecycle(t *testing.T) {
 	l := newTestLedger(t, LedgerConfig{})
 	cl := begin(t, l, "k", fpA)
-	wantState(t, cl, retryfuse.KeyNone, false)
+	wantState(t, cl, decide.KeyNone, false)
 	if len(cl.Token) < 26 {
 		t.Fatalf("token %q: want at least 128 random bits", cl.Token)
 	}
-	wantState(t, begin(t, l, "k", fpA), retryfuse.KeyInFlight, false)
-	wantState(t, begin(t, l, "k", fpB), retryfuse.KeyConflict, false)
+	wantState(t, begin(t, l, "k", fpA), decide.KeyInFlight, false)
+	wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false)
 
 	if err := l.Complete(bg(), "k", "not-the-token", nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
 		t.Fatalf("Complete with a wrong token: got %v, want ErrLedgerToken", err)
@@ -69,12 +70,12 @@ func TestLedgerLifecycle(t *testing.T) {
 	res.Body[0] = 'X' // the ledger stored a copy
 
 	got := begin(t, l, "k", fpA)
-	wantState(t, got, retryfuse.KeyCompleted, false)
+	wantState(t, got, decide.KeyCompleted, false)
 	if got.Stored == nil || got.Stored.StatusCode != 201 || string(got.Stored.Body) != `{"id":7}` ||
 		got.Stored.Header.Get("Content-Type") != "application/json" || len(got.Stored.Header["X-Two"]) != 2 {
 		t.Fatalf("stored result: got %+v, want 201 with its headers and body", got.Stored)
 	}
-	wantState(t, begin(t, l, "k", fpB), retryfuse.KeyConflict, false) // conflict beats completed
+	wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false) // conflict beats completed
 
 	if err := l.Release(bg(), "k", cl.Token); !errors.Is(err, retryfuse.ErrLedgerToken) {
 		t.Fatalf("Release after Complete: got %v, want ErrLedgerToken", err)
@@ -90,8 +91,8 @@ func TestLedgerUncertainAndRelease(t *testing.T) {
 	if err := l.Uncertain(bg(), "u", cl.Token); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, begin(t, l, "u", fpA), retryfuse.KeyInFlight, true)
-	wantState(t, begin(t, l, "u", fpB), retryfuse.KeyConflict, false) // conflict beats uncertain
+	wantState(t, begin(t, l, "u", fpA), decide.KeyInFlight, true)
+	wantState(t, begin(t, l, "u", fpB), decide.KeyConflict, false) // conflict beats uncertain
 	if err := l.Complete(bg(), "u", cl.Token, nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
 		t.Fatalf("Complete after Uncertain: got %v, want ErrLedgerToken", err)
 	}
@@ -100,7 +101,7 @@ func TestLedgerUncertainAndRelease(t *testing.T) {
 	if err := l.Release(bg(), "r", cl.Token); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, begin(t, l, "r", fpB), retryfuse.KeyNone, false) // free again, for any body
+	wantState(t, begin(t, l, "r", fpB), decide.KeyNone, false) // free again, for any body
 }
 
 func TestLedgerStoredBodyBound(t *testing.T) {
@@ -115,7 +116,7 @@ func TestLedgerStoredBodyBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := begin(t, l, tc.key, fpA)
-		wantState(t, got, retryfuse.KeyCompleted, false)
+		wantState(t, got, decide.KeyCompleted, false)
 		if (got.Stored != nil) != tc.stored {
 			t.Fatalf("%s: body of %d bytes, limit 4: stored %v, want %v", tc.key, len(tc.body), got.Stored != nil, tc.stored)
 		}
@@ -124,7 +125,7 @@ func TestLedgerStoredBodyBound(t *testing.T) {
 	if err := l.Complete(bg(), "nil", cl.Token, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := begin(t, l, "nil", fpA); got.State != retryfuse.KeyCompleted || got.Stored != nil {
+	if got := begin(t, l, "nil", fpA); got.State != decide.KeyCompleted || got.Stored != nil {
 		t.Fatalf("completed without a result: got %+v, want KeyCompleted with Stored nil", got)
 	}
 }
@@ -141,7 +142,7 @@ func TestLedgerExpiry(t *testing.T) {
 	if err := l.Complete(bg(), "flight", cl.Token, nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
 		t.Fatalf("Complete after the claim expired: got %v, want ErrLedgerToken", err)
 	}
-	wantState(t, begin(t, l, "flight", fpB), retryfuse.KeyNone, false)
+	wantState(t, begin(t, l, "flight", fpB), decide.KeyNone, false)
 
 	cl = begin(t, l, "done", fpA)
 	if err := l.Uncertain(bg(), "done", cl.Token); err != nil {
@@ -151,7 +152,7 @@ func TestLedgerExpiry(t *testing.T) {
 		t.Fatalf("uncertain PTTL: got %v, want in (100ms, TTL=150ms]", pttl)
 	}
 	waitGone(t, c, l.Key("done"))
-	wantState(t, begin(t, l, "done", fpA), retryfuse.KeyNone, false)
+	wantState(t, begin(t, l, "done", fpA), decide.KeyNone, false)
 }
 
 // TestLedgerLongTTLs pins that the longest TTLs a Duration can hold give
@@ -207,7 +208,7 @@ func TestLedgerOneOwner(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if cl.State == retryfuse.KeyNone {
+			if cl.State == decide.KeyNone {
 				mu.Lock()
 				owners++
 				mu.Unlock()

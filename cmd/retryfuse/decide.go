@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 const decideUsage = `Usage: retryfuse decide [FILE]
@@ -66,8 +66,8 @@ func runDecide(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		in = f
 	}
 
-	input, err := retryfuse.DecodeContractInput(in)
-	var invalid *retryfuse.ContractInputError
+	input, err := decide.DecodeInput(in)
+	var invalid *decide.InputError
 	switch {
 	case errors.As(err, &invalid):
 		where := ""
@@ -82,7 +82,7 @@ func runDecide(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	var out bytes.Buffer
-	if err := retryfuse.EncodeVerdict(&out, retryfuse.Decide(input)); err != nil {
+	if err := decide.EncodeVerdict(&out, decide.Decide(input)); err != nil {
 		fmt.Fprintf(stderr, "retryfuse decide: %v\n", err)
 		return 1
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fixture is the part of a contract fixture (../../testdata/contract) the
+// fixture is the part of a contract fixture (../../decide/testdata/contract) the
 // command needs; the package's own tests check the rest.
 type fixture struct {
 	name      string
@@ -22,6 +22,7 @@ type fixture struct {
 	Want      *struct {
 		Decision string `json:"decision"`
 		Evidence string `json:"evidence"`
+		Rule     int    `json:"rule"`
 	} `json:"want"`
 	WantError *struct {
 		Field string `json:"field"`
@@ -30,7 +31,7 @@ type fixture struct {
 
 func loadFixtures(t *testing.T) []fixture {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join("..", "..", "testdata", "contract", "*.json"))
+	paths, err := filepath.Glob(filepath.Join("..", "..", "decide", "testdata", "contract", "*.json"))
 	require.NoError(t, err)
 	require.NotEmpty(t, paths)
 	var out []fixture

@@ -1,4 +1,4 @@
-package retryfuse
+package decide
 
 import (
 	"encoding/json"
@@ -8,18 +8,18 @@ import (
 	"strings"
 )
 
-// This file is the JSON form of contract v1: DecodeContractInput reads one
+// This file is the JSON form of contract v1: DecodeInput reads one
 // question, EncodeVerdict writes one answer. The decision itself stays in
 // decide.go.
 
-// ErrInvalidContractInput is wrapped by every error DecodeContractInput
+// ErrInvalidInput is wrapped by every error DecodeInput
 // returns for input that breaks contract v1. The error is a
-// *ContractInputError.
-var ErrInvalidContractInput = errors.New("retryfuse: invalid contract input")
+// *InputError.
+var ErrInvalidInput = errors.New("retryfuse: invalid contract input")
 
-// ContractInputError says which field of a contract input is invalid and why.
-// errors.Is(err, ErrInvalidContractInput) holds. Its message is one line.
-type ContractInputError struct {
+// InputError says which field of a contract input is invalid and why.
+// errors.Is(err, ErrInvalidInput) holds. Its message is one line.
+type InputError struct {
 	// Field is the path of the offending field, for example
 	// "attempts[2].phase". It is empty when the problem is the document as a
 	// whole: empty input, not an object, trailing data.
@@ -28,15 +28,15 @@ type ContractInputError struct {
 	Problem string
 }
 
-func (e *ContractInputError) Error() string {
+func (e *InputError) Error() string {
 	if e.Field == "" {
-		return ErrInvalidContractInput.Error() + ": " + e.Problem
+		return ErrInvalidInput.Error() + ": " + e.Problem
 	}
-	return ErrInvalidContractInput.Error() + ": " + e.Field + ": " + e.Problem
+	return ErrInvalidInput.Error() + ": " + e.Field + ": " + e.Problem
 }
 
-// Is reports whether target is ErrInvalidContractInput.
-func (e *ContractInputError) Is(target error) bool { return target == ErrInvalidContractInput }
+// Is reports whether target is ErrInvalidInput.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
 
 func invalidf(field, format string, args ...any) error {
 	problem := strings.Map(func(r rune) rune {
@@ -45,10 +45,10 @@ func invalidf(field, format string, args ...any) error {
 		}
 		return r
 	}, fmt.Sprintf(format, args...))
-	return &ContractInputError{Field: field, Problem: problem}
+	return &InputError{Field: field, Problem: problem}
 }
 
-// DecodeContractInput reads exactly one contract v1 input, a JSON object, from
+// DecodeInput reads exactly one contract v1 input, a JSON object, from
 // r, checks it strictly and applies the contract's defaults to absent fields.
 //
 // Field names and enumeration values are case-sensitive. An unknown or
@@ -56,29 +56,29 @@ func invalidf(field, format string, args ...any) error {
 // value, a missing required field, a threshold or budget that is not
 // positive, a negative cost, a number too large for a float64, malformed JSON
 // and anything after the object but white space are rejected with a
-// *ContractInputError. Numbers follow JSON's model: an integer field accepts
+// *InputError. Numbers follow JSON's model: an integer field accepts
 // any number with no fractional part (5, 5.0, 5e0); a failureThreshold too
 // large for an int is taken as the largest int, which no streak can reach.
 //
-// An input longer than MaxContractInputBytes is invalid. An error reading r
+// An input longer than MaxInputBytes is invalid. An error reading r
 // is returned as it is, wrapped but without
-// ErrInvalidContractInput.
-func DecodeContractInput(r io.Reader) (DecisionInput, error) {
+// ErrInvalidInput.
+func DecodeInput(r io.Reader) (Input, error) {
 	rec := &readRecorder{r: r}
 	d := &contractDecoder{dec: json.NewDecoder(rec), rec: rec}
 	d.dec.UseNumber()
-	in := DecisionInput{
-		Policy:  DefaultDecisionPolicy(),
-		Request: RequestFacts{Method: "GET", ReplayableBody: true},
+	in := Input{
+		Policy:  DefaultPolicy(),
+		Request: Request{Method: "GET", ReplayableBody: true},
 	}
 	if err := d.root(&in); err != nil {
-		return DecisionInput{}, err
+		return Input{}, err
 	}
 	if _, err := d.dec.Token(); err != io.EOF {
 		if rec.err != nil {
-			return DecisionInput{}, rec.readError()
+			return Input{}, rec.readError()
 		}
-		return DecisionInput{}, invalidf("", "trailing data after the object at byte %d", d.dec.InputOffset())
+		return Input{}, invalidf("", "trailing data after the object at byte %d", d.dec.InputOffset())
 	}
 	return in, nil
 }
@@ -103,12 +103,12 @@ func EncodeVerdict(w io.Writer, v Verdict) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(struct {
-		ContractVersion int    `json:"contractVersion"`
-		Decision        string `json:"decision"`
-		Evidence        string `json:"evidence"`
-		Rule            int    `json:"rule,omitempty"`
-		Reason          string `json:"reason"`
-	}{ContractVersion, string(decision), string(evidence), v.Rule, v.Reason})
+		Version  int    `json:"contractVersion"`
+		Decision string `json:"decision"`
+		Evidence string `json:"evidence"`
+		Rule     int    `json:"rule,omitempty"`
+		Reason   string `json:"reason"`
+	}{Version, string(decision), string(evidence), int(v.Rule), v.Reason})
 }
 
 // The text forms below are the contract's names (and "response" for

@@ -1,4 +1,4 @@
-package retryfuse
+package decide
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 // This file holds the schema of contract v1's input: each field, its type,
 // its default and its checks.
 
-func (d *contractDecoder) root(in *DecisionInput) error {
+func (d *contractDecoder) root(in *Input) error {
 	if err := d.object(""); err != nil {
 		return err
 	}
@@ -22,8 +22,8 @@ func (d *contractDecoder) root(in *DecisionInput) error {
 			if err != nil {
 				return err
 			}
-			if dec.neg || !dec.integral() || dec.clampedInt() != ContractVersion {
-				return invalidf(kp, "unsupported version %s, want %d", shortNumber(n), ContractVersion)
+			if dec.neg || !dec.integral() || dec.clampedInt() != Version {
+				return invalidf(kp, "unsupported version %s, want %d", shortNumber(n), Version)
 			}
 			haveVersion = true
 			return nil
@@ -56,7 +56,7 @@ func (d *contractDecoder) root(in *DecisionInput) error {
 	return nil
 }
 
-func (d *contractDecoder) policy(path string, p *DecisionPolicy) error {
+func (d *contractDecoder) policy(path string, p *Policy) error {
 	if err := d.object(path); err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (d *contractDecoder) policy(path string, p *DecisionPolicy) error {
 	})
 }
 
-func (d *contractDecoder) request(path string, r *RequestFacts) error {
+func (d *contractDecoder) request(path string, r *Request) error {
 	if err := d.object(path); err != nil {
 		return err
 	}

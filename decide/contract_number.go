@@ -1,4 +1,4 @@
-package retryfuse
+package decide
 
 import (
 	"math"

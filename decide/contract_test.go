@@ -1,14 +1,12 @@
-package retryfuse
+package decide
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"testing/iotest"
 
@@ -66,12 +64,12 @@ func loadContractFixtures(t testing.TB) []contractFixture {
 func TestContractFixtures(t *testing.T) {
 	for _, f := range loadContractFixtures(t) {
 		t.Run(f.name, func(t *testing.T) {
-			in, err := DecodeContractInput(bytes.NewReader(f.input()))
+			in, err := DecodeInput(bytes.NewReader(f.input()))
 			if f.WantError != nil {
 				require.Error(t, err, "got a valid input %+v, want an error naming %q (%s)", in, f.WantError.Field, f.About)
-				var ie *ContractInputError
+				var ie *InputError
 				require.ErrorAs(t, err, &ie)
-				assert.ErrorIs(t, err, ErrInvalidContractInput)
+				assert.ErrorIs(t, err, ErrInvalidInput)
 				assert.Equal(t, f.WantError.Field, ie.Field, "got field %q, want %q: %v", ie.Field, f.WantError.Field, err)
 				assert.NotContains(t, err.Error(), "\n", "got a message of several lines, want one")
 				assert.Contains(t, err.Error(), f.WantError.Field)
@@ -79,90 +77,9 @@ func TestContractFixtures(t *testing.T) {
 			}
 			require.NoError(t, err, "got an error, want a verdict (%s)", f.About)
 			v := Decide(in)
-			got := [3]any{v.Decision.String(), v.Evidence.String(), v.Rule}
+			got := [3]any{v.Decision.String(), v.Evidence.String(), int(v.Rule)}
 			want := [3]any{f.Want.Decision, f.Want.Evidence, f.Want.Rule}
 			assert.Equal(t, want, got, "got %v, want %v (%s)", got, want, f.About)
-		})
-	}
-}
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// retryfuseBinary builds the command once per test run.
-func retryfuseBinary(t *testing.T) string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool to build the command with")
-	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "retryfuse-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "retryfuse")
-		out, err := exec.Command(goTool, "build", "-o", binPath, "./cmd/retryfuse").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	require.NoError(t, buildErr, "building the command")
-	return binPath
-}
-
-// removeContractBinary removes the command built for the fixture tests.
-func removeContractBinary() {
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-}
-
-// TestCommandFixtures runs every fixture through the real binary, once on
-// stdin and, for a few, from a file.
-func TestCommandFixtures(t *testing.T) {
-	bin := retryfuseBinary(t)
-	for i, f := range loadContractFixtures(t) {
-		t.Run(f.name, func(t *testing.T) {
-			args := []string{"decide"}
-			cmd := exec.Command(bin)
-			if i%10 == 0 {
-				file := filepath.Join(t.TempDir(), "input.json")
-				require.NoError(t, os.WriteFile(file, f.input(), 0o600))
-				args = append(args, file)
-			} else {
-				cmd.Stdin = bytes.NewReader(f.input())
-			}
-			cmd.Args = append(cmd.Args, args...)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else {
-				require.NoError(t, err)
-			}
-
-			if f.WantError != nil {
-				assert.Equal(t, 2, code, "got exit %d, want 2; stderr %q", code, stderr.String())
-				assert.Empty(t, stdout.String(), "got output on stdout, want none")
-				line := stderr.String()
-				assert.True(t, strings.HasSuffix(line, "\n") && strings.Count(line, "\n") == 1, "got stderr %q, want one line", line)
-				assert.Contains(t, line, f.WantError.Field)
-				return
-			}
-			assert.Equal(t, 0, code, "got exit %d, want 0; stderr %q", code, stderr.String())
-			assert.Empty(t, stderr.String(), "got output on stderr, want none")
-			got := parseVerdictLine(t, stdout.Bytes())
-			assert.Equal(t, f.Want.Decision, got.Decision.String(), "got decision %s, want %s", got.Decision, f.Want.Decision)
-			assert.Equal(t, f.Want.Evidence, got.Evidence.String(), "got evidence %s, want %s", got.Evidence, f.Want.Evidence)
-			assert.Equal(t, f.Want.Rule, got.Rule, "got rule %d, want %d", got.Rule, f.Want.Rule)
 		})
 	}
 }
@@ -173,51 +90,51 @@ func parseVerdictLine(t testing.TB, b []byte) Verdict {
 	t.Helper()
 	require.True(t, bytes.HasSuffix(b, []byte("\n")) && bytes.Count(b, []byte("\n")) == 1, "got %q, want one line", b)
 	var out struct {
-		ContractVersion *int      `json:"contractVersion"`
-		Decision        *Decision `json:"decision"`
-		Evidence        *Evidence `json:"evidence"`
-		Rule            int       `json:"rule"`
-		Reason          string    `json:"reason"`
+		Version  *int      `json:"contractVersion"`
+		Decision *Decision `json:"decision"`
+		Evidence *Evidence `json:"evidence"`
+		Rule     int       `json:"rule"`
+		Reason   string    `json:"reason"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&out), "verdict %s", b)
-	require.NotNil(t, out.ContractVersion, "verdict %s has no contractVersion", b)
-	require.Equal(t, ContractVersion, *out.ContractVersion)
+	require.NotNil(t, out.Version, "verdict %s has no contractVersion", b)
+	require.Equal(t, Version, *out.Version)
 	require.NotNil(t, out.Decision, "verdict %s has no decision", b)
 	require.NotNil(t, out.Evidence, "verdict %s has no evidence", b)
 	require.NotEmpty(t, out.Reason, "verdict %s has no reason", b)
-	return Verdict{Decision: *out.Decision, Evidence: *out.Evidence, Rule: out.Rule, Reason: out.Reason}
+	return Verdict{Decision: *out.Decision, Evidence: *out.Evidence, Rule: Rule(out.Rule), Reason: out.Reason}
 }
 
-func TestDecodeContractInputDefaults(t *testing.T) {
-	in, err := DecodeContractInput(strings.NewReader(`{"contractVersion":1,"attempts":[{"outcome":"failure"}]}`))
+func TestDecodeInputDefaults(t *testing.T) {
+	in, err := DecodeInput(strings.NewReader(`{"contractVersion":1,"attempts":[{"outcome":"failure"}]}`))
 	require.NoError(t, err)
-	want := DecisionInput{
-		Policy:   DecisionPolicy{FailureThreshold: 5, BudgetUnits: 100},
-		Request:  RequestFacts{Method: "GET", IdempotencyKey: false, ReplayableBody: true},
+	want := Input{
+		Policy:   Policy{FailureThreshold: 5, BudgetUnits: 100},
+		Request:  Request{Method: "GET", IdempotencyKey: false, ReplayableBody: true},
 		KeyState: KeyNone,
 		Attempts: []Attempt{{Outcome: OutcomeFailure, Phase: PhaseUnknown, Cost: 1}},
 	}
 	assert.Equal(t, want, in, "got %+v, want %+v", in, want)
 }
 
-func TestDecodeContractInputReadError(t *testing.T) {
+func TestDecodeInputReadError(t *testing.T) {
 	boom := errors.New("disk on fire")
-	_, err := DecodeContractInput(iotest.ErrReader(boom))
+	_, err := DecodeInput(iotest.ErrReader(boom))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, boom, "got %v, want the reader's error", err)
-	assert.NotErrorIs(t, err, ErrInvalidContractInput, "got %v: a read error is not invalid input", err)
+	assert.NotErrorIs(t, err, ErrInvalidInput, "got %v: a read error is not invalid input", err)
 
 	// The same after a valid start: the object is cut by the reader.
-	_, err = DecodeContractInput(iotest.DataErrReader(iotest.TimeoutReader(strings.NewReader(`{"contractVersion":1,`))))
+	_, err = DecodeInput(iotest.DataErrReader(iotest.TimeoutReader(strings.NewReader(`{"contractVersion":1,`))))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, iotest.ErrTimeout)
-	assert.NotErrorIs(t, err, ErrInvalidContractInput)
+	assert.NotErrorIs(t, err, ErrInvalidInput)
 }
 
-func TestDecodeContractInputOneByteAtATime(t *testing.T) {
-	in, err := DecodeContractInput(iotest.OneByteReader(strings.NewReader(`{"contractVersion":1,"keyState":"in_flight"}`)))
+func TestDecodeInputOneByteAtATime(t *testing.T) {
+	in, err := DecodeInput(iotest.OneByteReader(strings.NewReader(`{"contractVersion":1,"keyState":"in_flight"}`)))
 	require.NoError(t, err)
 	assert.Equal(t, KeyInFlight, in.KeyState, "got %v, want in_flight", in.KeyState)
 }
@@ -256,18 +173,18 @@ func TestTextForms(t *testing.T) {
 	assert.Error(t, err)
 }
 
-func TestDecodeContractInputRejectsOversizedInput(t *testing.T) {
+func TestDecodeInputRejectsOversizedInput(t *testing.T) {
 	// A valid object followed by enough white space to pass the limit.
-	in := `{"contractVersion":1}` + strings.Repeat(" ", MaxContractInputBytes)
-	_, err := DecodeContractInput(strings.NewReader(in))
-	var cie *ContractInputError
+	in := `{"contractVersion":1}` + strings.Repeat(" ", MaxInputBytes)
+	_, err := DecodeInput(strings.NewReader(in))
+	var cie *InputError
 	if !errors.As(err, &cie) {
-		t.Fatalf("got %v, want a *ContractInputError", err)
+		t.Fatalf("got %v, want a *InputError", err)
 	}
 	if !strings.Contains(cie.Problem, "larger than") {
 		t.Errorf("got problem %q, want it to say the input is too large", cie.Problem)
 	}
-	if _, err := DecodeContractInput(strings.NewReader(`{"contractVersion":1}` + strings.Repeat(" ", 1000))); err != nil {
+	if _, err := DecodeInput(strings.NewReader(`{"contractVersion":1}` + strings.Repeat(" ", 1000))); err != nil {
 		t.Errorf("got %v for a small input, want nil", err)
 	}
 }

@@ -1,4 +1,4 @@
-package retryfuse
+package decide
 
 import (
 	"encoding/json"
@@ -8,30 +8,30 @@ import (
 	"strconv"
 )
 
-// This file reads JSON for DecodeContractInput token by token, so that every
+// This file reads JSON for DecodeInput token by token, so that every
 // error can name the path of the field where it happened and no field is
 // matched case-insensitively, as encoding/json would.
 
 // readRecorder remembers the reader's own error, so that an I/O failure is
 // not mistaken for malformed JSON.
-// It also enforces MaxContractInputBytes.
+// It also enforces MaxInputBytes.
 type readRecorder struct {
 	r    io.Reader
 	err  error
 	read int64
 }
 
-// MaxContractInputBytes bounds one contract input: a larger one is invalid.
-const MaxContractInputBytes = 1 << 20
+// MaxInputBytes bounds one contract input: a larger one is invalid.
+const MaxInputBytes = 1 << 20
 
 var errContractTooLarge = errors.New("input larger than the limit")
 
 func (rr *readRecorder) Read(p []byte) (int, error) {
-	if rr.read >= MaxContractInputBytes {
+	if rr.read >= MaxInputBytes {
 		rr.err = errContractTooLarge
 		return 0, rr.err
 	}
-	if left := MaxContractInputBytes - rr.read; int64(len(p)) > left {
+	if left := MaxInputBytes - rr.read; int64(len(p)) > left {
 		p = p[:left]
 	}
 	n, err := rr.r.Read(p)
@@ -46,7 +46,7 @@ func (rr *readRecorder) Read(p []byte) (int, error) {
 // limit is invalid input, any other failure an I/O error.
 func (rr *readRecorder) readError() error {
 	if rr.err == errContractTooLarge {
-		return invalidf("", "input larger than %d bytes", MaxContractInputBytes)
+		return invalidf("", "input larger than %d bytes", MaxInputBytes)
 	}
 	return fmt.Errorf("retryfuse: reading contract input: %w", rr.err)
 }

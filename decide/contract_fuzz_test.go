@@ -1,4 +1,4 @@
-package retryfuse
+package decide
 
 import (
 	"bytes"
@@ -12,22 +12,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FuzzDecodeContractInput checks, for any bytes: no panic; either a valid
-// input or an error wrapping ErrInvalidContractInput whose message is one
+// FuzzDecodeInput checks, for any bytes: no panic; either a valid
+// input or an error wrapping ErrInvalidInput whose message is one
 // line; the same bytes give the same result twice; the verdict encodes the
 // same way twice and reads back as itself; an accepted input survives a
 // round trip through its canonical JSON form.
-func FuzzDecodeContractInput(f *testing.F) {
+func FuzzDecodeInput(f *testing.F) {
 	for _, fx := range loadContractFixtures(f) {
 		f.Add(fx.input())
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		in, err := DecodeContractInput(bytes.NewReader(data))
-		in2, err2 := DecodeContractInput(bytes.NewReader(data))
+		in, err := DecodeInput(bytes.NewReader(data))
+		in2, err2 := DecodeInput(bytes.NewReader(data))
 		if err != nil {
-			var ie *ContractInputError
-			require.ErrorAs(t, err, &ie, "got %v, want a *ContractInputError", err)
-			require.ErrorIs(t, err, ErrInvalidContractInput)
+			var ie *InputError
+			require.ErrorAs(t, err, &ie, "got %v, want a *InputError", err)
+			require.ErrorIs(t, err, ErrInvalidInput)
 			require.NotContains(t, err.Error(), "\n", "got a message of several lines, want one")
 			require.NotContains(t, err.Error(), "\r", "got a message of several lines, want one")
 			require.Error(t, err2, "got a verdict the second time, an error the first")
@@ -50,7 +50,7 @@ func FuzzDecodeContractInput(f *testing.F) {
 		require.Equal(t, v, parseVerdictLine(t, b1.Bytes()), "got a verdict that does not read back as itself")
 
 		canon := encodeContractInput(in)
-		in3, err := DecodeContractInput(bytes.NewReader(canon))
+		in3, err := DecodeInput(bytes.NewReader(canon))
 		require.NoError(t, err, "canonical form %s", canon)
 		require.Equal(t, in, in3, "got a different input back from %s", canon)
 		require.Equal(t, string(canon), string(encodeContractInput(in3)), "got a canonical form that is not stable")
@@ -58,7 +58,7 @@ func FuzzDecodeContractInput(f *testing.F) {
 }
 
 // encodeContractInput writes in as contract v1 input with every field given.
-func encodeContractInput(in DecisionInput) []byte {
+func encodeContractInput(in Input) []byte {
 	var b strings.Builder
 	method, _ := json.Marshal(in.Request.Method)
 	fmt.Fprintf(&b, `{"contractVersion":1,"policy":{"failureThreshold":%d,"budgetUnits":%s},`,
@@ -75,11 +75,11 @@ func encodeContractInput(in DecisionInput) []byte {
 	return []byte(b.String())
 }
 
-func TestDecodeContractInputReadErrorInsideAValue(t *testing.T) {
+func TestDecodeInputReadErrorInsideAValue(t *testing.T) {
 	// A read error never passes for invalid input, even inside a value.
-	_, err := DecodeContractInput(&failAfter{data: []byte(`{"contractVersion":1,"attempts":[{"outcome":"fai`)})
+	_, err := DecodeInput(&failAfter{data: []byte(`{"contractVersion":1,"attempts":[{"outcome":"fai`)})
 	require.Error(t, err)
-	require.False(t, errors.Is(err, ErrInvalidContractInput), "got %v, want a read error", err)
+	require.False(t, errors.Is(err, ErrInvalidInput), "got %v, want a read error", err)
 }
 
 // failAfter gives data, then an error that is not io.EOF.

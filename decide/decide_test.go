@@ -1,4 +1,4 @@
-package retryfuse
+package decide
 
 import (
 	"fmt"
@@ -18,29 +18,29 @@ func failures(n int, phase Phase, cost float64) []Attempt {
 // TestDecideWorkedExamples pins the worked examples of CONTRACT.md, row by
 // row, as Go values.
 func TestDecideWorkedExamples(t *testing.T) {
-	def := DefaultDecisionPolicy()
-	get := RequestFacts{Method: "GET", ReplayableBody: true}
+	def := DefaultPolicy()
+	get := Request{Method: "GET", ReplayableBody: true}
 	tests := []struct {
 		name     string
-		in       DecisionInput
+		in       Input
 		decision Decision
 		evidence Evidence
 	}{
-		{"get_no_attempts", DecisionInput{Policy: def, Request: get}, ReplaySafe, EvidencePass},
-		{"post_key_timeout_post_write", DecisionInput{Policy: def,
-			Request:  RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
+		{"get_no_attempts", Input{Policy: def, Request: get}, ReplaySafe, EvidencePass},
+		{"post_key_timeout_post_write", Input{Policy: def,
+			Request:  Request{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
 			Attempts: []Attempt{{OutcomeTimeout, PhasePostWrite, 1}}}, ReconcileRequired, EvidenceUnknown},
-		{"put_timeout_post_write", DecisionInput{Policy: def,
-			Request:  RequestFacts{Method: "PUT", ReplayableBody: true},
+		{"put_timeout_post_write", Input{Policy: def,
+			Request:  Request{Method: "PUT", ReplayableBody: true},
 			Attempts: []Attempt{{OutcomeTimeout, PhasePostWrite, 1}}}, ReplaySafe, EvidencePass},
-		{"post_no_key_failure", DecisionInput{Policy: def,
-			Request:  RequestFacts{Method: "POST", ReplayableBody: true},
+		{"post_no_key_failure", Input{Policy: def,
+			Request:  Request{Method: "POST", ReplayableBody: true},
 			Attempts: failures(1, PhasePostWrite, 1)}, Brake, EvidencePass},
-		{"get_five_failures", DecisionInput{Policy: def, Request: get, Attempts: failures(5, PhasePostWrite, 1)}, Brake, EvidenceFail},
-		{"get_cost_60_40", DecisionInput{Policy: def, Request: get,
+		{"get_five_failures", Input{Policy: def, Request: get, Attempts: failures(5, PhasePostWrite, 1)}, Brake, EvidenceFail},
+		{"get_cost_60_40", Input{Policy: def, Request: get,
 			Attempts: []Attempt{{OutcomeFailure, PhasePostWrite, 60}, {OutcomeFailure, PhasePostWrite, 40}}}, Brake, EvidenceFail},
-		{"in_flight_post_key", DecisionInput{Policy: def, KeyState: KeyInFlight,
-			Request: RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true}}, Brake, EvidencePass},
+		{"in_flight_post_key", Input{Policy: def, KeyState: KeyInFlight,
+			Request: Request{Method: "POST", IdempotencyKey: true, ReplayableBody: true}}, Brake, EvidencePass},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,7 +55,7 @@ func TestDecideWorkedExamples(t *testing.T) {
 // TestDecideResponsePhaseIsPostWrite pins that PhaseResponse, which the JSON
 // form does not accept, counts as written.
 func TestDecideResponsePhaseIsPostWrite(t *testing.T) {
-	in := DecisionInput{Policy: DefaultDecisionPolicy(), Request: RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
+	in := Input{Policy: DefaultPolicy(), Request: Request{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
 		Attempts: []Attempt{{OutcomeTimeout, PhaseResponse, 1}}}
 	v := Decide(in)
 	assert.Equal(t, ReconcileRequired, v.Decision, "got %s, want reconcile_required", v.Decision)
@@ -70,10 +70,10 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 
 // benchInput is a 10-attempt history that goes through every rule to the
 // last: a success, then failures and uncertain idempotent attempts.
-func benchInput() DecisionInput {
-	in := DecisionInput{
-		Policy:  DecisionPolicy{FailureThreshold: 10, BudgetUnits: 100},
-		Request: RequestFacts{Method: "PUT", IdempotencyKey: true, ReplayableBody: true},
+func benchInput() Input {
+	in := Input{
+		Policy:  Policy{FailureThreshold: 10, BudgetUnits: 100},
+		Request: Request{Method: "PUT", IdempotencyKey: true, ReplayableBody: true},
 	}
 	for i := range 10 {
 		a := Attempt{Outcome: OutcomeFailure, Phase: PhasePostWrite, Cost: 1.5}
@@ -95,15 +95,15 @@ func BenchmarkDecide(b *testing.B) {
 	for b.Loop() {
 		v = Decide(in)
 	}
-	if v.Rule != 8 {
+	if v.Rule != RuleSend {
 		b.Fatalf("got rule %d, want 8: the benchmark must walk every rule", v.Rule)
 	}
 }
 
 func ExampleDecide() {
-	v := Decide(DecisionInput{
-		Policy:   DefaultDecisionPolicy(),
-		Request:  RequestFacts{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
+	v := Decide(Input{
+		Policy:   DefaultPolicy(),
+		Request:  Request{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
 		Attempts: []Attempt{{Outcome: OutcomeTimeout, Phase: PhasePostWrite, Cost: 1}},
 	})
 	fmt.Println(v.Decision, v.Evidence)

@@ -1,4 +1,4 @@
-package retryfuse
+package decide
 
 import "strconv"
 
@@ -7,8 +7,8 @@ import "strconv"
 // request be sent (again)?" question of the transport is answered here and
 // nowhere else.
 
-// ContractVersion is the version of the decision contract Decide implements.
-const ContractVersion = 1
+// Version is the version of the decision contract Decide implements.
+const Version = 1
 
 // Phase says how far an attempt got on the wire.
 type Phase uint8
@@ -35,9 +35,6 @@ func (p Phase) String() string {
 	}
 	return "Phase(" + strconv.Itoa(int(p)) + ")"
 }
-
-// written reports whether the request may have left this process.
-func (p Phase) written() bool { return p != PhasePreWrite }
 
 // Outcome is what one attempt established, in the contract's terms.
 type Outcome uint8
@@ -141,41 +138,56 @@ func (a Attempt) uncertain() bool {
 	return false
 }
 
-// RequestFacts are the facts about a request the contract needs.
-type RequestFacts struct {
+// Request are the facts about a request the contract needs.
+type Request struct {
 	Method         string // case-sensitive, as on the wire
 	IdempotencyKey bool   // the request carries an idempotency key
 	ReplayableBody bool   // the body can be sent again byte for byte (no body counts)
 }
 
-// DecisionPolicy holds the contract's policy. Both fields must be positive;
-// DefaultDecisionPolicy gives the contract's defaults.
-type DecisionPolicy struct {
+// Policy holds the contract's policy. Both fields must be positive;
+// DefaultPolicy gives the contract's defaults.
+type Policy struct {
 	FailureThreshold int     // trailing failing attempts that trip the brake
 	BudgetUnits      float64 // total attempt cost that trips the brake
 }
 
-// DefaultDecisionPolicy returns the contract's default policy.
-func DefaultDecisionPolicy() DecisionPolicy {
-	return DecisionPolicy{FailureThreshold: 5, BudgetUnits: 100}
+// DefaultPolicy returns the contract's default policy.
+func DefaultPolicy() Policy {
+	return Policy{FailureThreshold: 5, BudgetUnits: 100}
 }
 
-// DecisionInput is one question to the decision core.
-type DecisionInput struct {
-	Policy   DecisionPolicy
-	Request  RequestFacts
+// Input is one question to the decision core.
+type Input struct {
+	Policy   Policy
+	Request  Request
 	KeyState KeyState
 	Attempts []Attempt // oldest first
 }
 
-// Verdict is the decision core's answer. Rule is the number of the contract
-// rule that decided (1 to 8).
+// Verdict is the decision core's answer: the decision, its evidence, the
+// rule that decided and a short sentence saying why.
 type Verdict struct {
 	Decision Decision
 	Evidence Evidence
-	Rule     int
+	Rule     Rule
 	Reason   string
 }
+
+// Rule names the contract rule that decided a verdict. Rules are evaluated
+// in order, and the first that matches decides.
+type Rule uint8
+
+const (
+	RuleConflict         Rule = iota + 1 // 1: the key was used before with another body
+	RuleCompleted                        // 2: a confirmed result exists (the key's, or the last attempt's)
+	RuleUncertainWrite                   // 3: a write's outcome is uncertain
+	RuleInFlight                         // 4: another call holds the key
+	RuleNotRepeatable                    // 5: the request may not be sent again
+	RuleFailureThreshold                 // 6: the trailing failures reached the threshold
+	RuleCostBudget                       // 7: the attempts' cost reached the budget
+	RuleSend                             // 8: nothing forbids sending
+)
 
 // IdempotentMethod reports whether method is idempotent by RFC 9110 §9.2.2:
 // GET, HEAD, OPTIONS, TRACE, PUT and DELETE. The match is case-sensitive.
@@ -189,14 +201,14 @@ func IdempotentMethod(method string) bool {
 
 // Repeatable reports whether the request may be sent more than once: an
 // idempotent method or an idempotency key, and a replayable body.
-func (r RequestFacts) Repeatable() bool {
+func (r Request) Repeatable() bool {
 	return (IdempotentMethod(r.Method) || r.IdempotencyKey) && r.ReplayableBody
 }
 
 // Decide applies contract v1 to in. The rules are evaluated in order and the
 // first that matches decides. Decide does not validate in: callers that take
-// input from outside use DecodeContractInput, which does.
-func Decide(in DecisionInput) Verdict {
+// input from outside use DecodeInput, which does.
+func Decide(in Input) Verdict {
 	n := len(in.Attempts)
 	var last Attempt
 	if n > 0 {
@@ -204,17 +216,17 @@ func Decide(in DecisionInput) Verdict {
 	}
 	switch {
 	case in.KeyState == KeyConflict:
-		return Verdict{RejectConflict, EvidenceFail, 1, "the idempotency key was used before with a different body"}
+		return Verdict{RejectConflict, EvidenceFail, RuleConflict, "the idempotency key was used before with a different body"}
 	case in.KeyState == KeyCompleted:
-		return Verdict{ReplayStored, EvidencePass, 2, "an earlier call under this key got a confirmed result"}
+		return Verdict{ReplayStored, EvidencePass, RuleCompleted, "an earlier call under this key got a confirmed result"}
 	case n > 0 && last.Outcome == OutcomeSuccess:
-		return Verdict{ReplayStored, EvidencePass, 2, "the last attempt succeeded"}
+		return Verdict{ReplayStored, EvidencePass, RuleCompleted, "the last attempt succeeded"}
 	case n > 0 && last.uncertain() && !IdempotentMethod(in.Request.Method):
-		return Verdict{ReconcileRequired, EvidenceUnknown, 3, "the last attempt's outcome is uncertain and the method is not idempotent"}
+		return Verdict{ReconcileRequired, EvidenceUnknown, RuleUncertainWrite, "the last attempt's outcome is uncertain and the method is not idempotent"}
 	case in.KeyState == KeyInFlight:
-		return Verdict{Brake, EvidencePass, 4, "another call holds this idempotency key now"}
+		return Verdict{Brake, EvidencePass, RuleInFlight, "another call holds this idempotency key now"}
 	case n > 0 && !in.Request.Repeatable():
-		return Verdict{Brake, EvidencePass, 5, "the request may not be repeated"}
+		return Verdict{Brake, EvidencePass, RuleNotRepeatable, "the request may not be repeated"}
 	}
 	streak, cost := 0, 0.0
 	for _, a := range in.Attempts {
@@ -227,9 +239,9 @@ func Decide(in DecisionInput) Verdict {
 	}
 	switch {
 	case streak >= in.Policy.FailureThreshold:
-		return Verdict{Brake, EvidenceFail, 6, "the trailing streak of failed attempts reached the failure threshold"}
+		return Verdict{Brake, EvidenceFail, RuleFailureThreshold, "the trailing streak of failed attempts reached the failure threshold"}
 	case cost >= in.Policy.BudgetUnits:
-		return Verdict{Brake, EvidenceFail, 7, "the total cost of the attempts reached the budget"}
+		return Verdict{Brake, EvidenceFail, RuleCostBudget, "the total cost of the attempts reached the budget"}
 	}
-	return Verdict{ReplaySafe, EvidencePass, 8, "the request may be sent"}
+	return Verdict{ReplaySafe, EvidencePass, RuleSend, "the request may be sent"}
 }
