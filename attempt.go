@@ -140,7 +140,7 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	now := t.clock()
 	retryNo := c.attempt // the coming attempt is retry number c.attempt
 	d := fullJitter(backoffCeiling(p.initialBackoff, p.maxBackoff, retryNo), t.random)
-	src := DelayBackoff
+	src := "backoff"
 	ra, hasRA := retryAfter(c.lastResp, now)
 	remaining, hasDeadline := time.Duration(0), false
 	if dl, ok := c.ctx.Deadline(); ok {
@@ -148,10 +148,10 @@ func (c *call) backoff() (resp *http.Response, err error, retry bool) {
 	}
 	if hasRA {
 		if ra > p.maxRetryAfter || (hasDeadline && ra >= remaining) {
-			resp, err = c.stop(ErrRetryAfterTooLong, decide.Verdict{})
+			resp, err = c.stop(errRetryAfterTooLong, decide.Verdict{})
 			return resp, err, false
 		}
-		d, src = retryAfterDelay(ra, d, p.maxRetryAfter), DelayRetryAfter
+		d, src = retryAfterDelay(ra, d, p.maxRetryAfter), "retry_after"
 		if hasDeadline && d >= remaining {
 			d = ra
 		}

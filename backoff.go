@@ -4,9 +4,9 @@ import "time"
 
 // Backoff defaults, used when the Transport's fields are zero.
 const (
-	DefaultMaxAttempts    = 3
-	DefaultInitialBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff     = 10 * time.Second
+	defaultMaxAttempts    = 3
+	defaultInitialBackoff = 100 * time.Millisecond
+	defaultMaxBackoff     = 10 * time.Second
 )
 
 // backoffCeiling is the exponential ceiling before attempt number retry

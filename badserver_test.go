@@ -108,7 +108,7 @@ func TestLdEndlessBodyOnDiscardedAttemptReadOnlyToMaxDrainBytes(t *testing.T) {
 
 // A Retry-After far beyond any cap (a date in the year 9999) neither
 // overflows nor waits: the 503 comes back at once, reported as
-// ErrRetryAfterTooLong.
+// errRetryAfterTooLong.
 func TestLdRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
 	srv := ldNewFaultServer(t, 3*time.Second)
 	var log hookLog
@@ -129,8 +129,8 @@ func TestLdRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
 	if got := srv.arrivalsOf("year9999"); got != 1 {
 		t.Errorf("attempts that reached the server: got %d, want 1", got)
 	}
-	if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], ErrRetryAfterTooLong) {
-		t.Errorf("GiveUp reasons: got %v, want [ErrRetryAfterTooLong]", got)
+	if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], errRetryAfterTooLong) {
+		t.Errorf("GiveUp reasons: got %v, want [errRetryAfterTooLong]", got)
 	}
 }
 

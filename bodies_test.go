@@ -84,11 +84,11 @@ func hzOpenBreaker(t *testing.T) *Breaker {
 	if err != nil {
 		t.Fatalf("NewBreaker: %v", err)
 	}
-	ticket, _, err := b.Allow("dep")
+	ticket, _, err := b.allow("dep")
 	if err != nil {
 		t.Fatalf("Allow: %v", err)
 	}
-	ticket.Done(ObserveFailure, errors.New("down"))
+	ticket.done(observeFailure, errors.New("down"))
 	if got := b.State("dep"); got != BreakerOpen {
 		t.Fatalf("breaker state: got %v, want open", got)
 	}
@@ -167,7 +167,7 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 			bs := &bodies{content: `{"amount":10}`}
 			bs.attach(req, true)
 			if tt.key != "" {
-				req.Header.Set(HeaderIdempotencyKey, tt.key)
+				req.Header.Set(headerIdempotencyKey, tt.key)
 			}
 
 			resp, err := tr.RoundTrip(req)

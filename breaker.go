@@ -15,7 +15,7 @@ import (
 // mutex, which runs user code under a lock. Its two good ideas are kept: a
 // generation counter, so that a late result from an older state is dropped,
 // and the two-step shape (Allow, then Done with the outcome). State changes
-// are returned as BreakerTransition values for the caller to report once the
+// are returned as BreakerChangeInfo values for the caller to report once the
 // lock is released.
 
 // BreakerState is the state of one scope's brake.
@@ -107,33 +107,19 @@ func (s BreakerSettings) resolve() (BreakerSettings, error) {
 	return s, nil
 }
 
-// BreakerTransition reports a change of a scope's state. Allow and Done
-// return it rather than call a hook, so that the caller can report it with
-// no lock held. The zero value (To == 0) means no change.
-type BreakerTransition struct {
-	Scope    string
-	From, To BreakerState
-	At       time.Time
-	// Cause is the dependency failure behind an opening (To == BreakerOpen);
-	// nil for other transitions.
-	Cause error
-	// Settings are the settings in force, defaults resolved.
-	Settings BreakerSettings
-}
-
-// BreakerObservation is what a request told about the dependency.
-type BreakerObservation uint8
+// observation is what a request told about the dependency.
+type observation uint8
 
 const (
-	// ObserveSuccess: the dependency answered well.
-	ObserveSuccess BreakerObservation = iota + 1
-	// ObserveFailure: the dependency failed.
-	ObserveFailure
-	// ObserveIgnore: the outcome is no evidence about the dependency (the
+	// observeSuccess: the dependency answered well.
+	observeSuccess observation = iota + 1
+	// observeFailure: the dependency failed.
+	observeFailure
+	// observeIgnore: the outcome is no evidence about the dependency (the
 	// caller cancelled, a retry budget or another local gate refused). It
 	// releases a probe slot and counts nothing. Any value other than
-	// ObserveSuccess and ObserveFailure is treated the same way.
-	ObserveIgnore
+	// observeSuccess and observeFailure is treated the same way.
+	observeIgnore
 )
 
 // Breaker brakes requests to failing dependencies, one brake per scope (a
@@ -185,14 +171,6 @@ func (b *Breaker) clock() time.Time {
 	return time.Now()
 }
 
-// Settings returns the settings in force, defaults resolved.
-func (b *Breaker) Settings() BreakerSettings {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.initLocked()
-	return b.set
-}
-
 // State returns the state of scope: closed for a scope it does not
 // remember. An open scope whose OpenTimeout has elapsed is reported
 // half-open, since only a successful probe can close it.
@@ -209,12 +187,12 @@ func (b *Breaker) State(scope string) BreakerState {
 	return s.state
 }
 
-// OpenUntil reports whether scope is open and will still be open at t
+// openUntil reports whether scope is open and will still be open at t
 // (before its OpenTimeout ends), with the *CircuitOpenError that Allow
 // would give then. It changes nothing: a transport asks it before a wait,
 // so that it neither waits nor spends a retry token for an attempt the
 // breaker would refuse.
-func (b *Breaker) OpenUntil(scope string, t time.Time) error {
+func (b *Breaker) openUntil(scope string, t time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopes[scope]
@@ -229,14 +207,14 @@ func (b *Breaker) OpenUntil(scope string, t time.Time) error {
 // sent) when the scope is open, or half-open with MaxProbes probes out. The
 // transition is non-zero when this call moved the scope from open to
 // half-open.
-func (b *Breaker) Allow(scope string) (BreakerTicket, BreakerTransition, error) {
+func (b *Breaker) allow(scope string) (breakerTicket, BreakerChangeInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopeLocked(scope)
 	if s == nil {
-		return BreakerTicket{}, BreakerTransition{}, nil // not remembered: see MaxScopes
+		return breakerTicket{}, BreakerChangeInfo{}, nil // not remembered: see MaxScopes
 	}
-	var tr BreakerTransition
+	var tr BreakerChangeInfo
 	switch s.state {
 	case BreakerClosed:
 		b.closed.touch(s)
@@ -244,20 +222,20 @@ func (b *Breaker) Allow(scope string) (BreakerTicket, BreakerTransition, error) 
 	case BreakerOpen:
 		now := b.clock()
 		if now.Sub(s.openedAt) < b.set.OpenTimeout {
-			return BreakerTicket{}, tr, s.openError(b.set.OpenTimeout)
+			return breakerTicket{}, tr, s.openError(b.set.OpenTimeout)
 		}
 		tr = b.moveLocked(s, BreakerHalfOpen, now, nil)
 	}
 	if s.probes >= b.set.MaxProbes {
-		return BreakerTicket{}, tr, s.openError(b.set.OpenTimeout)
+		return breakerTicket{}, tr, s.openError(b.set.OpenTimeout)
 	}
 	s.probes++
 	return s.issue(), tr, nil
 }
 
-// BreakerTicket is the permission, given by Allow, to send one request.
+// breakerTicket is the permission, given by Allow, to send one request.
 // The zero value is a ticket whose Done does nothing.
-type BreakerTicket struct {
+type breakerTicket struct {
 	s    *scopeState
 	gen  uint64 // the scope's generation when the ticket was issued
 	seq  uint64 // the ticket's number, held in s.slots[slot] until Done
@@ -265,27 +243,27 @@ type BreakerTicket struct {
 }
 
 // Done reports the outcome of the ticket's request, with the dependency
-// failure as cause for ObserveFailure. It returns a non-zero transition
+// failure as cause for observeFailure. It returns a non-zero transition
 // when the outcome closed or opened the scope. A ticket issued before the
 // scope last changed state is ignored, and so is a second Done.
-func (t BreakerTicket) Done(o BreakerObservation, cause error) BreakerTransition {
+func (t breakerTicket) done(o observation, cause error) BreakerChangeInfo {
 	s := t.s
 	if s == nil {
-		return BreakerTransition{}
+		return BreakerChangeInfo{}
 	}
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !s.release(t) || t.gen != s.gen {
-		return BreakerTransition{} // done before, or from an older state
+		return BreakerChangeInfo{} // done before, or from an older state
 	}
 	switch s.state {
 	case BreakerClosed:
 		switch o {
-		case ObserveSuccess:
+		case observeSuccess:
 			s.observed++
 			s.failures = 0
-		case ObserveFailure:
+		case observeFailure:
 			s.observed++
 			s.failures++
 			if s.failures >= b.set.FailureThreshold && s.observed >= b.set.MinObservations {
@@ -295,20 +273,20 @@ func (t BreakerTicket) Done(o BreakerObservation, cause error) BreakerTransition
 	case BreakerHalfOpen:
 		s.probes--
 		switch o {
-		case ObserveSuccess:
+		case observeSuccess:
 			s.successes++
 			if s.successes >= b.set.ProbeSuccesses {
 				return b.moveLocked(s, BreakerClosed, b.clock(), nil)
 			}
-		case ObserveFailure:
+		case observeFailure:
 			return b.moveLocked(s, BreakerOpen, b.clock(), cause)
 		}
 	}
-	return BreakerTransition{}
+	return BreakerChangeInfo{}
 }
 
 // moveLocked moves s to state to and returns the transition.
-func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, cause error) BreakerTransition {
+func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, cause error) BreakerChangeInfo {
 	from := s.state
 	s.state = to
 	s.gen++
@@ -323,7 +301,7 @@ func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, caus
 		s.observed, s.openedAt, s.cause = 0, time.Time{}, nil
 		b.closed.pushFront(s)
 	}
-	return BreakerTransition{Scope: s.name, From: from, To: to, At: now, Cause: cause, Settings: b.set}
+	return BreakerChangeInfo{Scope: s.name, From: from, To: to, At: now, Cause: cause, Settings: b.set}
 }
 
 func (s *scopeState) openError(timeout time.Duration) error {

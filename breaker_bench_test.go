@@ -12,11 +12,11 @@ func BenchmarkBreakerClosed(b *testing.B) {
 	br, _ := NewBreaker(BreakerSettings{})
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _, err := br.Allow("api.example")
+		tk, _, err := br.allow("api.example")
 		if err != nil {
 			b.Fatal(err)
 		}
-		tk.Done(ObserveSuccess, nil)
+		tk.done(observeSuccess, nil)
 	}
 }
 
@@ -25,12 +25,12 @@ func BenchmarkBreakerClosedParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, _, err := br.Allow("api.example")
+			tk, _, err := br.allow("api.example")
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			tk.Done(ObserveSuccess, nil)
+			tk.done(observeSuccess, nil)
 		}
 	})
 }
@@ -43,12 +43,12 @@ func BenchmarkBreakerClosedParallelScopes(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		scope := "api-" + strconv.Itoa(int(n.Add(1))) + ".example"
 		for pb.Next() {
-			tk, _, err := br.Allow(scope)
+			tk, _, err := br.allow(scope)
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			tk.Done(ObserveSuccess, nil)
+			tk.done(observeSuccess, nil)
 		}
 	})
 }

@@ -14,8 +14,8 @@ import (
 func TestBreakerConcurrentHalfOpenCallersGetMaxProbes(t *testing.T) {
 	const callers, maxProbes = 64, 3
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second, MaxProbes: maxProbes})
-	tk, _, _ := b.Allow("api")
-	tk.Done(ObserveFailure, errors.New("503"))
+	tk, _, _ := b.allow("api")
+	tk.done(observeFailure, errors.New("503"))
 	c.advance(time.Second)
 
 	var tickets, refused, halfOpened atomic.Int32
@@ -24,7 +24,7 @@ func TestBreakerConcurrentHalfOpenCallersGetMaxProbes(t *testing.T) {
 	for range callers {
 		wg.Go(func() {
 			<-start
-			_, tr, err := b.Allow("api")
+			_, tr, err := b.allow("api")
 			if tr.To == BreakerHalfOpen {
 				halfOpened.Add(1)
 			}
@@ -64,36 +64,36 @@ func remembered(b *Breaker) []string {
 
 func TestBreakerMaxScopes(t *testing.T) {
 	b, _ := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, MaxScopes: 3})
-	busy, _, _ := b.Allow("busy") // least recently used, but a request is in flight
-	tk, _, _ := b.Allow("idle")
-	tk.Done(ObserveSuccess, nil)
-	tk, _, _ = b.Allow("down")
-	tk.Done(ObserveFailure, errors.New("503"))
+	busy, _, _ := b.allow("busy") // least recently used, but a request is in flight
+	tk, _, _ := b.allow("idle")
+	tk.done(observeSuccess, nil)
+	tk, _, _ = b.allow("down")
+	tk.done(observeFailure, errors.New("503"))
 
-	inFlight, _, _ := b.Allow("new")
+	inFlight, _, _ := b.allow("new")
 	if got, want := remembered(b), []string{"busy", "down", "new"}; !slices.Equal(got, want) {
 		t.Fatalf("a 4th scope evicts the closed idle one: remembered %v, want %v", got, want)
 	}
-	if tr := busy.Done(ObserveFailure, errors.New("503")); tr.To != BreakerOpen {
+	if tr := busy.done(observeFailure, errors.New("503")); tr.To != BreakerOpen {
 		t.Fatalf("ticket of a scope kept: transition to %v, want open", tr.To)
 	}
 
-	tk, _, _ = b.Allow("x") // evicts "new", the only closed scope, in flight or not
+	tk, _, _ = b.allow("x") // evicts "new", the only closed scope, in flight or not
 	if got, want := remembered(b), []string{"busy", "down", "x"}; !slices.Equal(got, want) {
 		t.Fatalf("remembered %v, want %v", got, want)
 	}
-	tk.Done(ObserveFailure, errors.New("503"))
-	if tr := inFlight.Done(ObserveFailure, errors.New("503")); tr.To != 0 {
+	tk.done(observeFailure, errors.New("503"))
+	if tr := inFlight.done(observeFailure, errors.New("503")); tr.To != 0 {
 		t.Fatalf("ticket of an evicted scope: transition to %v, want none", tr.To)
 	}
 
 	// Every remembered scope is open: a new one passes, unremembered.
 	for range 3 {
-		tk, tr, err := b.Allow("y")
+		tk, tr, err := b.allow("y")
 		if err != nil || tr.To != 0 {
 			t.Fatalf("scope beyond the bound: transition to %v, error %v; want a ticket", tr.To, err)
 		}
-		if tr := tk.Done(ObserveFailure, errors.New("503")); tr.To != 0 {
+		if tr := tk.done(observeFailure, errors.New("503")); tr.To != 0 {
 			t.Fatalf("unremembered scope: transition to %v, want none", tr.To)
 		}
 	}
@@ -103,7 +103,7 @@ func TestBreakerMaxScopes(t *testing.T) {
 	if got, want := remembered(b), []string{"busy", "down", "x"}; !slices.Equal(got, want) {
 		t.Errorf("open scopes are never forgotten: remembered %v, want %v", got, want)
 	}
-	if _, _, err := b.Allow("down"); !errors.Is(err, ErrCircuitOpen) {
+	if _, _, err := b.allow("down"); !errors.Is(err, ErrCircuitOpen) {
 		t.Errorf(`Allow("down") = %v, want ErrCircuitOpen`, err)
 	}
 }
@@ -111,8 +111,8 @@ func TestBreakerMaxScopes(t *testing.T) {
 func TestBreakerMaxScopesEvictsLeastRecentlyUsed(t *testing.T) {
 	b, _ := newTestBreaker(t, BreakerSettings{MaxScopes: 3})
 	for _, scope := range []string{"a", "b", "c", "a", "b", "d"} {
-		tk, _, _ := b.Allow(scope)
-		tk.Done(ObserveSuccess, nil)
+		tk, _, _ := b.allow(scope)
+		tk.done(observeSuccess, nil)
 	}
 	if got, want := remembered(b), []string{"a", "b", "d"}; !slices.Equal(got, want) {
 		t.Errorf("after a, b, c, a, b, d (MaxScopes 3): remembered %v, want %v", got, want)
@@ -121,23 +121,23 @@ func TestBreakerMaxScopesEvictsLeastRecentlyUsed(t *testing.T) {
 
 func TestBreakerMaxScopesBoundHolds(t *testing.T) {
 	b, _ := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, MaxScopes: 16})
-	var held []BreakerTicket
+	var held []breakerTicket
 	for i := range 10_000 {
-		tk, _, err := b.Allow("host-" + strconv.Itoa(i))
+		tk, _, err := b.allow("host-" + strconv.Itoa(i))
 		if err != nil {
 			t.Fatalf("Allow: %v", err)
 		}
 		if i%3 == 0 {
 			held = append(held, tk)
 		} else {
-			tk.Done(ObserveFailure, errors.New("503"))
+			tk.done(observeFailure, errors.New("503"))
 		}
 		if n := len(remembered(b)); n > 16 {
 			t.Fatalf("after %d scopes: %d remembered, want at most 16", i+1, n)
 		}
 	}
 	for _, tk := range held {
-		tk.Done(ObserveFailure, errors.New("503")) // evicted scopes: counted nowhere
+		tk.done(observeFailure, errors.New("503")) // evicted scopes: counted nowhere
 	}
 }
 
@@ -171,40 +171,40 @@ func TestBreakerSettingsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.Settings(); got != want {
-		t.Errorf("NewBreaker(zero).Settings() = %+v, want %+v", got, want)
+	if got := b.settings(); got != want {
+		t.Errorf("NewBreaker(zero).settings() = %+v, want %+v", got, want)
 	}
 	var zero Breaker
-	if got := zero.Settings(); got != want {
+	if got := zero.settings(); got != want {
 		t.Errorf("zero Breaker: Settings() = %+v, want %+v", got, want)
 	}
 	for range 5 {
-		tk, _, _ := zero.Allow("api")
-		tk.Done(ObserveFailure, nil)
+		tk, _, _ := zero.allow("api")
+		tk.done(observeFailure, nil)
 	}
 	if got := zero.State("api"); got != BreakerOpen {
 		t.Errorf("zero Breaker after 5 failures: State = %v, want open", got)
 	}
 	b, _ = NewBreaker(BreakerSettings{FailureThreshold: 3, MinObservations: 8})
-	if got := b.Settings(); got.FailureThreshold != 3 || got.MinObservations != 8 {
+	if got := b.settings(); got.FailureThreshold != 3 || got.MinObservations != 8 {
 		t.Errorf("Settings() = %+v, want FailureThreshold 3 and MinObservations 8", got)
 	}
 }
 
 func TestBreakerTransitionAndErrorFields(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: 10 * time.Second})
-	set := b.Settings()
+	set := b.settings()
 	cause := errors.New("dial tcp: connection refused")
 	opened := c.now()
-	tk, _, _ := b.Allow("api.example")
-	got := tk.Done(ObserveFailure, cause)
-	want := BreakerTransition{Scope: "api.example", From: BreakerClosed, To: BreakerOpen, At: opened, Cause: cause, Settings: set}
+	tk, _, _ := b.allow("api.example")
+	got := tk.done(observeFailure, cause)
+	want := BreakerChangeInfo{Scope: "api.example", From: BreakerClosed, To: BreakerOpen, At: opened, Cause: cause, Settings: set}
 	if got != want {
 		t.Errorf("opening transition = %+v, want %+v", got, want)
 	}
 
 	c.advance(4 * time.Second)
-	_, _, err := b.Allow("api.example")
+	_, _, err := b.allow("api.example")
 	var coe *CircuitOpenError
 	if !errors.As(err, &coe) {
 		t.Fatalf("Allow while open: error %v, want *CircuitOpenError", err)
@@ -218,14 +218,14 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 	}
 
 	c.advance(6 * time.Second)
-	probe, got, _ := b.Allow("api.example")
-	want = BreakerTransition{Scope: "api.example", From: BreakerOpen, To: BreakerHalfOpen, At: c.now(), Settings: set}
+	probe, got, _ := b.allow("api.example")
+	want = BreakerChangeInfo{Scope: "api.example", From: BreakerOpen, To: BreakerHalfOpen, At: c.now(), Settings: set}
 	if got != want {
 		t.Errorf("half-open transition = %+v, want %+v", got, want)
 	}
 	c.advance(time.Second)
-	got = probe.Done(ObserveSuccess, nil)
-	want = BreakerTransition{Scope: "api.example", From: BreakerHalfOpen, To: BreakerClosed, At: c.now(), Settings: set}
+	got = probe.done(observeSuccess, nil)
+	want = BreakerChangeInfo{Scope: "api.example", From: BreakerHalfOpen, To: BreakerClosed, At: c.now(), Settings: set}
 	if got != want {
 		t.Errorf("closing transition = %+v, want %+v", got, want)
 	}

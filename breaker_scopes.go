@@ -63,7 +63,7 @@ func (b *Breaker) evictLocked() bool {
 }
 
 // issue hands out a ticket of the current generation.
-func (s *scopeState) issue() BreakerTicket {
+func (s *scopeState) issue() breakerTicket {
 	s.seq++
 	var slot int32
 	if n := len(s.free); n > 0 {
@@ -73,11 +73,11 @@ func (s *scopeState) issue() BreakerTicket {
 		s.slots = append(s.slots, 0)
 	}
 	s.slots[slot] = s.seq
-	return BreakerTicket{s: s, gen: s.gen, seq: s.seq, slot: slot}
+	return breakerTicket{s: s, gen: s.gen, seq: s.seq, slot: slot}
 }
 
 // release frees t's slot; it reports false when t was done before.
-func (s *scopeState) release(t BreakerTicket) bool {
+func (s *scopeState) release(t breakerTicket) bool {
 	if s.slots[t.slot] != t.seq {
 		return false
 	}

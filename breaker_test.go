@@ -60,14 +60,14 @@ func steps(parts ...any) []breakerStep {
 	return out
 }
 
-var observations = map[string]BreakerObservation{"ok": ObserveSuccess, "fail": ObserveFailure, "ignore": ObserveIgnore}
+var observations = map[string]observation{"ok": observeSuccess, "fail": observeFailure, "ignore": observeIgnore}
 
 func runBreakerSteps(t *testing.T, b *Breaker, c *breakerClock, scope string, table []breakerStep) {
 	t.Helper()
-	var held []BreakerTicket
+	var held []breakerTicket
 	for i, st := range table {
 		var trs []string
-		note := func(tr BreakerTransition) {
+		note := func(tr BreakerChangeInfo) {
 			if tr.To != 0 {
 				trs = append(trs, tr.From.String()+">"+tr.To.String())
 			}
@@ -76,13 +76,13 @@ func runBreakerSteps(t *testing.T, b *Breaker, c *breakerClock, scope string, ta
 		case st.op == "wait":
 			c.advance(st.d)
 		case st.op == "refused":
-			_, tr, err := b.Allow(scope)
+			_, tr, err := b.allow(scope)
 			note(tr)
 			if !errors.Is(err, ErrCircuitOpen) {
 				t.Fatalf("step %d (%s): Allow error = %v, want ErrCircuitOpen", i, st.op, err)
 			}
 		case st.op == "take" || (!isHeld && observations[op] != 0):
-			tk, tr, err := b.Allow(scope)
+			tk, tr, err := b.allow(scope)
 			note(tr)
 			if err != nil {
 				t.Fatalf("step %d (%s): Allow error = %v, want a ticket", i, st.op, err)
@@ -90,13 +90,13 @@ func runBreakerSteps(t *testing.T, b *Breaker, c *breakerClock, scope string, ta
 			if st.op == "take" {
 				held = append(held, tk)
 			} else {
-				note(tk.Done(observations[op], errors.New(scope+" failed")))
+				note(tk.done(observations[op], errors.New(scope+" failed")))
 			}
 		case isHeld && observations[op] != 0:
 			if len(held) == 0 {
 				t.Fatalf("step %d (%s): no ticket held", i, st.op)
 			}
-			note(held[0].Done(observations[op], errors.New(scope+" failed")))
+			note(held[0].done(observations[op], errors.New(scope+" failed")))
 			held = held[1:]
 		default:
 			t.Fatalf("step %d: unknown op %q", i, st.op)
@@ -222,11 +222,11 @@ func TestBreakerStateMachine(t *testing.T) {
 func TestBreakerTinySampleDoesNotOpen(t *testing.T) {
 	b, _ := newTestBreaker(t, BreakerSettings{FailureThreshold: 5, MinObservations: 10})
 	for i := range 5 {
-		tk, _, err := b.Allow("api")
+		tk, _, err := b.allow("api")
 		if err != nil {
 			t.Fatalf("Allow %d: %v", i, err)
 		}
-		if tr := tk.Done(ObserveFailure, errors.New("503")); tr.To != 0 {
+		if tr := tk.done(observeFailure, errors.New("503")); tr.To != 0 {
 			t.Fatalf("failure %d of 5 observations: transition %v>%v, want none", i+1, tr.From, tr.To)
 		}
 	}
@@ -239,15 +239,15 @@ func TestBreakerTinySampleDoesNotOpen(t *testing.T) {
 // scope is half-open until a probe succeeds, however long nobody asks.
 func TestBreakerTimerElapsedStaysUnconfirmed(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
-	tk, _, _ := b.Allow("api")
-	tk.Done(ObserveFailure, errors.New("reset"))
+	tk, _, _ := b.allow("api")
+	tk.done(observeFailure, errors.New("reset"))
 	for _, d := range []time.Duration{time.Second, time.Hour, 1000 * time.Hour} {
 		c.advance(d)
 		if got := b.State("api"); got != BreakerHalfOpen {
 			t.Fatalf("%v after opening, no probe: State = %v, want half_open", d, got)
 		}
 	}
-	_, tr, err := b.Allow("api")
+	_, tr, err := b.allow("api")
 	if err != nil || tr.From != BreakerOpen || tr.To != BreakerHalfOpen {
 		t.Fatalf("first Allow after the timeout: transition %v>%v, error %v; want open>half_open and a probe", tr.From, tr.To, err)
 	}
@@ -258,20 +258,20 @@ func TestBreakerTimerElapsedStaysUnconfirmed(t *testing.T) {
 
 func TestBreakerProbePassesThenFailsDoesNotClose(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second, ProbeSuccesses: 2})
-	tk, _, _ := b.Allow("api")
-	tk.Done(ObserveFailure, errors.New("503"))
+	tk, _, _ := b.allow("api")
+	tk.done(observeFailure, errors.New("503"))
 	c.advance(time.Second)
 
-	tk, _, _ = b.Allow("api")
-	if tr := tk.Done(ObserveSuccess, nil); tr.To != 0 {
+	tk, _, _ = b.allow("api")
+	if tr := tk.done(observeSuccess, nil); tr.To != 0 {
 		t.Fatalf("first probe passed: transition %v>%v, want none (ProbeSuccesses 2)", tr.From, tr.To)
 	}
-	tk, _, err := b.Allow("api")
+	tk, _, err := b.allow("api")
 	if err != nil {
 		t.Fatalf("second probe: %v", err)
 	}
 	cause := errors.New("503 again")
-	tr := tk.Done(ObserveFailure, cause)
+	tr := tk.done(observeFailure, cause)
 	if tr.From != BreakerHalfOpen || tr.To != BreakerOpen || tr.Cause != cause {
 		t.Errorf("second probe failed: transition %v>%v cause %v, want half_open>open cause %v", tr.From, tr.To, tr.Cause, cause)
 	}
@@ -284,8 +284,8 @@ func TestBreakerProbePassesThenFailsDoesNotClose(t *testing.T) {
 func TestBreakerIgnoreIsNotFailure(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
 	for range 10 {
-		tk, _, _ := b.Allow("api")
-		if tr := tk.Done(ObserveIgnore, ErrBudgetExhausted); tr.To != 0 {
+		tk, _, _ := b.allow("api")
+		if tr := tk.done(observeIgnore, ErrBudgetExhausted); tr.To != 0 {
 			t.Fatalf("budget refusal while closed: transition %v>%v, want none", tr.From, tr.To)
 		}
 	}
@@ -293,15 +293,15 @@ func TestBreakerIgnoreIsNotFailure(t *testing.T) {
 		t.Fatalf("after 10 budget refusals (FailureThreshold 1): State = %v, want closed", got)
 	}
 
-	tk, _, _ := b.Allow("api")
-	tk.Done(ObserveFailure, errors.New("dial refused"))
+	tk, _, _ := b.allow("api")
+	tk.done(observeFailure, errors.New("dial refused"))
 	c.advance(time.Second)
 	for i := range 3 {
-		tk, _, err := b.Allow("api")
+		tk, _, err := b.allow("api")
 		if err != nil {
 			t.Fatalf("probe %d after an ignored probe: %v, want a ticket (slot freed)", i, err)
 		}
-		if tr := tk.Done(ObserveIgnore, ErrBudgetExhausted); tr.To != 0 {
+		if tr := tk.done(observeIgnore, ErrBudgetExhausted); tr.To != 0 {
 			t.Fatalf("ignored probe: transition %v>%v, want none", tr.From, tr.To)
 		}
 	}
@@ -336,21 +336,21 @@ func TestBreakerScopesAreIndependent(t *testing.T) {
 // half-open scope, nor count in the next closed period.
 func TestBreakerLateDoneFromOldGenerationIsDropped(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
-	slow, _, _ := b.Allow("api")
-	slow2, _, _ := b.Allow("api")
-	fast, _, _ := b.Allow("api")
-	fast.Done(ObserveFailure, errors.New("503"))
+	slow, _, _ := b.allow("api")
+	slow2, _, _ := b.allow("api")
+	fast, _, _ := b.allow("api")
+	fast.done(observeFailure, errors.New("503"))
 	c.advance(time.Second)
-	probe, _, _ := b.Allow("api") // half-open now
+	probe, _, _ := b.allow("api") // half-open now
 
-	if tr := slow.Done(ObserveSuccess, nil); tr.To != 0 {
+	if tr := slow.done(observeSuccess, nil); tr.To != 0 {
 		t.Fatalf("late success from the closed generation: transition %v>%v, want none", tr.From, tr.To)
 	}
 	if got := b.State("api"); got != BreakerHalfOpen {
 		t.Fatalf("after a late success: State = %v, want half_open", got)
 	}
-	probe.Done(ObserveSuccess, nil)
-	if tr := slow2.Done(ObserveFailure, errors.New("late")); tr.To != 0 {
+	probe.done(observeSuccess, nil)
+	if tr := slow2.done(observeFailure, errors.New("late")); tr.To != 0 {
 		t.Fatalf("late failure from an old generation: transition %v>%v, want none", tr.From, tr.To)
 	}
 	if got := b.State("api"); got != BreakerClosed {
@@ -360,56 +360,56 @@ func TestBreakerLateDoneFromOldGenerationIsDropped(t *testing.T) {
 
 func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, OpenTimeout: time.Second, ProbeSuccesses: 2, MaxProbes: 2})
-	tk, _, _ := b.Allow("api")
-	tk.Done(ObserveFailure, errors.New("503"))
-	if tr := tk.Done(ObserveFailure, errors.New("503")); tr.To != 0 {
+	tk, _, _ := b.allow("api")
+	tk.done(observeFailure, errors.New("503"))
+	if tr := tk.done(observeFailure, errors.New("503")); tr.To != 0 {
 		t.Fatalf("second Done of one ticket: transition %v>%v, want none", tr.From, tr.To)
 	}
 	if got := b.State("api"); got != BreakerClosed {
 		t.Fatalf("one failure reported twice (FailureThreshold 2): State = %v, want closed", got)
 	}
 
-	BreakerTicket{}.Done(ObserveFailure, nil) // the zero ticket does nothing
-	tk, _, _ = b.Allow("api")
-	tk.Done(ObserveFailure, errors.New("503"))
+	breakerTicket{}.done(observeFailure, nil) // the zero ticket does nothing
+	tk, _, _ = b.allow("api")
+	tk.done(observeFailure, errors.New("503"))
 	c.advance(time.Second)
-	p1, _, _ := b.Allow("api")
-	p1.Done(ObserveSuccess, nil)
-	p1.Done(ObserveSuccess, nil)
+	p1, _, _ := b.allow("api")
+	p1.done(observeSuccess, nil)
+	p1.done(observeSuccess, nil)
 	if got := b.State("api"); got != BreakerHalfOpen {
 		t.Fatalf("one probe success reported twice (ProbeSuccesses 2): State = %v, want half_open", got)
 	}
-	p2, _, _ := b.Allow("api")
-	p2.Done(ObserveIgnore, nil)
-	p2.Done(ObserveIgnore, nil) // must not free a second slot
-	p3, _, err3 := b.Allow("api")
-	_, _, err4 := b.Allow("api")
-	_, _, err5 := b.Allow("api")
+	p2, _, _ := b.allow("api")
+	p2.done(observeIgnore, nil)
+	p2.done(observeIgnore, nil) // must not free a second slot
+	p3, _, err3 := b.allow("api")
+	_, _, err4 := b.allow("api")
+	_, _, err5 := b.allow("api")
 	if err3 != nil || err4 != nil || !errors.Is(err5, ErrCircuitOpen) {
 		t.Errorf("after a double Done of a probe: Allow errors %v, %v, %v; want nil, nil, ErrCircuitOpen (MaxProbes 2)", err3, err4, err5)
 	}
-	p3.Done(ObserveSuccess, nil)
+	p3.done(observeSuccess, nil)
 }
 
-// OpenUntil tells whether an attempt at a given time would be refused,
+// openUntil tells whether an attempt at a given time would be refused,
 // without moving the scope.
 func TestBreakerOpenUntil(t *testing.T) {
 	b, clk := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
-	if err := b.OpenUntil("unknown", clk.now()); err != nil {
+	if err := b.openUntil("unknown", clk.now()); err != nil {
 		t.Errorf("unknown scope: got %v, want nil", err)
 	}
-	ticket, _, err := b.Allow("s")
+	ticket, _, err := b.allow("s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ticket.Done(ObserveFailure, errors.New("down"))
-	if err := b.OpenUntil("s", clk.now().Add(999*time.Millisecond)); !errors.Is(err, ErrCircuitOpen) {
+	ticket.done(observeFailure, errors.New("down"))
+	if err := b.openUntil("s", clk.now().Add(999*time.Millisecond)); !errors.Is(err, ErrCircuitOpen) {
 		t.Errorf("before the open interval ends: got %v, want ErrCircuitOpen", err)
 	}
-	if err := b.OpenUntil("s", clk.now().Add(time.Second)); err != nil {
+	if err := b.openUntil("s", clk.now().Add(time.Second)); err != nil {
 		t.Errorf("once a probe may run: got %v, want nil", err)
 	}
 	if got := b.State("s"); got != BreakerOpen {
-		t.Errorf("state after OpenUntil: got %v, want open (unchanged)", got)
+		t.Errorf("state after openUntil: got %v, want open (unchanged)", got)
 	}
 }

@@ -23,12 +23,12 @@ import (
 // btTransitions records BreakerChange events.
 type btTransitions struct {
 	mu  sync.Mutex
-	got []BreakerTransition
+	got []BreakerChangeInfo
 }
 
 func (r *btTransitions) hook(info BreakerChangeInfo) {
 	r.mu.Lock()
-	r.got = append(r.got, info.BreakerTransition)
+	r.got = append(r.got, info)
 	r.mu.Unlock()
 }
 
@@ -45,10 +45,10 @@ func (r *btTransitions) take() []string {
 	return out
 }
 
-func (r *btTransitions) all() []BreakerTransition {
+func (r *btTransitions) all() []BreakerChangeInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]BreakerTransition(nil), r.got...)
+	return append([]BreakerChangeInfo(nil), r.got...)
 }
 
 // newBtBreakerTransport returns a Transport with a Breaker on clock, one
@@ -305,9 +305,9 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 	scope := btScope(t, srv)
 	tr.sleep = func(ctx context.Context, _ time.Duration) error {
 		// Another call's failure opens the scope during this call's wait.
-		ticket, _, err := b.Allow(scope)
+		ticket, _, err := b.allow(scope)
 		require.NoError(t, err)
-		ticket.Done(ObserveFailure, fmt.Errorf("another call failed"))
+		ticket.done(observeFailure, fmt.Errorf("another call failed"))
 		return ctx.Err()
 	}
 	t.Cleanup(tr.CloseIdleConnections)

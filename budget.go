@@ -176,8 +176,8 @@ func (b *TokenBucket) refill(now time.Time) {
 	b.tokens = snap(min(b.capacity, b.tokens+float64(elapsed)*b.perNano))
 }
 
-// AllowRetryAt takes one token at time now and reports whether there was one.
-func (b *TokenBucket) AllowRetryAt(now time.Time) bool {
+// allowRetryAt takes one token at time now and reports whether there was one.
+func (b *TokenBucket) allowRetryAt(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)
@@ -190,8 +190,8 @@ func (b *TokenBucket) AllowRetryAt(now time.Time) bool {
 	return true
 }
 
-// RecordRequestAt counts a request. It adds no token.
-func (b *TokenBucket) RecordRequestAt(now time.Time) {
+// recordRequestAt counts a request. It adds no token.
+func (b *TokenBucket) recordRequestAt(now time.Time) {
 	b.mu.Lock()
 	b.refill(now)
 	b.requests++
@@ -199,11 +199,11 @@ func (b *TokenBucket) RecordRequestAt(now time.Time) {
 }
 
 // RecordRequest counts a request at the current time.
-func (b *TokenBucket) RecordRequest(context.Context) { b.RecordRequestAt(b.now()) }
+func (b *TokenBucket) RecordRequest(context.Context) { b.recordRequestAt(b.now()) }
 
 // AllowRetry takes one token at the current time. Its error is always nil.
 func (b *TokenBucket) AllowRetry(context.Context) (bool, error) {
-	return b.AllowRetryAt(b.now()), nil
+	return b.allowRetryAt(b.now()), nil
 }
 
 // Snapshot returns the counters and the tokens available at the current time.

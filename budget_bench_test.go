@@ -16,7 +16,7 @@ func BenchmarkTokenBucketAllowRetryAt(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchSerial(b, tb.AllowRetryAt, tb.RecordRequestAt)
+	benchSerial(b, tb.allowRetryAt, tb.recordRequestAt)
 }
 
 func BenchmarkRatioBudgetAllowRetryAt(b *testing.B) {
@@ -24,7 +24,7 @@ func BenchmarkRatioBudgetAllowRetryAt(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchSerial(b, rb.AllowRetryAt, rb.RecordRequestAt)
+	benchSerial(b, rb.allowRetryAt, rb.recordRequestAt)
 }
 
 func BenchmarkTokenBucketAllowRetryAtParallel(b *testing.B) {
@@ -32,7 +32,7 @@ func BenchmarkTokenBucketAllowRetryAtParallel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchParallel(b, tb.AllowRetryAt)
+	benchParallel(b, tb.allowRetryAt)
 }
 
 func BenchmarkRatioBudgetAllowRetryAtParallel(b *testing.B) {
@@ -40,7 +40,7 @@ func BenchmarkRatioBudgetAllowRetryAtParallel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchParallel(b, rb.AllowRetryAt)
+	benchParallel(b, rb.allowRetryAt)
 }
 
 // BenchmarkMutexFloor is the cost of the one lock every call takes, for

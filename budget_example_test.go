@@ -1,6 +1,7 @@
 package retryfuse_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -14,28 +15,29 @@ func ExampleRatioBudget() {
 	if err != nil {
 		panic(err)
 	}
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	ctx := context.Background()
 	for range 100 {
-		b.RecordRequestAt(now)
+		b.RecordRequest(ctx)
 	}
 	granted := 0
 	for range 100 {
 		for range 2 {
-			if !b.AllowRetryAt(now) {
+			if ok, _ := b.AllowRetry(ctx); !ok {
 				break
 			}
 			granted++
 		}
 	}
 	fmt.Println("attempts:", 100+granted)
-	// Ten seconds later the storm's deposits and withdrawals have expired:
-	// the reserve is back.
-	fmt.Println("retry later:", b.AllowRetryAt(now.Add(10*time.Second)))
+	s := b.Snapshot()
+	fmt.Println("requests:", s.Requests, "retries:", s.Retries, "refused:", s.Refused)
 	// Output:
 	// attempts: 120
-	// retry later: true
+	// requests: 100 retries: 20 refused: 90
 }
 
+// A bucket of two tokens grants two retries back to back, then refuses
+// until it has refilled (one token a second here).
 func ExampleTokenBucket() {
 	b, err := retryfuse.NewTokenBucket(retryfuse.TokenBucketConfig{
 		Capacity: 2,
@@ -45,15 +47,16 @@ func ExampleTokenBucket() {
 	if err != nil {
 		panic(err)
 	}
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	fmt.Println(b.AllowRetryAt(now), b.AllowRetryAt(now), b.AllowRetryAt(now))
-	fmt.Println(b.AllowRetryAt(now.Add(500 * time.Millisecond))) // half a token
-	fmt.Println(b.AllowRetryAt(now.Add(time.Second)))            // a whole one
+	ctx := context.Background()
+	var got []bool
+	for range 3 {
+		ok, _ := b.AllowRetry(ctx)
+		got = append(got, ok)
+	}
 	s := b.Snapshot()
+	fmt.Println(got)
 	fmt.Println("granted:", s.Retries, "refused:", s.Refused)
 	// Output:
-	// true true false
-	// false
-	// true
-	// granted: 3 refused: 2
+	// [true true false]
+	// granted: 2 refused: 1
 }

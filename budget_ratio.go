@@ -154,9 +154,9 @@ func (b *RatioBudget) balance() float64 {
 	return b.ratio*float64(b.winReq) + b.reserve - float64(b.winRet)
 }
 
-// AllowRetryAt withdraws one retry at time now and reports whether the
+// allowRetryAt withdraws one retry at time now and reports whether the
 // balance covered it.
-func (b *RatioBudget) AllowRetryAt(now time.Time) bool {
+func (b *RatioBudget) allowRetryAt(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)
@@ -170,8 +170,8 @@ func (b *RatioBudget) AllowRetryAt(now time.Time) bool {
 	return true
 }
 
-// RecordRequestAt deposits one request's credit at time now.
-func (b *RatioBudget) RecordRequestAt(now time.Time) {
+// recordRequestAt deposits one request's credit at time now.
+func (b *RatioBudget) recordRequestAt(now time.Time) {
 	b.mu.Lock()
 	b.advance(now)
 	b.ring[b.head%ratioBuckets].requests++
@@ -181,11 +181,11 @@ func (b *RatioBudget) RecordRequestAt(now time.Time) {
 }
 
 // RecordRequest deposits one request's credit at the current time.
-func (b *RatioBudget) RecordRequest(context.Context) { b.RecordRequestAt(b.now()) }
+func (b *RatioBudget) RecordRequest(context.Context) { b.recordRequestAt(b.now()) }
 
 // AllowRetry withdraws one retry at the current time. Its error is always nil.
 func (b *RatioBudget) AllowRetry(context.Context) (bool, error) {
-	return b.AllowRetryAt(b.now()), nil
+	return b.allowRetryAt(b.now()), nil
 }
 
 // Snapshot returns the counters and the balance at the current time.

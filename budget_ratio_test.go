@@ -96,7 +96,7 @@ func TestRetryStorm(t *testing.T) {
 			retry := func() int { // one caller's retries after its failed first attempt
 				n := 0
 				for _, d := range backoff {
-					if !b.AllowRetryAt(t0.Add(d)) {
+					if !b.allowRetryAt(t0.Add(d)) {
 						break
 					}
 					n++
@@ -107,14 +107,14 @@ func TestRetryStorm(t *testing.T) {
 			switch tt.schedule {
 			case "phased":
 				for range tt.callers {
-					b.RecordRequestAt(t0)
+					b.recordRequestAt(t0)
 				}
 				for range tt.callers {
 					granted += retry()
 				}
 			case "serial":
 				for range tt.callers {
-					b.RecordRequestAt(t0)
+					b.recordRequestAt(t0)
 					granted += retry()
 				}
 			case "concurrent":
@@ -122,7 +122,7 @@ func TestRetryStorm(t *testing.T) {
 				var mu sync.Mutex
 				for range tt.callers {
 					wg.Go(func() {
-						b.RecordRequestAt(t0)
+						b.recordRequestAt(t0)
 						n := retry()
 						mu.Lock()
 						granted += n
@@ -158,15 +158,15 @@ func TestRatioBudgetConcurrent(t *testing.T) {
 				// Times a little out of order, as when callers read the clock
 				// before contending for the lock.
 				now := t0.Add(time.Duration(i+g) * time.Microsecond)
-				b.RecordRequestAt(now)
-				b.AllowRetryAt(now)
+				b.recordRequestAt(now)
+				b.allowRetryAt(now)
 			}
 		})
 	}
 	wg.Wait()
 	// Take what balance is left, so that the bound is reached exactly.
 	drained := 0
-	for b.AllowRetryAt(t0) {
+	for b.allowRetryAt(t0) {
 		drained++
 	}
 	b.now = func() time.Time { return t0 }

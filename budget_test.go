@@ -26,8 +26,8 @@ type step struct {
 
 // stepper is what the step tables drive; both budgets implement it.
 type stepper interface {
-	AllowRetryAt(time.Time) bool
-	RecordRequestAt(time.Time)
+	allowRetryAt(time.Time) bool
+	recordRequestAt(time.Time)
 	Snapshot() BudgetSnapshot
 }
 
@@ -37,10 +37,10 @@ func runSteps(t *testing.T, b stepper, setClock func(func() time.Time), steps []
 		now := t0.Add(s.at)
 		switch s.op {
 		case "allow":
-			got := b.AllowRetryAt(now)
+			got := b.allowRetryAt(now)
 			assert.Equal(t, s.want, got, "step %d (allow at %v): got %v, want %v", i, s.at, got, s.want)
 		case "record":
-			b.RecordRequestAt(now)
+			b.recordRequestAt(now)
 		default:
 			t.Fatalf("step %d: unknown op %q", i, s.op)
 		}
@@ -130,8 +130,8 @@ func TestTokenBucketConservation(t *testing.T) {
 		wg.Go(func() {
 			n := 0
 			for range calls {
-				b.RecordRequestAt(t0)
-				if b.AllowRetryAt(t0) {
+				b.recordRequestAt(t0)
+				if b.allowRetryAt(t0) {
 					n++
 				}
 			}

@@ -278,7 +278,7 @@ func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	code, err = btGet(t, client, srvB.URL)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, code)
-	assert.Equal(t, int64(DefaultMaxAttempts), srvB.requests.Load(), "host B gets all its attempts")
+	assert.Equal(t, int64(defaultMaxAttempts), srvB.requests.Load(), "host B gets all its attempts")
 	assert.Equal(t, before, gave.count(ErrBudgetExhausted), "host B is not refused")
 	assert.Equal(t, ranOut+1, gave.count(ErrAttemptsExhausted), "host B's call ran out of attempts instead")
 }
@@ -374,9 +374,9 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 			require.Equal(t, http.StatusServiceUnavailable, code)
 		}
 	}
-	assert.Equal(t, int64(4*DefaultMaxAttempts), alone.requests.Load(), "one layer alone")
+	assert.Equal(t, int64(4*defaultMaxAttempts), alone.requests.Load(), "one layer alone")
 	assert.LessOrEqual(t, stacked.requests.Load(), alone.requests.Load(), "two stacked layers against one alone")
-	assert.Equal(t, int64(4*DefaultMaxAttempts), stacked.requests.Load(), "two stacked layers")
+	assert.Equal(t, int64(4*defaultMaxAttempts), stacked.requests.Load(), "two stacked layers")
 
 	// And against a refused connection: no response, only errors.
 	url := btRefusedURL(t)
@@ -389,5 +389,5 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	_, err := btGet(t, &http.Client{Transport: outer2}, url)
 	assert.ErrorIs(t, err, ErrAttemptsExhausted)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
-	assert.Equal(t, int64(DefaultMaxAttempts), attempts.Load(), "attempts the inner layer sent")
+	assert.Equal(t, int64(defaultMaxAttempts), attempts.Load(), "attempts the inner layer sent")
 }

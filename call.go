@@ -136,7 +136,7 @@ func (c *call) loop() (*http.Response, error) {
 		c.attempt++
 		resp, r, ok, err := c.sendAdmitted(ticket)
 		if !ok {
-			ticket.Done(ObserveIgnore, nil)
+			ticket.done(observeIgnore, nil)
 			return resp, err // the body could not be replayed
 		}
 		c.observe(ticket, resp, err, r)
@@ -171,7 +171,7 @@ func (c *call) loop() (*http.Response, error) {
 				// usual gates.
 				c.history[len(c.history)-1].Outcome = decide.OutcomeFailure
 				if !r.retryable {
-					c.giveUp(ErrFinal, decide.Verdict{})
+					c.giveUp(errFinal, decide.Verdict{})
 					return nil, err
 				}
 				if v = c.decide(decide.KeyNone); v.Decision == decide.ReplaySafe {
@@ -183,7 +183,7 @@ func (c *call) loop() (*http.Response, error) {
 				return nil, rec
 			}
 		case !r.retryable:
-			c.giveUp(ErrFinal, decide.Verdict{})
+			c.giveUp(errFinal, decide.Verdict{})
 			return resp, err
 		case v.Decision != decide.ReplaySafe:
 			return c.stop(brakeReason(v), v)
@@ -201,11 +201,11 @@ func (c *call) loop() (*http.Response, error) {
 // Should the attempt panic (in the base), the ticket is done on the way up:
 // a probe that never gave its slot back would keep a half-open scope
 // refusing every request for good.
-func (c *call) sendAdmitted(ticket BreakerTicket) (resp *http.Response, r result, ok bool, err error) {
+func (c *call) sendAdmitted(ticket breakerTicket) (resp *http.Response, r result, ok bool, err error) {
 	returned := false
 	defer func() {
 		if !returned {
-			ticket.Done(ObserveIgnore, nil)
+			ticket.done(observeIgnore, nil)
 		}
 	}()
 	resp, r, ok, err = c.send()

@@ -56,7 +56,7 @@ type Classifier func(resp *http.Response, err error) Class
 // those are never repeated.
 func DefaultClassify(resp *http.Response, err error) Class {
 	if err == nil {
-		if resp != nil && RetryableStatus(resp.StatusCode) {
+		if resp != nil && retryableStatus(resp.StatusCode) {
 			return ClassRetryable
 		}
 		return ClassFinal
@@ -67,9 +67,9 @@ func DefaultClassify(resp *http.Response, err error) Class {
 	return ClassFinal
 }
 
-// RetryableStatus reports whether code is retryable by default: 408, 425,
+// retryableStatus reports whether code is retryable by default: 408, 425,
 // 429, 500, 502, 503 or 504.
-func RetryableStatus(code int) bool {
+func retryableStatus(code int) bool {
 	switch code {
 	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
 		http.StatusInternalServerError, http.StatusBadGateway,

@@ -20,8 +20,8 @@ import (
 func TestRetryableStatus(t *testing.T) {
 	retryable := map[int]bool{408: true, 425: true, 429: true, 500: true, 502: true, 503: true, 504: true}
 	for code := 100; code < 600; code++ {
-		if got, want := RetryableStatus(code), retryable[code]; got != want {
-			t.Errorf("RetryableStatus(%d) = %v, want %v", code, got, want)
+		if got, want := retryableStatus(code), retryable[code]; got != want {
+			t.Errorf("retryableStatus(%d) = %v, want %v", code, got, want)
 		}
 		resp := &http.Response{StatusCode: code}
 		want := ClassFinal

@@ -54,19 +54,19 @@ var (
 	// BudgetUnits. Decision rule 7.
 	ErrCostBudget = errors.New("retryfuse: attempt cost budget reached")
 
-	// ErrRetryAfterTooLong: the server asked for a wait longer than
+	// errRetryAfterTooLong: the server asked for a wait longer than
 	// MaxRetryAfter or than the caller's deadline leaves. Only reported through
 	// hooks: the server's response itself is returned.
-	ErrRetryAfterTooLong = errors.New("retryfuse: Retry-After exceeds the cap or the deadline")
+	errRetryAfterTooLong = errors.New("retryfuse: Retry-After exceeds the cap or the deadline")
 
 	// ErrDeadline: the next wait or attempt could not finish before the
 	// caller's deadline, so it was not started.
 	ErrDeadline = errors.New("retryfuse: no time left before the deadline")
 
-	// ErrFinal: the attempt failed with an error that is not retryable
+	// errFinal: the attempt failed with an error that is not retryable
 	// (the caller's cancellation, a certificate failure, a malformed
 	// request), handed back as it is. Only reported through hooks.
-	ErrFinal = errors.New("retryfuse: result is final")
+	errFinal = errors.New("retryfuse: result is final")
 
 	// ErrAttemptTimeout: one attempt ran past Transport.AttemptTimeout
 	// before its response headers arrived. The error matching it also
@@ -89,7 +89,7 @@ var (
 	ErrEarlierUncertain = errors.New("retryfuse: an earlier call under this idempotency key ended with an uncertain outcome")
 
 	// ErrInvalidIdempotencyKey: the Idempotency-Key header cannot be sent
-	// safely (empty, control characters, longer than MaxIdempotencyKeyLen).
+	// safely (empty, control characters, longer than maxIdempotencyKeyLen).
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
 )
 
@@ -168,11 +168,14 @@ func (e *ReconcileRequiredError) Error() string {
 	return s
 }
 
-// Is reports whether target is ErrReconcileRequired.
-func (e *ReconcileRequiredError) Is(target error) bool { return target == ErrReconcileRequired }
-
-// Unwrap returns the cause.
-func (e *ReconcileRequiredError) Unwrap() error { return e.Cause }
+// Unwrap returns ErrReconcileRequired and the cause, so that errors.Is
+// and errors.As match either.
+func (e *ReconcileRequiredError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{ErrReconcileRequired}
+	}
+	return []error{ErrReconcileRequired, e.Cause}
+}
 
 // StatusError describes a response whose status was classified as
 // retryable. Hooks receive it as an attempt's error; it is never returned by
@@ -211,11 +214,14 @@ func (e *CircuitOpenError) Error() string {
 	return s
 }
 
-// Is reports whether target is ErrCircuitOpen.
-func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOpen }
-
-// Unwrap returns the cause that opened the circuit.
-func (e *CircuitOpenError) Unwrap() error { return e.Cause }
+// Unwrap returns ErrCircuitOpen and the cause that opened the circuit,
+// so that errors.Is and errors.As match either.
+func (e *CircuitOpenError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{ErrCircuitOpen}
+	}
+	return []error{ErrCircuitOpen, e.Cause}
+}
 
 func invalidPolicy(field, problem string) error {
 	return fmt.Errorf("%w: %s %s", ErrInvalidPolicy, field, problem)

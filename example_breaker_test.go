@@ -3,14 +3,22 @@ package retryfuse_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/retryfuse/retryfuse"
 )
 
-// Allow and Done return transitions instead of calling hooks, so they are
-// reported here, with no lock held.
+// A Breaker on a Transport: after three failures in a row the scope opens,
+// and the next call fails fast without being sent. The BreakerChange hook
+// reports the transition.
 func ExampleBreaker() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // the dependency is down
+	}))
+	defer srv.Close()
+
 	b, err := retryfuse.NewBreaker(retryfuse.BreakerSettings{
 		FailureThreshold: 3,
 		OpenTimeout:      time.Minute,
@@ -18,25 +26,32 @@ func ExampleBreaker() {
 	if err != nil {
 		panic(err)
 	}
-	report := func(tr retryfuse.BreakerTransition) {
-		if tr.To != 0 {
-			fmt.Printf("%s: %v -> %v (cause: %v)\n", tr.Scope, tr.From, tr.To, tr.Cause)
-		}
+	tr := &retryfuse.Transport{
+		MaxAttempts: 1,
+		Breaker:     b,
+		Scope:       func(*http.Request) string { return "payments" },
+		Hooks: retryfuse.Hooks{BreakerChange: func(i retryfuse.BreakerChangeInfo) {
+			fmt.Printf("%s: %v -> %v (cause: %v)\n", i.Scope, i.From, i.To, i.Cause)
+		}},
 	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
 
 	for i := range 4 {
-		ticket, tr, err := b.Allow("payments.example")
-		report(tr)
+		resp, err := client.Get(srv.URL)
 		if errors.Is(err, retryfuse.ErrCircuitOpen) {
-			fmt.Printf("request %d not sent: circuit open\n", i+1)
+			fmt.Printf("call %d not sent: circuit open\n", i+1)
 			continue
 		}
-		// ... send the request; here the dependency refuses every time.
-		report(ticket.Done(retryfuse.ObserveFailure, errors.New("connection refused")))
+		resp.Body.Close()
+		fmt.Printf("call %d: %d\n", i+1, resp.StatusCode)
 	}
-	fmt.Println(b.State("payments.example"), b.State("search.example"))
+	fmt.Println(b.State("payments"), b.State("search"))
 	// Output:
-	// payments.example: closed -> open (cause: connection refused)
-	// request 4 not sent: circuit open
+	// call 1: 503
+	// call 2: 503
+	// payments: closed -> open (cause: retryfuse: retryable status 503 Service Unavailable)
+	// call 3: 503
+	// call 4 not sent: circuit open
 	// open closed
 }

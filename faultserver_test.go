@@ -227,7 +227,7 @@ func (s *ldFaultServer) apply(r *http.Request) {
 	if r.Method != http.MethodPost {
 		return
 	}
-	key := r.Header.Get(HeaderIdempotencyKey)
+	key := r.Header.Get(headerIdempotencyKey)
 	if key == "" {
 		return
 	}
@@ -415,7 +415,7 @@ func (lc ldCall) request(ctx context.Context, base string) (*http.Request, error
 		h.Set("X-Ld-Call", lc.name)
 	}
 	if lc.key != "" {
-		h.Set(HeaderIdempotencyKey, lc.key)
+		h.Set(headerIdempotencyKey, lc.key)
 	}
 	if lc.fault != ldHealthy {
 		h.Set("X-Ld-Fault", string(lc.fault))

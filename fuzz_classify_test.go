@@ -130,7 +130,7 @@ func hzHas(leaves []hzLeaf, kinds ...hzKind) bool {
 // os.SyscallError, errors.Join, RetryError, the attempt timeout) around
 // errnos, EOF, context, TLS and x509, and DNS errors: the result is always
 // ClassRetryable or ClassFinal and the same twice; a status is retryable
-// exactly when RetryableStatus says so (408, 425, 429, 500, 502, 503, 504);
+// exactly when retryableStatus says so (408, 425, 429, 500, 502, 503, 504);
 // a cancellation or a certificate error is never retried unless the
 // transport's own attempt timer cut the attempt; a chain whose only
 // failures are transient is retried, one with nothing transient in it is
@@ -152,7 +152,7 @@ func FuzzClassify(f *testing.F) {
 		case 408, 425, 429, 500, 502, 503, 504:
 			want = ClassRetryable
 		}
-		if cls != want || RetryableStatus(code) != (want == ClassRetryable) {
+		if cls != want || retryableStatus(code) != (want == ClassRetryable) {
 			t.Fatalf("DefaultClassify(status %d) = %v, want %v", code, cls, want)
 		}
 		phase := decide.Phase(phaseByte % 4)

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// hzCentury is the longest delay ParseRetryAfter returns.
+// hzCentury is the longest delay parseRetryAfter returns.
 const hzCentury = maxRetryAfterSeconds * time.Second
 
 // FuzzParseRetryAfter checks, for any value and any now: the delay is never
@@ -33,16 +33,16 @@ func FuzzParseRetryAfter(f *testing.F) {
 	f.Add("+5", now, int64(0), uint32(7), int64(1), int64(time.Hour))
 	f.Fuzz(func(t *testing.T, value string, sec, nsec int64, small uint32, jitter, limit int64) {
 		now := time.Unix(sec, nsec)
-		d, ok := ParseRetryAfter(value, now)
-		d2, ok2 := ParseRetryAfter(value, now)
+		d, ok := parseRetryAfter(value, now)
+		d2, ok2 := parseRetryAfter(value, now)
 		if d != d2 || ok != ok2 {
-			t.Fatalf("ParseRetryAfter(%q) gave %v, %v then %v, %v", value, d, ok, d2, ok2)
+			t.Fatalf("parseRetryAfter(%q) gave %v, %v then %v, %v", value, d, ok, d2, ok2)
 		}
 		if d < 0 || d > hzCentury {
-			t.Fatalf("ParseRetryAfter(%q, %v) = %v, want within [0, %v]", value, now, d, hzCentury)
+			t.Fatalf("parseRetryAfter(%q, %v) = %v, want within [0, %v]", value, now, d, hzCentury)
 		}
 		if !ok && d != 0 {
-			t.Fatalf("ParseRetryAfter(%q) = %v, false; want 0 with ok false", value, d)
+			t.Fatalf("parseRetryAfter(%q) = %v, false; want 0 with ok false", value, d)
 		}
 
 		trimmed := strings.Trim(value, " \t")
@@ -50,34 +50,34 @@ func FuzzParseRetryAfter(f *testing.F) {
 		switch {
 		case hzAllDigits(trimmed):
 			if !ok {
-				t.Fatalf("ParseRetryAfter(%q): got ok false for delay-seconds", value)
+				t.Fatalf("parseRetryAfter(%q): got ok false for delay-seconds", value)
 			}
 			want := hzCentury
 			if n, err := strconv.ParseInt(trimmed, 10, 64); err == nil && n <= maxRetryAfterSeconds {
 				want = time.Duration(n) * time.Second
 			}
 			if d != want {
-				t.Fatalf("ParseRetryAfter(%q) = %v, want %v", value, d, want)
+				t.Fatalf("parseRetryAfter(%q) = %v, want %v", value, d, want)
 			}
 		case dateErr == nil:
 			if !ok {
-				t.Fatalf("ParseRetryAfter(%q): got ok false for an HTTP-date", value)
+				t.Fatalf("parseRetryAfter(%q): got ok false for an HTTP-date", value)
 			}
 			if (d > 0) != date.After(now) {
-				t.Fatalf("ParseRetryAfter(%q, %v) = %v; want a positive delay exactly when the date is ahead", value, now, d)
+				t.Fatalf("parseRetryAfter(%q, %v) = %v; want a positive delay exactly when the date is ahead", value, now, d)
 			}
 			if d > 0 && d < hzCentury && !now.Add(d).Equal(date) {
-				t.Fatalf("ParseRetryAfter(%q, %v) = %v, which does not lead to %v", value, now, d, date)
+				t.Fatalf("parseRetryAfter(%q, %v) = %v, which does not lead to %v", value, now, d, date)
 			}
 		case ok:
-			t.Fatalf("ParseRetryAfter(%q) = %v, true; want ok false: neither delay-seconds nor an HTTP-date", value, d)
+			t.Fatalf("parseRetryAfter(%q) = %v, true; want ok false: neither delay-seconds nor an HTTP-date", value, d)
 		}
 
 		// Delay-seconds round-trips up to the century, and is clamped there.
 		s := strconv.FormatUint(uint64(small), 10)
 		wantSmall := min(time.Duration(small)*time.Second, hzCentury)
-		if got, ok := ParseRetryAfter(s, now); !ok || got != wantSmall {
-			t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, true", s, got, ok, wantSmall)
+		if got, ok := parseRetryAfter(s, now); !ok || got != wantSmall {
+			t.Fatalf("parseRetryAfter(%q) = %v, %v; want %v, true", s, got, ok, wantSmall)
 		}
 
 		// The capped wait: the transport only waits for a Retry-After
@@ -125,7 +125,7 @@ func hzAbs(v int64) int64 {
 }
 
 // FuzzValidateIdempotencyKey checks, for any string: the validator accepts
-// exactly 1 to MaxIdempotencyKeyLen bytes of visible ASCII or inner
+// exactly 1 to maxIdempotencyKeyLen bytes of visible ASCII or inner
 // spaces; an accepted key, set as a header under any form the transport
 // sends, is written by http.Header.Write as exactly one header line that
 // reads back, through textproto, as the same key; readKey agrees with the
@@ -137,19 +137,19 @@ func FuzzValidateIdempotencyKey(f *testing.F) {
 	f.Add("order 42")
 	f.Add(" k")
 	f.Add("a\x00b\x7f")
-	f.Add(strings.Repeat("a", MaxIdempotencyKeyLen+1))
+	f.Add(strings.Repeat("a", maxIdempotencyKeyLen+1))
 	f.Fuzz(func(t *testing.T, key string) {
-		err := ValidateIdempotencyKey(key)
+		err := validateIdempotencyKey(key)
 		if want := hzValidKey(key); (err == nil) != want {
-			t.Fatalf("ValidateIdempotencyKey(%q) = %v; want valid %v", key, err, want)
+			t.Fatalf("validateIdempotencyKey(%q) = %v; want valid %v", key, err, want)
 		}
-		k, rerr := readKey(http.Header{HeaderIdempotencyKey: {key}})
+		k, rerr := readKey(http.Header{headerIdempotencyKey: {key}})
 		if err != nil {
 			if !errors.Is(err, ErrInvalidIdempotencyKey) {
-				t.Fatalf("ValidateIdempotencyKey(%q) = %v; want an error wrapping ErrInvalidIdempotencyKey", key, err)
+				t.Fatalf("validateIdempotencyKey(%q) = %v; want an error wrapping ErrInvalidIdempotencyKey", key, err)
 			}
 			if strings.ContainsAny(err.Error(), "\r\n") {
-				t.Fatalf("ValidateIdempotencyKey(%q): got a message of several lines: %q", key, err)
+				t.Fatalf("validateIdempotencyKey(%q): got a message of several lines: %q", key, err)
 			}
 			if key != "" && !errors.Is(rerr, ErrInvalidIdempotencyKey) {
 				t.Fatalf("readKey(%q) = %v; want an error wrapping ErrInvalidIdempotencyKey", key, rerr)
@@ -159,7 +159,7 @@ func FuzzValidateIdempotencyKey(f *testing.F) {
 		if rerr != nil || !k.present || k.value != key {
 			t.Fatalf("readKey(%q) = %+v, %v; want the key, present", key, k, rerr)
 		}
-		if len(key) > MaxIdempotencyKeyLen {
+		if len(key) > maxIdempotencyKeyLen {
 			t.Fatalf("accepted a key of %d bytes", len(key))
 		}
 		for i := 0; i < len(key); i++ {
@@ -168,9 +168,9 @@ func FuzzValidateIdempotencyKey(f *testing.F) {
 			}
 		}
 		for _, h := range []http.Header{
-			{HeaderIdempotencyKey: {key}},
-			hideKey(http.Header{HeaderIdempotencyKey: {key}}, ""),
-			hideKey(http.Header{HeaderXIdempotencyKey: {key}}, ""),
+			{headerIdempotencyKey: {key}},
+			hideKey(http.Header{headerIdempotencyKey: {key}}, ""),
+			hideKey(http.Header{headerXIdempotencyKey: {key}}, ""),
 		} {
 			var buf bytes.Buffer
 			if err := h.Write(&buf); err != nil {
@@ -188,7 +188,7 @@ func FuzzValidateIdempotencyKey(f *testing.F) {
 				t.Fatalf("reading back key %q: got fields %v, want one", key, mh)
 			}
 			for name, vs := range mh {
-				if len(vs) != 1 || vs[0] != key || !strings.EqualFold(name, HeaderIdempotencyKey) && !strings.EqualFold(name, HeaderXIdempotencyKey) {
+				if len(vs) != 1 || vs[0] != key || !strings.EqualFold(name, headerIdempotencyKey) && !strings.EqualFold(name, headerXIdempotencyKey) {
 					t.Fatalf("reading back key %q: got %s: %q", key, name, vs)
 				}
 			}
@@ -198,7 +198,7 @@ func FuzzValidateIdempotencyKey(f *testing.F) {
 
 // hzValidKey is the documented rule, written independently.
 func hzValidKey(key string) bool {
-	if key == "" || len(key) > MaxIdempotencyKeyLen || strings.HasPrefix(key, " ") || strings.HasSuffix(key, " ") {
+	if key == "" || len(key) > maxIdempotencyKeyLen || strings.HasPrefix(key, " ") || strings.HasSuffix(key, " ") {
 		return false
 	}
 	for _, r := range []byte(key) {

@@ -39,12 +39,12 @@ func (c *call) allowRetry() bool {
 func (c *call) budgetContext() context.Context { return c.req.Context() }
 
 // admit asks the breaker, if any, to let the next attempt through.
-func (c *call) admit() (BreakerTicket, error) {
+func (c *call) admit() (breakerTicket, error) {
 	b := c.t.Breaker
 	if b == nil {
-		return BreakerTicket{}, nil
+		return breakerTicket{}, nil
 	}
-	ticket, tr, err := b.Allow(c.scopeName())
+	ticket, tr, err := b.allow(c.scopeName())
 	c.breakerChanged(tr)
 	return ticket, err
 }
@@ -55,35 +55,35 @@ func (c *call) openThrough(t time.Time) error {
 	if c.t.Breaker == nil {
 		return nil
 	}
-	return c.t.Breaker.OpenUntil(c.scopeName(), t)
+	return c.t.Breaker.openUntil(c.scopeName(), t)
 }
 
 // observe feeds an attempt's result to the breaker: only what the
 // dependency did counts. The caller's cancellation, an error of the
 // caller's body, and local errors that are not transient say nothing about
 // the dependency's health.
-func (c *call) observe(ticket BreakerTicket, resp *http.Response, err error, r result) {
+func (c *call) observe(ticket breakerTicket, resp *http.Response, err error, r result) {
 	if c.t.Breaker == nil {
 		return
 	}
 	var (
-		o     = ObserveIgnore
+		o     = observeIgnore
 		cause error
 	)
 	switch {
 	case r.ignored:
 	case resp != nil && r.retryable:
-		o, cause = ObserveFailure, statusError(resp, c.t.clock())
+		o, cause = observeFailure, statusError(resp, c.t.clock())
 	case resp != nil:
-		o = ObserveSuccess
+		o = observeSuccess
 	case r.retryable || r.outcome == decide.OutcomeTimeout || r.outcome == decide.OutcomeUnknown:
-		o, cause = ObserveFailure, err
+		o, cause = observeFailure, err
 	}
-	c.breakerChanged(ticket.Done(o, cause))
+	c.breakerChanged(ticket.done(o, cause))
 }
 
-func (c *call) breakerChanged(tr BreakerTransition) {
+func (c *call) breakerChanged(tr BreakerChangeInfo) {
 	if tr.To != 0 {
-		emit(c.t.Hooks.BreakerChange, BreakerChangeInfo{BreakerTransition: tr})
+		emit(c.t.Hooks.BreakerChange, tr)
 	}
 }

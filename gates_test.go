@@ -67,7 +67,7 @@ func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 			t.Fatalf("got %v, %v; want 201", resp, err)
 		}
 	}
-	if n := ledger.Len(); n != 0 {
+	if n := ledger.len(); n != 0 {
 		t.Errorf("keys in the ledger: got %d, want 0", n)
 	}
 	if got := srv.count(); got != 3 {

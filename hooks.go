@@ -107,30 +107,15 @@ type DecisionInfo struct {
 	KeyState decide.KeyState
 }
 
-// DelaySource says where a retry delay came from.
-type DelaySource uint8
-
-const (
-	DelayBackoff    DelaySource = iota + 1 // capped exponential backoff with full jitter
-	DelayRetryAfter                        // the server's Retry-After, plus jitter
-)
-
-func (s DelaySource) String() string {
-	switch s {
-	case DelayBackoff:
-		return "backoff"
-	case DelayRetryAfter:
-		return "retry_after"
-	}
-	return "unknown"
-}
-
 // RetryInfo describes a scheduled retry.
 type RetryInfo struct {
 	CallInfo
-	Delay  time.Duration
-	Source DelaySource
-	// RetryAfter is the server's Retry-After when Source is DelayRetryAfter.
+	Delay time.Duration
+	// Source says where Delay came from: "backoff" (capped exponential
+	// backoff with full jitter) or "retry_after" (the server's Retry-After,
+	// plus jitter).
+	Source string
+	// RetryAfter is the server's Retry-After when Source is "retry_after".
 	RetryAfter time.Duration
 	Err        error // the failed attempt's error (a *StatusError for a status)
 }
@@ -149,8 +134,8 @@ type GiveUpInfo struct {
 	// Reason is, or matches with errors.Is (a *CircuitOpenError does),
 	// one of: ErrAttemptsExhausted, ErrBudgetExhausted,
 	// ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget,
-	// ErrRetryAfterTooLong, ErrDeadline, ErrCircuitOpen,
-	// ErrDuplicateInFlight, ErrIdempotencyConflict, or ErrFinal when the
+	// errRetryAfterTooLong, ErrDeadline, ErrCircuitOpen,
+	// ErrDuplicateInFlight, ErrIdempotencyConflict, or errFinal when the
 	// result was not retryable; or the context's error when the caller
 	// gave up during a wait. ReasonName names it.
 	Reason error
@@ -172,12 +157,12 @@ var reasonNames = [...]struct {
 	{ErrNotRepeatable, "not_repeatable"},
 	{ErrFailureThreshold, "failure_threshold"},
 	{ErrCostBudget, "cost_budget"},
-	{ErrRetryAfterTooLong, "retry_after_too_long"},
+	{errRetryAfterTooLong, "retry_after_too_long"},
 	{ErrDeadline, "deadline"},
 	{ErrCircuitOpen, "circuit_open"},
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},
-	{ErrFinal, "final"},
+	{errFinal, "final"},
 	{context.Canceled, "canceled"},
 	{context.DeadlineExceeded, "deadline_exceeded"},
 }
@@ -207,9 +192,17 @@ type HiddenResendInfo struct {
 	Connections int // connections obtained within the attempt
 }
 
-// BreakerChangeInfo reports a breaker transition.
+// BreakerChangeInfo reports a change of a breaker scope's state. It is
+// not about one call: CallInfo is absent.
 type BreakerChangeInfo struct {
-	BreakerTransition
+	Scope    string
+	From, To BreakerState
+	At       time.Time
+	// Cause is the dependency failure behind an opening (To == BreakerOpen);
+	// nil for other transitions.
+	Cause error
+	// Settings are the breaker's settings, defaults resolved.
+	Settings BreakerSettings
 }
 
 // EvidenceUnavailableInfo reports a fail-safe applied by a budget or ledger.

@@ -56,7 +56,7 @@ func TestHooksCallIDsAndAttemptNumbers(t *testing.T) {
 		}
 	}
 	for i, r := range log.retries {
-		if r.Attempt != 1 || r.Source != DelayBackoff {
+		if r.Attempt != 1 || r.Source != "backoff" {
 			t.Errorf("Retry %d: attempt %d source %v, want attempt 1 from backoff", i, r.Attempt, r.Source)
 		}
 		var se *StatusError

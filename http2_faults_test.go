@@ -48,7 +48,7 @@ func TestHTTP2KeyedPOSTAbortedAfterEffectRequiresReconcile(t *testing.T) {
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: base, Hooks: log.hooks()})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
-			req.Header.Set(HeaderIdempotencyKey, "pay-h2-5")
+			req.Header.Set(headerIdempotencyKey, "pay-h2-5")
 			resp, _, err := do(tr, req)
 			if resp != nil {
 				t.Errorf("Do: got a response %d, want none", resp.StatusCode)

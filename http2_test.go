@@ -100,7 +100,7 @@ func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 				tr := newTransport(t, newFakeClock(), &Transport{Base: base, GenerateIdempotencyKeys: generated, Hooks: log.hooks()})
 				req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 				if !generated {
-					req.Header.Set(HeaderIdempotencyKey, "pay-h2-1")
+					req.Header.Set(headerIdempotencyKey, "pay-h2-1")
 				}
 				resp, body, err := do(tr, req)
 				if err != nil || resp.StatusCode != http.StatusOK || string(body) != "done" {
@@ -111,13 +111,13 @@ func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 				if len(reqs) != 2 {
 					t.Fatalf("requests seen by the server: got %d, want 2", len(reqs))
 				}
-				key := reqs[0].Header.Get(HeaderIdempotencyKey)
+				key := reqs[0].Header.Get(headerIdempotencyKey)
 				if key == "" || (!generated && key != "pay-h2-1") {
 					t.Errorf("key seen by the server: got %q, want the request's", key)
 				}
 				for i, r := range reqs {
-					if r.Body != `{"amount":10}` || r.Header.Get(HeaderIdempotencyKey) != key {
-						t.Errorf("request %d: got body %q key %q, want the first's %q %q", i+1, r.Body, r.Header.Get(HeaderIdempotencyKey), `{"amount":10}`, key)
+					if r.Body != `{"amount":10}` || r.Header.Get(headerIdempotencyKey) != key {
+						t.Errorf("request %d: got body %q key %q, want the first's %q %q", i+1, r.Body, r.Header.Get(headerIdempotencyKey), `{"amount":10}`, key)
 					}
 				}
 				log.mu.Lock()
@@ -158,7 +158,7 @@ func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
 			clk := newFakeClock()
 			tr := newTransport(t, clk, &Transport{Base: base, AttemptTimeout: shortTimeout})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
-			req.Header.Set(HeaderIdempotencyKey, "pay-h2-2")
+			req.Header.Set(headerIdempotencyKey, "pay-h2-2")
 			resp, _, err := do(tr, req)
 			if resp != nil {
 				t.Errorf("Do: got a response %d, want none", resp.StatusCode)
@@ -216,14 +216,14 @@ func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 			var log hookLog
 			tr := newTransport(t, newFakeClock(), &Transport{Base: base, Hooks: log.hooks()})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
-			req.Header.Set(HeaderIdempotencyKey, "pay-h2-3")
+			req.Header.Set(headerIdempotencyKey, "pay-h2-3")
 			resp, _, err := do(tr, req)
 			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("Do: got %v, %v; want 200", resp, err)
 			}
 			hzCheckProto(t, p, srv, resp)
 			reqs, _ := srv.requests()
-			if len(reqs) != 1 || reqs[0].Header.Get(HeaderIdempotencyKey) != "pay-h2-3" {
+			if len(reqs) != 1 || reqs[0].Header.Get(headerIdempotencyKey) != "pay-h2-3" {
 				t.Errorf("requests seen by the server: got %+v, want one carrying key pay-h2-3", reqs)
 			}
 			if got := dials.Load(); got != 2 {
@@ -345,7 +345,7 @@ func TestHTTP2ConnectionGoneBetweenRequests(t *testing.T) {
 // lower-case on the wire) under the caller's form and under the X- form.
 func TestHTTP2IdempotencyKeyReachesServer(t *testing.T) {
 	for _, p := range hzProtos {
-		for _, name := range []string{HeaderIdempotencyKey, HeaderXIdempotencyKey, "idempotency-key"} {
+		for _, name := range []string{headerIdempotencyKey, headerXIdempotencyKey, "idempotency-key"} {
 			t.Run(p.name+"/"+name, func(t *testing.T) {
 				srv, base := hzStartTLS(t, p, failThenOK(0))
 				tr := newTransport(t, newFakeClock(), &Transport{Base: base})

@@ -9,15 +9,15 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
-// MaxIdempotencyKeyLen is the longest idempotency key the transport sends.
-const MaxIdempotencyKeyLen = 255
+// maxIdempotencyKeyLen is the longest idempotency key the transport sends.
+const maxIdempotencyKeyLen = 255
 
 // The header names under which a request may carry its idempotency key.
-// HeaderIdempotencyKey is the IETF draft's name; HeaderXIdempotencyKey is
+// headerIdempotencyKey is the IETF draft's name; headerXIdempotencyKey is
 // the older form net/http also recognises.
 const (
-	HeaderIdempotencyKey  = "Idempotency-Key"
-	HeaderXIdempotencyKey = "X-Idempotency-Key"
+	headerIdempotencyKey  = "Idempotency-Key"
+	headerXIdempotencyKey = "X-Idempotency-Key"
 )
 
 // Non-canonical map keys under which the transport carries a key for a
@@ -33,7 +33,7 @@ const (
 	hiddenXIdempotencyKey = "x-idempotency-key"
 )
 
-var keyHeaderForms = [...]string{HeaderIdempotencyKey, HeaderXIdempotencyKey, hiddenIdempotencyKey, hiddenXIdempotencyKey}
+var keyHeaderForms = [...]string{headerIdempotencyKey, headerXIdempotencyKey, hiddenIdempotencyKey, hiddenXIdempotencyKey}
 
 // IdempotencyKeyOf returns the idempotency key h carries, under any of the
 // forms the transport reads or writes, and whether one is present. An
@@ -73,7 +73,7 @@ func readKey(h http.Header) (requestKey, error) {
 		if found > 0 && v[0] != k.value {
 			return k, fmt.Errorf("%w: %s and another idempotency key header disagree", ErrInvalidIdempotencyKey, name)
 		}
-		if err := ValidateIdempotencyKey(v[0]); err != nil {
+		if err := validateIdempotencyKey(v[0]); err != nil {
 			return k, err
 		}
 		k.value, k.present = v[0], true
@@ -82,17 +82,17 @@ func readKey(h http.Header) (requestKey, error) {
 	return k, nil
 }
 
-// ValidateIdempotencyKey reports whether key can be sent safely as a header
-// value: 1 to MaxIdempotencyKeyLen bytes of visible ASCII or inner spaces.
+// validateIdempotencyKey reports whether key can be sent safely as a header
+// value: 1 to maxIdempotencyKeyLen bytes of visible ASCII or inner spaces.
 // Control characters (CR and LF above all, which would inject header lines),
 // non-ASCII bytes and surrounding spaces are refused. The error wraps
 // ErrInvalidIdempotencyKey.
-func ValidateIdempotencyKey(key string) error {
+func validateIdempotencyKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty", ErrInvalidIdempotencyKey)
-	case len(key) > MaxIdempotencyKeyLen:
-		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidIdempotencyKey, len(key), MaxIdempotencyKeyLen)
+	case len(key) > maxIdempotencyKeyLen:
+		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidIdempotencyKey, len(key), maxIdempotencyKeyLen)
 	case key[0] == ' ' || key[len(key)-1] == ' ':
 		return fmt.Errorf("%w: leading or trailing space", ErrInvalidIdempotencyKey)
 	}
@@ -126,8 +126,8 @@ func needsKeyHiding(method string, h http.Header) bool {
 	if decide.IdempotentMethod(method) {
 		return false
 	}
-	_, a := h[HeaderIdempotencyKey]
-	_, b := h[HeaderXIdempotencyKey]
+	_, a := h[headerIdempotencyKey]
+	_, b := h[headerXIdempotencyKey]
 	return a || b
 }
 
@@ -139,12 +139,12 @@ func hideKey(h http.Header, key string) http.Header {
 	if h2 == nil {
 		h2 = make(http.Header, 1)
 	}
-	if v, ok := h2[HeaderIdempotencyKey]; ok {
-		delete(h2, HeaderIdempotencyKey)
+	if v, ok := h2[headerIdempotencyKey]; ok {
+		delete(h2, headerIdempotencyKey)
 		h2[hiddenIdempotencyKey] = v
 	}
-	if v, ok := h2[HeaderXIdempotencyKey]; ok {
-		delete(h2, HeaderXIdempotencyKey)
+	if v, ok := h2[headerXIdempotencyKey]; ok {
+		delete(h2, headerXIdempotencyKey)
 		h2[hiddenXIdempotencyKey] = v
 	}
 	if key != "" {

@@ -17,9 +17,9 @@ func TestValidateIdempotencyKey(t *testing.T) {
 		{"one byte", "k", true},
 		{"inner space", "order 42", true},
 		{"visible punctuation", `!"#$%&'()*+,-./:;<=>?@[\]^_{|}~`, true},
-		{"255 bytes", strings.Repeat("a", MaxIdempotencyKeyLen), true},
+		{"255 bytes", strings.Repeat("a", maxIdempotencyKeyLen), true},
 		{"empty", "", false},
-		{"256 bytes", strings.Repeat("a", MaxIdempotencyKeyLen+1), false},
+		{"256 bytes", strings.Repeat("a", maxIdempotencyKeyLen+1), false},
 		{"CRLF injection", "k\r\nX-Admin: 1", false},
 		{"LF", "k\n", false},
 		{"CR", "k\r", false},
@@ -32,12 +32,12 @@ func TestValidateIdempotencyKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := ValidateIdempotencyKey(tt.key)
+			err := validateIdempotencyKey(tt.key)
 			if got := err == nil; got != tt.valid {
-				t.Fatalf("ValidateIdempotencyKey(%q) = %v; want valid %v", tt.key, err, tt.valid)
+				t.Fatalf("validateIdempotencyKey(%q) = %v; want valid %v", tt.key, err, tt.valid)
 			}
 			if err != nil && !errors.Is(err, ErrInvalidIdempotencyKey) {
-				t.Errorf("ValidateIdempotencyKey(%q) = %v; want an error wrapping ErrInvalidIdempotencyKey", tt.key, err)
+				t.Errorf("validateIdempotencyKey(%q) = %v; want an error wrapping ErrInvalidIdempotencyKey", tt.key, err)
 			}
 		})
 	}
@@ -85,11 +85,11 @@ func TestHideKeyLeavesTheOriginalAlone(t *testing.T) {
 	h := http.Header{"Idempotency-Key": {"k1"}, "X-Idempotency-Key": {"k1"}, "Accept": {"*/*"}}
 	orig := h.Clone()
 	h2 := hideKey(h, "")
-	if _, ok := h2[HeaderIdempotencyKey]; ok {
-		t.Errorf("hidden header still has the canonical map key %q", HeaderIdempotencyKey)
+	if _, ok := h2[headerIdempotencyKey]; ok {
+		t.Errorf("hidden header still has the canonical map key %q", headerIdempotencyKey)
 	}
-	if _, ok := h2[HeaderXIdempotencyKey]; ok {
-		t.Errorf("hidden header still has the canonical map key %q", HeaderXIdempotencyKey)
+	if _, ok := h2[headerXIdempotencyKey]; ok {
+		t.Errorf("hidden header still has the canonical map key %q", headerXIdempotencyKey)
 	}
 	if got := h2[hiddenIdempotencyKey]; len(got) != 1 || got[0] != "k1" {
 		t.Errorf("hidden header %q = %v, want [k1]", hiddenIdempotencyKey, got)
@@ -181,11 +181,11 @@ func equalHeaders(a, b http.Header) bool {
 
 // An empty key is no key, for IdempotencyKeyOf as for the transport.
 func TestIdempotencyKeyOfEmptyValue(t *testing.T) {
-	h := http.Header{HeaderIdempotencyKey: {""}, hiddenXIdempotencyKey: {"k2"}}
+	h := http.Header{headerIdempotencyKey: {""}, hiddenXIdempotencyKey: {"k2"}}
 	if got, ok := IdempotencyKeyOf(h); got != "k2" || !ok {
 		t.Errorf("IdempotencyKeyOf = %q, %v; want k2, true: an empty value is skipped", got, ok)
 	}
-	if got, ok := IdempotencyKeyOf(http.Header{HeaderIdempotencyKey: {""}}); got != "" || ok {
+	if got, ok := IdempotencyKeyOf(http.Header{headerIdempotencyKey: {""}}); got != "" || ok {
 		t.Errorf("IdempotencyKeyOf(empty) = %q, %v; want \"\", false", got, ok)
 	}
 }

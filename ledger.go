@@ -19,18 +19,19 @@ import (
 // recognised again (Fingerprint). The in-memory implementation is in
 // ledger_memory.go.
 
+// errLedgerFull: the ledger holds its maximum number of keys and every one
+// of them is in flight, so none may be evicted. Nothing was sent: the
+// Transport returns it wrapped with ErrLedgerUnavailable.
+var errLedgerFull = errors.New("retryfuse: idempotency ledger full of keys in flight")
+
 var (
 	// ErrLedgerToken: Complete, Release or Uncertain was called with a token
 	// that does not own the key (wrong, already used, or its claim expired).
 	// The call changed nothing.
 	ErrLedgerToken = errors.New("retryfuse: ledger token does not own the key")
 
-	// ErrLedgerFull: the ledger holds its maximum number of keys and every one
-	// of them is in flight, so none may be evicted. Nothing was sent.
-	ErrLedgerFull = errors.New("retryfuse: idempotency ledger full of keys in flight")
-
 	// ErrFingerprintLimit: a body is longer than the limit given to
-	// FingerprintBody or FingerprintRequest.
+	// fingerprintBody or fingerprintRequest.
 	ErrFingerprintLimit = errors.New("retryfuse: body longer than the fingerprint limit")
 )
 
@@ -38,7 +39,7 @@ var (
 // digest. Two requests under the same key with different fingerprints are a
 // conflict (decision rule 1).
 //
-// The transport uses FingerprintRequest: method, escaped URL path and body.
+// The transport uses fingerprintRequest: method, escaped URL path and body.
 // Method and path are included because a key reused for another operation
 // (POST /refunds under the key of POST /charges) must not be answered with
 // the other operation's stored result. The host, the query and the headers
@@ -54,7 +55,7 @@ const (
 	fpRequestPrefix = "retryfuse fingerprint v1 request\x00"
 )
 
-// FingerprintBody returns the SHA-256 fingerprint of the bytes getBody
+// fingerprintBody returns the SHA-256 fingerprint of the bytes getBody
 // returns, reading at most limit bytes, and closes the reader on every path.
 // Pass Request.GetBody, so that the request's own body is never consumed.
 //
@@ -62,9 +63,9 @@ const (
 // error from getBody or from reading is returned wrapped. A nil getBody is
 // an error wrapping ErrNotRepeatable: a body that cannot be read again
 // cannot be fingerprinted. For a request without a body use
-// FingerprintRequest, or pass a getBody that returns http.NoBody. A negative
+// fingerprintRequest, or pass a getBody that returns http.NoBody. A negative
 // limit is an error wrapping ErrInvalidPolicy.
-func FingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Fingerprint, error) {
+func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Fingerprint, error) {
 	h := sha256.New()
 	io.WriteString(h, fpBodyPrefix)
 	if err := hashBody(h, getBody, limit); err != nil {
@@ -75,13 +76,13 @@ func FingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Finger
 	return fp, nil
 }
 
-// FingerprintRequest returns the fingerprint of req's method, escaped URL
+// fingerprintRequest returns the fingerprint of req's method, escaped URL
 // path ("/" when empty) and body, reading the body through req.GetBody (at
 // most limit bytes) so that req.Body is never consumed. A request without a
 // body (Body nil or http.NoBody) has an empty body. A body without GetBody
 // gives an error wrapping ErrNotRepeatable, a request without a URL an
-// error; the other errors are those of FingerprintBody.
-func FingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
+// error; the other errors are those of fingerprintBody.
+func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	if req.URL == nil {
 		return Fingerprint{}, errNilURL
 	}

@@ -87,7 +87,7 @@ func BenchmarkFingerprintBody1KiB(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := FingerprintBody(getBody, 1<<20); err != nil {
+		if _, err := fingerprintBody(getBody, 1<<20); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,16 +19,16 @@ func TestMemoryLedgerEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	ledgerBegin(t, l, "a", decide.KeyCompleted) // a is now used more recently than b
 	ledgerBegin(t, l, "d", decide.KeyNone)      // full: b goes
-	assert.Equal(t, 3, l.Len())
+	assert.Equal(t, 3, l.len())
 	ledgerBegin(t, l, "a", decide.KeyCompleted)
 	ledgerBegin(t, l, "c", decide.KeyCompleted)
 	ledgerBegin(t, l, "d", decide.KeyInFlight)
 	ledgerBegin(t, l, "b", decide.KeyNone) // b was evicted; now a, the least recently used, goes
 	ledgerBegin(t, l, "c", decide.KeyCompleted)
 	ledgerBegin(t, l, "a", decide.KeyNone) // evicts c, the last completed key
-	assert.Equal(t, 3, l.Len())
+	assert.Equal(t, 3, l.len())
 	_, err := l.Begin(ctx, "e", ledgerFP(1)) // b, d and a are in flight
-	assert.ErrorIs(t, err, ErrLedgerFull)
+	assert.ErrorIs(t, err, errLedgerFull)
 }
 
 func TestMemoryLedgerDropsExpiredBeforeEvicting(t *testing.T) {
@@ -40,7 +40,7 @@ func TestMemoryLedgerDropsExpiredBeforeEvicting(t *testing.T) {
 	clock.advance(testLedgerTTL / 2)              // ...but now expired
 	ledgerBegin(t, l, "new", decide.KeyNone)
 	ledgerBegin(t, l, "young", decide.KeyCompleted)
-	assert.Equal(t, 2, l.Len())
+	assert.Equal(t, 2, l.len())
 }
 
 func TestMemoryLedgerBound(t *testing.T) {
@@ -48,11 +48,11 @@ func TestMemoryLedgerBound(t *testing.T) {
 	l, _ := newTestLedger(t, maxEntries)
 	for i := range 10 * maxEntries {
 		ledgerComplete(t, l, "k"+strconv.Itoa(i))
-		if got := l.Len(); got > maxEntries {
+		if got := l.len(); got > maxEntries {
 			t.Fatalf("after %d keys: got Len %d, want at most %d", i+1, got, maxEntries)
 		}
 	}
-	assert.Equal(t, maxEntries, l.Len())
+	assert.Equal(t, maxEntries, l.len())
 }
 
 func TestMemoryLedgerNeverEvictsInFlight(t *testing.T) {
@@ -62,16 +62,16 @@ func TestMemoryLedgerNeverEvictsInFlight(t *testing.T) {
 	ledgerComplete(t, l, "b")
 	ledgerBegin(t, l, "c", decide.KeyNone) // evicts b, the only completed key
 	_, err := l.Begin(ctx, "d", ledgerFP(1))
-	require.ErrorIs(t, err, ErrLedgerFull)
-	assert.Equal(t, 2, l.Len())
+	require.ErrorIs(t, err, errLedgerFull)
+	assert.Equal(t, 2, l.len())
 	ledgerBegin(t, l, "a", decide.KeyInFlight)
 	require.NoError(t, l.Release(ctx, "a", a.Token))
 	ledgerBegin(t, l, "d", decide.KeyNone) // room again
 	_, err = l.Begin(ctx, "e", ledgerFP(1))
-	require.ErrorIs(t, err, ErrLedgerFull)
+	require.ErrorIs(t, err, errLedgerFull)
 	clock.advance(testLedgerInFlightTTL) // the owners of c and d lose their claims
 	ledgerBegin(t, l, "e", decide.KeyNone)
-	assert.Equal(t, 1, l.Len())
+	assert.Equal(t, 1, l.len())
 }
 
 // An in-flight claim expires sooner than the completed keys held before it:
@@ -80,7 +80,7 @@ func TestMemoryLedgerSweepSeesSoonerExpiry(t *testing.T) {
 	l, clock := newTestLedger(t, 2)
 	ledgerComplete(t, l, "a")
 	clock.advance(testLedgerInFlightTTL)
-	require.Equal(t, 1, l.Len()) // a sweep: a, expiring in 9m, is the soonest
+	require.Equal(t, 1, l.len()) // a sweep: a, expiring in 9m, is the soonest
 	ledgerBegin(t, l, "b", decide.KeyNone)
 	clock.advance(testLedgerInFlightTTL)
 	ledgerBegin(t, l, "c", decide.KeyNone)
@@ -105,5 +105,5 @@ func TestMemoryLedgerSweepKeepsSoonestExpiry(t *testing.T) {
 	clock.advance(30 * time.Second)
 	ledgerBegin(t, l, "n2", decide.KeyNone) // at 10m30s: must drop x, not evict y0
 	ledgerBegin(t, l, "y0", decide.KeyCompleted)
-	assert.Equal(t, maxEntries, l.Len())
+	assert.Equal(t, maxEntries, l.len())
 }

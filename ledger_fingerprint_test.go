@@ -28,7 +28,7 @@ func bodyOf(s string) func() (io.ReadCloser, error) {
 
 func mustFingerprintBody(t *testing.T, s string) Fingerprint {
 	t.Helper()
-	fp, err := FingerprintBody(bodyOf(s), 1<<20)
+	fp, err := fingerprintBody(bodyOf(s), 1<<20)
 	require.NoError(t, err)
 	return fp
 }
@@ -65,7 +65,7 @@ func TestFingerprintBodyLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		body := &trackedBody{Reader: strings.NewReader(tt.body)}
-		_, err := FingerprintBody(func() (io.ReadCloser, error) { return body, nil }, tt.limit)
+		_, err := fingerprintBody(func() (io.ReadCloser, error) { return body, nil }, tt.limit)
 		if tt.wantErr == nil {
 			assert.NoError(t, err, "%d bytes, limit %d", len(tt.body), tt.limit)
 		} else {
@@ -83,19 +83,19 @@ func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
 
 func TestFingerprintBodyErrors(t *testing.T) {
 	errGet := errors.New("get body failed")
-	_, err := FingerprintBody(func() (io.ReadCloser, error) { return nil, errGet }, 10)
+	_, err := fingerprintBody(func() (io.ReadCloser, error) { return nil, errGet }, 10)
 	assert.ErrorIs(t, err, errGet, "getBody's error")
 
 	errRead := errors.New("read failed")
 	body := &trackedBody{Reader: failingReader{errRead}}
-	_, err = FingerprintBody(func() (io.ReadCloser, error) { return body, nil }, 10)
+	_, err = fingerprintBody(func() (io.ReadCloser, error) { return body, nil }, 10)
 	assert.ErrorIs(t, err, errRead, "the reader's error")
 	assert.True(t, body.closed, "body not closed after a read error")
 
-	_, err = FingerprintBody(nil, 10)
+	_, err = fingerprintBody(nil, 10)
 	assert.ErrorIs(t, err, ErrNotRepeatable, "nil getBody")
 
-	fp, err := FingerprintBody(func() (io.ReadCloser, error) { return nil, nil }, 10)
+	fp, err := fingerprintBody(func() (io.ReadCloser, error) { return nil, nil }, 10)
 	require.NoError(t, err)
 	assert.Equal(t, mustFingerprintBody(t, ""), fp, "a nil reader is an empty body")
 }
@@ -108,7 +108,7 @@ func mustFingerprintRequest(t *testing.T, method, url, body string) Fingerprint 
 	}
 	req, err := http.NewRequest(method, url, r)
 	require.NoError(t, err)
-	fp, err := FingerprintRequest(req, 1<<20)
+	fp, err := fingerprintRequest(req, 1<<20)
 	require.NoError(t, err)
 	return fp
 }
@@ -141,18 +141,18 @@ func TestFingerprintRequest(t *testing.T) {
 func TestFingerprintRequestLeavesBodyUnread(t *testing.T) {
 	req, err := http.NewRequest("POST", "https://api.example/v1/charges", bytes.NewReader([]byte("payload")))
 	require.NoError(t, err)
-	_, err = FingerprintRequest(req, 100)
+	_, err = fingerprintRequest(req, 100)
 	require.NoError(t, err)
 	got, err := io.ReadAll(req.Body)
 	require.NoError(t, err)
-	assert.Equal(t, "payload", string(got), "FingerprintRequest consumed req.Body")
+	assert.Equal(t, "payload", string(got), "fingerprintRequest consumed req.Body")
 }
 
 func TestFingerprintRequestBodies(t *testing.T) {
 	empty := mustFingerprintRequest(t, "POST", "https://api.example/", "")
 	req, err := http.NewRequest("POST", "https://api.example/", http.NoBody)
 	require.NoError(t, err)
-	fp, err := FingerprintRequest(req, 0)
+	fp, err := fingerprintRequest(req, 0)
 	require.NoError(t, err)
 	assert.Equal(t, empty, fp, "http.NoBody and a nil body differ")
 
@@ -161,7 +161,7 @@ func TestFingerprintRequestBodies(t *testing.T) {
 	req, err = http.NewRequest("POST", "https://api.example/", body)
 	require.NoError(t, err)
 	require.Nil(t, req.GetBody)
-	_, err = FingerprintRequest(req, 100)
+	_, err = fingerprintRequest(req, 100)
 	assert.ErrorIs(t, err, ErrNotRepeatable)
 	rest, _ := io.ReadAll(body)
 	assert.Equal(t, "once", string(rest), "the body was read")
@@ -169,6 +169,6 @@ func TestFingerprintRequestBodies(t *testing.T) {
 
 	req, err = http.NewRequest("POST", "https://api.example/", strings.NewReader("too long"))
 	require.NoError(t, err)
-	_, err = FingerprintRequest(req, 3)
+	_, err = fingerprintRequest(req, 3)
 	assert.ErrorIs(t, err, ErrFingerprintLimit)
 }

@@ -27,7 +27,7 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	if l == nil || c.passThrough || !c.key.present || c.key.generated || !c.facts.ReplayableBody {
 		return decide.KeyNone, nil, nil
 	}
-	fp, err := FingerprintRequest(c.req, c.p.maxFP)
+	fp, err := fingerprintRequest(c.req, c.p.maxFP)
 	if err != nil {
 		return decide.KeyNone, nil, err
 	}

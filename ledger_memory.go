@@ -25,7 +25,7 @@ type MemoryLedgerConfig struct {
 	// ledger is full, a new key first drops the expired keys, then evicts the
 	// least recently used completed or uncertain key. A key in flight is
 	// never evicted: when every key is in flight, Begin fails with
-	// ErrLedgerFull.
+	// errLedgerFull.
 	MaxEntries int
 	// TTL is how long a completed or uncertain key is kept, counted from
 	// Complete or Uncertain. Zero means 24h, the time large payment APIs keep
@@ -149,7 +149,7 @@ func (l *MemoryLedger) lazyInit() {
 
 // Begin implements Ledger. An empty key is an error wrapping
 // ErrInvalidIdempotencyKey; a new key when every held key is in flight is an
-// error wrapping ErrLedgerFull.
+// error wrapping errLedgerFull.
 func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
 	if key == "" {
 		return LedgerClaim{}, fmt.Errorf("%w: empty key", ErrInvalidIdempotencyKey)
@@ -180,7 +180,7 @@ func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (Led
 	}
 	if len(l.m) >= l.cfg.maxEntries() && !l.makeRoom(now) {
 		l.mu.Unlock()
-		return LedgerClaim{}, fmt.Errorf("%w (%d keys)", ErrLedgerFull, l.cfg.maxEntries())
+		return LedgerClaim{}, fmt.Errorf("%w (%d keys)", errLedgerFull, l.cfg.maxEntries())
 	}
 	l.seq++
 	token := strconv.FormatUint(l.seq, 36)
@@ -231,16 +231,6 @@ func (l *MemoryLedger) end(key, token string, f func(e *ledgerEntry, now time.Ti
 	}
 	f(e, now)
 	return nil
-}
-
-// Len returns the number of keys held, after dropping the expired ones.
-// It takes time proportional to that number when some may have expired.
-func (l *MemoryLedger) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lazyInit()
-	l.sweep(l.clock())
-	return len(l.m)
 }
 
 // live returns key's entry, dropping it when it has expired.

@@ -306,7 +306,7 @@ func TestMemoryLedgerEmptyKey(t *testing.T) {
 	l, _ := newTestLedger(t, 0)
 	_, err := l.Begin(context.Background(), "", ledgerFP(1))
 	assert.ErrorIs(t, err, ErrInvalidIdempotencyKey)
-	assert.Equal(t, 0, l.Len())
+	assert.Equal(t, 0, l.len())
 }
 
 func TestMemoryLedgerZeroValue(t *testing.T) {
@@ -321,7 +321,7 @@ func TestMemoryLedgerZeroValue(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, c.Stored, "a body of exactly the default MaxStoredBody was not stored")
 	assert.Len(t, c.Stored.Body, defaultLedgerMaxStoredBody)
-	assert.Equal(t, 1, l.Len())
+	assert.Equal(t, 1, l.len())
 }
 
 func TestNewMemoryLedgerInvalid(t *testing.T) {

@@ -100,7 +100,7 @@ func lgRequest(t *testing.T, ctx context.Context, url, key, body string) *http.R
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	if key != "" {
-		req.Header.Set(HeaderIdempotencyKey, key)
+		req.Header.Set(headerIdempotencyKey, key)
 	}
 	return req
 }
@@ -223,7 +223,7 @@ func (s *lgOrders) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	n := int(s.posts.Add(1))
 	s.arrived <- n
-	key := r.Header.Get(HeaderIdempotencyKey)
+	key := r.Header.Get(headerIdempotencyKey)
 	switch s.script(n) {
 	case lgApplyThenStall:
 		s.apply(key, string(body))

@@ -257,7 +257,7 @@ func ldRunLoad(t *testing.T, n int) {
 // matches.
 func ldReasonName(err error) string {
 	for _, s := range []error{ErrAttemptsExhausted, ErrBudgetExhausted, ErrCircuitOpen, ErrNotRepeatable,
-		ErrFailureThreshold, ErrCostBudget, ErrRetryAfterTooLong, ErrDeadline, ErrFinal,
+		ErrFailureThreshold, ErrCostBudget, errRetryAfterTooLong, ErrDeadline, errFinal,
 		context.DeadlineExceeded, context.Canceled} {
 		if errors.Is(err, s) {
 			return strings.TrimPrefix(s.Error(), "retryfuse: ")

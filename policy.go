@@ -43,23 +43,23 @@ func (t *Transport) setup() {
 func (t *Transport) resolve() (policy, error) {
 	p := policy{
 		base:           t.Base,
-		maxAttempts:    orDefault(t.MaxAttempts, DefaultMaxAttempts),
-		initialBackoff: orDefault(t.InitialBackoff, DefaultInitialBackoff),
-		maxBackoff:     orDefault(t.MaxBackoff, max(DefaultMaxBackoff, t.InitialBackoff)),
+		maxAttempts:    orDefault(t.MaxAttempts, defaultMaxAttempts),
+		initialBackoff: orDefault(t.InitialBackoff, defaultInitialBackoff),
+		maxBackoff:     orDefault(t.MaxBackoff, max(defaultMaxBackoff, t.InitialBackoff)),
 		attemptTimeout: t.AttemptTimeout,
-		maxRetryAfter:  orDefault(t.MaxRetryAfter, DefaultMaxRetryAfter),
+		maxRetryAfter:  orDefault(t.MaxRetryAfter, defaultMaxRetryAfter),
 		decision: decide.Policy{
 			FailureThreshold: orDefault(t.FailureThreshold, 5),
 			BudgetUnits:      orDefault(t.BudgetUnits, 100),
 		},
 		timeoutCost: orDefault(t.TimeoutCost, 1),
 		redact:      t.RedactQueryParams,
-		maxDrain:    orDefault(t.MaxDrainBytes, DefaultMaxDrainBytes),
-		maxFP:       orDefault(t.MaxFingerprintBytes, DefaultMaxFingerprintBytes),
-		maxStored:   orDefault(t.MaxStoredBody, DefaultMaxStoredBody),
+		maxDrain:    orDefault(t.MaxDrainBytes, defaultMaxDrainBytes),
+		maxFP:       orDefault(t.MaxFingerprintBytes, defaultMaxFingerprintBytes),
+		maxStored:   orDefault(t.MaxStoredBody, defaultMaxStoredBody),
 	}
 	if p.redact == nil {
-		p.redact = DefaultRedactedQueryParams
+		p.redact = defaultRedactedQueryParams
 	}
 	switch {
 	case t.MaxAttempts < 0:
@@ -99,7 +99,7 @@ func (t *Transport) resolve() (policy, error) {
 	if p.tracing, cycle = baseTraces(t, p.base); cycle {
 		return p, invalidPolicy("Base", "must not lead back to the Transport itself")
 	}
-	t.budgets.max = orDefault(t.MaxScopes, DefaultMaxScopes)
+	t.budgets.max = orDefault(t.MaxScopes, defaultMaxScopes)
 	return p, nil
 }
 

@@ -48,7 +48,8 @@ type Reconciliation struct {
 // up by err.IdempotencyKey. It runs on the caller's goroutine with the
 // caller's context, so its time counts against the caller's deadline. A
 // request it sends through the same Transport is not repeated (the context
-// carries no retry ownership, but keep lookups idempotent: a GET).
+// carries no retry ownership, but keep lookups idempotent: a GET). A type
+// with a method of this shape is passed as a method value.
 //
 // An error, a panic, or an Applied without a Response counts as
 // StillUnknown: the reconcile error goes back, never a replay.
@@ -59,17 +60,7 @@ type Reconciliation struct {
 // lookup sent through a Transport with the same Ledger must not carry the
 // write's idempotency key: it would be refused as a conflict (another
 // method and path); look the effect up by a query or a path instead.
-type Reconciler interface {
-	Reconcile(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
-}
-
-// ReconcilerFunc adapts a function to a Reconciler.
-type ReconcilerFunc func(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
-
-// Reconcile calls f.
-func (f ReconcilerFunc) Reconcile(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error) {
-	return f(ctx, err)
-}
+type Reconciler func(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
 
 // askReconciler consults r, recovering a panic; anything but a usable
 // answer is StillUnknown.
@@ -79,7 +70,7 @@ func askReconciler(ctx context.Context, r Reconciler, e *ReconcileRequiredError)
 			rec = Reconciliation{}
 		}
 	}()
-	rec, err := r.Reconcile(ctx, e)
+	rec, err := r(ctx, e)
 	switch {
 	case err != nil:
 		return Reconciliation{}

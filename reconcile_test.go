@@ -30,7 +30,7 @@ func lgPlainClient(t *testing.T) *http.Client {
 // /orders?key=K through *c: Applied with the order (200), NotApplied when
 // there is none (404), StillUnknown otherwise. calls counts its uses.
 func lgLookup(c **http.Client, srv *lgOrders, calls *atomic.Int32) Reconciler {
-	return ReconcilerFunc(func(ctx context.Context, e *ReconcileRequiredError) (Reconciliation, error) {
+	return Reconciler(func(ctx context.Context, e *ReconcileRequiredError) (Reconciliation, error) {
 		calls.Add(1)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.url()+"?key="+url.QueryEscape(e.IdempotencyKey), nil)
 		if err != nil {
@@ -178,7 +178,7 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			var hooks lgReconciles
 			client, _ := lgClient(t, ledger, func(tr *Transport) {
 				tr.AttemptTimeout = lgAttemptTimeout
-				tr.Reconciler = ReconcilerFunc(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+				tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
 					calls.Add(1)
 					return tc.answer(stray)
 				})
@@ -221,7 +221,7 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 	var hooks lgReconciles
 	client, _ := lgClient(t, nil, func(tr *Transport) {
 		tr.AttemptTimeout = lgAttemptTimeout
-		tr.Reconciler = ReconcilerFunc(func(ctx context.Context, _ *ReconcileRequiredError) (Reconciliation, error) {
+		tr.Reconciler = Reconciler(func(ctx context.Context, _ *ReconcileRequiredError) (Reconciliation, error) {
 			_, hadDeadline = ctx.Deadline()
 			select {
 			case <-ctx.Done():
@@ -339,7 +339,7 @@ func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
 	var hooks lgReconciles
 	client, _ := lgClient(t, ledger, func(tr *Transport) {
 		tr.AttemptTimeout = lgAttemptTimeout
-		tr.Reconciler = ReconcilerFunc(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+		tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
 			asked.Add(1)
 			return Reconciliation{Resolution: StillUnknown}, nil
 		})

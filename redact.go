@@ -5,11 +5,11 @@ import (
 	"strings"
 )
 
-// DefaultRedactedQueryParams are the query parameters whose values are
+// defaultRedactedQueryParams are the query parameters whose values are
 // replaced by "REDACTED" in URLs the transport reports (errors, hooks,
 // logs) when Transport.RedactQueryParams is nil. Names match without
 // regard to case.
-var DefaultRedactedQueryParams = []string{
+var defaultRedactedQueryParams = []string{
 	"access_token", "api_key", "apikey", "auth", "client_secret",
 	"code", "key", "password", "secret", "sig", "signature", "token",
 }

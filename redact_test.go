@@ -12,15 +12,15 @@ func TestRedactURL(t *testing.T) {
 		params []string
 		want   string
 	}{
-		{"plain", "https://api.example.test/v1/orders", DefaultRedactedQueryParams, "https://api.example.test/v1/orders"},
-		{"user and password", "https://alice:s3cret@api.example.test/x", DefaultRedactedQueryParams, "https://api.example.test/x"},
-		{"user only", "https://alice@api.example.test/x", DefaultRedactedQueryParams, "https://api.example.test/x"},
-		{"token", "https://h.test/x?token=abc&page=2", DefaultRedactedQueryParams, "https://h.test/x?page=2&token=REDACTED"},
-		{"case-insensitive name", "https://h.test/x?Access_Token=abc", DefaultRedactedQueryParams, "https://h.test/x?Access_Token=REDACTED"},
-		{"repeated param", "https://h.test/x?sig=a&sig=b", DefaultRedactedQueryParams, "https://h.test/x?sig=REDACTED&sig=REDACTED"},
-		{"nothing sensitive", "https://h.test/x?page=2&q=go", DefaultRedactedQueryParams, "https://h.test/x?page=2&q=go"},
-		{"fragment dropped", "https://h.test/x#token=abc", DefaultRedactedQueryParams, "https://h.test/x"},
-		{"unparseable query hidden whole", "https://h.test/x?token=a;b", DefaultRedactedQueryParams, "https://h.test/x?REDACTED"},
+		{"plain", "https://api.example.test/v1/orders", defaultRedactedQueryParams, "https://api.example.test/v1/orders"},
+		{"user and password", "https://alice:s3cret@api.example.test/x", defaultRedactedQueryParams, "https://api.example.test/x"},
+		{"user only", "https://alice@api.example.test/x", defaultRedactedQueryParams, "https://api.example.test/x"},
+		{"token", "https://h.test/x?token=abc&page=2", defaultRedactedQueryParams, "https://h.test/x?page=2&token=REDACTED"},
+		{"case-insensitive name", "https://h.test/x?Access_Token=abc", defaultRedactedQueryParams, "https://h.test/x?Access_Token=REDACTED"},
+		{"repeated param", "https://h.test/x?sig=a&sig=b", defaultRedactedQueryParams, "https://h.test/x?sig=REDACTED&sig=REDACTED"},
+		{"nothing sensitive", "https://h.test/x?page=2&q=go", defaultRedactedQueryParams, "https://h.test/x?page=2&q=go"},
+		{"fragment dropped", "https://h.test/x#token=abc", defaultRedactedQueryParams, "https://h.test/x"},
+		{"unparseable query hidden whole", "https://h.test/x?token=a;b", defaultRedactedQueryParams, "https://h.test/x?REDACTED"},
 		{"custom list", "https://h.test/x?session=abc&token=t", []string{"session"}, "https://h.test/x?session=REDACTED&token=t"},
 		{"empty list redacts no param", "https://u:p@h.test/x?token=t", []string{}, "https://h.test/x?token=t"},
 	}
@@ -39,7 +39,7 @@ func TestRedactURL(t *testing.T) {
 			}
 		})
 	}
-	if got := redactURL(nil, DefaultRedactedQueryParams); got != "" {
+	if got := redactURL(nil, defaultRedactedQueryParams); got != "" {
 		t.Errorf("redactURL(nil) = %q, want empty", got)
 	}
 }

@@ -5,23 +5,23 @@ import (
 	"time"
 )
 
-// DefaultMaxRetryAfter is the longest server-requested wait the transport
+// defaultMaxRetryAfter is the longest server-requested wait the transport
 // honours when Transport.MaxRetryAfter is zero. A server asking for longer
 // gets no retry: its response goes back at once.
-const DefaultMaxRetryAfter = 30 * time.Second
+const defaultMaxRetryAfter = 30 * time.Second
 
 // maxRetryAfterSeconds bounds the delay-seconds form before it is turned
 // into a Duration, so that no value can overflow time.Duration (which holds
 // about 292 years).
 const maxRetryAfterSeconds = 100 * 365 * 24 * 3600
 
-// ParseRetryAfter parses a Retry-After header value (RFC 9110 §10.2.3) as
+// parseRetryAfter parses a Retry-After header value (RFC 9110 §10.2.3) as
 // a delay from now: either delay-seconds (a non-negative decimal integer) or
 // an HTTP-date in any of the three formats net/http accepts. ok is false for
 // an absent, malformed or negative value; a date in the past gives 0 and ok.
 // The result is never negative and never overflows: values beyond a hundred
 // years are clamped to a hundred years, far above any cap.
-func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
+func parseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 	if value == "" {
 		return 0, false
 	}
@@ -97,5 +97,5 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if len(v) == 0 {
 		return 0, false
 	}
-	return ParseRetryAfter(v[0], now)
+	return parseRetryAfter(v[0], now)
 }

@@ -19,7 +19,7 @@ func TestRvNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 	})
 	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Ledger: ledger})
-	req := &http.Request{Method: http.MethodPost, Header: http.Header{HeaderIdempotencyKey: {"rv-key"}}}
+	req := &http.Request{Method: http.MethodPost, Header: http.Header{headerIdempotencyKey: {"rv-key"}}}
 	req = req.WithContext(testCtx(t))
 
 	defer func() {
@@ -27,8 +27,8 @@ func TestRvNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
 			t.Fatalf("RoundTrip panicked: %v", p)
 		}
 	}()
-	if _, err := FingerprintRequest(req, 1<<10); err == nil {
-		t.Error("FingerprintRequest of a request without a URL: got nil error, want one")
+	if _, err := fingerprintRequest(req, 1<<10); err == nil {
+		t.Error("fingerprintRequest of a request without a URL: got nil error, want one")
 	}
 	resp, err := tr.RoundTrip(req)
 	if err == nil {

@@ -23,7 +23,7 @@ func TestRvBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 	const url = "http://rv-ledger.invalid/charges"
 	post := func() *http.Request {
 		req := newRequest(t, testCtx(t), http.MethodPost, url, `{"amount":1}`)
-		req.Header.Set(HeaderIdempotencyKey, "rv-key-1")
+		req.Header.Set(headerIdempotencyKey, "rv-key-1")
 		return req
 	}
 

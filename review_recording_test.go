@@ -45,7 +45,7 @@ func TestRvRecordedBodyCloseConcurrentWithRead(t *testing.T) {
 	})
 	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Ledger: ledger})
 	req := newRequest(t, testCtx(t), http.MethodPost, "http://rv.invalid/charges", `{"amount":1}`)
-	req.Header.Set(HeaderIdempotencyKey, "rv-key-2")
+	req.Header.Set(headerIdempotencyKey, "rv-key-2")
 
 	resp, err := tr.RoundTrip(req)
 	if err != nil {

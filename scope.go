@@ -7,9 +7,9 @@ import (
 	"sync"
 )
 
-// DefaultMaxScopes bounds how many per-scope budgets a Transport keeps when
+// defaultMaxScopes bounds how many per-scope budgets a Transport keeps when
 // Transport.MaxScopes is zero.
-const DefaultMaxScopes = 1024
+const defaultMaxScopes = 1024
 
 // HostScope is the default scope of a request: its scheme, host and port
 // ("https://api.example.com:443"), so that one failing dependency neither

@@ -88,7 +88,7 @@ func TestCredentialsNeverReported(t *testing.T) {
 			tr := newTransport(t, newFakeClock(), tt.tr)
 			req := newRequest(t, testCtx(t), http.MethodPost, hzSecretURL(target), `{"amount":10}`)
 			if tt.key != "" {
-				req.Header.Set(HeaderIdempotencyKey, tt.key)
+				req.Header.Set(headerIdempotencyKey, tt.key)
 			}
 
 			resp, err := tr.RoundTrip(req)
@@ -129,7 +129,7 @@ func TestCredentialsInHTTPClientURLError(t *testing.T) {
 	srv := newTestServer(t, stallUntilGone)
 	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: shortTimeout})
 	req := newRequest(t, testCtx(t), http.MethodPost, hzSecretURL(srv.URL), `{"amount":10}`)
-	req.Header.Set(HeaderIdempotencyKey, "pay-s5")
+	req.Header.Set(headerIdempotencyKey, "pay-s5")
 	_, _, err := do(tr, req)
 
 	var uerr *url.Error

@@ -204,8 +204,8 @@ func (h slogHooks) retry(i RetryInfo) {
 	var a slogAttrs
 	a.call(i.CallInfo, true)
 	a.add(slog.Duration("delay", i.Delay))
-	a.add(slog.String("delay_source", i.Source.String()))
-	if i.Source == DelayRetryAfter {
+	a.add(slog.String("delay_source", i.Source))
+	if i.Source == "retry_after" {
 		a.add(slog.Duration("retry_after", i.RetryAfter))
 	}
 	var se *StatusError

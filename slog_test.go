@@ -97,7 +97,7 @@ func roundTrip(t *testing.T, tr *Transport, method, url, key string) (*http.Resp
 		t.Fatal(err)
 	}
 	if key != "" {
-		req.Header.Set(HeaderIdempotencyKey, key)
+		req.Header.Set(headerIdempotencyKey, key)
 	}
 	resp, err := tr.RoundTrip(req)
 	if resp != nil {
@@ -245,8 +245,8 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 func TestSlogHooksBreakerChange(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
-	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: BreakerClosed, To: BreakerOpen, Cause: errors.New("503")}})
-	h.BreakerChange(BreakerChangeInfo{BreakerTransition{Scope: "api.example:443", From: BreakerOpen, To: BreakerClosed}})
+	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerClosed, To: BreakerOpen, Cause: errors.New("503")})
+	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerOpen, To: BreakerClosed})
 	want := []map[string]any{
 		rec("WARN", "retryfuse: breaker change", "scope", "api.example:443", "from", "closed", "to", "open", "error", "503"),
 		rec("INFO", "retryfuse: breaker change", "scope", "api.example:443", "from", "open", "to", "closed"),
@@ -318,7 +318,7 @@ func TestSlogHooksRequestContext(t *testing.T) {
 func TestSlogHooksNilContext(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(ctxHandler{slog.NewJSONHandler(&buf, nil)}))
-	h.GiveUp(GiveUpInfo{CallInfo: CallInfo{CallID: 1, Method: "GET"}, Reason: ErrFinal})
+	h.GiveUp(GiveUpInfo{CallInfo: CallInfo{CallID: 1, Method: "GET"}, Reason: errFinal})
 	if recs := slogRecords(t, &buf); len(recs) != 1 || recs[0]["reason"] != "final" {
 		t.Errorf("got %v, want one give-up record with reason final", recs)
 	}

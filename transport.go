@@ -10,20 +10,20 @@ import (
 	"time"
 )
 
-// DefaultMaxDrainBytes is how much of a discarded response body the
+// defaultMaxDrainBytes is how much of a discarded response body the
 // transport reads, when Transport.MaxDrainBytes is zero, so that its
 // connection can be reused. A longer body is closed unread past that point
 // (its connection is then closed rather than reused).
-const DefaultMaxDrainBytes = 64 << 10
+const defaultMaxDrainBytes = 64 << 10
 
-// DefaultMaxDrainTime bounds how long the transport reads a discarded
+// defaultMaxDrainTime bounds how long the transport reads a discarded
 // response body before it closes it.
-const DefaultMaxDrainTime = time.Second
+const defaultMaxDrainTime = time.Second
 
 // Defaults of the ledger's bounds on the Transport.
 const (
-	DefaultMaxFingerprintBytes = 1 << 20
-	DefaultMaxStoredBody       = 64 << 10
+	defaultMaxFingerprintBytes = 1 << 20
+	defaultMaxStoredBody       = 64 << 10
 )
 
 // Transport is an http.RoundTripper that repeats a request only when
@@ -54,7 +54,7 @@ type Transport struct {
 	Base http.RoundTripper
 
 	// MaxAttempts is the number of attempts in total, the first included.
-	// Zero means DefaultMaxAttempts (3); 1 disables retries. The decision
+	// Zero means defaultMaxAttempts (3); 1 disables retries. The decision
 	// core also stops a call after FailureThreshold failed attempts in a
 	// row: raise both to allow more than 5 attempts.
 	MaxAttempts int
@@ -62,7 +62,7 @@ type Transport struct {
 	// InitialBackoff and MaxBackoff shape the delay before a retry: the
 	// ceiling doubles from InitialBackoff up to MaxBackoff, and the delay is
 	// drawn uniformly below it (full jitter). Zero means
-	// DefaultInitialBackoff (100ms) and DefaultMaxBackoff (10s, or
+	// defaultInitialBackoff (100ms) and defaultMaxBackoff (10s, or
 	// InitialBackoff when that is longer).
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
@@ -76,7 +76,7 @@ type Transport struct {
 	// MaxRetryAfter caps a server's Retry-After. A retryable response
 	// asking for a longer wait, or for a wait longer than the caller's
 	// deadline leaves, is returned at once. Zero means
-	// DefaultMaxRetryAfter (30s).
+	// defaultMaxRetryAfter (30s).
 	MaxRetryAfter time.Duration
 
 	// FailureThreshold and BudgetUnits are the decision core's policy (see
@@ -134,14 +134,14 @@ type Transport struct {
 
 	// MaxFingerprintBytes bounds the body hashed for the Ledger; a longer
 	// body is refused with ErrFingerprintLimit. Zero means
-	// DefaultMaxFingerprintBytes (1 MiB).
+	// defaultMaxFingerprintBytes (1 MiB).
 	MaxFingerprintBytes int64
 
 	// MaxStoredBody bounds the response body recorded for the Ledger as the
 	// result of a completed key. A longer body is returned to the caller
 	// whole, but not stored: a later call under the key gets a
 	// *ReconcileRequiredError (cause ErrResultNotStored) rather than a
-	// replay. Zero means DefaultMaxStoredBody (64 KiB).
+	// replay. Zero means defaultMaxStoredBody (64 KiB).
 	MaxStoredBody int64
 
 	// Reconciler, when set, is asked whether an uncertain write took
@@ -155,20 +155,20 @@ type Transport struct {
 	// MaxScopes bounds the per-scope budgets kept (the breaker has its
 	// own bound, BreakerSettings.MaxScopes). When it is reached, the budget
 	// of an arbitrary scope is dropped to make room, and that scope gets a
-	// fresh budget when it returns. Zero means DefaultMaxScopes (1024).
+	// fresh budget when it returns. Zero means defaultMaxScopes (1024).
 	MaxScopes int
 
 	// Hooks observe every decision. See Hooks.
 	Hooks Hooks
 
 	// RedactQueryParams names the query parameters whose values are hidden
-	// in reported URLs. Nil means DefaultRedactedQueryParams; an empty,
+	// in reported URLs. Nil means defaultRedactedQueryParams; an empty,
 	// non-nil slice redacts none. User information is always removed.
 	RedactQueryParams []string
 
 	// MaxDrainBytes bounds how much of a discarded response body is read
-	// before it is closed. Zero means DefaultMaxDrainBytes. The read is
-	// also bounded in time, by DefaultMaxDrainTime: a body still arriving
+	// before it is closed. Zero means defaultMaxDrainBytes. The read is
+	// also bounded in time, by defaultMaxDrainTime: a body still arriving
 	// then is closed, its connection with it.
 	MaxDrainBytes int64
 
@@ -182,7 +182,7 @@ type Transport struct {
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
 	randN func(n int64) int64
-	// drainTime replaces DefaultMaxDrainTime when set.
+	// drainTime replaces defaultMaxDrainTime when set.
 	drainTime time.Duration
 }
 
@@ -237,7 +237,7 @@ func (t *Transport) maxDrainTime() time.Duration {
 	if t.drainTime > 0 {
 		return t.drainTime
 	}
-	return DefaultMaxDrainTime
+	return defaultMaxDrainTime
 }
 
 func (t *Transport) clock() time.Time {

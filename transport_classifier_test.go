@@ -64,7 +64,7 @@ func TestClassifierCannotReplayAnUncertainPOST(t *testing.T) {
 	clk := newFakeClock()
 	tr := newTransport(t, clk, &Transport{AttemptTimeout: shortTimeout, MaxAttempts: 3, Classifier: retryEverything})
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "payload")
-	req.Header.Set(HeaderIdempotencyKey, "pay-9")
+	req.Header.Set(headerIdempotencyKey, "pay-9")
 	_, _, err := do(tr, req)
 	wantReconcile(t, err, http.MethodPost, srv.URL, "pay-9")
 	if got := srv.count(); got != 1 {

@@ -21,8 +21,8 @@ func TestDiscardedBodiesDrainedForConnectionReuse(t *testing.T) {
 		{0, 1},
 		{100, 1},
 		{10 << 10, 1},
-		{DefaultMaxDrainBytes, 1},
-		{2 * DefaultMaxDrainBytes, 3},
+		{defaultMaxDrainBytes, 1},
+		{2 * defaultMaxDrainBytes, 3},
 	}
 	for _, tt := range tests {
 		size := tt.size

@@ -46,7 +46,7 @@ func TestKeyedPOSTStallingPastAttemptTimeoutRequiresReconcile(t *testing.T) {
 	tr := newTransport(t, clk, &Transport{AttemptTimeout: shortTimeout, Hooks: log.hooks()})
 
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
-	req.Header.Set(HeaderIdempotencyKey, "pay-1")
+	req.Header.Set(headerIdempotencyKey, "pay-1")
 	resp, _, err := do(tr, req)
 	if resp != nil {
 		t.Errorf("Do: got a response %d, want none", resp.StatusCode)
@@ -86,7 +86,7 @@ func TestKeyedPOSTResetAfterWriteRequiresReconcile(t *testing.T) {
 	tr := newTransport(t, clk, &Transport{})
 
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/payments", `{"amount":10}`)
-	req.Header.Set(HeaderIdempotencyKey, "pay-2")
+	req.Header.Set(headerIdempotencyKey, "pay-2")
 	_, _, err := do(tr, req)
 	rec := wantReconcile(t, err, http.MethodPost, srv.URL()+"/payments", "pay-2")
 	if !errors.Is(rec.Cause, syscall.ECONNRESET) {
@@ -115,7 +115,7 @@ func (r *reusedThenClosed) serve(s *rawServer, connNo int, c net.Conn, br *bufio
 		if err != nil {
 			return
 		}
-		id := req.Header.Get(HeaderIdempotencyKey)
+		id := req.Header.Get(headerIdempotencyKey)
 		if id == "" {
 			id = req.URL
 		}
@@ -147,7 +147,7 @@ func runReusedThenClosed(t *testing.T, rt http.RoundTripper) (srv *rawServer, sc
 		t.Fatalf("warming GET: %v", err)
 	}
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/payments", `{"amount":10}`)
-	req.Header.Set(HeaderIdempotencyKey, "pay-3")
+	req.Header.Set(headerIdempotencyKey, "pay-3")
 	_, _, err = do(rt, req)
 	return srv, script, err
 }
@@ -201,7 +201,7 @@ func TestCallerDeadlineAfterWriteOfPOST(t *testing.T) {
 			defer cancel()
 			req := newRequest(t, ctx, http.MethodPost, srv.URL, `{"amount":10}`)
 			if key != "" {
-				req.Header.Set(HeaderIdempotencyKey, key)
+				req.Header.Set(headerIdempotencyKey, key)
 			}
 			_, _, err := do(tr, req)
 			if !errors.Is(err, context.DeadlineExceeded) {

@@ -45,7 +45,7 @@ func TestPOSTWithoutKeyNotRetried(t *testing.T) {
 }
 
 func TestKeyedPOSTRetriedWithSameBodyAndKey(t *testing.T) {
-	for _, name := range []string{HeaderIdempotencyKey, HeaderXIdempotencyKey} {
+	for _, name := range []string{headerIdempotencyKey, headerXIdempotencyKey} {
 		t.Run(name, func(t *testing.T) {
 			srv := newTestServer(t, failThenOK(2))
 			clk := newFakeClock()
@@ -94,7 +94,7 @@ func TestKeyedPOSTWithoutGetBodyNotRetried(t *testing.T) {
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "")
 	req.Body = io.NopCloser(strings.NewReader("payload")) // read once, cannot be rewound
 	req.ContentLength = int64(len("payload"))
-	req.Header.Set(HeaderIdempotencyKey, "order-43")
+	req.Header.Set(headerIdempotencyKey, "order-43")
 	resp, _, err := do(tr, req)
 	if err != nil {
 		t.Fatalf("Do: got error %v, want nil and the 503", err)
@@ -180,7 +180,7 @@ func TestGeneratedIdempotencyKey(t *testing.T) {
 		t.Fatalf("requests seen by the server: got %d, want 3", len(reqs))
 	}
 	for i, r := range reqs {
-		if got := r.Header.Get(HeaderIdempotencyKey); got != key {
+		if got := r.Header.Get(headerIdempotencyKey); got != key {
 			t.Errorf("request %d: server saw key %q, want %q", i+1, got, key)
 		}
 	}
@@ -196,10 +196,10 @@ func TestGeneratedIdempotencyKey(t *testing.T) {
 		t.Fatalf("GET: %v", err)
 	}
 	reqs = srv.requests()
-	if got := reqs[3].Header.Get(HeaderIdempotencyKey); !isHex32(got) || got == key {
+	if got := reqs[3].Header.Get(headerIdempotencyKey); !isHex32(got) || got == key {
 		t.Errorf("second POST: server saw key %q, want a new 32-hex key (first was %q)", got, key)
 	}
-	if got, ok := reqs[4].Header[HeaderIdempotencyKey]; ok {
+	if got, ok := reqs[4].Header[headerIdempotencyKey]; ok {
 		t.Errorf("GET: server saw key %q, want none", got)
 	}
 }

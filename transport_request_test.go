@@ -90,7 +90,7 @@ func TestCallerRequestUnmodifiedAndBodyClosed(t *testing.T) {
 			bs.attach(req, true)
 			req.Header.Set("Accept", "application/json")
 			if tt.key != "" {
-				req.Header.Set(HeaderIdempotencyKey, tt.key)
+				req.Header.Set(headerIdempotencyKey, tt.key)
 			}
 			before := snapshot(req)
 

@@ -51,7 +51,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: retryAfterMock(clk, tt.value), MaxRetryAfter: 20 * time.Second, Hooks: log.hooks()})
 			start := clk.Now()
-			asked, ok := ParseRetryAfter(tt.value(start), start)
+			asked, ok := parseRetryAfter(tt.value(start), start)
 			if !ok || asked < 6*time.Second || asked > 7*time.Second {
 				t.Fatalf("bad case: value %q asks %v, %v", tt.value(start), asked, ok)
 			}
@@ -65,7 +65,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 			}
 			log.mu.Lock()
 			defer log.mu.Unlock()
-			if len(log.retries) != 1 || log.retries[0].Source != DelayRetryAfter || log.retries[0].RetryAfter != asked || log.retries[0].Delay != sleeps[0] {
+			if len(log.retries) != 1 || log.retries[0].Source != "retry_after" || log.retries[0].RetryAfter != asked || log.retries[0].Delay != sleeps[0] {
 				t.Errorf("Retry events: got %+v, want one from retry_after asking %v, delay %v", log.retries, asked, sleeps[0])
 			}
 		})
@@ -106,7 +106,7 @@ func TestMalformedRetryAfterIgnored(t *testing.T) {
 			}
 			log.mu.Lock()
 			defer log.mu.Unlock()
-			if len(log.retries) != 1 || log.retries[0].Source != DelayBackoff {
+			if len(log.retries) != 1 || log.retries[0].Source != "backoff" {
 				t.Errorf("Retry events: got %+v, want one from backoff", log.retries)
 			}
 		})
@@ -153,8 +153,8 @@ func TestRetryAfterTooLongReturnsTheResponseAtOnce(t *testing.T) {
 			if got := clk.Sleeps(); len(got) != 0 {
 				t.Errorf("waits: got %v, want none", got)
 			}
-			if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], ErrRetryAfterTooLong) {
-				t.Errorf("GiveUp reasons: got %v, want [ErrRetryAfterTooLong]", got)
+			if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], errRetryAfterTooLong) {
+				t.Errorf("GiveUp reasons: got %v, want [errRetryAfterTooLong]", got)
 			}
 		})
 	}

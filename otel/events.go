@@ -111,7 +111,7 @@ func decisionEvent(i retryfuse.DecisionInfo) {
 	a.start(i.CallInfo)
 	a.add(keyDecision.String(i.Verdict.Decision.String()))
 	a.add(keyEvidence.String(i.Verdict.Evidence.String()))
-	a.add(keyRule.Int(i.Verdict.Rule))
+	a.add(keyRule.Int(int(i.Verdict.Rule)))
 	if i.KeyState != decide.KeyNone {
 		a.add(keyKeyState.String(i.KeyState.String()))
 	}
@@ -125,9 +125,9 @@ func retryEvent(i retryfuse.RetryInfo) {
 	}
 	var a eventAttrs
 	a.start(i.CallInfo)
-	a.add(keyDelaySource.String(i.Source.String()))
+	a.add(keyDelaySource.String(i.Source))
 	a.add(keyDelay.Float64(i.Delay.Seconds()))
-	if i.Source == retryfuse.DelayRetryAfter {
+	if i.Source == "retry_after" {
 		a.add(keyRetryAfter.Float64(i.RetryAfter.Seconds()))
 	}
 	var se *retryfuse.StatusError

@@ -194,13 +194,13 @@ func (ins *instruments) decision(i retryfuse.DecisionInfo) {
 		return
 	}
 	ins.brakes.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method),
-		keyDecision.String(v.Decision.String()), keyEvidence.String(v.Evidence.String()), keyRule.Int(v.Rule)))
+		keyDecision.String(v.Decision.String()), keyEvidence.String(v.Evidence.String()), keyRule.Int(int(v.Rule))))
 }
 
 func (ins *instruments) retry(i retryfuse.RetryInfo) {
 	retryEvent(i)
 	ctx := ctxOf(i.CallInfo)
-	set := metric.WithAttributes(method(i.Method), keyDelaySource.String(i.Source.String()))
+	set := metric.WithAttributes(method(i.Method), keyDelaySource.String(i.Source))
 	ins.retries.Add(ctx, 1, set)
 	ins.retryDelay.Record(ctx, i.Delay.Seconds(), set)
 }

@@ -54,7 +54,7 @@ func (h *harness) call(tr *retryfuse.Transport, method, url, key string) (sdktra
 		h.t.Fatal(err)
 	}
 	if key != "" {
-		req.Header.Set(retryfuse.HeaderIdempotencyKey, key)
+		req.Header.Set("Idempotency-Key", key)
 	}
 	client := &http.Client{Transport: tr}
 	resp, err := client.Do(req)
@@ -311,7 +311,7 @@ func TestHooksDirectEvents(t *testing.T) {
 	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.ReplaySafe, Evidence: decide.EvidencePass, Rule: 8}})
 	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: 6}})
 	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: 4}, KeyState: decide.KeyInFlight})
-	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 2500 * time.Millisecond, Source: retryfuse.DelayRetryAfter, RetryAfter: 2 * time.Second,
+	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 2500 * time.Millisecond, Source: "retry_after", RetryAfter: 2 * time.Second,
 		Err: &retryfuse.StatusError{StatusCode: 429}})
 	h.hooks.Reconcile(retryfuse.ReconcileInfo{CallInfo: ci, Resolution: retryfuse.NotApplied})
 	span.End()
@@ -344,7 +344,7 @@ func TestHooksBreakerChange(t *testing.T) {
 	closed, open, half := retryfuse.BreakerClosed, retryfuse.BreakerOpen, retryfuse.BreakerHalfOpen
 	h := newHarness(t)
 	change := func(from, to retryfuse.BreakerState) {
-		h.hooks.BreakerChange(retryfuse.BreakerChangeInfo{BreakerTransition: retryfuse.BreakerTransition{Scope: "api:443", From: from, To: to}})
+		h.hooks.BreakerChange(retryfuse.BreakerChangeInfo{Scope: "api:443", From: from, To: to})
 	}
 	change(closed, open)
 	change(open, half)
@@ -361,7 +361,7 @@ func TestInstrumentUnits(t *testing.T) {
 	h := newHarness(t)
 	ci := retryfuse.CallInfo{Method: "GET"}
 	h.hooks.AttemptDone(retryfuse.AttemptDoneInfo{CallInfo: ci, Outcome: decide.OutcomeSuccess})
-	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 1500 * time.Millisecond, Source: retryfuse.DelayRetryAfter})
+	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 1500 * time.Millisecond, Source: "retry_after"})
 	var rm metricdata.ResourceMetrics
 	if err := h.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)

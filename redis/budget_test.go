@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,6 +91,48 @@ func TestRatioScriptSteps(t *testing.T) {
 	}
 }
 
+// step is one step of a comparison with an in-memory budget: the test
+// clock moves by d (backwards too), then a request is recorded or a retry
+// asked for.
+type step struct {
+	d     time.Duration
+	retry bool
+}
+
+// memoryRetries runs steps against an in-memory budget, made by newBudget,
+// inside a synctest bubble whose clock follows the test clock, and returns
+// the answer to each retry, in order. The bubble's clock cannot go back: a
+// step backwards leaves it at the latest time seen, which is how the
+// in-memory budgets take time going backwards ("no time has passed").
+func memoryRetries(t *testing.T, newBudget func() (retryfuse.Budget, error), steps []step) []bool {
+	t.Helper()
+	var answers []bool
+	synctest.Test(t, func(t *testing.T) {
+		mb, err := newBudget()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The test clock, and the latest time it showed; the bubble's clock
+		// stands for the latter, from the first step on.
+		var pos, latest time.Duration
+		for i, s := range steps {
+			switch pos += s.d; {
+			case i == 0:
+				latest = pos
+			case pos > latest:
+				time.Sleep(pos - latest)
+				latest = pos
+			}
+			if !s.retry {
+				mb.RecordRequest(bg())
+				continue
+			}
+			answers = append(answers, mustAllow(t, mb))
+		}
+	})
+	return answers
+}
+
 // TestTokenBucketMatchesMemory drives the Redis bucket and
 // retryfuse.TokenBucket with the same times and checks every answer.
 func TestTokenBucketMatchesMemory(t *testing.T) {
@@ -104,19 +147,20 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mb, err := retryfuse.NewTokenBucket(cfg)
-		if err != nil {
-			t.Fatal(err)
+		rng := rand.New(rand.NewPCG(1, uint64(ci)))
+		steps := make([]step, 300)
+		for i := range steps {
+			steps[i] = step{d: randomStep(rng, 300*time.Millisecond), retry: true}
 		}
+		want := memoryRetries(t, func() (retryfuse.Budget, error) { return retryfuse.NewTokenBucket(cfg) }, steps)
+
 		clk := newTestClock()
 		rb.r.now = clk.now
 		rb.args[2] = keepForTest
-		rng := rand.New(rand.NewPCG(1, uint64(ci)))
-		for i := range 300 {
-			clk.add(randomStep(rng, 300*time.Millisecond))
-			want := mb.AllowRetryAt(clk.t)
-			if got := mustAllow(t, rb); got != want {
-				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want)
+		for i, s := range steps {
+			clk.add(s.d)
+			if got := mustAllow(t, rb); got != want[i] {
+				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want[i])
 			}
 		}
 	}
@@ -137,30 +181,31 @@ func TestRatioMatchesMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mb, err := retryfuse.NewRatioBudget(cfg)
-		if err != nil {
-			t.Fatal(err)
+		rng := rand.New(rand.NewPCG(2, uint64(ci)))
+		steps := make([]step, 600)
+		for i := range steps {
+			steps[i] = step{d: randomStep(rng, cfg.Window/8), retry: rng.IntN(3) == 0}
 		}
-		window := cfg.Window
+		want := memoryRetries(t, func() (retryfuse.Budget, error) { return retryfuse.NewRatioBudget(cfg) }, steps)
+
 		clk := newTestClock()
 		rb.r.now = clk.now
 		rb.reqArgs[4], rb.retryArgs[4] = keepForTest, keepForTest
-		rng := rand.New(rand.NewPCG(2, uint64(ci)))
-		granted := 0
-		for i := range 600 {
-			clk.add(randomStep(rng, window/8))
-			if rng.IntN(3) > 0 {
-				mb.RecordRequestAt(clk.t)
+		granted, asked := 0, 0
+		for i, s := range steps {
+			clk.add(s.d)
+			if !s.retry {
 				rb.RecordRequest(bg())
 				continue
 			}
-			want := mb.AllowRetryAt(clk.t)
-			if got := mustAllow(t, rb); got != want {
-				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want)
+			got := mustAllow(t, rb)
+			if got != want[asked] {
+				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want[asked])
 			}
-			if want {
+			if got {
 				granted++
 			}
+			asked++
 		}
 		if granted == 0 {
 			t.Fatalf("config %d: no retry granted in 600 steps: the comparison shows nothing", ci)

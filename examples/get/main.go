@@ -62,7 +62,7 @@ func run(w io.Writer) error {
 			},
 			Retry: func(i retryfuse.RetryInfo) {
 				why := "backoff"
-				if i.Source == retryfuse.DelayRetryAfter {
+				if i.Source == "retry_after" {
 					why = fmt.Sprintf("server's Retry-After %v, plus jitter", i.RetryAfter)
 				}
 				fmt.Fprintf(w, "retry after attempt %d: waiting %v (%s)\n",

@@ -121,7 +121,7 @@ func transportReconciles(ctx context.Context, out io.Writer, base string, api *o
 	tr := &retryfuse.Transport{AttemptTimeout: attemptTimeout}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	tr.Reconciler = retryfuse.ReconcilerFunc(func(ctx context.Context, rerr *retryfuse.ReconcileRequiredError) (retryfuse.Reconciliation, error) {
+	tr.Reconciler = retryfuse.Reconciler(func(ctx context.Context, rerr *retryfuse.ReconcileRequiredError) (retryfuse.Reconciliation, error) {
 		fmt.Fprintf(out, "reconciler: no response for %s %s; GET /orders?key=%s\n", rerr.Method, rerr.URL, rerr.IdempotencyKey)
 		resp, err := lookupOrder(ctx, client, base, rerr.IdempotencyKey)
 		switch {
@@ -154,7 +154,7 @@ func postOrder(ctx context.Context, c *http.Client, base, key, body string) (*ht
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(retryfuse.HeaderIdempotencyKey, key)
+	req.Header.Set("Idempotency-Key", key)
 	return c.Do(req)
 }
 
@@ -210,7 +210,7 @@ func (a *ordersAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	key := r.Header.Get(retryfuse.HeaderIdempotencyKey)
+	key := r.Header.Get("Idempotency-Key")
 	switch r.Method {
 	case http.MethodGet:
 		a.mu.Lock()

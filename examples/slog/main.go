@@ -88,7 +88,7 @@ func run(w io.Writer) error {
 			return err
 		}
 		if c.key != "" {
-			req.Header.Set(retryfuse.HeaderIdempotencyKey, c.key)
+			req.Header.Set("Idempotency-Key", c.key)
 		}
 		resp, err := client.Do(req)
 		var rec *retryfuse.ReconcileRequiredError
