@@ -18,7 +18,7 @@ import (
 
 // These tests drive the Breaker through the Transport, over
 // http.Client.Do, against real loopback servers, with the breaker on a
-// clock the test advances (btClock, from budget_transport_test.go).
+// fake clock the test advances.
 
 // btTransitions records BreakerChange events.
 type btTransitions struct {
@@ -54,11 +54,11 @@ func (r *btTransitions) all() []BreakerTransition {
 // newBtBreakerTransport returns a Transport with a Breaker on clock, one
 // attempt per call (so that each call is one observation) and no budget,
 // and the recorder of its transitions.
-func newBtBreakerTransport(t *testing.T, clock *btClock, s BreakerSettings) (*Transport, *Breaker, *btTransitions) {
+func newBtBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Transport, *Breaker, *btTransitions) {
 	t.Helper()
 	b, err := NewBreaker(s)
 	require.NoError(t, err)
-	b.now = clock.now
+	b.now = clock.Now
 	tr := newBtTransport(clock)
 	tr.MaxAttempts = 1
 	tr.Budget = UnlimitedBudget{}
@@ -80,7 +80,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	const openTimeout = 30 * time.Second
 	srv := newBtServer(t, http.StatusServiceUnavailable)
 	scope := btScope(t, srv.Server)
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 
@@ -120,14 +120,14 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	assert.Equal(t, int64(3), srv.requests.Load(), "requests the server received while open")
 
 	// Still open just before OpenTimeout.
-	clock.advance(openTimeout - time.Nanosecond)
+	clock.Advance(openTimeout - time.Nanosecond)
 	_, err := btGet(t, client, srv.URL)
 	assert.ErrorIs(t, err, ErrCircuitOpen)
 	assert.Equal(t, int64(3), srv.requests.Load())
 
 	// After OpenTimeout one probe passes; while it is out, others fail
 	// fast; its success closes the scope.
-	clock.advance(time.Nanosecond)
+	clock.Advance(time.Nanosecond)
 	srv.setStatus(http.StatusOK)
 	gate := srv.hold()
 	probe := make(chan error, 1)
@@ -161,7 +161,7 @@ func TestBreakerTransportFailedProbeReopens(t *testing.T) {
 	const openTimeout = time.Second
 	srv := newBtServer(t, http.StatusServiceUnavailable)
 	scope := btScope(t, srv.Server)
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 	for range 2 {
@@ -170,7 +170,7 @@ func TestBreakerTransportFailedProbeReopens(t *testing.T) {
 	}
 	require.Equal(t, []string{"closed>open"}, rec.take())
 
-	clock.advance(openTimeout)
+	clock.Advance(openTimeout)
 	code, err := btGet(t, client, srv.URL)
 	require.NoError(t, err, "the probe's 503 comes back as a response")
 	assert.Equal(t, http.StatusServiceUnavailable, code)
@@ -197,7 +197,7 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 3
 	refuse := &btRefuse{}
@@ -232,7 +232,7 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 		<-r.Context().Done() // answers only when the caller has gone
 	}))
 	defer srv.Close()
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 3
 	client := &http.Client{Transport: tr}
@@ -264,7 +264,7 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 func TestBreakerTransportScopesAreIndependent(t *testing.T) {
 	down := newBtServer(t, http.StatusServiceUnavailable)
 	up := newBtServer(t, http.StatusOK)
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	client := &http.Client{Transport: tr}
 
@@ -299,7 +299,7 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 		_, _ = w.Write(make([]byte, 4096))
 	}))
 	t.Cleanup(srv.Close)
-	tr, b, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 2})
+	tr, b, _ := newBtBreakerTransport(t, newFakeClockAt(btStart), BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 2
 	tr.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
 	scope := btScope(t, srv)
@@ -336,7 +336,7 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 		_, _ = io.WriteString(w, "busy")
 	}))
 	t.Cleanup(srv.Close)
-	tr, _, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 1})
+	tr, _, _ := newBtBreakerTransport(t, newFakeClockAt(btStart), BreakerSettings{FailureThreshold: 1})
 	tr.MaxAttempts = 3
 	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
 	require.NoError(t, err)

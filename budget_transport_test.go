@@ -22,27 +22,8 @@ import (
 // sleep seam, jitter is zero, and budget clocks are frozen unless a test
 // says otherwise.
 
+// btStart is where the fake clocks of these tests start.
 var btStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
-
-// btClock is a clock safe for concurrent readers, advanced by the test.
-type btClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newBtClock() *btClock { return &btClock{t: btStart} }
-
-func (c *btClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *btClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // btServer is a loopback server that counts the requests it receives and
 // answers each with status (as set by setStatus). A request that finds a
@@ -87,9 +68,9 @@ func (s *btServer) setStatus(code int) { s.status.Store(int64(code)) }
 // newBtTransport returns a Transport that does not wait between attempts
 // (the waits are still bounded by the caller's context), draws zero
 // jitter, and reads clock.
-func newBtTransport(clock *btClock) *Transport {
+func newBtTransport(clock *fakeClock) *Transport {
 	return &Transport{
-		now:   clock.now,
+		now:   clock.Now,
 		sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
 		randN: func(int64) int64 { return 0 },
 	}
@@ -97,11 +78,11 @@ func newBtTransport(clock *btClock) *Transport {
 
 // btFrozenRatioBudgets makes NewBudget give each scope a RatioBudget with
 // the default settings, on clock.
-func btFrozenRatioBudgets(clock *btClock) func(string) (Budget, error) {
+func btFrozenRatioBudgets(clock *fakeClock) func(string) (Budget, error) {
 	return func(string) (Budget, error) {
 		b, err := NewRatioBudget(RatioBudgetConfig{})
 		if err == nil {
-			b.now = clock.now
+			b.now = clock.Now
 		}
 		return b, err
 	}
@@ -198,7 +179,7 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 
 	t.Run("frozen clock", func(t *testing.T) {
 		srv := newBtServer(t, http.StatusServiceUnavailable)
-		clock := newBtClock()
+		clock := newFakeClockAt(btStart)
 		tr := newBtTransport(clock)
 		tr.NewBudget = btFrozenRatioBudgets(clock)
 		btStorm(t, &http.Client{Transport: tr}, srv.URL, callers)
@@ -214,7 +195,7 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 		// The Transport's own per-scope budget, on the real clock: the
 		// storm lasts far less than its 10-second window.
 		srv := newBtServer(t, http.StatusServiceUnavailable)
-		tr := newBtTransport(newBtClock())
+		tr := newBtTransport(newFakeClockAt(btStart))
 		btStorm(t, &http.Client{Transport: tr}, srv.URL, callers)
 		got := srv.requests.Load()
 		assert.LessOrEqual(t, got, int64(bound), "requests the server received")
@@ -223,10 +204,10 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 }
 
 func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	shared, err := NewTokenBucket(TokenBucketConfig{Capacity: 3})
 	require.NoError(t, err)
-	shared.now = clock.now
+	shared.now = clock.Now
 	srvA := newBtServer(t, http.StatusServiceUnavailable)
 	srvB := newBtServer(t, http.StatusServiceUnavailable)
 	trA, trB := newBtTransport(clock), newBtTransport(clock)
@@ -257,7 +238,7 @@ func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	srvA := newBtServer(t, http.StatusServiceUnavailable)
 	srvB := newBtServer(t, http.StatusServiceUnavailable)
 	var gave btGiveUps
-	tr := newBtTransport(newBtClock())
+	tr := newBtTransport(newFakeClockAt(btStart))
 	tr.Hooks.GiveUp = gave.hook
 	client := &http.Client{Transport: tr}
 
@@ -296,7 +277,7 @@ func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {
 	srv := newBtServer(t, http.StatusServiceUnavailable)
 	var gave btGiveUps
 	budget := &btRefuse{}
-	tr := newBtTransport(newBtClock())
+	tr := newBtTransport(newFakeClockAt(btStart))
 	tr.Budget = budget
 	tr.Hooks.GiveUp = gave.hook
 
@@ -329,7 +310,7 @@ func btRefusedURL(t *testing.T) string {
 
 func TestBudgetTransportRefusalWithoutResponse(t *testing.T) {
 	var gave btGiveUps
-	tr := newBtTransport(newBtClock())
+	tr := newBtTransport(newFakeClockAt(btStart))
 	tr.Budget = &btRefuse{}
 	tr.Hooks.GiveUp = gave.hook
 
@@ -351,7 +332,7 @@ func TestBudgetTransportRefusalWithoutResponse(t *testing.T) {
 }
 
 func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	alone := newBtServer(t, http.StatusServiceUnavailable)
 	stacked := newBtServer(t, http.StatusServiceUnavailable)
 

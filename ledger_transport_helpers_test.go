@@ -28,41 +28,13 @@ const lgWait = 10 * time.Second
 // before the client gives up; the tests that wait for it run in parallel.
 const lgAttemptTimeout = 500 * time.Millisecond
 
-// lgClock is a virtual clock: it stands still until sleep or advance moves it.
-type lgClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newLgClock() *lgClock { return &lgClock{t: time.Now()} }
-
-func (c *lgClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *lgClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *lgClock) sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.advance(d)
-	return nil
-}
-
 // lgLedger returns a MemoryLedger on a virtual clock of its own.
-func lgLedger(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *lgClock) {
+func lgLedger(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *fakeClock) {
 	t.Helper()
 	l, err := NewMemoryLedger(cfg)
 	require.NoError(t, err)
-	clk := newLgClock()
-	l.now = clk.now
+	clk := newFakeClock()
+	l.now = clk.Now
 	return l, clk
 }
 
@@ -70,12 +42,12 @@ func lgLedger(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *lgClock) {
 // budget and a virtual clock; tune adjusts the Transport before first use.
 func lgClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
 	t.Helper()
-	clk := newLgClock()
+	clk := newFakeClock()
 	tr := &Transport{
 		Ledger: l,
 		Budget: UnlimitedBudget{},
-		now:    clk.now,
-		sleep:  clk.sleep,
+		now:    clk.Now,
+		sleep:  clk.Sleep,
 		randN:  func(n int64) int64 { return n / 2 },
 	}
 	if tune != nil {

@@ -195,7 +195,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 		key = "order-4"
 		ttl = 10 * time.Minute
 	)
-	ledger, ledgerClock := lgLedger(t, MemoryLedgerConfig{TTL: ttl})
+	ledger, clock := lgLedger(t, MemoryLedgerConfig{TTL: ttl})
 	srv := lgServe(t, lgFirst(lgApplyThenStall))
 	client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = lgAttemptTimeout })
 
@@ -208,7 +208,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
 
 	for _, advance := range []time.Duration{0, ttl - time.Second} {
-		ledgerClock.advance(advance)
+		clock.Advance(advance)
 		resp, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
 		require.Nil(t, resp)
 		rec = lgReconcileErr(t, err, key)
@@ -216,7 +216,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 		assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1: a held key must not be sent", srv.posts.Load())
 	}
 
-	ledgerClock.advance(time.Second) // the TTL has passed: the key is free
+	clock.Advance(time.Second) // the TTL has passed: the key is free
 	// Sent through a second Transport sharing the ledger: the POST is
 	// answered at once, and a starved handler must not look like a timeout.
 	untimed, _ := lgClient(t, ledger, nil)

@@ -43,12 +43,12 @@ func rvRoundTripPanics(rt http.RoundTripper, req *http.Request) (panicked bool) 
 // back, or the scope refuses every request forever: elapsed time alone
 // never closes it.
 func TestRvBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
-	clock := newBtClock()
+	clock := newFakeClockAt(btStart)
 	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.now = clock.now
+	b.now = clock.Now
 	base := &rvPanicBase{}
 	base.status.Store(503)
 	tr := newBtTransport(clock)
@@ -59,7 +59,7 @@ func TestRvBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 	if err != nil || resp.StatusCode != 503 {
 		t.Fatalf("first call: got %v, %v; want the 503 that opens the scope", resp, err)
 	}
-	clock.advance(2 * time.Second) // the next call is a probe
+	clock.Advance(2 * time.Second) // the next call is a probe
 
 	base.status.Store(0)
 	if !rvRoundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, url, "")) {
