@@ -15,31 +15,31 @@ import (
 // Servers that misbehave on real loopback sockets, through the fault
 // server: the transport's bounds must hold against them.
 
-// ldCountingBase is a base RoundTripper that counts, per attempt, the
+// readCountingBase is a base RoundTripper that counts, per attempt, the
 // bytes read from each response body it hands up.
-type ldCountingBase struct {
+type readCountingBase struct {
 	base http.RoundTripper
 	mu   sync.Mutex
 	read []*atomic.Int64 // one per response, in order
 }
 
-func (b *ldCountingBase) RoundTrip(req *http.Request) (*http.Response, error) {
+func (b *readCountingBase) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := b.base.RoundTrip(req)
 	if resp != nil && resp.Body != nil {
 		n := new(atomic.Int64)
 		b.mu.Lock()
 		b.read = append(b.read, n)
 		b.mu.Unlock()
-		resp.Body = &ldCountingBody{ReadCloser: resp.Body, n: n}
+		resp.Body = &readCountingBody{ReadCloser: resp.Body, n: n}
 	}
 	return resp, err
 }
 
-func (b *ldCountingBase) CloseIdleConnections() {
+func (b *readCountingBase) CloseIdleConnections() {
 	b.base.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 }
 
-func (b *ldCountingBase) bytesRead() []int64 {
+func (b *readCountingBase) bytesRead() []int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]int64, len(b.read))
@@ -49,12 +49,12 @@ func (b *ldCountingBase) bytesRead() []int64 {
 	return out
 }
 
-type ldCountingBody struct {
+type readCountingBody struct {
 	io.ReadCloser
 	n *atomic.Int64
 }
 
-func (b *ldCountingBody) Read(p []byte) (int, error) {
+func (b *readCountingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
 	return n, err
@@ -65,12 +65,12 @@ func (b *ldCountingBody) Read(p []byte) (int, error) {
 // its connection, and the retry completes. The server's writer stops once
 // the connection is gone, having written no more than the drained bytes
 // plus what the sockets buffer.
-func TestLdEndlessBodyOnDiscardedAttemptReadOnlyToMaxDrainBytes(t *testing.T) {
+func TestEndlessBodyOnDiscardedAttemptReadOnlyToMaxDrainBytes(t *testing.T) {
 	const maxDrain = 1 << 10
-	srv := ldNewFaultServer(t, 3*time.Second)
-	base := &ldCountingBase{base: cleanhttp.DefaultPooledTransport()}
+	srv := newFaultServer(t, 3*time.Second)
+	base := &readCountingBase{base: cleanhttp.DefaultPooledTransport()}
 	tr := newTransport(t, nil, &Transport{Base: base, MaxDrainBytes: maxDrain, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
-	req, err := ldCall{name: "endless", method: http.MethodGet, fault: ldEndlessBody, times: 1, status: http.StatusServiceUnavailable}.request(testCtx(t), srv.URL)
+	req, err := faultCall{name: "endless", method: http.MethodGet, fault: faultEndlessBody, times: 1, status: http.StatusServiceUnavailable}.request(testCtx(t), srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,12 +93,12 @@ func TestLdEndlessBodyOnDiscardedAttemptReadOnlyToMaxDrainBytes(t *testing.T) {
 	// managed to write is the drained bytes plus the sockets' buffers
 	// (the send buffer is small; the receive buffer a few hundred KiB).
 	var written int64
-	if !ldPoll(ldSettle, func() bool {
+	if !poll(settleBound, func() bool {
 		var ended bool
 		written, ended = srv.endlessOf("endless")
 		return ended
 	}) {
-		t.Fatalf("the endless body's writer did not stop within %v of the call's end", ldSettle)
+		t.Fatalf("the endless body's writer did not stop within %v of the call's end", settleBound)
 	}
 	if bound := int64(1 << 20); written > bound {
 		t.Errorf("bytes the endless body managed to write: got %d, want at most %d", written, bound)
@@ -109,11 +109,11 @@ func TestLdEndlessBodyOnDiscardedAttemptReadOnlyToMaxDrainBytes(t *testing.T) {
 // A Retry-After far beyond any cap (a date in the year 9999) neither
 // overflows nor waits: the 503 comes back at once, reported as
 // ErrRetryAfterTooLong.
-func TestLdRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
-	srv := ldNewFaultServer(t, 3*time.Second)
+func TestRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
+	srv := newFaultServer(t, 3*time.Second)
 	var log hookLog
 	tr := newTransport(t, nil, &Transport{Hooks: log.hooks()})
-	req, err := ldCall{name: "year9999", method: http.MethodGet, fault: ldRetryAfter503, retryAfter: "Fri, 31 Dec 9999 23:59:59 GMT"}.request(testCtx(t), srv.URL)
+	req, err := faultCall{name: "year9999", method: http.MethodGet, fault: faultRetryAfter503, retryAfter: "Fri, 31 Dec 9999 23:59:59 GMT"}.request(testCtx(t), srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,16 +137,16 @@ func TestLdRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
 // Response headers that never arrive are cut by AttemptTimeout on each
 // attempt; the call ends in about MaxAttempts·AttemptTimeout, not at the
 // server's leisure.
-func TestLdHeadersThatNeverArriveAreCutByAttemptTimeout(t *testing.T) {
+func TestHeadersThatNeverArriveAreCutByAttemptTimeout(t *testing.T) {
 	const (
 		attemptTimeout = 100 * time.Millisecond
 		attempts       = 2
 		backoff        = time.Millisecond
 		margin         = 500 * time.Millisecond
 	)
-	srv := ldNewFaultServer(t, 3*time.Second) // the headers would come after 3s
+	srv := newFaultServer(t, 3*time.Second) // the headers would come after 3s
 	tr := newTransport(t, nil, &Transport{MaxAttempts: attempts, AttemptTimeout: attemptTimeout, InitialBackoff: backoff, MaxBackoff: backoff})
-	req, err := ldCall{name: "noheaders", method: http.MethodGet, fault: ldSlowHeaders, delay: "1h"}.request(testCtx(t), srv.URL)
+	req, err := faultCall{name: "noheaders", method: http.MethodGet, fault: faultSlowHeaders, delay: "1h"}.request(testCtx(t), srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

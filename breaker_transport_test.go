@@ -20,13 +20,13 @@ import (
 // http.Client.Do, against real loopback servers, with the breaker on a
 // fake clock the test advances.
 
-// btTransitions records BreakerChange events.
-type btTransitions struct {
+// transitionLog records BreakerChange events.
+type transitionLog struct {
 	mu  sync.Mutex
 	got []BreakerTransition
 }
 
-func (r *btTransitions) hook(info BreakerChangeInfo) {
+func (r *transitionLog) hook(info BreakerChangeInfo) {
 	r.mu.Lock()
 	r.got = append(r.got, info.BreakerTransition)
 	r.mu.Unlock()
@@ -34,7 +34,7 @@ func (r *btTransitions) hook(info BreakerChangeInfo) {
 
 // take returns the transitions recorded since the last take, as
 // "from>to".
-func (r *btTransitions) take() []string {
+func (r *transitionLog) take() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []string{}
@@ -45,31 +45,31 @@ func (r *btTransitions) take() []string {
 	return out
 }
 
-func (r *btTransitions) all() []BreakerTransition {
+func (r *transitionLog) all() []BreakerTransition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]BreakerTransition(nil), r.got...)
 }
 
-// newBtBreakerTransport returns a Transport with a Breaker on clock, one
+// newBreakerTransport returns a Transport with a Breaker on clock, one
 // attempt per call (so that each call is one observation) and no budget,
 // and the recorder of its transitions.
-func newBtBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Transport, *Breaker, *btTransitions) {
+func newBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Transport, *Breaker, *transitionLog) {
 	t.Helper()
 	b, err := NewBreaker(s)
 	require.NoError(t, err)
 	b.now = clock.Now
-	tr := newBtTransport(clock)
+	tr := newNoWaitTransport(clock)
 	tr.MaxAttempts = 1
 	tr.Budget = UnlimitedBudget{}
 	tr.Breaker = b
-	rec := &btTransitions{}
+	rec := &transitionLog{}
 	tr.Hooks.BreakerChange = rec.hook
 	return tr, b, rec
 }
 
-// btScope is the scope of a server's requests.
-func btScope(t *testing.T, srv *httptest.Server) string {
+// scopeOf is the scope of a server's requests.
+func scopeOf(t *testing.T, srv *httptest.Server) string {
 	t.Helper()
 	u, err := url.Parse(srv.URL)
 	require.NoError(t, err)
@@ -78,15 +78,15 @@ func btScope(t *testing.T, srv *httptest.Server) string {
 
 func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	const openTimeout = 30 * time.Second
-	srv := newBtServer(t, http.StatusServiceUnavailable)
-	scope := btScope(t, srv.Server)
-	clock := newFakeClockAt(btStart)
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3, OpenTimeout: openTimeout})
+	srv := newSettableServer(t, http.StatusServiceUnavailable)
+	scope := scopeOf(t, srv.Server)
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 
 	// Dependency failures up to the threshold: each goes back as a 503.
 	for i := 1; i <= 3; i++ {
-		code, err := btGet(t, client, srv.URL)
+		code, err := getStatus(t, client, srv.URL)
 		require.NoError(t, err, "call %d", i)
 		require.Equal(t, http.StatusServiceUnavailable, code, "call %d", i)
 		if i < 3 {
@@ -98,7 +98,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	assert.Equal(t, scope, opened[0].Scope)
 	assert.Equal(t, BreakerClosed, opened[0].From)
 	assert.Equal(t, BreakerOpen, opened[0].To)
-	assert.Equal(t, btStart, opened[0].At)
+	assert.Equal(t, fixedStart, opened[0].At)
 	var se *StatusError
 	if assert.ErrorAs(t, opened[0].Cause, &se, "the cause of the opening") {
 		assert.Equal(t, http.StatusServiceUnavailable, se.StatusCode)
@@ -108,20 +108,20 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 
 	// Open: fail fast without sending.
 	for range 5 {
-		_, err := btGet(t, client, srv.URL)
+		_, err := getStatus(t, client, srv.URL)
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrCircuitOpen)
 		var coe *CircuitOpenError
 		require.ErrorAs(t, err, &coe)
 		assert.Equal(t, scope, coe.Scope)
-		assert.Equal(t, btStart, coe.OpenedAt)
-		assert.Equal(t, btStart.Add(openTimeout), coe.ProbeAt)
+		assert.Equal(t, fixedStart, coe.OpenedAt)
+		assert.Equal(t, fixedStart.Add(openTimeout), coe.ProbeAt)
 	}
 	assert.Equal(t, int64(3), srv.requests.Load(), "requests the server received while open")
 
 	// Still open just before OpenTimeout.
 	clock.Advance(openTimeout - time.Nanosecond)
-	_, err := btGet(t, client, srv.URL)
+	_, err := getStatus(t, client, srv.URL)
 	assert.ErrorIs(t, err, ErrCircuitOpen)
 	assert.Equal(t, int64(3), srv.requests.Load())
 
@@ -143,7 +143,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	}()
 	<-gate.arrived
 	assert.Equal(t, []string{"open>half_open"}, rec.take(), "transitions when the probe was let through")
-	_, err = btGet(t, client, srv.URL)
+	_, err = getStatus(t, client, srv.URL)
 	assert.ErrorIs(t, err, ErrCircuitOpen, "a second call while the probe is out")
 	close(gate.release)
 	require.NoError(t, <-probe, "the probe")
@@ -151,7 +151,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	assert.Equal(t, BreakerClosed, b.State(scope))
 	assert.Equal(t, int64(4), srv.requests.Load(), "requests the server received: three failures and the probe")
 
-	code, err := btGet(t, client, srv.URL)
+	code, err := getStatus(t, client, srv.URL)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, code, "closed again: calls pass")
 	assert.Equal(t, int64(5), srv.requests.Load())
@@ -159,29 +159,29 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 
 func TestBreakerTransportFailedProbeReopens(t *testing.T) {
 	const openTimeout = time.Second
-	srv := newBtServer(t, http.StatusServiceUnavailable)
-	scope := btScope(t, srv.Server)
-	clock := newFakeClockAt(btStart)
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2, OpenTimeout: openTimeout})
+	srv := newSettableServer(t, http.StatusServiceUnavailable)
+	scope := scopeOf(t, srv.Server)
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 	for range 2 {
-		_, err := btGet(t, client, srv.URL)
+		_, err := getStatus(t, client, srv.URL)
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{"closed>open"}, rec.take())
 
 	clock.Advance(openTimeout)
-	code, err := btGet(t, client, srv.URL)
+	code, err := getStatus(t, client, srv.URL)
 	require.NoError(t, err, "the probe's 503 comes back as a response")
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, []string{"open>half_open", "half_open>open"}, rec.take())
 	assert.Equal(t, int64(3), srv.requests.Load())
 
-	_, err = btGet(t, client, srv.URL)
+	_, err = getStatus(t, client, srv.URL)
 	var coe *CircuitOpenError
 	require.ErrorAs(t, err, &coe)
-	assert.Equal(t, btStart.Add(openTimeout), coe.OpenedAt, "reopened when the probe failed")
-	assert.Equal(t, btStart.Add(2*openTimeout), coe.ProbeAt)
+	assert.Equal(t, fixedStart.Add(openTimeout), coe.OpenedAt, "reopened when the probe failed")
+	assert.Equal(t, fixedStart.Add(2*openTimeout), coe.ProbeAt)
 	assert.Equal(t, BreakerOpen, b.State(scope))
 	assert.Equal(t, int64(3), srv.requests.Load(), "nothing sent while open again")
 }
@@ -197,17 +197,17 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	clock := newFakeClockAt(btStart)
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 3
-	refuse := &btRefuse{}
+	refuse := &refusingBudget{}
 	tr.Budget = refuse
-	var gave btGiveUps
+	var gave giveUpLog
 	tr.Hooks.GiveUp = gave.hook
 	client := &http.Client{Transport: tr}
 
 	for i := range 20 {
-		code, err := btGet(t, client, srv.URL)
+		code, err := getStatus(t, client, srv.URL)
 		require.NoError(t, err)
 		want := http.StatusOK
 		if i%2 == 0 {
@@ -218,7 +218,7 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 	assert.Equal(t, 10, gave.count(ErrBudgetExhausted), "budget refusals")
 	assert.Equal(t, int64(10), refuse.allowCalls.Load())
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
 	assert.Equal(t, int64(20), n.Load(), "requests the server received")
 }
 
@@ -232,8 +232,8 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 		<-r.Context().Done() // answers only when the caller has gone
 	}))
 	defer srv.Close()
-	clock := newFakeClockAt(btStart)
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 3
 	client := &http.Client{Transport: tr}
 
@@ -243,50 +243,50 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 			<-arrived
 			cancel()
 		}()
-		_, err := btGetCtx(t, ctx, client, srv.URL)
+		_, err := getStatusCtx(t, ctx, client, srv.URL)
 		cancel()
 		require.ErrorIs(t, err, context.Canceled, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
 
 	// The caller's deadline likewise.
 	for i := range 4 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := btGetCtx(t, ctx, client, srv.URL)
+		_, err := getStatusCtx(t, ctx, client, srv.URL)
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
 }
 
 func TestBreakerTransportScopesAreIndependent(t *testing.T) {
-	down := newBtServer(t, http.StatusServiceUnavailable)
-	up := newBtServer(t, http.StatusOK)
-	clock := newFakeClockAt(btStart)
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	down := newSettableServer(t, http.StatusServiceUnavailable)
+	up := newSettableServer(t, http.StatusOK)
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	client := &http.Client{Transport: tr}
 
 	for range 2 {
-		_, err := btGet(t, client, down.URL)
+		_, err := getStatus(t, client, down.URL)
 		require.NoError(t, err)
 	}
 	got := rec.all()
 	require.Len(t, got, 1)
-	assert.Equal(t, btScope(t, down.Server), got[0].Scope, "the scope that opened")
+	assert.Equal(t, scopeOf(t, down.Server), got[0].Scope, "the scope that opened")
 
 	for range 5 {
-		_, err := btGet(t, client, down.URL)
+		_, err := getStatus(t, client, down.URL)
 		assert.ErrorIs(t, err, ErrCircuitOpen, "the failing host fails fast")
-		code, err := btGet(t, client, up.URL)
+		code, err := getStatus(t, client, up.URL)
 		require.NoError(t, err, "the healthy host is not braked")
 		assert.Equal(t, http.StatusOK, code)
 	}
 	assert.Equal(t, int64(2), down.requests.Load())
 	assert.Equal(t, int64(5), up.requests.Load())
-	assert.Equal(t, BreakerOpen, b.State(btScope(t, down.Server)))
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, up.Server)))
+	assert.Equal(t, BreakerOpen, b.State(scopeOf(t, down.Server)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, up.Server)))
 	assert.Len(t, rec.all(), 1, "no other transition")
 }
 
@@ -299,10 +299,10 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 		_, _ = w.Write(make([]byte, 4096))
 	}))
 	t.Cleanup(srv.Close)
-	tr, b, _ := newBtBreakerTransport(t, newFakeClockAt(btStart), BreakerSettings{FailureThreshold: 2})
+	tr, b, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 2
 	tr.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
-	scope := btScope(t, srv)
+	scope := scopeOf(t, srv)
 	tr.sleep = func(ctx context.Context, _ time.Duration) error {
 		// Another call's failure opens the scope during this call's wait.
 		ticket, _, err := b.Allow(scope)
@@ -336,7 +336,7 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 		_, _ = io.WriteString(w, "busy")
 	}))
 	t.Cleanup(srv.Close)
-	tr, _, _ := newBtBreakerTransport(t, newFakeClockAt(btStart), BreakerSettings{FailureThreshold: 1})
+	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 1})
 	tr.MaxAttempts = 3
 	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package retryfuse
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,33 +21,33 @@ import (
 // sleep seam, jitter is zero, and budget clocks are frozen unless a test
 // says otherwise.
 
-// btStart is where the fake clocks of these tests start.
-var btStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+// fixedStart is where the fake clocks of these tests start.
+var fixedStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 
-// btServer is a loopback server that counts the requests it receives and
+// settableServer is a loopback server that counts the requests it receives and
 // answers each with status (as set by setStatus). A request that finds a
 // gate set takes it and waits until it is released.
-type btServer struct {
+type settableServer struct {
 	*httptest.Server
 	requests atomic.Int64
 	status   atomic.Int64
-	gate     atomic.Pointer[btGate]
+	gate     atomic.Pointer[requestGate]
 }
 
-// btGate holds one request: arrived is closed when it is held, and it
+// requestGate holds one request: arrived is closed when it is held, and it
 // goes on when release is closed.
-type btGate struct{ arrived, release chan struct{} }
+type requestGate struct{ arrived, release chan struct{} }
 
 // hold makes the next request wait at a gate, and returns the gate.
-func (s *btServer) hold() *btGate {
-	g := &btGate{arrived: make(chan struct{}), release: make(chan struct{})}
+func (s *settableServer) hold() *requestGate {
+	g := &requestGate{arrived: make(chan struct{}), release: make(chan struct{})}
 	s.gate.Store(g)
 	return g
 }
 
-func newBtServer(t *testing.T, status int) *btServer {
+func newSettableServer(t *testing.T, status int) *settableServer {
 	t.Helper()
-	s := &btServer{}
+	s := &settableServer{}
 	s.status.Store(int64(status))
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
@@ -63,12 +62,12 @@ func newBtServer(t *testing.T, status int) *btServer {
 	return s
 }
 
-func (s *btServer) setStatus(code int) { s.status.Store(int64(code)) }
+func (s *settableServer) setStatus(code int) { s.status.Store(int64(code)) }
 
-// newBtTransport returns a Transport that does not wait between attempts
+// newNoWaitTransport returns a Transport that does not wait between attempts
 // (the waits are still bounded by the caller's context), draws zero
 // jitter, and reads clock.
-func newBtTransport(clock *fakeClock) *Transport {
+func newNoWaitTransport(clock *fakeClock) *Transport {
 	return &Transport{
 		now:   clock.Now,
 		sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
@@ -76,9 +75,9 @@ func newBtTransport(clock *fakeClock) *Transport {
 	}
 }
 
-// btFrozenRatioBudgets makes NewBudget give each scope a RatioBudget with
+// frozenRatioBudgets makes NewBudget give each scope a RatioBudget with
 // the default settings, on clock.
-func btFrozenRatioBudgets(clock *fakeClock) func(string) (Budget, error) {
+func frozenRatioBudgets(clock *fakeClock) func(string) (Budget, error) {
 	return func(string) (Budget, error) {
 		b, err := NewRatioBudget(RatioBudgetConfig{})
 		if err == nil {
@@ -88,14 +87,14 @@ func btFrozenRatioBudgets(clock *fakeClock) func(string) (Budget, error) {
 	}
 }
 
-// btGet sends a GET through client and returns the status (0 for none)
+// getStatus sends a GET through client and returns the status (0 for none)
 // and the error, having read and closed the body.
-func btGet(t *testing.T, client *http.Client, url string) (int, error) {
+func getStatus(t *testing.T, client *http.Client, url string) (int, error) {
 	t.Helper()
-	return btGetCtx(t, context.Background(), client, url)
+	return getStatusCtx(t, context.Background(), client, url)
 }
 
-func btGetCtx(t *testing.T, ctx context.Context, client *http.Client, url string) (int, error) {
+func getStatusCtx(t *testing.T, ctx context.Context, client *http.Client, url string) (int, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	require.NoError(t, err)
@@ -108,21 +107,21 @@ func btGetCtx(t *testing.T, ctx context.Context, client *http.Client, url string
 	return resp.StatusCode, nil
 }
 
-// btGiveUps records the reasons of GiveUp events.
-type btGiveUps struct {
+// giveUpLog records the reasons of GiveUp events.
+type giveUpLog struct {
 	mu      sync.Mutex
 	reasons []error
 	infos   []GiveUpInfo
 }
 
-func (g *btGiveUps) hook(info GiveUpInfo) {
+func (g *giveUpLog) hook(info GiveUpInfo) {
 	g.mu.Lock()
 	g.reasons = append(g.reasons, info.Reason)
 	g.infos = append(g.infos, info)
 	g.mu.Unlock()
 }
 
-func (g *btGiveUps) count(reason error) int {
+func (g *giveUpLog) count(reason error) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := 0
@@ -134,9 +133,9 @@ func (g *btGiveUps) count(reason error) int {
 	return n
 }
 
-// btStorm sends n GETs at once through client and checks that each gets
+// storm sends n GETs at once through client and checks that each gets
 // a 503 response with a nil error.
-func btStorm(t *testing.T, client *http.Client, url string, n int) {
+func storm(t *testing.T, client *http.Client, url string, n int) {
 	t.Helper()
 	var (
 		wg       sync.WaitGroup
@@ -178,11 +177,11 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 	const bound = callers + callers/10 + 10
 
 	t.Run("frozen clock", func(t *testing.T) {
-		srv := newBtServer(t, http.StatusServiceUnavailable)
-		clock := newFakeClockAt(btStart)
-		tr := newBtTransport(clock)
-		tr.NewBudget = btFrozenRatioBudgets(clock)
-		btStorm(t, &http.Client{Transport: tr}, srv.URL, callers)
+		srv := newSettableServer(t, http.StatusServiceUnavailable)
+		clock := newFakeClockAt(fixedStart)
+		tr := newNoWaitTransport(clock)
+		tr.NewBudget = frozenRatioBudgets(clock)
+		storm(t, &http.Client{Transport: tr}, srv.URL, callers)
 
 		got := srv.requests.Load()
 		assert.LessOrEqual(t, got, int64(bound), "requests the server received")
@@ -194,9 +193,9 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 	t.Run("default NewBudget", func(t *testing.T) {
 		// The Transport's own per-scope budget, on the real clock: the
 		// storm lasts far less than its 10-second window.
-		srv := newBtServer(t, http.StatusServiceUnavailable)
-		tr := newBtTransport(newFakeClockAt(btStart))
-		btStorm(t, &http.Client{Transport: tr}, srv.URL, callers)
+		srv := newSettableServer(t, http.StatusServiceUnavailable)
+		tr := newNoWaitTransport(newFakeClockAt(fixedStart))
+		storm(t, &http.Client{Transport: tr}, srv.URL, callers)
 		got := srv.requests.Load()
 		assert.LessOrEqual(t, got, int64(bound), "requests the server received")
 		assert.GreaterOrEqual(t, got, int64(callers+10), "requests the server received")
@@ -204,13 +203,13 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 }
 
 func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
-	clock := newFakeClockAt(btStart)
+	clock := newFakeClockAt(fixedStart)
 	shared, err := NewTokenBucket(TokenBucketConfig{Capacity: 3})
 	require.NoError(t, err)
 	shared.now = clock.Now
-	srvA := newBtServer(t, http.StatusServiceUnavailable)
-	srvB := newBtServer(t, http.StatusServiceUnavailable)
-	trA, trB := newBtTransport(clock), newBtTransport(clock)
+	srvA := newSettableServer(t, http.StatusServiceUnavailable)
+	srvB := newSettableServer(t, http.StatusServiceUnavailable)
+	trA, trB := newNoWaitTransport(clock), newNoWaitTransport(clock)
 	trA.Budget, trB.Budget = shared, shared
 	clientA, clientB := &http.Client{Transport: trA}, &http.Client{Transport: trB}
 
@@ -219,7 +218,7 @@ func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 			client *http.Client
 			url    string
 		}{{clientA, srvA.URL}, {clientB, srvB.URL}} {
-			code, err := btGet(t, c.client, c.url)
+			code, err := getStatus(t, c.client, c.url)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusServiceUnavailable, code)
 		}
@@ -235,10 +234,10 @@ func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 
 func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	// The default: one RatioBudget per host, on the real clock.
-	srvA := newBtServer(t, http.StatusServiceUnavailable)
-	srvB := newBtServer(t, http.StatusServiceUnavailable)
-	var gave btGiveUps
-	tr := newBtTransport(newFakeClockAt(btStart))
+	srvA := newSettableServer(t, http.StatusServiceUnavailable)
+	srvB := newSettableServer(t, http.StatusServiceUnavailable)
+	var gave giveUpLog
+	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
 	tr.Hooks.GiveUp = gave.hook
 	client := &http.Client{Transport: tr}
 
@@ -246,17 +245,17 @@ func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	// within 50 failing calls.
 	for i := 0; gave.count(ErrBudgetExhausted) == 0; i++ {
 		require.Less(t, i, 50, "host A's budget never refused a retry")
-		code, err := btGet(t, client, srvA.URL)
+		code, err := getStatus(t, client, srvA.URL)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusServiceUnavailable, code)
 	}
-	code, err := btGet(t, client, srvA.URL)
+	code, err := getStatus(t, client, srvA.URL)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, 2, gave.count(ErrBudgetExhausted), "host A is still refused")
 
 	before, ranOut := gave.count(ErrBudgetExhausted), gave.count(ErrAttemptsExhausted)
-	code, err = btGet(t, client, srvB.URL)
+	code, err = getStatus(t, client, srvB.URL)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, int64(DefaultMaxAttempts), srvB.requests.Load(), "host B gets all its attempts")
@@ -264,20 +263,20 @@ func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	assert.Equal(t, ranOut+1, gave.count(ErrAttemptsExhausted), "host B's call ran out of attempts instead")
 }
 
-// btRefuse is a budget that refuses every retry.
-type btRefuse struct{ allowCalls atomic.Int64 }
+// refusingBudget is a budget that refuses every retry.
+type refusingBudget struct{ allowCalls atomic.Int64 }
 
-func (*btRefuse) RecordRequest(context.Context) {}
-func (b *btRefuse) AllowRetry(context.Context) (bool, error) {
+func (*refusingBudget) RecordRequest(context.Context) {}
+func (b *refusingBudget) AllowRetry(context.Context) (bool, error) {
 	b.allowCalls.Add(1)
 	return false, nil
 }
 
 func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {
-	srv := newBtServer(t, http.StatusServiceUnavailable)
-	var gave btGiveUps
-	budget := &btRefuse{}
-	tr := newBtTransport(newFakeClockAt(btStart))
+	srv := newSettableServer(t, http.StatusServiceUnavailable)
+	var gave giveUpLog
+	budget := &refusingBudget{}
+	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
 	tr.Budget = budget
 	tr.Hooks.GiveUp = gave.hook
 
@@ -298,23 +297,13 @@ func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {
 	assert.Equal(t, 1, g.Attempt, "GiveUp attempt")
 }
 
-// btRefusedURL returns a loopback URL where nothing listens.
-func btRefusedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return "http://" + addr + "/"
-}
-
 func TestBudgetTransportRefusalWithoutResponse(t *testing.T) {
-	var gave btGiveUps
-	tr := newBtTransport(newFakeClockAt(btStart))
-	tr.Budget = &btRefuse{}
+	var gave giveUpLog
+	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
+	tr.Budget = &refusingBudget{}
 	tr.Hooks.GiveUp = gave.hook
 
-	_, err := btGet(t, &http.Client{Transport: tr}, btRefusedURL(t))
+	_, err := getStatus(t, &http.Client{Transport: tr}, refusedURL(t))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrBudgetExhausted)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED, "the last attempt's error")
@@ -332,25 +321,25 @@ func TestBudgetTransportRefusalWithoutResponse(t *testing.T) {
 }
 
 func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
-	clock := newFakeClockAt(btStart)
-	alone := newBtServer(t, http.StatusServiceUnavailable)
-	stacked := newBtServer(t, http.StatusServiceUnavailable)
+	clock := newFakeClockAt(fixedStart)
+	alone := newSettableServer(t, http.StatusServiceUnavailable)
+	stacked := newSettableServer(t, http.StatusServiceUnavailable)
 
-	single := newBtTransport(clock)
+	single := newNoWaitTransport(clock)
 	single.NewBudget = func(string) (Budget, error) { return UnlimitedBudget{}, nil }
-	inner := newBtTransport(clock)
+	inner := newNoWaitTransport(clock)
 	inner.MaxAttempts = 5 // would multiply with the outer's 3 if both repeated
 	inner.NewBudget = single.NewBudget
-	outer := newBtTransport(clock)
+	outer := newNoWaitTransport(clock)
 	outer.Base = inner
 	outer.NewBudget = single.NewBudget
 
 	for _, c := range []struct {
 		rt  http.RoundTripper
-		srv *btServer
+		srv *settableServer
 	}{{single, alone}, {outer, stacked}} {
 		for range 4 {
-			code, err := btGet(t, &http.Client{Transport: c.rt}, c.srv.URL)
+			code, err := getStatus(t, &http.Client{Transport: c.rt}, c.srv.URL)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusServiceUnavailable, code)
 		}
@@ -360,14 +349,14 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	assert.Equal(t, int64(4*DefaultMaxAttempts), stacked.requests.Load(), "two stacked layers")
 
 	// And against a refused connection: no response, only errors.
-	url := btRefusedURL(t)
+	url := refusedURL(t)
 	var attempts atomic.Int64
-	outer2 := newBtTransport(clock)
-	inner2 := newBtTransport(clock)
+	outer2 := newNoWaitTransport(clock)
+	inner2 := newNoWaitTransport(clock)
 	inner2.MaxAttempts = 5
 	inner2.Hooks.AttemptStart = func(AttemptStartInfo) { attempts.Add(1) }
 	outer2.Base = inner2
-	_, err := btGet(t, &http.Client{Transport: outer2}, url)
+	_, err := getStatus(t, &http.Client{Transport: outer2}, url)
 	assert.ErrorIs(t, err, ErrAttemptsExhausted)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 	assert.Equal(t, int64(DefaultMaxAttempts), attempts.Load(), "attempts the inner layer sent")

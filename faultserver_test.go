@@ -24,67 +24,70 @@ import (
 //
 // Request headers:
 //
-//	X-Ld-Fault        the fault (ldFault); absent means a healthy answer
-//	X-Ld-Call         the caller's name for the call; its arrivals are counted
-//	X-Ld-Fault-Times  the fault meets only the first n arrivals of the call,
-//	                  later ones are answered healthy; absent or 0 means all
-//	X-Ld-Delay        how long ldSlowHeaders waits (a time.Duration; default
-//	                  and bound: the server's stall bound)
-//	X-Ld-Retry-After  the Retry-After of ldRetryAfter503 (default "0")
-//	X-Ld-Status       the status of ldEndlessBody (default 200)
+//	X-Fault              the fault (serverFault); absent means a healthy
+//	                     answer
+//	X-Fault-Call         the caller's name for the call; its arrivals are
+//	                     counted
+//	X-Fault-Times        the fault meets only the first n arrivals of the
+//	                     call, later ones are answered healthy; absent or 0
+//	                     means all
+//	X-Fault-Delay        how long faultSlowHeaders waits (a time.Duration;
+//	                     default and bound: the server's stall bound)
+//	X-Fault-Retry-After  the Retry-After of faultRetryAfter503 (default "0")
+//	X-Fault-Status       the status of faultEndlessBody (default 200)
 
-// ldFault names a fault of the fault server.
-type ldFault string
+// serverFault names a fault of the fault server.
+type serverFault string
 
 const (
-	ldHealthy ldFault = ""
-	// ldResetBeforeBody resets the connection (RST) once the request's
+	noFault serverFault = ""
+	// faultResetBeforeBody resets the connection (RST) once the request's
 	// headers are read, before its body: no effect.
-	ldResetBeforeBody ldFault = "reset-before-body"
-	// ldResetAfterBody reads the body, applies the effect, then resets.
-	ldResetAfterBody ldFault = "reset-after-body"
-	// ldStall applies the effect, then answers nothing until the client
+	faultResetBeforeBody serverFault = "reset-before-body"
+	// faultResetAfterBody reads the body, applies the effect, then resets.
+	faultResetAfterBody serverFault = "reset-after-body"
+	// faultStall applies the effect, then answers nothing until the client
 	// goes away (bounded by the server's stall bound).
-	ldStall ldFault = "stall"
-	// ldSlowHeaders applies the effect and sends a healthy answer after
-	// X-Ld-Delay (cut short when the client goes away).
-	ldSlowHeaders ldFault = "slow-headers"
-	// ldEndlessBody applies the effect and sends a chunked body that ends
-	// only when the client goes away (bounded by ldEndlessCap bytes).
-	ldEndlessBody ldFault = "endless-body"
-	// ldRetryAfter503 reads the body and answers 503 with Retry-After: no
+	faultStall serverFault = "stall"
+	// faultSlowHeaders applies the effect and sends a healthy answer after
+	// X-Fault-Delay (cut short when the client goes away).
+	faultSlowHeaders serverFault = "slow-headers"
+	// faultEndlessBody applies the effect and sends a chunked body that ends
+	// only when the client goes away (bounded by endlessBodyCap bytes).
+	faultEndlessBody serverFault = "endless-body"
+	// faultRetryAfter503 reads the body and answers 503 with Retry-After: no
 	// effect.
-	ldRetryAfter503 ldFault = "503"
-	// ldTruncated applies the effect and sends a response whose
+	faultRetryAfter503 serverFault = "503"
+	// faultTruncated applies the effect and sends a response whose
 	// Content-Length promises more than is sent, then closes.
-	ldTruncated ldFault = "truncated"
-	// ldIdleClose applies the effect, answers in full on a keep-alive
-	// connection, and closes that connection ldIdleCloseAfter later, while
+	faultTruncated serverFault = "truncated"
+	// faultIdleClose applies the effect, answers in full on a keep-alive
+	// connection, and closes that connection idleCloseAfter later, while
 	// the client holds it idle (or has just sent the next request on it).
-	ldIdleClose ldFault = "idle-close"
+	faultIdleClose serverFault = "idle-close"
 )
 
-// ldFaults is every fault, the healthy answer included.
-var ldFaults = []ldFault{ldHealthy, ldResetBeforeBody, ldResetAfterBody, ldStall, ldSlowHeaders,
-	ldEndlessBody, ldRetryAfter503, ldTruncated, ldIdleClose}
+// allFaults is every fault, the healthy answer included.
+var allFaults = []serverFault{noFault, faultResetBeforeBody, faultResetAfterBody, faultStall, faultSlowHeaders,
+	faultEndlessBody, faultRetryAfter503, faultTruncated, faultIdleClose}
 
 const (
-	// ldEndlessCap bounds what an endless body writes, should a client
+	// endlessBodyCap bounds what an endless body writes, should a client
 	// read it for ever.
-	ldEndlessCap = 256 << 20
-	// ldEndlessSendBuffer is the socket send buffer of a connection that
+	endlessBodyCap = 256 << 20
+	// endlessSendBuffer is the socket send buffer of a connection that
 	// carries an endless body.
-	ldEndlessSendBuffer = 32 << 10
-	// ldIdleCloseAfter is how long after its answer ldIdleClose closes the
+	endlessSendBuffer = 32 << 10
+	// idleCloseAfter is how long after its answer faultIdleClose closes the
 	// connection.
-	ldIdleCloseAfter = 10 * time.Millisecond
-	// ldTruncatedSent and ldTruncatedPromised are the body bytes a
+	idleCloseAfter = 10 * time.Millisecond
+	// truncatedSent and truncatedPromised are the body bytes a
 	// truncated response sends and the Content-Length it declares.
-	ldTruncatedSent, ldTruncatedPromised = 10, 1000
+	truncatedSent, truncatedPromised = 10, 1000
 )
 
-// ldFaultServer is the fault server. It is safe for concurrent use.
-type ldFaultServer struct {
+// faultServer is the fault server. It is safe for concurrent use.
+type faultServer struct {
 	srv      *httptest.Server
 	URL      string
 	stallMax time.Duration
@@ -95,28 +98,28 @@ type ldFaultServer struct {
 	accepted atomic.Int64
 
 	mu       sync.Mutex
-	arrivals map[string]int   // X-Ld-Call → requests seen
-	effects  map[string]int   // idempotency key of a POST → effects applied
-	injected map[ldFault]int  // fault → times injected
-	endless  map[string]int64 // X-Ld-Call → bytes an endless body managed to write
-	ended    map[string]bool  // X-Ld-Call → its endless body's writer has returned
+	arrivals map[string]int      // X-Fault-Call → requests seen
+	effects  map[string]int      // idempotency key of a POST → effects applied
+	injected map[serverFault]int // fault → times injected
+	endless  map[string]int64    // X-Fault-Call → bytes an endless body managed to write
+	ended    map[string]bool     // X-Fault-Call → its endless body's writer has returned
 	timers   map[*time.Timer]struct{}
 	handlers sync.WaitGroup // handlers still running
 }
 
-type ldConnKey struct{}
+type connKey struct{}
 
-// ldNewFaultServer starts a fault server on 127.0.0.1. A stalled handler
+// newFaultServer starts a fault server on 127.0.0.1. A stalled handler
 // waits at most stallMax. The server is closed when the test ends (closing
 // it earlier is allowed).
-func ldNewFaultServer(t testing.TB, stallMax time.Duration) *ldFaultServer {
+func newFaultServer(t testing.TB, stallMax time.Duration) *faultServer {
 	t.Helper()
-	s := &ldFaultServer{
+	s := &faultServer{
 		stallMax: stallMax,
 		closing:  make(chan struct{}),
 		arrivals: make(map[string]int),
 		effects:  make(map[string]int),
-		injected: make(map[ldFault]int),
+		injected: make(map[serverFault]int),
 		endless:  make(map[string]int64),
 		ended:    make(map[string]bool),
 		timers:   make(map[*time.Timer]struct{}),
@@ -127,7 +130,7 @@ func ldNewFaultServer(t testing.TB, stallMax time.Duration) *ldFaultServer {
 	}
 	s.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(s.serve)}}
 	s.srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
-		return context.WithValue(ctx, ldConnKey{}, c)
+		return context.WithValue(ctx, connKey{}, c)
 	}
 	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		switch st {
@@ -148,7 +151,7 @@ func ldNewFaultServer(t testing.TB, stallMax time.Duration) *ldFaultServer {
 
 // Close stops the server: stalled handlers return, pending idle closes are
 // dropped, and every connection is closed. It waits for the handlers.
-func (s *ldFaultServer) Close() {
+func (s *faultServer) Close() {
 	s.stopOnce.Do(func() {
 		close(s.closing)
 		s.mu.Lock()
@@ -163,10 +166,10 @@ func (s *ldFaultServer) Close() {
 }
 
 // openConns is the number of connections the server holds open.
-func (s *ldFaultServer) openConns() int64 { return s.open.Load() }
+func (s *faultServer) openConns() int64 { return s.open.Load() }
 
 // effectsPerKey returns a copy of the effect count of every key.
-func (s *ldFaultServer) effectsPerKey() map[string]int {
+func (s *faultServer) effectsPerKey() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := make(map[string]int, len(s.effects))
@@ -176,7 +179,7 @@ func (s *ldFaultServer) effectsPerKey() map[string]int {
 	return m
 }
 
-func (s *ldFaultServer) arrivalsOf(call string) int {
+func (s *faultServer) arrivalsOf(call string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.arrivals[call]
@@ -184,16 +187,16 @@ func (s *ldFaultServer) arrivalsOf(call string) int {
 
 // endlessOf returns the bytes the endless body of call managed to write
 // and whether its writer has returned (the count is known only then).
-func (s *ldFaultServer) endlessOf(call string) (written int64, ended bool) {
+func (s *faultServer) endlessOf(call string) (written int64, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.endless[call], s.ended[call]
 }
 
-func (s *ldFaultServer) injectedCounts() map[ldFault]int {
+func (s *faultServer) injectedCounts() map[serverFault]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := make(map[ldFault]int, len(s.injected))
+	m := make(map[serverFault]int, len(s.injected))
 	for k, v := range s.injected {
 		m[k] = v
 	}
@@ -201,10 +204,10 @@ func (s *ldFaultServer) injectedCounts() map[ldFault]int {
 }
 
 // arrive counts the request's arrival and returns the fault it meets.
-func (s *ldFaultServer) arrive(r *http.Request) ldFault {
-	fault := ldFault(r.Header.Get("X-Ld-Fault"))
-	call := r.Header.Get("X-Ld-Call")
-	times, _ := strconv.Atoi(r.Header.Get("X-Ld-Fault-Times"))
+func (s *faultServer) arrive(r *http.Request) serverFault {
+	fault := serverFault(r.Header.Get("X-Fault"))
+	call := r.Header.Get("X-Fault-Call")
+	times, _ := strconv.Atoi(r.Header.Get("X-Fault-Times"))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 1
@@ -213,9 +216,9 @@ func (s *ldFaultServer) arrive(r *http.Request) ldFault {
 		n = s.arrivals[call]
 	}
 	if times > 0 && n > times {
-		fault = ldHealthy
+		fault = noFault
 	}
-	if fault != ldHealthy {
+	if fault != noFault {
 		s.injected[fault]++
 	}
 	return fault
@@ -223,7 +226,7 @@ func (s *ldFaultServer) arrive(r *http.Request) ldFault {
 
 // apply records the request's effect: a POST with an idempotency key
 // applies once per call of apply.
-func (s *ldFaultServer) apply(r *http.Request) {
+func (s *faultServer) apply(r *http.Request) {
 	if r.Method != http.MethodPost {
 		return
 	}
@@ -237,7 +240,7 @@ func (s *ldFaultServer) apply(r *http.Request) {
 }
 
 // wait blocks for d, or until the client goes away or the server closes.
-func (s *ldFaultServer) wait(r *http.Request, d time.Duration) {
+func (s *faultServer) wait(r *http.Request, d time.Duration) {
 	tm := time.NewTimer(min(d, s.stallMax))
 	defer tm.Stop()
 	select {
@@ -247,38 +250,38 @@ func (s *ldFaultServer) wait(r *http.Request, d time.Duration) {
 	}
 }
 
-func (s *ldFaultServer) serve(w http.ResponseWriter, r *http.Request) {
+func (s *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.handlers.Add(1)
 	defer s.handlers.Done()
 	fault := s.arrive(r)
-	if fault == ldResetBeforeBody {
-		ldHijack(w, resetConn)
+	if fault == faultResetBeforeBody {
+		hijack(w, resetConn)
 		return
 	}
 	if _, err := io.Copy(io.Discard, r.Body); err != nil {
 		return // the client went away mid-body: nothing applies
 	}
-	if fault != ldRetryAfter503 { // a 503 says the request was not acted on
+	if fault != faultRetryAfter503 { // a 503 says the request was not acted on
 		s.apply(r)
 	}
 	switch fault {
-	case ldResetAfterBody:
-		ldHijack(w, resetConn)
-	case ldStall:
+	case faultResetAfterBody:
+		hijack(w, resetConn)
+	case faultStall:
 		s.wait(r, s.stallMax)
-	case ldSlowHeaders:
-		d, err := time.ParseDuration(r.Header.Get("X-Ld-Delay"))
+	case faultSlowHeaders:
+		d, err := time.ParseDuration(r.Header.Get("X-Fault-Delay"))
 		if err != nil {
 			d = s.stallMax
 		}
 		s.wait(r, d)
 		if r.Context().Err() == nil {
-			ldWriteOK(w)
+			writeOK(w)
 		}
-	case ldEndlessBody:
+	case faultEndlessBody:
 		s.writeEndless(w, r)
-	case ldRetryAfter503:
-		ra := r.Header.Get("X-Ld-Retry-After")
+	case faultRetryAfter503:
+		ra := r.Header.Get("X-Fault-Retry-After")
 		if ra == "" {
 			ra = "0"
 		}
@@ -286,26 +289,26 @@ func (s *ldFaultServer) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "11")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, "unavailable")
-	case ldTruncated:
-		ldHijack(w, func(c net.Conn) {
+	case faultTruncated:
+		hijack(w, func(c net.Conn) {
 			_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%0*d",
-				ldTruncatedPromised, ldTruncatedSent, 0)
+				truncatedPromised, truncatedSent, 0)
 			_ = c.Close()
 		})
-	case ldIdleClose:
-		ldWriteOK(w)
+	case faultIdleClose:
+		writeOK(w)
 		w.(http.Flusher).Flush()
-		if c, ok := r.Context().Value(ldConnKey{}).(net.Conn); ok {
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
 			s.closeLater(c)
 		}
 	default:
-		ldWriteOK(w)
+		writeOK(w)
 	}
 }
 
-// closeLater closes c ldIdleCloseAfter from now, unless the server closes
+// closeLater closes c idleCloseAfter from now, unless the server closes
 // first.
-func (s *ldFaultServer) closeLater(c net.Conn) {
+func (s *faultServer) closeLater(c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -314,7 +317,7 @@ func (s *ldFaultServer) closeLater(c net.Conn) {
 	default:
 	}
 	var tm *time.Timer
-	tm = time.AfterFunc(ldIdleCloseAfter, func() {
+	tm = time.AfterFunc(idleCloseAfter, func() {
 		s.mu.Lock()
 		_, pending := s.timers[tm]
 		delete(s.timers, tm)
@@ -328,9 +331,9 @@ func (s *ldFaultServer) closeLater(c net.Conn) {
 
 // writeEndless writes a body until the client goes away, counting the
 // bytes that the connection accepted.
-func (s *ldFaultServer) writeEndless(w http.ResponseWriter, r *http.Request) {
-	call := r.Header.Get("X-Ld-Call")
-	status, _ := strconv.Atoi(r.Header.Get("X-Ld-Status"))
+func (s *faultServer) writeEndless(w http.ResponseWriter, r *http.Request) {
+	call := r.Header.Get("X-Fault-Call")
+	status, _ := strconv.Atoi(r.Header.Get("X-Fault-Status"))
 	if status == 0 {
 		status = http.StatusOK
 	}
@@ -344,14 +347,14 @@ func (s *ldFaultServer) writeEndless(w http.ResponseWriter, r *http.Request) {
 	// A small send buffer keeps what the kernel holds for a client that
 	// has stopped reading small, so that the count says what the client
 	// took, and endless bodies cost little.
-	if c, ok := r.Context().Value(ldConnKey{}).(*net.TCPConn); ok {
-		_ = c.SetWriteBuffer(ldEndlessSendBuffer)
+	if c, ok := r.Context().Value(connKey{}).(*net.TCPConn); ok {
+		_ = c.SetWriteBuffer(endlessSendBuffer)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(status)
 	chunk := make([]byte, 32<<10)
 	f := w.(http.Flusher)
-	for written < ldEndlessCap {
+	for written < endlessBodyCap {
 		select {
 		case <-s.closing:
 			return
@@ -370,9 +373,9 @@ func (s *ldFaultServer) writeEndless(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ldHijack takes the connection from the server and hands it to f, which
+// hijack takes the connection from the server and hands it to f, which
 // must close it.
-func ldHijack(w http.ResponseWriter, f func(net.Conn)) {
+func hijack(w http.ResponseWriter, f func(net.Conn)) {
 	c, _, err := w.(http.Hijacker).Hijack()
 	if err != nil {
 		return
@@ -380,28 +383,28 @@ func ldHijack(w http.ResponseWriter, f func(net.Conn)) {
 	f(c)
 }
 
-func ldWriteOK(w http.ResponseWriter) {
+func writeOK(w http.ResponseWriter) {
 	w.Header().Set("Content-Length", "2")
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, "ok")
 }
 
-// ldCall describes one request to the fault server.
-type ldCall struct {
-	name       string // X-Ld-Call
+// faultCall describes one request to the fault server.
+type faultCall struct {
+	name       string // X-Fault-Call
 	method     string
 	key        string // Idempotency-Key, for a POST
-	fault      ldFault
-	times      int    // X-Ld-Fault-Times
-	delay      string // X-Ld-Delay
-	retryAfter string // X-Ld-Retry-After
-	status     int    // X-Ld-Status
+	fault      serverFault
+	times      int    // X-Fault-Times
+	delay      string // X-Fault-Delay
+	retryAfter string // X-Fault-Retry-After
+	status     int    // X-Fault-Status
 }
 
 // request builds the call's request against base with a replayable body
 // for PUT and POST.
-func (lc ldCall) request(ctx context.Context, base string) (*http.Request, error) {
+func (lc faultCall) request(ctx context.Context, base string) (*http.Request, error) {
 	var body io.Reader
 	if lc.method == http.MethodPut || lc.method == http.MethodPost {
 		body = strings.NewReader("payload of " + lc.name) // sets GetBody
@@ -412,25 +415,25 @@ func (lc ldCall) request(ctx context.Context, base string) (*http.Request, error
 	}
 	h := req.Header
 	if lc.name != "" {
-		h.Set("X-Ld-Call", lc.name)
+		h.Set("X-Fault-Call", lc.name)
 	}
 	if lc.key != "" {
 		h.Set(HeaderIdempotencyKey, lc.key)
 	}
-	if lc.fault != ldHealthy {
-		h.Set("X-Ld-Fault", string(lc.fault))
+	if lc.fault != noFault {
+		h.Set("X-Fault", string(lc.fault))
 	}
 	if lc.times > 0 {
-		h.Set("X-Ld-Fault-Times", strconv.Itoa(lc.times))
+		h.Set("X-Fault-Times", strconv.Itoa(lc.times))
 	}
 	if lc.delay != "" {
-		h.Set("X-Ld-Delay", lc.delay)
+		h.Set("X-Fault-Delay", lc.delay)
 	}
 	if lc.retryAfter != "" {
-		h.Set("X-Ld-Retry-After", lc.retryAfter)
+		h.Set("X-Fault-Retry-After", lc.retryAfter)
 	}
 	if lc.status != 0 {
-		h.Set("X-Ld-Status", strconv.Itoa(lc.status))
+		h.Set("X-Fault-Status", strconv.Itoa(lc.status))
 	}
 	return req, nil
 }

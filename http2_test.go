@@ -18,17 +18,17 @@ import (
 // runs over both, on TLS loopback servers that differ only in the
 // protocol they offer, and checks which protocol carried each request.
 
-type hzProto struct {
+type httpProto struct {
 	name  string
 	h2    bool
 	major int
 }
 
-var hzProtos = []hzProto{{"HTTP/1.1", false, 1}, {"HTTP/2", true, 2}}
+var httpProtos = []httpProto{{"HTTP/1.1", false, 1}, {"HTTP/2", true, 2}}
 
-// hzTLSServer is a TLS loopback server that records every request (body
+// tlsServer is a TLS loopback server that records every request (body
 // read in full first), the protocol it came over, and its connections.
-type hzTLSServer struct {
+type tlsServer struct {
 	*httptest.Server
 	mu     sync.Mutex
 	reqs   []recorded
@@ -36,12 +36,12 @@ type hzTLSServer struct {
 	conns  atomic.Int32
 }
 
-// hzStartTLS starts a TLS server speaking p, and returns it with a base
+// startTLSServer starts a TLS server speaking p, and returns it with a base
 // transport that trusts it (a clone of the server's own client transport,
 // which attempts HTTP/2 exactly when the server offers it).
-func hzStartTLS(t *testing.T, p hzProto, h func(n int, w http.ResponseWriter, r *http.Request)) (*hzTLSServer, *http.Transport) {
+func startTLSServer(t *testing.T, p httpProto, h func(n int, w http.ResponseWriter, r *http.Request)) (*tlsServer, *http.Transport) {
 	t.Helper()
-	s := &hzTLSServer{}
+	s := &tlsServer{}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
@@ -64,15 +64,15 @@ func hzStartTLS(t *testing.T, p hzProto, h func(n int, w http.ResponseWriter, r 
 	return s, base
 }
 
-func (s *hzTLSServer) requests() ([]recorded, []int) {
+func (s *tlsServer) requests() ([]recorded, []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]recorded(nil), s.reqs...), append([]int(nil), s.majors...)
 }
 
-// hzCheckProto fails the test unless every request the server saw, and
+// checkProto fails the test unless every request the server saw, and
 // the response if any, came over p.
-func hzCheckProto(t *testing.T, p hzProto, s *hzTLSServer, resp *http.Response) {
+func checkProto(t *testing.T, p httpProto, s *tlsServer, resp *http.Response) {
 	t.Helper()
 	if resp != nil && resp.ProtoMajor != p.major {
 		t.Errorf("response protocol: got %s, want %s", resp.Proto, p.name)
@@ -86,14 +86,14 @@ func hzCheckProto(t *testing.T, p hzProto, s *hzTLSServer, resp *http.Response) 
 }
 
 func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		for _, generated := range []bool{false, true} {
 			name := p.name + "/caller's key"
 			if generated {
 				name = p.name + "/generated key"
 			}
 			t.Run(name, func(t *testing.T) {
-				srv, base := hzStartTLS(t, p, failThenOK(1))
+				srv, base := startTLSServer(t, p, failThenOK(1))
 				var log hookLog
 				tr := newTransport(t, newFakeClock(), &Transport{Base: base, GenerateIdempotencyKeys: generated, Hooks: log.hooks()})
 				req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
@@ -104,7 +104,7 @@ func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 				if err != nil || resp.StatusCode != http.StatusOK || string(body) != "done" {
 					t.Fatalf("Do: got %v, %q, %v; want 200 done", resp, body, err)
 				}
-				hzCheckProto(t, p, srv, resp)
+				checkProto(t, p, srv, resp)
 				reqs, _ := srv.requests()
 				if len(reqs) != 2 {
 					t.Fatalf("requests seen by the server: got %d, want 2", len(reqs))
@@ -129,16 +129,16 @@ func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 }
 
 func TestHTTP2POSTWithoutKeyNotRetried(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, failThenOK(1))
+			srv, base := startTLSServer(t, p, failThenOK(1))
 			clk := newFakeClock()
 			tr := newTransport(t, clk, &Transport{Base: base})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/orders", `{"n":1}`))
 			if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("Do: got %v, %v; want the 503 back", resp, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			if reqs, _ := srv.requests(); len(reqs) != 1 {
 				t.Errorf("requests seen by the server: got %d, want 1", len(reqs))
 			}
@@ -150,9 +150,9 @@ func TestHTTP2POSTWithoutKeyNotRetried(t *testing.T) {
 }
 
 func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, stallUntilGone)
+			srv, base := startTLSServer(t, p, stallUntilGone)
 			clk := newFakeClock()
 			tr := newTransport(t, clk, &Transport{Base: base, AttemptTimeout: shortTimeout})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
@@ -165,7 +165,7 @@ func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
 			if !errors.Is(rec.Cause, ErrAttemptTimeout) {
 				t.Errorf("Cause: got %v, want one matching ErrAttemptTimeout", rec.Cause)
 			}
-			hzCheckProto(t, p, srv, nil)
+			checkProto(t, p, srv, nil)
 			if reqs, _ := srv.requests(); len(reqs) != 1 {
 				t.Errorf("requests seen by the server: got %d, want 1", len(reqs))
 			}
@@ -177,15 +177,15 @@ func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
 }
 
 func TestHTTP2GETRetriedAfter503(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, failThenOK(1))
+			srv, base := startTLSServer(t, p, failThenOK(1))
 			tr := newTransport(t, newFakeClock(), &Transport{Base: base})
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/items", ""))
 			if err != nil || resp.StatusCode != http.StatusOK || string(body) != "done" {
 				t.Fatalf("Do: got %v, %q, %v; want 200 done", resp, body, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			if reqs, _ := srv.requests(); len(reqs) != 2 {
 				t.Errorf("requests seen by the server: got %d, want 2", len(reqs))
 			}
@@ -201,9 +201,9 @@ func TestHTTP2GETRetriedAfter503(t *testing.T) {
 func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 	refused := refusedURL(t)[len("http://"):]
 	refused = refused[:len(refused)-1]
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, failThenOK(0))
+			srv, base := startTLSServer(t, p, failThenOK(0))
 			var dials atomic.Int32
 			base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 				if dials.Add(1) == 1 {
@@ -219,7 +219,7 @@ func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("Do: got %v, %v; want 200", resp, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			reqs, _ := srv.requests()
 			if len(reqs) != 1 || reqs[0].Header.Get(HeaderIdempotencyKey) != "pay-h2-3" {
 				t.Errorf("requests seen by the server: got %+v, want one carrying key pay-h2-3", reqs)
@@ -252,10 +252,10 @@ func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 // a new one itself (HiddenResend, Connections 2); over HTTP/2 the attempt
 // fails with "unexpected EOF" and this transport makes a second attempt.
 func TestHTTP2ConnectionGoneBetweenRequests(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		for _, how := range []string{"graceful", "closed"} {
 			t.Run(p.name+"/"+how, func(t *testing.T) {
-				srv, base := hzStartTLS(t, p, func(n int, w http.ResponseWriter, _ *http.Request) {
+				srv, base := startTLSServer(t, p, func(n int, w http.ResponseWriter, _ *http.Request) {
 					if n == 1 && how == "graceful" {
 						// On HTTP/2 the server sends GOAWAY and closes the
 						// connection once idle.
@@ -297,7 +297,7 @@ func TestHTTP2ConnectionGoneBetweenRequests(t *testing.T) {
 				if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ok" {
 					t.Fatalf("second GET: got %v, %q, %v; want 200 ok", resp, body, err)
 				}
-				hzCheckProto(t, p, srv, resp)
+				checkProto(t, p, srv, resp)
 				reqs, _ := srv.requests()
 				seconds := 0
 				for _, r := range reqs {
@@ -342,10 +342,10 @@ func TestHTTP2ConnectionGoneBetweenRequests(t *testing.T) {
 // The key a POST carries reaches an HTTP/2 server (where header names are
 // lower-case on the wire) under the caller's form and under the X- form.
 func TestHTTP2IdempotencyKeyReachesServer(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		for _, name := range []string{HeaderIdempotencyKey, HeaderXIdempotencyKey, "idempotency-key"} {
 			t.Run(p.name+"/"+name, func(t *testing.T) {
-				srv, base := hzStartTLS(t, p, failThenOK(0))
+				srv, base := startTLSServer(t, p, failThenOK(0))
 				tr := newTransport(t, newFakeClock(), &Transport{Base: base})
 				req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 				req.Header[name] = []string{"pay-h2-4"}
@@ -353,7 +353,7 @@ func TestHTTP2IdempotencyKeyReachesServer(t *testing.T) {
 				if err != nil || resp.StatusCode != http.StatusOK {
 					t.Fatalf("Do: got %v, %v; want 200", resp, err)
 				}
-				hzCheckProto(t, p, srv, resp)
+				checkProto(t, p, srv, resp)
 				reqs, _ := srv.requests()
 				want := http.CanonicalHeaderKey(name)
 				if len(reqs) != 1 || reqs[0].Header.Get(want) != "pay-h2-4" {

@@ -14,7 +14,7 @@ import (
 // answered with EOF before any response. PUT is repeatable, so the call is
 // repeated on a new connection. (net/http re-sends only GET, HEAD, OPTIONS
 // and TRACE by itself in this case.)
-func TestLdPUTOnConnectionClosedWhileIdleIsRetried(t *testing.T) {
+func TestPUTOnConnectionClosedWhileIdleIsRetried(t *testing.T) {
 	closeNow := make(chan struct{})
 	closed := make(chan struct{})
 	srv := newRawServer(t, func(s *rawServer, connNo int, c net.Conn, br *bufio.Reader) {

@@ -20,16 +20,16 @@ import (
 // Helpers of the key ledger's transport tests (ledger_transport_test.go):
 // a virtual clock, an orders server scripted per arrival, and calls.
 
-// lgWait bounds every wait on a real socket or goroutine in these tests.
-const lgWait = 10 * time.Second
+// callWait bounds every wait on a real socket or goroutine in these tests.
+const callWait = 10 * time.Second
 
-// lgAttemptTimeout cuts an attempt whose response the server holds back.
+// heldAttemptTimeout cuts an attempt whose response the server holds back.
 // It leaves a loaded machine time to run the handler (to apply the order)
 // before the client gives up; the tests that wait for it run in parallel.
-const lgAttemptTimeout = 500 * time.Millisecond
+const heldAttemptTimeout = 500 * time.Millisecond
 
-// lgLedger returns a MemoryLedger on a virtual clock of its own.
-func lgLedger(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *fakeClock) {
+// newLedgerOnFakeClock returns a MemoryLedger on a virtual clock of its own.
+func newLedgerOnFakeClock(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *fakeClock) {
 	t.Helper()
 	l, err := NewMemoryLedger(cfg)
 	require.NoError(t, err)
@@ -38,9 +38,9 @@ func lgLedger(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *fakeClock) 
 	return l, clk
 }
 
-// lgClient returns a client over a Transport with ledger l, no retry
+// newLedgerClient returns a client over a Transport with ledger l, no retry
 // budget and a virtual clock; tune adjusts the Transport before first use.
-func lgClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
+func newLedgerClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
 	t.Helper()
 	clk := newFakeClock()
 	tr := &Transport{
@@ -58,16 +58,16 @@ func lgClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Tra
 	return &http.Client{Transport: tr}, tr
 }
 
-// lgCtx is the caller's context of a test: generous, so that a hang fails
+// callCtx is the caller's context of a test: generous, so that a hang fails
 // the test instead of stalling the run.
-func lgCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), lgWait)
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), callWait)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// lgRequest builds a POST (with GetBody, so replayable) carrying key.
-func lgRequest(t *testing.T, ctx context.Context, url, key, body string) *http.Request {
+// newKeyedPOST builds a POST (with GetBody, so replayable) carrying key.
+func newKeyedPOST(t *testing.T, ctx context.Context, url, key, body string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
@@ -77,11 +77,11 @@ func lgRequest(t *testing.T, ctx context.Context, url, key, body string) *http.R
 	return req
 }
 
-// lgPost sends a keyed POST through c and returns its response, with the
+// postKeyed sends a keyed POST through c and returns its response, with the
 // body read and closed, or its error.
-func lgPost(t *testing.T, c *http.Client, url, key, body string) (*http.Response, string, error) {
+func postKeyed(t *testing.T, c *http.Client, url, key, body string) (*http.Response, string, error) {
 	t.Helper()
-	resp, err := c.Do(lgRequest(t, lgCtx(t), url, key, body))
+	resp, err := c.Do(newKeyedPOST(t, callCtx(t), url, key, body))
 	if err != nil {
 		return nil, "", err
 	}
@@ -91,25 +91,25 @@ func lgPost(t *testing.T, c *http.Client, url, key, body string) (*http.Response
 	return resp, string(b), nil
 }
 
-// lgStep is what the orders server does with one POST.
-type lgStep int
+// orderStep is what the orders server does with one POST.
+type orderStep int
 
 const (
-	lgApply          lgStep = iota // apply the order, answer 201 with it
-	lgApplyThenStall               // apply it, then never answer: the response is lost
-	lgStallNoApply                 // never answer and never apply
-	lgUnavailable                  // answer 503 without applying
-	lgReject                       // answer 422 without applying
-	lgNoContent                    // apply, answer 204 with no body
-	lgHold                         // wait for release, then apply and answer 201
+	orderApply          orderStep = iota // apply the order, answer 201 with it
+	orderApplyThenStall                  // apply it, then never answer: the response is lost
+	orderStallNoApply                    // never answer and never apply
+	orderUnavailable                     // answer 503 without applying
+	orderReject                          // answer 422 without applying
+	orderNoContent                       // apply, answer 204 with no body
+	orderHold                            // wait for release, then apply and answer 201
 )
 
-// lgOrders is a loopback orders API. POST /orders applies an order under
+// ordersServer is a loopback orders API. POST /orders applies an order under
 // its Idempotency-Key; script says what to do with the n-th POST (from 1).
 // GET /orders?key=K looks an order up: 200 with it, or 404.
-type lgOrders struct {
+type ordersServer struct {
 	*httptest.Server
-	script  func(n int) lgStep
+	script  func(n int) orderStep
 	posts   atomic.Int32  // POSTs that reached the handler
 	gets    atomic.Int32  // lookups that reached the handler
 	arrived chan int      // the number of each POST, as it arrives
@@ -122,9 +122,9 @@ type lgOrders struct {
 	orders  map[string]string // the order, per key
 }
 
-func lgServe(t *testing.T, script func(n int) lgStep) *lgOrders {
+func newOrdersServer(t *testing.T, script func(n int) orderStep) *ordersServer {
 	t.Helper()
-	s := &lgOrders{
+	s := &ordersServer{
 		script:  script,
 		arrived: make(chan int, 64),
 		release: make(chan struct{}),
@@ -138,27 +138,27 @@ func lgServe(t *testing.T, script func(n int) lgStep) *lgOrders {
 	return s
 }
 
-func lgAlways(step lgStep) func(int) lgStep { return func(int) lgStep { return step } }
+func always(step orderStep) func(int) orderStep { return func(int) orderStep { return step } }
 
-// lgFirst does step with the first POST and applies every later one.
-func lgFirst(step lgStep) func(int) lgStep {
-	return func(n int) lgStep {
+// firstThenApply does step with the first POST and applies every later one.
+func firstThenApply(step orderStep) func(int) orderStep {
+	return func(n int) orderStep {
 		if n == 1 {
 			return step
 		}
-		return lgApply
+		return orderApply
 	}
 }
 
-func (s *lgOrders) url() string { return s.URL + "/orders" }
+func (s *ordersServer) url() string { return s.URL + "/orders" }
 
-func (s *lgOrders) effects(key string) int {
+func (s *ordersServer) effects(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.applied[key]
 }
 
-func (s *lgOrders) apply(key, item string) string {
+func (s *ordersServer) apply(key, item string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applied[key]++
@@ -168,14 +168,14 @@ func (s *lgOrders) apply(key, item string) string {
 	return s.orders[key]
 }
 
-func (s *lgOrders) stall(r *http.Request) {
+func (s *ordersServer) stall(r *http.Request) {
 	select {
 	case <-r.Context().Done():
 	case <-s.gone:
 	}
 }
 
-func (s *lgOrders) serve(w http.ResponseWriter, r *http.Request) {
+func (s *ordersServer) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body) // read whole, so that a client's hang-up cancels r.Context()
 	if r.Method == http.MethodGet {
 		n := int(s.gets.Add(1))
@@ -197,25 +197,25 @@ func (s *lgOrders) serve(w http.ResponseWriter, r *http.Request) {
 	s.arrived <- n
 	key := r.Header.Get(HeaderIdempotencyKey)
 	switch s.script(n) {
-	case lgApplyThenStall:
+	case orderApplyThenStall:
 		s.apply(key, string(body))
 		s.stall(r)
 		return
-	case lgStallNoApply:
+	case orderStallNoApply:
 		s.stall(r)
 		return
-	case lgUnavailable:
+	case orderUnavailable:
 		http.Error(w, "try later", http.StatusServiceUnavailable)
 		return
-	case lgReject:
+	case orderReject:
 		w.Header().Set("X-Reason", "item-unknown")
 		http.Error(w, `{"error":"unknown item"}`, http.StatusUnprocessableEntity)
 		return
-	case lgNoContent:
+	case orderNoContent:
 		s.apply(key, string(body))
 		w.WriteHeader(http.StatusNoContent)
 		return
-	case lgHold:
+	case orderHold:
 		select {
 		case <-s.release:
 		case <-s.gone:
@@ -230,7 +230,7 @@ func (s *lgOrders) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // waitArrived waits for the n-th POST to reach the server.
-func (s *lgOrders) waitArrived(t *testing.T, n int) {
+func (s *ordersServer) waitArrived(t *testing.T, n int) {
 	t.Helper()
 	for {
 		select {
@@ -238,40 +238,40 @@ func (s *lgOrders) waitArrived(t *testing.T, n int) {
 			if got == n {
 				return
 			}
-		case <-time.After(lgWait):
+		case <-time.After(callWait):
 			t.Fatalf("POST number %d never reached the server", n)
 		}
 	}
 }
 
-// lgReply is the result of a call made on another goroutine.
-type lgReply struct {
+// callReply is the result of a call made on another goroutine.
+type callReply struct {
 	resp *http.Response
 	err  error
 }
 
-func lgGo(c *http.Client, req *http.Request) <-chan lgReply {
-	ch := make(chan lgReply, 1)
+func doAsync(c *http.Client, req *http.Request) <-chan callReply {
+	ch := make(chan callReply, 1)
 	go func() {
 		resp, err := c.Do(req)
-		ch <- lgReply{resp, err}
+		ch <- callReply{resp, err}
 	}()
 	return ch
 }
 
-func lgReceive(t *testing.T, ch <-chan lgReply) lgReply {
+func receiveReply(t *testing.T, ch <-chan callReply) callReply {
 	t.Helper()
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(lgWait):
+	case <-time.After(callWait):
 		t.Fatal("a call did not return")
-		return lgReply{}
+		return callReply{}
 	}
 }
 
-// lgReadAll reads and closes a response body.
-func lgReadAll(t *testing.T, resp *http.Response) string {
+// readAndClose reads and closes a response body.
+func readAndClose(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
@@ -279,9 +279,9 @@ func lgReadAll(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-// lgReconcileErr asserts that err is a *ReconcileRequiredError (through
+// reconcileErrOf asserts that err is a *ReconcileRequiredError (through
 // http.Client's wrapping) for a POST under key, and returns it.
-func lgReconcileErr(t *testing.T, err error, key string) *ReconcileRequiredError {
+func reconcileErrOf(t *testing.T, err error, key string) *ReconcileRequiredError {
 	t.Helper()
 	require.Error(t, err, "got no error, want a *ReconcileRequiredError")
 	var rec *ReconcileRequiredError

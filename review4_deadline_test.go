@@ -10,15 +10,15 @@ import (
 	"time"
 )
 
-// r4SlowBody is a response body whose first Read moves the fake clock on by
+// slowBody is a response body whose first Read moves the fake clock on by
 // took, as a server trickling its body would.
-type r4SlowBody struct {
+type slowBody struct {
 	clk  *fakeClock
 	took time.Duration
 	done bool
 }
 
-func (b *r4SlowBody) Read(p []byte) (int, error) {
+func (b *slowBody) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
 	}
@@ -27,7 +27,7 @@ func (b *r4SlowBody) Read(p []byte) (int, error) {
 	return copy(p, "busy"), nil
 }
 
-func (b *r4SlowBody) Close() error { return nil }
+func (b *slowBody) Close() error { return nil }
 
 // The set-aside response is read before the wait; when that read uses up
 // the time the wait needed, no wait starts that would end past the
@@ -35,10 +35,10 @@ func (b *r4SlowBody) Close() error { return nil }
 func TestR4NoWaitPastTheDeadlineAfterReadingTheSetAsideBody(t *testing.T) {
 	clk := newFakeClock()
 	var sent atomic.Int32
-	base := rvRoundTripFunc(func(req *http.Request) (*http.Response, error) {
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		sent.Add(1)
 		return &http.Response{StatusCode: 503, Status: "503 Service Unavailable", Header: http.Header{},
-			Body: &r4SlowBody{clk: clk, took: 980 * time.Millisecond}, Request: req}, nil
+			Body: &slowBody{clk: clk, took: 980 * time.Millisecond}, Request: req}, nil
 	})
 	var log hookLog
 	// The backoff is 50ms (half the 100ms ceiling); 1s is left before the

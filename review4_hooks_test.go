@@ -11,7 +11,7 @@ import (
 // called, not the time since year 1.
 func TestR4ElapsedOfHooksSetAfterValidate(t *testing.T) {
 	clk := newFakeClock()
-	tr := newTransport(t, clk, &Transport{Base: r4Always503(), MaxAttempts: 2, BudgetUnits: 100})
+	tr := newTransport(t, clk, &Transport{Base: always503(), MaxAttempts: 2, BudgetUnits: 100})
 	if err := tr.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// r4Always503 is a base that answers every request with a 503, without a
+// always503 is a base that answers every request with a 503, without a
 // network.
-func r4Always503() http.RoundTripper {
-	return rvRoundTripFunc(func(req *http.Request) (*http.Response, error) {
+func always503() http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
@@ -29,7 +29,7 @@ func TestR4DefaultPortSpellingsShareOneBudget(t *testing.T) {
 		scopes []string
 	)
 	tr := newTransport(t, newFakeClock(), &Transport{
-		Base:        r4Always503(),
+		Base:        always503(),
 		MaxAttempts: 1,
 		NewBudget: func(scope string) (Budget, error) {
 			mu.Lock()

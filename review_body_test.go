@@ -6,17 +6,17 @@ import (
 	"time"
 )
 
-// rvRoundTripFunc adapts a function to an http.RoundTripper.
-type rvRoundTripFunc func(*http.Request) (*http.Response, error)
+// roundTripFunc adapts a function to an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
 
-func (f rvRoundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // A base may answer with a nil Body (http.Client tolerates it and puts an
 // empty one in its place). With AttemptTimeout set, the transport wrapped
 // that nil Body to release the attempt's context on Close: the caller got a
 // non-nil Body whose Read and Close panicked.
 func TestRvNilResponseBodyWithAttemptTimeout(t *testing.T) {
-	base := rvRoundTripFunc(func(r *http.Request) (*http.Response, error) {
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusNoContent, Header: http.Header{}, Request: r}, nil
 	})
 	tr := newTransport(t, newFakeClock(), &Transport{Base: base, AttemptTimeout: time.Minute})

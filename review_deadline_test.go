@@ -15,7 +15,7 @@ import (
 // then: the seam below ends the wait that way.
 func TestRvNoRetryStartsAfterTheCallerIsDone(t *testing.T) {
 	var sent atomic.Int32
-	base := rvRoundTripFunc(func(r *http.Request) (*http.Response, error) {
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		sent.Add(1)
 		return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 	})

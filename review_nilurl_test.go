@@ -14,7 +14,7 @@ func TestRvNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := false
-	base := rvRoundTripFunc(func(r *http.Request) (*http.Response, error) {
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		sent = true
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 	})

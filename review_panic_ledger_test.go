@@ -18,7 +18,7 @@ func TestRvBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledger.now = clk.Now
-	base := &rvPanicBase{}
+	base := &panicBase{}
 	tr := newTransport(t, clk, &Transport{Base: base, Ledger: ledger, Budget: UnlimitedBudget{}})
 	const url = "http://rv-ledger.invalid/charges"
 	post := func() *http.Request {
@@ -27,7 +27,7 @@ func TestRvBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 		return req
 	}
 
-	if !rvRoundTripPanics(tr, post()) {
+	if !roundTripPanics(tr, post()) {
 		t.Fatal("the base's panic did not reach the caller")
 	}
 	if got := base.seen.Load(); got != 1 {

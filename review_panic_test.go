@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// rvPanicBase answers 503 while status is 503, 200 while it is 200, and
+// panicBase answers 503 while status is 503, 200 while it is 200, and
 // panics (after counting the request as received) while it is 0.
-type rvPanicBase struct {
+type panicBase struct {
 	status atomic.Int32
 	seen   atomic.Int32
 }
 
-func (b *rvPanicBase) RoundTrip(r *http.Request) (*http.Response, error) {
+func (b *panicBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	b.seen.Add(1)
 	st := int(b.status.Load())
 	if st == 0 {
@@ -23,9 +23,9 @@ func (b *rvPanicBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: st, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 }
 
-// rvRoundTripPanics calls rt.RoundTrip(req) and reports whether it panicked;
+// roundTripPanics calls rt.RoundTrip(req) and reports whether it panicked;
 // the panic must reach the caller, never be swallowed.
-func rvRoundTripPanics(rt http.RoundTripper, req *http.Request) (panicked bool) {
+func roundTripPanics(rt http.RoundTripper, req *http.Request) (panicked bool) {
 	defer func() {
 		if recover() != nil {
 			panicked = true
@@ -43,15 +43,15 @@ func rvRoundTripPanics(rt http.RoundTripper, req *http.Request) (panicked bool) 
 // back, or the scope refuses every request forever: elapsed time alone
 // never closes it.
 func TestRvBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
-	clock := newFakeClockAt(btStart)
+	clock := newFakeClockAt(fixedStart)
 	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.now = clock.Now
-	base := &rvPanicBase{}
+	base := &panicBase{}
 	base.status.Store(503)
-	tr := newBtTransport(clock)
+	tr := newNoWaitTransport(clock)
 	tr.Base, tr.MaxAttempts, tr.Breaker, tr.Budget = base, 1, b, UnlimitedBudget{}
 	const url = "http://rv-breaker.invalid/"
 
@@ -62,7 +62,7 @@ func TestRvBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 	clock.Advance(2 * time.Second) // the next call is a probe
 
 	base.status.Store(0)
-	if !rvRoundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, url, "")) {
+	if !roundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, url, "")) {
 		t.Fatal("the probe: the base's panic did not reach the caller")
 	}
 

@@ -8,15 +8,15 @@ import (
 	"testing"
 )
 
-// rvChanBody is a response body fed chunk by chunk; Close unblocks a Read
+// chanBody is a response body fed chunk by chunk; Close unblocks a Read
 // in progress, as net/http's response bodies allow.
-type rvChanBody struct {
+type chanBody struct {
 	data   chan []byte
 	closed chan struct{}
 	once   sync.Once
 }
 
-func (b *rvChanBody) Read(p []byte) (int, error) {
+func (b *chanBody) Read(p []byte) (int, error) {
 	select {
 	case chunk := <-b.data:
 		return copy(p, chunk), nil
@@ -25,7 +25,7 @@ func (b *rvChanBody) Read(p []byte) (int, error) {
 	}
 }
 
-func (b *rvChanBody) Close() error {
+func (b *chanBody) Close() error {
 	b.once.Do(func() { close(b.closed) })
 	return nil
 }
@@ -39,8 +39,8 @@ func TestRvRecordedBodyCloseConcurrentWithRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := &rvChanBody{data: make(chan []byte), closed: make(chan struct{})}
-	base := rvRoundTripFunc(func(r *http.Request) (*http.Response, error) {
+	body := &chanBody{data: make(chan []byte), closed: make(chan struct{})}
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 201, Header: http.Header{}, Body: body, ContentLength: -1, Request: r}, nil
 	})
 	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Ledger: ledger})

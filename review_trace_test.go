@@ -10,10 +10,10 @@ import (
 	"testing"
 )
 
-// rvZeros is an endless reader of zero bytes.
-type rvZeros struct{}
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
 
-func (rvZeros) Read(p []byte) (int, error) {
+func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
@@ -49,12 +49,12 @@ func TestRvTraceNotRewrittenUnderALateWriteLoop(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 2, Budget: UnlimitedBudget{}})
 	tr.randN = func(int64) int64 { return 0 }
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL(), io.LimitReader(rvZeros{}, bodySize))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL(), io.LimitReader(zeros{}, bodySize))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.ContentLength = bodySize
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(io.LimitReader(rvZeros{}, bodySize)), nil }
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(io.LimitReader(zeros{}, bodySize)), nil }
 
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
