@@ -360,3 +360,42 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 	require.Lenf(t, reasons, 1, "got GiveUp reasons %v, want one", reasons)
 	assert.ErrorIsf(t, reasons[0], ErrCircuitOpen, "got GiveUp reason %v, want ErrCircuitOpen", reasons[0])
 }
+
+// A half-open scope lets MaxProbes probes out; a probe whose base panics
+// (a panic a server's handler recovers, say) must still give its slot
+// back, or the scope refuses every request forever: elapsed time alone
+// never closes it.
+func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
+	clock := newFakeClockAt(fixedStart)
+	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.now = clock.Now
+	base := &panicBase{}
+	base.status.Store(503)
+	tr := newNoWaitTransport(clock)
+	tr.Base, tr.MaxAttempts, tr.Breaker, tr.Budget = base, 1, b, UnlimitedBudget{}
+	const url = "http://rv-breaker.invalid/"
+
+	resp, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, url, ""))
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("first call: got %v, %v; want the 503 that opens the scope", resp, err)
+	}
+	clock.Advance(2 * time.Second) // the next call is a probe
+
+	base.status.Store(0)
+	if !roundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, url, "")) {
+		t.Fatal("the probe: the base's panic did not reach the caller")
+	}
+
+	base.status.Store(200)
+	resp, err = tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, url, ""))
+	if err != nil {
+		t.Fatalf("the call after the panicking probe: got %v; want it let through as a probe (slot given back)", err)
+	}
+	_ = resp.Body.Close()
+	if got := b.State(HostScope(resp.Request)); got != BreakerClosed {
+		t.Errorf("scope after a successful probe: got %v, want closed", got)
+	}
+}

@@ -439,3 +439,51 @@ func (l *hookLog) giveUpReasons() []error {
 	}
 	return rs
 }
+
+// always503 is a base that answers every request with a 503, without a
+// network.
+func always503() http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+			Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	})
+}
+
+// roundTripFunc adapts a function to an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// panicBase answers 503 while status is 503, 200 while it is 200, and
+// panics (after counting the request as received) while it is 0.
+type panicBase struct {
+	status atomic.Int32
+	seen   atomic.Int32
+}
+
+func (b *panicBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.seen.Add(1)
+	st := int(b.status.Load())
+	if st == 0 {
+		panic("rv: base RoundTripper panics")
+	}
+	return &http.Response{StatusCode: st, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+}
+
+// roundTripPanics calls rt.RoundTrip(req) and reports whether it panicked;
+// the panic must reach the caller, never be swallowed.
+func roundTripPanics(rt http.RoundTripper, req *http.Request) (panicked bool) {
+	defer func() {
+		if recover() != nil {
+			panicked = true
+		}
+	}()
+	resp, err := rt.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return false
+}

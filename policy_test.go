@@ -10,7 +10,7 @@ import (
 // invalid. Working out whether the base traces must not set the other
 // Transport up: its setup walks back into this one's, still running, and
 // sync.Once deadlocks.
-func TestRvBaseCycleThroughAnotherTransportIsInvalid(t *testing.T) {
+func TestBaseCycleThroughAnotherTransportIsInvalid(t *testing.T) {
 	a, b := &Transport{}, &Transport{}
 	a.Base, b.Base = b, a
 	got := make(chan error, 1)
