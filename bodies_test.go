@@ -92,8 +92,9 @@ func openBreaker(t *testing.T) *Breaker {
 // On every path, RoundTrip closes the request body and every copy GetBody
 // made, and every response body it discards; the response it returns is
 // the only one whose body is left open — readable, whole — for the caller.
-// transport_request_test.go covers the request bodies of the paths it
-// lists; this adds the response bodies and the paths it leaves out.
+// TestCallerRequestUnmodifiedAndBodyClosed covers the request bodies of
+// the paths it lists; this adds the response bodies and the paths it
+// leaves out.
 func TestBodiesClosedOnEveryPath(t *testing.T) {
 	dep := func(*http.Request) string { return "dep" }
 	tests := []struct {

@@ -352,3 +352,31 @@ func TestNoRetryStartsAfterTheCallerIsDone(t *testing.T) {
 		t.Errorf("RoundTrip: got %v, %v; want an error matching context.Canceled", resp, err)
 	}
 }
+
+// A Retry-After far beyond any cap (a date in the year 9999) neither
+// overflows nor waits: the 503 comes back at once, reported as
+// ErrRetryAfterTooLong.
+func TestRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
+	srv := newFaultServer(t, 3*time.Second)
+	var log hookLog
+	tr := newTransport(t, nil, &Transport{Hooks: log.hooks()})
+	req, err := faultCall{name: "year9999", method: http.MethodGet, fault: faultRetryAfter503, retryAfter: "Fri, 31 Dec 9999 23:59:59 GMT"}.request(testCtx(t), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	resp, _, err := do(tr, req)
+	elapsed := time.Since(began)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("Do: got %v, %v; want the 503", resp, err)
+	}
+	if elapsed > time.Second {
+		t.Errorf("call took %v, want the 503 at once", elapsed)
+	}
+	if got := srv.arrivalsOf("year9999"); got != 1 {
+		t.Errorf("attempts that reached the server: got %d, want 1", got)
+	}
+	if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], ErrRetryAfterTooLong) {
+		t.Errorf("GiveUp reasons: got %v, want [ErrRetryAfterTooLong]", got)
+	}
+}
