@@ -1,16 +1,13 @@
 package retryfuse
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,60 +17,6 @@ import (
 // against real loopback servers. Waits are skipped through the Transport's
 // sleep seam, jitter is zero, and budget clocks are frozen unless a test
 // says otherwise.
-
-// fixedStart is where the fake clocks of these tests start.
-var fixedStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
-
-// settableServer is a loopback server that counts the requests it receives and
-// answers each with status (as set by setStatus). A request that finds a
-// gate set takes it and waits until it is released.
-type settableServer struct {
-	*httptest.Server
-	requests atomic.Int64
-	status   atomic.Int64
-	gate     atomic.Pointer[requestGate]
-}
-
-// requestGate holds one request: arrived is closed when it is held, and it
-// goes on when release is closed.
-type requestGate struct{ arrived, release chan struct{} }
-
-// hold makes the next request wait at a gate, and returns the gate.
-func (s *settableServer) hold() *requestGate {
-	g := &requestGate{arrived: make(chan struct{}), release: make(chan struct{})}
-	s.gate.Store(g)
-	return g
-}
-
-func newSettableServer(t *testing.T, status int) *settableServer {
-	t.Helper()
-	s := &settableServer{}
-	s.status.Store(int64(status))
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.requests.Add(1)
-		if g := s.gate.Swap(nil); g != nil {
-			close(g.arrived)
-			<-g.release
-		}
-		w.WriteHeader(int(s.status.Load()))
-		_, _ = io.WriteString(w, http.StatusText(int(s.status.Load())))
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *settableServer) setStatus(code int) { s.status.Store(int64(code)) }
-
-// newNoWaitTransport returns a Transport that does not wait between attempts
-// (the waits are still bounded by the caller's context), draws zero
-// jitter, and reads clock.
-func newNoWaitTransport(clock *fakeClock) *Transport {
-	return &Transport{
-		now:   clock.Now,
-		sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
-		randN: func(int64) int64 { return 0 },
-	}
-}
 
 // frozenRatioBudgets makes NewBudget give each scope a RatioBudget with
 // the default settings, on clock.
@@ -85,52 +28,6 @@ func frozenRatioBudgets(clock *fakeClock) func(string) (Budget, error) {
 		}
 		return b, err
 	}
-}
-
-// getStatus sends a GET through client and returns the status (0 for none)
-// and the error, having read and closed the body.
-func getStatus(t *testing.T, client *http.Client, url string) (int, error) {
-	t.Helper()
-	return getStatusCtx(t, context.Background(), client, url)
-}
-
-func getStatusCtx(t *testing.T, ctx context.Context, client *http.Client, url string) (int, error) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	require.NoError(t, err)
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
-// giveUpLog records the reasons of GiveUp events.
-type giveUpLog struct {
-	mu      sync.Mutex
-	reasons []error
-	infos   []GiveUpInfo
-}
-
-func (g *giveUpLog) hook(info GiveUpInfo) {
-	g.mu.Lock()
-	g.reasons = append(g.reasons, info.Reason)
-	g.infos = append(g.infos, info)
-	g.mu.Unlock()
-}
-
-func (g *giveUpLog) count(reason error) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for _, r := range g.reasons {
-		if r == reason {
-			n++
-		}
-	}
-	return n
 }
 
 // storm sends n GETs at once through client and checks that each gets
@@ -261,15 +158,6 @@ func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	assert.Equal(t, int64(DefaultMaxAttempts), srvB.requests.Load(), "host B gets all its attempts")
 	assert.Equal(t, before, gave.count(ErrBudgetExhausted), "host B is not refused")
 	assert.Equal(t, ranOut+1, gave.count(ErrAttemptsExhausted), "host B's call ran out of attempts instead")
-}
-
-// refusingBudget is a budget that refuses every retry.
-type refusingBudget struct{ allowCalls atomic.Int64 }
-
-func (*refusingBudget) RecordRequest(context.Context) {}
-func (b *refusingBudget) AllowRetry(context.Context) (bool, error) {
-	b.allowCalls.Add(1)
-	return false, nil
 }
 
 func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {

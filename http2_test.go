@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
@@ -17,73 +16,6 @@ import (
 // The transport's promises hold over HTTP/2 as over HTTP/1.1. Each test
 // runs over both, on TLS loopback servers that differ only in the
 // protocol they offer, and checks which protocol carried each request.
-
-type httpProto struct {
-	name  string
-	h2    bool
-	major int
-}
-
-var httpProtos = []httpProto{{"HTTP/1.1", false, 1}, {"HTTP/2", true, 2}}
-
-// tlsServer is a TLS loopback server that records every request (body
-// read in full first), the protocol it came over, and its connections.
-type tlsServer struct {
-	*httptest.Server
-	mu     sync.Mutex
-	reqs   []recorded
-	majors []int
-	conns  atomic.Int32
-}
-
-// startTLSServer starts a TLS server speaking p, and returns it with a base
-// transport that trusts it (a clone of the server's own client transport,
-// which attempts HTTP/2 exactly when the server offers it).
-func startTLSServer(t *testing.T, p httpProto, h func(n int, w http.ResponseWriter, r *http.Request)) (*tlsServer, *http.Transport) {
-	t.Helper()
-	s := &tlsServer{}
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		s.reqs = append(s.reqs, recorded{Method: r.Method, URL: r.URL.String(), Header: r.Header.Clone(), Body: string(body)})
-		s.majors = append(s.majors, r.ProtoMajor)
-		n := len(s.reqs)
-		s.mu.Unlock()
-		h(n, w, r)
-	}))
-	s.EnableHTTP2 = p.h2
-	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			s.conns.Add(1)
-		}
-	}
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	base := s.Client().Transport.(*http.Transport).Clone()
-	t.Cleanup(base.CloseIdleConnections)
-	return s, base
-}
-
-func (s *tlsServer) requests() ([]recorded, []int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]recorded(nil), s.reqs...), append([]int(nil), s.majors...)
-}
-
-// checkProto fails the test unless every request the server saw, and
-// the response if any, came over p.
-func checkProto(t *testing.T, p httpProto, s *tlsServer, resp *http.Response) {
-	t.Helper()
-	if resp != nil && resp.ProtoMajor != p.major {
-		t.Errorf("response protocol: got %s, want %s", resp.Proto, p.name)
-	}
-	_, majors := s.requests()
-	for i, m := range majors {
-		if m != p.major {
-			t.Errorf("request %d reached the server over HTTP/%d, want %s", i+1, m, p.name)
-		}
-	}
-}
 
 func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 	for _, p := range httpProtos {

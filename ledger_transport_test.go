@@ -15,7 +15,19 @@ import (
 
 // The key ledger seen through http.Client.Do against real loopback servers:
 // concurrent duplicates, conflicting bodies, stored results, uncertain writes
-// and an unavailable ledger.
+// and an unavailable ledger; and through RoundTrip over fake bases: a
+// request without a URL and a panicking base.
+
+// doAsync sends req through c on another goroutine; receiveReply waits
+// for its reply.
+func doAsync(c *http.Client, req *http.Request) <-chan callReply {
+	ch := make(chan callReply, 1)
+	go func() {
+		resp, err := c.Do(req)
+		ch <- callReply{resp, err}
+	}()
+	return ch
+}
 
 func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 	const callers = 32

@@ -32,9 +32,6 @@ const (
 	// plus loadCallMargin.
 	loadCallDeadline = 2 * time.Second
 	loadCallMargin   = 500 * time.Millisecond
-
-	// settleBound bounds the polls for connections and goroutines to go.
-	settleBound = 5 * time.Second
 )
 
 func TestLoadMixedFaults(t *testing.T) {
@@ -306,20 +303,6 @@ func tallyOutcomes(results []loadResult) string {
 		fmt.Fprintf(&b, "\n\t%-50s %d", k, m[k])
 	}
 	return b.String()
-}
-
-// poll calls cond until it holds or bound passes.
-func poll(bound time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond) // a bounded wait on real sockets
-	}
 }
 
 // goroutineDump dumps every goroutine's stack.

@@ -129,18 +129,6 @@ func TestNilRequestIsAnError(t *testing.T) {
 	}
 }
 
-const mockURL = "http://api.example.test/items"
-
-// sequenceResponder answers with statuses in turn and then repeats the last.
-func sequenceResponder(statuses ...int) httpmock.Responder {
-	n := 0
-	return func(*http.Request) (*http.Response, error) {
-		s := statuses[min(n, len(statuses)-1)]
-		n++
-		return httpmock.NewStringResponse(s, fmt.Sprintf("answer %d: %d", n, s)), nil
-	}
-}
-
 func TestRetryableStatusRetriedForGET(t *testing.T) {
 	for _, status := range []int{408, 425, 429, 500, 502, 503, 504} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {

@@ -13,24 +13,6 @@ import (
 	"github.com/jarcoal/httpmock"
 )
 
-// retryAfterMock answers 503 with Retry-After: value(now) once, then 200.
-// now is the fake clock's time when the 503 is produced, which is also the
-// time at which the transport reads it (the clock moves only in sleep).
-func retryAfterMock(clk *fakeClock, value func(now time.Time) string) *httpmock.MockTransport {
-	mock := httpmock.NewMockTransport()
-	n := 0
-	mock.RegisterResponder(http.MethodGet, mockURL, func(*http.Request) (*http.Response, error) {
-		n++
-		if n > 1 {
-			return httpmock.NewStringResponse(200, "ok"), nil
-		}
-		resp := httpmock.NewStringResponse(503, "busy")
-		resp.Header.Set("Retry-After", value(clk.Now()))
-		return resp, nil
-	})
-	return mock
-}
-
 func TestRetryAfterHonoured(t *testing.T) {
 	gmt := func(layout string) func(time.Time) string {
 		return func(now time.Time) string {
