@@ -228,7 +228,7 @@ func (c *readCounter) Read(p []byte) (int, error) {
 
 func (c *readCounter) Close() error { c.closed = true; return nil }
 
-func TestDrainBound(t *testing.T) {
+func TestDrainReadsAtMostOnePastTheLimitAndCloses(t *testing.T) {
 	tests := []struct {
 		limit, size, wantRead int64
 	}{

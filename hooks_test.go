@@ -126,7 +126,7 @@ func TestPanickingHooksDoNotBreakTheCall(t *testing.T) {
 	}
 }
 
-func TestJoinHooks(t *testing.T) {
+func TestJoinHooksCallsEachAndSurvivesAPanickingOne(t *testing.T) {
 	srv := newTestServer(t, everyOther)
 	var a, b hookLog
 	var panicked atomic.Int32

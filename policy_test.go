@@ -27,7 +27,7 @@ func TestBaseCycleThroughAnotherTransportIsInvalid(t *testing.T) {
 	}
 }
 
-func TestInvalidPolicy(t *testing.T) {
+func TestInvalidPolicyIsAnErrorAndSendsNothing(t *testing.T) {
 	tests := []struct {
 		name string
 		tr   *Transport

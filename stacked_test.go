@@ -46,7 +46,7 @@ func TestStackedTransportsDoNotMultiplyAttempts(t *testing.T) {
 	}
 }
 
-func TestStackedTransportsOnErrors(t *testing.T) {
+func TestStackedTransportsDoNotMultiplyAttemptsOnErrors(t *testing.T) {
 	url := refusedURL(t)
 	var innerLog hookLog
 	inner := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 4, Hooks: innerLog.hooks()})

@@ -190,7 +190,7 @@ func TestKeyedPOSTDroppedOnReusedConnectionIsNotResent(t *testing.T) {
 	})
 }
 
-func TestCallerDeadlineAfterWriteOfPOST(t *testing.T) {
+func TestCallerDeadlineAfterWriteOfPOSTRequiresReconcile(t *testing.T) {
 	for _, key := range []string{"", "pay-4"} {
 		t.Run("key="+key, func(t *testing.T) {
 			srv := newTestServer(t, stallUntilGone)
@@ -272,7 +272,7 @@ func TestGETAfterResetIsRetried(t *testing.T) {
 	}
 }
 
-func TestRefusedConnection(t *testing.T) {
+func TestRefusedConnectionRetriedUnlessNotRepeatable(t *testing.T) {
 	t.Run("GET retried", func(t *testing.T) {
 		url := refusedURL(t)
 		clk := newFakeClock()

@@ -134,7 +134,7 @@ func TestInvalidIdempotencyKeyRefusedBeforeSending(t *testing.T) {
 	}
 }
 
-func TestGeneratedIdempotencyKey(t *testing.T) {
+func TestGeneratedIdempotencyKeyOnePerPOSTSentOnEveryAttempt(t *testing.T) {
 	srv := newTestServer(t, failThenOK(2))
 	clk := newFakeClock()
 	var log hookLog
