@@ -11,30 +11,30 @@ import (
 	"time"
 )
 
-// hzRespBodies is a base that wraps every response body in one that
+// responseBodies is a base that wraps every response body in one that
 // records its Close, so that a test sees each body the transport was
 // handed — the discarded ones and the one it returns.
-type hzRespBodies struct {
+type responseBodies struct {
 	rt  *http.Transport
 	mu  sync.Mutex
-	all []*hzRespBody
+	all []*responseBody
 }
 
-type hzRespBody struct {
+type responseBody struct {
 	io.ReadCloser
 	resp   *http.Response
 	closed atomic.Bool
 }
 
-func (b *hzRespBody) Close() error {
+func (b *responseBody) Close() error {
 	b.closed.Store(true)
 	return b.ReadCloser.Close()
 }
 
-func (c *hzRespBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+func (c *responseBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := c.rt.RoundTrip(r)
 	if resp != nil {
-		b := &hzRespBody{ReadCloser: resp.Body, resp: resp}
+		b := &responseBody{ReadCloser: resp.Body, resp: resp}
 		resp.Body = b
 		c.mu.Lock()
 		c.all = append(c.all, b)
@@ -43,10 +43,10 @@ func (c *hzRespBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-func (c *hzRespBodies) CloseIdleConnections() { c.rt.CloseIdleConnections() }
+func (c *responseBodies) CloseIdleConnections() { c.rt.CloseIdleConnections() }
 
 // open returns the bodies not closed yet, and how many there are in all.
-func (c *hzRespBodies) open() (open []*hzRespBody, total int) {
+func (c *responseBodies) open() (open []*responseBody, total int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, b := range c.all {
@@ -57,14 +57,8 @@ func (c *hzRespBodies) open() (open []*hzRespBody, total int) {
 	return open, len(c.all)
 }
 
-// hzRefusingBudget refuses every retry.
-type hzRefusingBudget struct{}
-
-func (hzRefusingBudget) RecordRequest(context.Context)            {}
-func (hzRefusingBudget) AllowRetry(context.Context) (bool, error) { return false, nil }
-
-// hzPanickingHooks panic in every hook.
-func hzPanickingHooks() Hooks {
+// panickingHooks panic in every hook.
+func panickingHooks() Hooks {
 	return Hooks{
 		AttemptStart:  func(AttemptStartInfo) { panic("AttemptStart") },
 		AttemptDone:   func(AttemptDoneInfo) { panic("AttemptDone") },
@@ -77,8 +71,8 @@ func hzPanickingHooks() Hooks {
 	}
 }
 
-// hzOpenBreaker returns a breaker whose scope "dep" is open.
-func hzOpenBreaker(t *testing.T) *Breaker {
+// openBreaker returns a breaker whose scope "dep" is open.
+func openBreaker(t *testing.T) *Breaker {
 	t.Helper()
 	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
 	if err != nil {
@@ -98,8 +92,9 @@ func hzOpenBreaker(t *testing.T) *Breaker {
 // On every path, RoundTrip closes the request body and every copy GetBody
 // made, and every response body it discards; the response it returns is
 // the only one whose body is left open — readable, whole — for the caller.
-// transport_request_test.go covers the request bodies of the paths it
-// lists; this adds the response bodies and the paths it leaves out.
+// TestCallerRequestUnmodifiedAndBodyClosed covers the request bodies of
+// the paths it lists; this adds the response bodies and the paths it
+// leaves out.
 func TestBodiesClosedOnEveryPath(t *testing.T) {
 	dep := func(*http.Request) string { return "dep" }
 	tests := []struct {
@@ -124,7 +119,7 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 			tr: func(*testing.T) *Transport { return &Transport{MaxAttempts: 5, FailureThreshold: 2} }},
 		{name: "attempts exhausted", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 3},
 		{name: "budget refusal", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 1,
-			tr: func(*testing.T) *Transport { return &Transport{Budget: hzRefusingBudget{}} }},
+			tr: func(*testing.T) *Transport { return &Transport{Budget: &refusingBudget{}} }},
 		{name: "Retry-After over the cap", key: "k1", status: 503, wantLive: true, wantN: 1,
 			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Retry-After", "3600")
@@ -133,7 +128,7 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 			}},
 		{name: "cancellation mid-wait", handler: failThenOK(9), key: "k1", cancelIn: true, wantErr: context.Canceled, wantN: 1},
 		{name: "panicking hooks", handler: failThenOK(1), key: "k1", status: 200, wantLive: true, wantN: 2,
-			tr: func(*testing.T) *Transport { return &Transport{Hooks: hzPanickingHooks()} }},
+			tr: func(*testing.T) *Transport { return &Transport{Hooks: panickingHooks()} }},
 		// The breaker opened on the first attempt: the retry is refused before
 		// the wait, and the live 503 goes back as it is.
 		{name: "breaker opens mid-call", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 1,
@@ -145,7 +140,7 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 				return &Transport{Breaker: b, Scope: dep}
 			}},
 		{name: "breaker open before the call", handler: failThenOK(0), key: "k1", wantErr: ErrCircuitOpen, wantN: 0,
-			tr: func(t *testing.T) *Transport { return &Transport{Breaker: hzOpenBreaker(t), Scope: dep} }},
+			tr: func(t *testing.T) *Transport { return &Transport{Breaker: openBreaker(t), Scope: dep} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,7 +149,7 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 			if tt.tr != nil {
 				tr = tt.tr(t)
 			}
-			base := &hzRespBodies{rt: &http.Transport{}}
+			base := &responseBodies{rt: &http.Transport{}}
 			tr.Base = base
 			clk := newFakeClock()
 			newTransport(t, clk, tr)
@@ -223,4 +218,57 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chanBody is a response body fed chunk by chunk; Close unblocks a Read
+// in progress, as net/http's response bodies allow.
+type chanBody struct {
+	data   chan []byte
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (b *chanBody) Read(p []byte) (int, error) {
+	select {
+	case chunk := <-b.data:
+		return copy(p, chunk), nil
+	case <-b.closed:
+		return 0, errors.New("rv: body closed")
+	}
+}
+
+func (b *chanBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}
+
+// A caller may close a response body from another goroutine to abort a
+// Read in progress (a watchdog, say). The body recorded for the ledger
+// must allow it: under -race, this pins Close reading the recorded bytes
+// while Read appends to them.
+func TestRecordedBodyMayBeClosedDuringARead(t *testing.T) {
+	ledger, err := NewMemoryLedger(MemoryLedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &chanBody{data: make(chan []byte), closed: make(chan struct{})}
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 201, Header: http.Header{}, Body: body, ContentLength: -1, Request: r}, nil
+	})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Ledger: ledger})
+	req := newRequest(t, testCtx(t), http.MethodPost, "http://rv.invalid/charges", `{"amount":1}`)
+	req.Header.Set(headerIdempotencyKey, "rv-key-2")
+
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		_, _ = io.ReadAll(resp.Body)
+	}()
+	body.data <- []byte("partial")
+	_ = resp.Body.Close() // abort the read in progress
+	<-read
 }

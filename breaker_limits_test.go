@@ -16,7 +16,7 @@ func TestBreakerConcurrentHalfOpenCallersGetMaxProbes(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second, MaxProbes: maxProbes})
 	tk, _, _ := b.allow("api")
 	tk.done(observeFailure, errors.New("503"))
-	c.advance(time.Second)
+	c.Advance(time.Second)
 
 	var tickets, refused, halfOpened atomic.Int32
 	var wg sync.WaitGroup
@@ -195,7 +195,7 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: 10 * time.Second})
 	set := b.settings()
 	cause := errors.New("dial tcp: connection refused")
-	opened := c.now()
+	opened := c.Now()
 	tk, _, _ := b.allow("api.example")
 	got := tk.done(observeFailure, cause)
 	want := BreakerChangeInfo{Scope: "api.example", From: BreakerClosed, To: BreakerOpen, At: opened, Cause: cause, Settings: set}
@@ -203,7 +203,7 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 		t.Errorf("opening transition = %+v, want %+v", got, want)
 	}
 
-	c.advance(4 * time.Second)
+	c.Advance(4 * time.Second)
 	_, _, err := b.allow("api.example")
 	var coe *CircuitOpenError
 	if !errors.As(err, &coe) {
@@ -217,15 +217,15 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 		t.Errorf("errors.Is(err, ErrCircuitOpen) = %v, errors.Is(err, cause) = %v; want both true", errors.Is(err, ErrCircuitOpen), errors.Is(err, cause))
 	}
 
-	c.advance(6 * time.Second)
+	c.Advance(6 * time.Second)
 	probe, got, _ := b.allow("api.example")
-	want = BreakerChangeInfo{Scope: "api.example", From: BreakerOpen, To: BreakerHalfOpen, At: c.now(), Settings: set}
+	want = BreakerChangeInfo{Scope: "api.example", From: BreakerOpen, To: BreakerHalfOpen, At: c.Now(), Settings: set}
 	if got != want {
 		t.Errorf("half-open transition = %+v, want %+v", got, want)
 	}
-	c.advance(time.Second)
+	c.Advance(time.Second)
 	got = probe.done(observeSuccess, nil)
-	want = BreakerChangeInfo{Scope: "api.example", From: BreakerHalfOpen, To: BreakerClosed, At: c.now(), Settings: set}
+	want = BreakerChangeInfo{Scope: "api.example", From: BreakerHalfOpen, To: BreakerClosed, At: c.Now(), Settings: set}
 	if got != want {
 		t.Errorf("closing transition = %+v, want %+v", got, want)
 	}

@@ -7,21 +7,16 @@ import (
 	"time"
 )
 
-// breakerClock is the breaker's injected clock. Tests advance it only while
-// no other goroutine reads it.
-type breakerClock struct{ t time.Time }
-
-func (c *breakerClock) now() time.Time          { return c.t }
-func (c *breakerClock) advance(d time.Duration) { c.t = c.t.Add(d) }
-
-func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *breakerClock) {
+// newTestBreaker returns a Breaker with settings s on a fake clock of its
+// own, which starts at a fixed time.
+func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *fakeClock) {
 	t.Helper()
 	b, err := NewBreaker(s)
 	if err != nil {
 		t.Fatalf("NewBreaker(%+v): %v", s, err)
 	}
-	c := &breakerClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	b.now = c.now
+	c := newFakeClockAt(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	b.now = c.Now
 	return b, c
 }
 
@@ -62,7 +57,7 @@ func steps(parts ...any) []breakerStep {
 
 var observations = map[string]observation{"ok": observeSuccess, "fail": observeFailure, "ignore": observeIgnore}
 
-func runBreakerSteps(t *testing.T, b *Breaker, c *breakerClock, scope string, table []breakerStep) {
+func runBreakerSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table []breakerStep) {
 	t.Helper()
 	var held []breakerTicket
 	for i, st := range table {
@@ -74,7 +69,7 @@ func runBreakerSteps(t *testing.T, b *Breaker, c *breakerClock, scope string, ta
 		}
 		switch op, isHeld := strings.CutSuffix(st.op, "-held"); {
 		case st.op == "wait":
-			c.advance(st.d)
+			c.Advance(st.d)
 		case st.op == "refused":
 			_, tr, err := b.allow(scope)
 			note(tr)
@@ -242,7 +237,7 @@ func TestBreakerTimerElapsedStaysUnconfirmed(t *testing.T) {
 	tk, _, _ := b.allow("api")
 	tk.done(observeFailure, errors.New("reset"))
 	for _, d := range []time.Duration{time.Second, time.Hour, 1000 * time.Hour} {
-		c.advance(d)
+		c.Advance(d)
 		if got := b.State("api"); got != BreakerHalfOpen {
 			t.Fatalf("%v after opening, no probe: State = %v, want half_open", d, got)
 		}
@@ -260,7 +255,7 @@ func TestBreakerProbePassesThenFailsDoesNotClose(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second, ProbeSuccesses: 2})
 	tk, _, _ := b.allow("api")
 	tk.done(observeFailure, errors.New("503"))
-	c.advance(time.Second)
+	c.Advance(time.Second)
 
 	tk, _, _ = b.allow("api")
 	if tr := tk.done(observeSuccess, nil); tr.To != 0 {
@@ -295,7 +290,7 @@ func TestBreakerIgnoreIsNotFailure(t *testing.T) {
 
 	tk, _, _ := b.allow("api")
 	tk.done(observeFailure, errors.New("dial refused"))
-	c.advance(time.Second)
+	c.Advance(time.Second)
 	for i := range 3 {
 		tk, _, err := b.allow("api")
 		if err != nil {
@@ -325,7 +320,7 @@ func TestBreakerScopesAreIndependent(t *testing.T) {
 		t.Errorf(`State("a") = %v, want open`, got)
 	}
 	runBreakerSteps(t, b, c, "b", steps(breakerStep{op: "fail", tr: "closed>open", state: open}))
-	c.advance(time.Second)
+	c.Advance(time.Second)
 	runBreakerSteps(t, b, c, "a", steps(breakerStep{op: "ok", tr: "open>half_open,half_open>closed", state: closed}))
 	if got := b.State("b"); got != BreakerHalfOpen {
 		t.Errorf(`State("b") = %v, want half_open`, got)
@@ -340,7 +335,7 @@ func TestBreakerLateDoneFromOldGenerationIsDropped(t *testing.T) {
 	slow2, _, _ := b.allow("api")
 	fast, _, _ := b.allow("api")
 	fast.done(observeFailure, errors.New("503"))
-	c.advance(time.Second)
+	c.Advance(time.Second)
 	probe, _, _ := b.allow("api") // half-open now
 
 	if tr := slow.done(observeSuccess, nil); tr.To != 0 {
@@ -372,7 +367,7 @@ func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
 	breakerTicket{}.done(observeFailure, nil) // the zero ticket does nothing
 	tk, _, _ = b.allow("api")
 	tk.done(observeFailure, errors.New("503"))
-	c.advance(time.Second)
+	c.Advance(time.Second)
 	p1, _, _ := b.allow("api")
 	p1.done(observeSuccess, nil)
 	p1.done(observeSuccess, nil)
@@ -395,7 +390,7 @@ func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
 // without moving the scope.
 func TestBreakerOpenUntil(t *testing.T) {
 	b, clk := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
-	if err := b.openUntil("unknown", clk.now()); err != nil {
+	if err := b.openUntil("unknown", clk.Now()); err != nil {
 		t.Errorf("unknown scope: got %v, want nil", err)
 	}
 	ticket, _, err := b.allow("s")
@@ -403,10 +398,10 @@ func TestBreakerOpenUntil(t *testing.T) {
 		t.Fatal(err)
 	}
 	ticket.done(observeFailure, errors.New("down"))
-	if err := b.openUntil("s", clk.now().Add(999*time.Millisecond)); !errors.Is(err, ErrCircuitOpen) {
+	if err := b.openUntil("s", clk.Now().Add(999*time.Millisecond)); !errors.Is(err, ErrCircuitOpen) {
 		t.Errorf("before the open interval ends: got %v, want ErrCircuitOpen", err)
 	}
-	if err := b.openUntil("s", clk.now().Add(time.Second)); err != nil {
+	if err := b.openUntil("s", clk.Now().Add(time.Second)); err != nil {
 		t.Errorf("once a probe may run: got %v, want nil", err)
 	}
 	if got := b.State("s"); got != BreakerOpen {

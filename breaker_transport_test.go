@@ -18,15 +18,15 @@ import (
 
 // These tests drive the Breaker through the Transport, over
 // http.Client.Do, against real loopback servers, with the breaker on a
-// clock the test advances (btClock, from budget_transport_test.go).
+// fake clock the test advances.
 
-// btTransitions records BreakerChange events.
-type btTransitions struct {
+// transitionLog records BreakerChange events.
+type transitionLog struct {
 	mu  sync.Mutex
 	got []BreakerChangeInfo
 }
 
-func (r *btTransitions) hook(info BreakerChangeInfo) {
+func (r *transitionLog) hook(info BreakerChangeInfo) {
 	r.mu.Lock()
 	r.got = append(r.got, info)
 	r.mu.Unlock()
@@ -34,7 +34,7 @@ func (r *btTransitions) hook(info BreakerChangeInfo) {
 
 // take returns the transitions recorded since the last take, as
 // "from>to".
-func (r *btTransitions) take() []string {
+func (r *transitionLog) take() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []string{}
@@ -45,31 +45,31 @@ func (r *btTransitions) take() []string {
 	return out
 }
 
-func (r *btTransitions) all() []BreakerChangeInfo {
+func (r *transitionLog) all() []BreakerChangeInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]BreakerChangeInfo(nil), r.got...)
 }
 
-// newBtBreakerTransport returns a Transport with a Breaker on clock, one
+// newBreakerTransport returns a Transport with a Breaker on clock, one
 // attempt per call (so that each call is one observation) and no budget,
 // and the recorder of its transitions.
-func newBtBreakerTransport(t *testing.T, clock *btClock, s BreakerSettings) (*Transport, *Breaker, *btTransitions) {
+func newBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Transport, *Breaker, *transitionLog) {
 	t.Helper()
 	b, err := NewBreaker(s)
 	require.NoError(t, err)
-	b.now = clock.now
-	tr := newBtTransport(clock)
+	b.now = clock.Now
+	tr := newNoWaitTransport(clock)
 	tr.MaxAttempts = 1
 	tr.Budget = UnlimitedBudget{}
 	tr.Breaker = b
-	rec := &btTransitions{}
+	rec := &transitionLog{}
 	tr.Hooks.BreakerChange = rec.hook
 	return tr, b, rec
 }
 
-// btScope is the scope of a server's requests.
-func btScope(t *testing.T, srv *httptest.Server) string {
+// scopeOf is the scope of a server's requests.
+func scopeOf(t *testing.T, srv *httptest.Server) string {
 	t.Helper()
 	u, err := url.Parse(srv.URL)
 	require.NoError(t, err)
@@ -78,15 +78,15 @@ func btScope(t *testing.T, srv *httptest.Server) string {
 
 func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	const openTimeout = 30 * time.Second
-	srv := newBtServer(t, http.StatusServiceUnavailable)
-	scope := btScope(t, srv.Server)
-	clock := newBtClock()
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3, OpenTimeout: openTimeout})
+	srv := newSettableServer(t, http.StatusServiceUnavailable)
+	scope := scopeOf(t, srv.Server)
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 
 	// Dependency failures up to the threshold: each goes back as a 503.
 	for i := 1; i <= 3; i++ {
-		code, err := btGet(t, client, srv.URL)
+		code, err := getStatus(t, client, srv.URL)
 		require.NoError(t, err, "call %d", i)
 		require.Equal(t, http.StatusServiceUnavailable, code, "call %d", i)
 		if i < 3 {
@@ -98,7 +98,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	assert.Equal(t, scope, opened[0].Scope)
 	assert.Equal(t, BreakerClosed, opened[0].From)
 	assert.Equal(t, BreakerOpen, opened[0].To)
-	assert.Equal(t, btStart, opened[0].At)
+	assert.Equal(t, fixedStart, opened[0].At)
 	var se *StatusError
 	if assert.ErrorAs(t, opened[0].Cause, &se, "the cause of the opening") {
 		assert.Equal(t, http.StatusServiceUnavailable, se.StatusCode)
@@ -108,26 +108,26 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 
 	// Open: fail fast without sending.
 	for range 5 {
-		_, err := btGet(t, client, srv.URL)
+		_, err := getStatus(t, client, srv.URL)
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrCircuitOpen)
 		var coe *CircuitOpenError
 		require.ErrorAs(t, err, &coe)
 		assert.Equal(t, scope, coe.Scope)
-		assert.Equal(t, btStart, coe.OpenedAt)
-		assert.Equal(t, btStart.Add(openTimeout), coe.ProbeAt)
+		assert.Equal(t, fixedStart, coe.OpenedAt)
+		assert.Equal(t, fixedStart.Add(openTimeout), coe.ProbeAt)
 	}
 	assert.Equal(t, int64(3), srv.requests.Load(), "requests the server received while open")
 
 	// Still open just before OpenTimeout.
-	clock.advance(openTimeout - time.Nanosecond)
-	_, err := btGet(t, client, srv.URL)
+	clock.Advance(openTimeout - time.Nanosecond)
+	_, err := getStatus(t, client, srv.URL)
 	assert.ErrorIs(t, err, ErrCircuitOpen)
 	assert.Equal(t, int64(3), srv.requests.Load())
 
 	// After OpenTimeout one probe passes; while it is out, others fail
 	// fast; its success closes the scope.
-	clock.advance(time.Nanosecond)
+	clock.Advance(time.Nanosecond)
 	srv.setStatus(http.StatusOK)
 	gate := srv.hold()
 	probe := make(chan error, 1)
@@ -143,7 +143,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	}()
 	<-gate.arrived
 	assert.Equal(t, []string{"open>half_open"}, rec.take(), "transitions when the probe was let through")
-	_, err = btGet(t, client, srv.URL)
+	_, err = getStatus(t, client, srv.URL)
 	assert.ErrorIs(t, err, ErrCircuitOpen, "a second call while the probe is out")
 	close(gate.release)
 	require.NoError(t, <-probe, "the probe")
@@ -151,7 +151,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	assert.Equal(t, BreakerClosed, b.State(scope))
 	assert.Equal(t, int64(4), srv.requests.Load(), "requests the server received: three failures and the probe")
 
-	code, err := btGet(t, client, srv.URL)
+	code, err := getStatus(t, client, srv.URL)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, code, "closed again: calls pass")
 	assert.Equal(t, int64(5), srv.requests.Load())
@@ -159,29 +159,29 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 
 func TestBreakerTransportFailedProbeReopens(t *testing.T) {
 	const openTimeout = time.Second
-	srv := newBtServer(t, http.StatusServiceUnavailable)
-	scope := btScope(t, srv.Server)
-	clock := newBtClock()
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2, OpenTimeout: openTimeout})
+	srv := newSettableServer(t, http.StatusServiceUnavailable)
+	scope := scopeOf(t, srv.Server)
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 	for range 2 {
-		_, err := btGet(t, client, srv.URL)
+		_, err := getStatus(t, client, srv.URL)
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{"closed>open"}, rec.take())
 
-	clock.advance(openTimeout)
-	code, err := btGet(t, client, srv.URL)
+	clock.Advance(openTimeout)
+	code, err := getStatus(t, client, srv.URL)
 	require.NoError(t, err, "the probe's 503 comes back as a response")
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, []string{"open>half_open", "half_open>open"}, rec.take())
 	assert.Equal(t, int64(3), srv.requests.Load())
 
-	_, err = btGet(t, client, srv.URL)
+	_, err = getStatus(t, client, srv.URL)
 	var coe *CircuitOpenError
 	require.ErrorAs(t, err, &coe)
-	assert.Equal(t, btStart.Add(openTimeout), coe.OpenedAt, "reopened when the probe failed")
-	assert.Equal(t, btStart.Add(2*openTimeout), coe.ProbeAt)
+	assert.Equal(t, fixedStart.Add(openTimeout), coe.OpenedAt, "reopened when the probe failed")
+	assert.Equal(t, fixedStart.Add(2*openTimeout), coe.ProbeAt)
 	assert.Equal(t, BreakerOpen, b.State(scope))
 	assert.Equal(t, int64(3), srv.requests.Load(), "nothing sent while open again")
 }
@@ -197,17 +197,17 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	clock := newBtClock()
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 3
-	refuse := &btRefuse{}
+	refuse := &refusingBudget{}
 	tr.Budget = refuse
-	var gave btGiveUps
+	var gave giveUpLog
 	tr.Hooks.GiveUp = gave.hook
 	client := &http.Client{Transport: tr}
 
 	for i := range 20 {
-		code, err := btGet(t, client, srv.URL)
+		code, err := getStatus(t, client, srv.URL)
 		require.NoError(t, err)
 		want := http.StatusOK
 		if i%2 == 0 {
@@ -218,7 +218,7 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 	assert.Equal(t, 10, gave.count(ErrBudgetExhausted), "budget refusals")
 	assert.Equal(t, int64(10), refuse.allowCalls.Load())
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
 	assert.Equal(t, int64(20), n.Load(), "requests the server received")
 }
 
@@ -232,8 +232,8 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 		<-r.Context().Done() // answers only when the caller has gone
 	}))
 	defer srv.Close()
-	clock := newBtClock()
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 3
 	client := &http.Client{Transport: tr}
 
@@ -243,50 +243,50 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 			<-arrived
 			cancel()
 		}()
-		_, err := btGetCtx(t, ctx, client, srv.URL)
+		_, err := getStatusCtx(t, ctx, client, srv.URL)
 		cancel()
 		require.ErrorIs(t, err, context.Canceled, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
 
 	// The caller's deadline likewise.
 	for i := range 4 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := btGetCtx(t, ctx, client, srv.URL)
+		_, err := getStatusCtx(t, ctx, client, srv.URL)
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, srv)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
 }
 
 func TestBreakerTransportScopesAreIndependent(t *testing.T) {
-	down := newBtServer(t, http.StatusServiceUnavailable)
-	up := newBtServer(t, http.StatusOK)
-	clock := newBtClock()
-	tr, b, rec := newBtBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	down := newSettableServer(t, http.StatusServiceUnavailable)
+	up := newSettableServer(t, http.StatusOK)
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
 	client := &http.Client{Transport: tr}
 
 	for range 2 {
-		_, err := btGet(t, client, down.URL)
+		_, err := getStatus(t, client, down.URL)
 		require.NoError(t, err)
 	}
 	got := rec.all()
 	require.Len(t, got, 1)
-	assert.Equal(t, btScope(t, down.Server), got[0].Scope, "the scope that opened")
+	assert.Equal(t, scopeOf(t, down.Server), got[0].Scope, "the scope that opened")
 
 	for range 5 {
-		_, err := btGet(t, client, down.URL)
+		_, err := getStatus(t, client, down.URL)
 		assert.ErrorIs(t, err, ErrCircuitOpen, "the failing host fails fast")
-		code, err := btGet(t, client, up.URL)
+		code, err := getStatus(t, client, up.URL)
 		require.NoError(t, err, "the healthy host is not braked")
 		assert.Equal(t, http.StatusOK, code)
 	}
 	assert.Equal(t, int64(2), down.requests.Load())
 	assert.Equal(t, int64(5), up.requests.Load())
-	assert.Equal(t, BreakerOpen, b.State(btScope(t, down.Server)))
-	assert.Equal(t, BreakerClosed, b.State(btScope(t, up.Server)))
+	assert.Equal(t, BreakerOpen, b.State(scopeOf(t, down.Server)))
+	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, up.Server)))
 	assert.Len(t, rec.all(), 1, "no other transition")
 }
 
@@ -299,10 +299,10 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 		_, _ = w.Write(make([]byte, 4096))
 	}))
 	t.Cleanup(srv.Close)
-	tr, b, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 2})
+	tr, b, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 2
 	tr.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
-	scope := btScope(t, srv)
+	scope := scopeOf(t, srv)
 	tr.sleep = func(ctx context.Context, _ time.Duration) error {
 		// Another call's failure opens the scope during this call's wait.
 		ticket, _, err := b.allow(scope)
@@ -336,7 +336,7 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 		_, _ = io.WriteString(w, "busy")
 	}))
 	t.Cleanup(srv.Close)
-	tr, _, _ := newBtBreakerTransport(t, newBtClock(), BreakerSettings{FailureThreshold: 1})
+	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 1})
 	tr.MaxAttempts = 3
 	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
 	require.NoError(t, err)
@@ -359,4 +359,43 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 	assert.Equalf(t, uint64(0), bucket.Snapshot().Retries, "got %d retry tokens spent, want none", bucket.Snapshot().Retries)
 	require.Lenf(t, reasons, 1, "got GiveUp reasons %v, want one", reasons)
 	assert.ErrorIsf(t, reasons[0], ErrCircuitOpen, "got GiveUp reason %v, want ErrCircuitOpen", reasons[0])
+}
+
+// A half-open scope lets MaxProbes probes out; a probe whose base panics
+// (a panic a server's handler recovers, say) must still give its slot
+// back, or the scope refuses every request forever: elapsed time alone
+// never closes it.
+func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
+	clock := newFakeClockAt(fixedStart)
+	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.now = clock.Now
+	base := &panicBase{}
+	base.status.Store(503)
+	tr := newNoWaitTransport(clock)
+	tr.Base, tr.MaxAttempts, tr.Breaker, tr.Budget = base, 1, b, UnlimitedBudget{}
+	const url = "http://rv-breaker.invalid/"
+
+	resp, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, url, ""))
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("first call: got %v, %v; want the 503 that opens the scope", resp, err)
+	}
+	clock.Advance(2 * time.Second) // the next call is a probe
+
+	base.status.Store(0)
+	if !roundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, url, "")) {
+		t.Fatal("the probe: the base's panic did not reach the caller")
+	}
+
+	base.status.Store(200)
+	resp, err = tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, url, ""))
+	if err != nil {
+		t.Fatalf("the call after the panicking probe: got %v; want it let through as a probe (slot given back)", err)
+	}
+	_ = resp.Body.Close()
+	if got := b.State(HostScope(resp.Request)); got != BreakerClosed {
+		t.Errorf("scope after a successful probe: got %v, want closed", got)
+	}
 }

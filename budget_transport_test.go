@@ -1,17 +1,13 @@
 package retryfuse
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,140 +18,21 @@ import (
 // sleep seam, jitter is zero, and budget clocks are frozen unless a test
 // says otherwise.
 
-var btStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
-
-// btClock is a clock safe for concurrent readers, advanced by the test.
-type btClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newBtClock() *btClock { return &btClock{t: btStart} }
-
-func (c *btClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *btClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// btServer is a loopback server that counts the requests it receives and
-// answers each with status (as set by setStatus). A request that finds a
-// gate set takes it and waits until it is released.
-type btServer struct {
-	*httptest.Server
-	requests atomic.Int64
-	status   atomic.Int64
-	gate     atomic.Pointer[btGate]
-}
-
-// btGate holds one request: arrived is closed when it is held, and it
-// goes on when release is closed.
-type btGate struct{ arrived, release chan struct{} }
-
-// hold makes the next request wait at a gate, and returns the gate.
-func (s *btServer) hold() *btGate {
-	g := &btGate{arrived: make(chan struct{}), release: make(chan struct{})}
-	s.gate.Store(g)
-	return g
-}
-
-func newBtServer(t *testing.T, status int) *btServer {
-	t.Helper()
-	s := &btServer{}
-	s.status.Store(int64(status))
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.requests.Add(1)
-		if g := s.gate.Swap(nil); g != nil {
-			close(g.arrived)
-			<-g.release
-		}
-		w.WriteHeader(int(s.status.Load()))
-		_, _ = io.WriteString(w, http.StatusText(int(s.status.Load())))
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *btServer) setStatus(code int) { s.status.Store(int64(code)) }
-
-// newBtTransport returns a Transport that does not wait between attempts
-// (the waits are still bounded by the caller's context), draws zero
-// jitter, and reads clock.
-func newBtTransport(clock *btClock) *Transport {
-	return &Transport{
-		now:   clock.now,
-		sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
-		randN: func(int64) int64 { return 0 },
-	}
-}
-
-// btFrozenRatioBudgets makes NewBudget give each scope a RatioBudget with
+// frozenRatioBudgets makes NewBudget give each scope a RatioBudget with
 // the default settings, on clock.
-func btFrozenRatioBudgets(clock *btClock) func(string) (Budget, error) {
+func frozenRatioBudgets(clock *fakeClock) func(string) (Budget, error) {
 	return func(string) (Budget, error) {
 		b, err := NewRatioBudget(RatioBudgetConfig{})
 		if err == nil {
-			b.now = clock.now
+			b.now = clock.Now
 		}
 		return b, err
 	}
 }
 
-// btGet sends a GET through client and returns the status (0 for none)
-// and the error, having read and closed the body.
-func btGet(t *testing.T, client *http.Client, url string) (int, error) {
-	t.Helper()
-	return btGetCtx(t, context.Background(), client, url)
-}
-
-func btGetCtx(t *testing.T, ctx context.Context, client *http.Client, url string) (int, error) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	require.NoError(t, err)
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
-// btGiveUps records the reasons of GiveUp events.
-type btGiveUps struct {
-	mu      sync.Mutex
-	reasons []error
-	infos   []GiveUpInfo
-}
-
-func (g *btGiveUps) hook(info GiveUpInfo) {
-	g.mu.Lock()
-	g.reasons = append(g.reasons, info.Reason)
-	g.infos = append(g.infos, info)
-	g.mu.Unlock()
-}
-
-func (g *btGiveUps) count(reason error) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for _, r := range g.reasons {
-		if r == reason {
-			n++
-		}
-	}
-	return n
-}
-
-// btStorm sends n GETs at once through client and checks that each gets
+// storm sends n GETs at once through client and checks that each gets
 // a 503 response with a nil error.
-func btStorm(t *testing.T, client *http.Client, url string, n int) {
+func storm(t *testing.T, client *http.Client, url string, n int) {
 	t.Helper()
 	var (
 		wg       sync.WaitGroup
@@ -197,11 +74,11 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 	const bound = callers + callers/10 + 10
 
 	t.Run("frozen clock", func(t *testing.T) {
-		srv := newBtServer(t, http.StatusServiceUnavailable)
-		clock := newBtClock()
-		tr := newBtTransport(clock)
-		tr.NewBudget = btFrozenRatioBudgets(clock)
-		btStorm(t, &http.Client{Transport: tr}, srv.URL, callers)
+		srv := newSettableServer(t, http.StatusServiceUnavailable)
+		clock := newFakeClockAt(fixedStart)
+		tr := newNoWaitTransport(clock)
+		tr.NewBudget = frozenRatioBudgets(clock)
+		storm(t, &http.Client{Transport: tr}, srv.URL, callers)
 
 		got := srv.requests.Load()
 		assert.LessOrEqual(t, got, int64(bound), "requests the server received")
@@ -213,9 +90,9 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 	t.Run("default NewBudget", func(t *testing.T) {
 		// The Transport's own per-scope budget, on the real clock: the
 		// storm lasts far less than its 10-second window.
-		srv := newBtServer(t, http.StatusServiceUnavailable)
-		tr := newBtTransport(newBtClock())
-		btStorm(t, &http.Client{Transport: tr}, srv.URL, callers)
+		srv := newSettableServer(t, http.StatusServiceUnavailable)
+		tr := newNoWaitTransport(newFakeClockAt(fixedStart))
+		storm(t, &http.Client{Transport: tr}, srv.URL, callers)
 		got := srv.requests.Load()
 		assert.LessOrEqual(t, got, int64(bound), "requests the server received")
 		assert.GreaterOrEqual(t, got, int64(callers+10), "requests the server received")
@@ -223,13 +100,13 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 }
 
 func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
-	clock := newBtClock()
+	clock := newFakeClockAt(fixedStart)
 	shared, err := NewTokenBucket(TokenBucketConfig{Capacity: 3})
 	require.NoError(t, err)
-	shared.now = clock.now
-	srvA := newBtServer(t, http.StatusServiceUnavailable)
-	srvB := newBtServer(t, http.StatusServiceUnavailable)
-	trA, trB := newBtTransport(clock), newBtTransport(clock)
+	shared.now = clock.Now
+	srvA := newSettableServer(t, http.StatusServiceUnavailable)
+	srvB := newSettableServer(t, http.StatusServiceUnavailable)
+	trA, trB := newNoWaitTransport(clock), newNoWaitTransport(clock)
 	trA.Budget, trB.Budget = shared, shared
 	clientA, clientB := &http.Client{Transport: trA}, &http.Client{Transport: trB}
 
@@ -238,7 +115,7 @@ func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 			client *http.Client
 			url    string
 		}{{clientA, srvA.URL}, {clientB, srvB.URL}} {
-			code, err := btGet(t, c.client, c.url)
+			code, err := getStatus(t, c.client, c.url)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusServiceUnavailable, code)
 		}
@@ -254,10 +131,10 @@ func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 
 func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	// The default: one RatioBudget per host, on the real clock.
-	srvA := newBtServer(t, http.StatusServiceUnavailable)
-	srvB := newBtServer(t, http.StatusServiceUnavailable)
-	var gave btGiveUps
-	tr := newBtTransport(newBtClock())
+	srvA := newSettableServer(t, http.StatusServiceUnavailable)
+	srvB := newSettableServer(t, http.StatusServiceUnavailable)
+	var gave giveUpLog
+	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
 	tr.Hooks.GiveUp = gave.hook
 	client := &http.Client{Transport: tr}
 
@@ -265,17 +142,17 @@ func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	// within 50 failing calls.
 	for i := 0; gave.count(ErrBudgetExhausted) == 0; i++ {
 		require.Less(t, i, 50, "host A's budget never refused a retry")
-		code, err := btGet(t, client, srvA.URL)
+		code, err := getStatus(t, client, srvA.URL)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusServiceUnavailable, code)
 	}
-	code, err := btGet(t, client, srvA.URL)
+	code, err := getStatus(t, client, srvA.URL)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, 2, gave.count(ErrBudgetExhausted), "host A is still refused")
 
 	before, ranOut := gave.count(ErrBudgetExhausted), gave.count(ErrAttemptsExhausted)
-	code, err = btGet(t, client, srvB.URL)
+	code, err = getStatus(t, client, srvB.URL)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, int64(defaultMaxAttempts), srvB.requests.Load(), "host B gets all its attempts")
@@ -283,20 +160,11 @@ func TestBudgetTransportScopesAreIndependent(t *testing.T) {
 	assert.Equal(t, ranOut+1, gave.count(ErrAttemptsExhausted), "host B's call ran out of attempts instead")
 }
 
-// btRefuse is a budget that refuses every retry.
-type btRefuse struct{ allowCalls atomic.Int64 }
-
-func (*btRefuse) RecordRequest(context.Context) {}
-func (b *btRefuse) AllowRetry(context.Context) (bool, error) {
-	b.allowCalls.Add(1)
-	return false, nil
-}
-
 func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {
-	srv := newBtServer(t, http.StatusServiceUnavailable)
-	var gave btGiveUps
-	budget := &btRefuse{}
-	tr := newBtTransport(newBtClock())
+	srv := newSettableServer(t, http.StatusServiceUnavailable)
+	var gave giveUpLog
+	budget := &refusingBudget{}
+	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
 	tr.Budget = budget
 	tr.Hooks.GiveUp = gave.hook
 
@@ -317,23 +185,13 @@ func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {
 	assert.Equal(t, 1, g.Attempt, "GiveUp attempt")
 }
 
-// btRefusedURL returns a loopback URL where nothing listens.
-func btRefusedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return "http://" + addr + "/"
-}
-
 func TestBudgetTransportRefusalWithoutResponse(t *testing.T) {
-	var gave btGiveUps
-	tr := newBtTransport(newBtClock())
-	tr.Budget = &btRefuse{}
+	var gave giveUpLog
+	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
+	tr.Budget = &refusingBudget{}
 	tr.Hooks.GiveUp = gave.hook
 
-	_, err := btGet(t, &http.Client{Transport: tr}, btRefusedURL(t))
+	_, err := getStatus(t, &http.Client{Transport: tr}, refusedURL(t))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrBudgetExhausted)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED, "the last attempt's error")
@@ -351,25 +209,25 @@ func TestBudgetTransportRefusalWithoutResponse(t *testing.T) {
 }
 
 func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
-	clock := newBtClock()
-	alone := newBtServer(t, http.StatusServiceUnavailable)
-	stacked := newBtServer(t, http.StatusServiceUnavailable)
+	clock := newFakeClockAt(fixedStart)
+	alone := newSettableServer(t, http.StatusServiceUnavailable)
+	stacked := newSettableServer(t, http.StatusServiceUnavailable)
 
-	single := newBtTransport(clock)
+	single := newNoWaitTransport(clock)
 	single.NewBudget = func(string) (Budget, error) { return UnlimitedBudget{}, nil }
-	inner := newBtTransport(clock)
+	inner := newNoWaitTransport(clock)
 	inner.MaxAttempts = 5 // would multiply with the outer's 3 if both repeated
 	inner.NewBudget = single.NewBudget
-	outer := newBtTransport(clock)
+	outer := newNoWaitTransport(clock)
 	outer.Base = inner
 	outer.NewBudget = single.NewBudget
 
 	for _, c := range []struct {
 		rt  http.RoundTripper
-		srv *btServer
+		srv *settableServer
 	}{{single, alone}, {outer, stacked}} {
 		for range 4 {
-			code, err := btGet(t, &http.Client{Transport: c.rt}, c.srv.URL)
+			code, err := getStatus(t, &http.Client{Transport: c.rt}, c.srv.URL)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusServiceUnavailable, code)
 		}
@@ -379,14 +237,14 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	assert.Equal(t, int64(4*defaultMaxAttempts), stacked.requests.Load(), "two stacked layers")
 
 	// And against a refused connection: no response, only errors.
-	url := btRefusedURL(t)
+	url := refusedURL(t)
 	var attempts atomic.Int64
-	outer2 := newBtTransport(clock)
-	inner2 := newBtTransport(clock)
+	outer2 := newNoWaitTransport(clock)
+	inner2 := newNoWaitTransport(clock)
 	inner2.MaxAttempts = 5
 	inner2.Hooks.AttemptStart = func(AttemptStartInfo) { attempts.Add(1) }
 	outer2.Base = inner2
-	_, err := btGet(t, &http.Client{Transport: outer2}, url)
+	_, err := getStatus(t, &http.Client{Transport: outer2}, url)
 	assert.ErrorIs(t, err, ErrAttemptsExhausted)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 	assert.Equal(t, int64(defaultMaxAttempts), attempts.Load(), "attempts the inner layer sent")

@@ -192,3 +192,13 @@ func TestHTTP2StreamResetCodes(t *testing.T) {
 		}
 	}
 }
+
+// A *CircuitOpenError unwraps to the failure that opened the circuit, a
+// refused connection say; it is nonetheless a local refusal, nothing was
+// sent, and repeating it within a backoff cannot succeed.
+func TestCircuitOpenErrorIsNotTransient(t *testing.T) {
+	err := &CircuitOpenError{Scope: "http://rv.invalid:80", Cause: syscall.ECONNREFUSED}
+	if got := DefaultClassify(nil, err); got != ClassFinal {
+		t.Errorf("DefaultClassify(*CircuitOpenError caused by ECONNREFUSED): got %v, want ClassFinal", got)
+	}
+}

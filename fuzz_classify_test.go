@@ -18,63 +18,57 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
-// hzKind is what the classification promises about an error leaf.
-type hzKind uint8
+// leafKind is what the classification promises about an error leaf.
+type leafKind uint8
 
 const (
-	hzTransient hzKind = iota // an errno or EOF that errors.Is finds through any wrapping
-	hzCanceled
-	hzCert
-	hzDNSNotFound
-	hzDNSTransient
-	hzTimeoutish // a net.Error timeout: found or not depending on the layers above it
-	hzPlain      // known to be neither transient nor a timeout
+	leafTransient leafKind = iota // an errno or EOF that errors.Is finds through any wrapping
+	leafCanceled
+	leafCert
+	leafDNSNotFound
+	leafDNSTransient
+	leafTimeoutish // a net.Error timeout: found or not depending on the layers above it
+	leafPlain      // known to be neither transient nor a timeout
 )
 
-type hzLeaf struct {
+type errLeaf struct {
 	err  error
-	kind hzKind
+	kind leafKind
 }
 
-type hzTimeoutErr struct{}
-
-func (hzTimeoutErr) Error() string   { return "i/o timeout" }
-func (hzTimeoutErr) Timeout() bool   { return true }
-func (hzTimeoutErr) Temporary() bool { return true }
-
-var hzLeaves = []hzLeaf{
-	{syscall.ECONNREFUSED, hzTransient},
-	{syscall.ECONNRESET, hzTransient},
-	{syscall.ECONNABORTED, hzTransient},
-	{syscall.EPIPE, hzTransient},
-	{syscall.ETIMEDOUT, hzTransient},
-	{syscall.EHOSTUNREACH, hzTransient},
-	{syscall.ENETUNREACH, hzTransient},
-	{io.EOF, hzTransient},
-	{io.ErrUnexpectedEOF, hzTransient},
-	{context.Canceled, hzCanceled},
-	{x509.UnknownAuthorityError{}, hzCert},
-	{x509.HostnameError{Host: "api.example.test"}, hzCert},
-	{x509.CertificateInvalidError{Reason: x509.Expired}, hzCert},
-	{x509.SystemRootsError{}, hzCert},
-	{&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, hzCert},
-	{tls.AlertError(42), hzCert},
-	{tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, hzCert},
-	{&net.DNSError{Err: "no such host", Name: "nx.test", IsNotFound: true}, hzDNSNotFound},
-	{&net.DNSError{Err: "server misbehaving", Name: "x.test", IsTemporary: true}, hzDNSTransient},
-	{&net.DNSError{Err: "i/o timeout", Name: "x.test", IsTimeout: true}, hzDNSTransient},
-	{context.DeadlineExceeded, hzTimeoutish},
-	{os.ErrDeadlineExceeded, hzTimeoutish},
-	{hzTimeoutErr{}, hzTimeoutish},
-	{errors.New("unsupported protocol scheme"), hzPlain},
-	{syscall.EACCES, hzPlain},
-	{http.ErrSchemeMismatch, hzPlain},
+var errLeaves = []errLeaf{
+	{syscall.ECONNREFUSED, leafTransient},
+	{syscall.ECONNRESET, leafTransient},
+	{syscall.ECONNABORTED, leafTransient},
+	{syscall.EPIPE, leafTransient},
+	{syscall.ETIMEDOUT, leafTransient},
+	{syscall.EHOSTUNREACH, leafTransient},
+	{syscall.ENETUNREACH, leafTransient},
+	{io.EOF, leafTransient},
+	{io.ErrUnexpectedEOF, leafTransient},
+	{context.Canceled, leafCanceled},
+	{x509.UnknownAuthorityError{}, leafCert},
+	{x509.HostnameError{Host: "api.example.test"}, leafCert},
+	{x509.CertificateInvalidError{Reason: x509.Expired}, leafCert},
+	{x509.SystemRootsError{}, leafCert},
+	{&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, leafCert},
+	{tls.AlertError(42), leafCert},
+	{tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, leafCert},
+	{&net.DNSError{Err: "no such host", Name: "nx.test", IsNotFound: true}, leafDNSNotFound},
+	{&net.DNSError{Err: "server misbehaving", Name: "x.test", IsTemporary: true}, leafDNSTransient},
+	{&net.DNSError{Err: "i/o timeout", Name: "x.test", IsTimeout: true}, leafDNSTransient},
+	{context.DeadlineExceeded, leafTimeoutish},
+	{os.ErrDeadlineExceeded, leafTimeoutish},
+	{timeoutErr{}, leafTimeoutish},
+	{errors.New("unsupported protocol scheme"), leafPlain},
+	{syscall.EACCES, leafPlain},
+	{http.ErrSchemeMismatch, leafPlain},
 }
 
-// hzChain builds an error chain from fuzz bytes: the first byte picks a
+// errChain builds an error chain from fuzz bytes: the first byte picks a
 // leaf, each following byte wraps it in a layer (some layers join another
 // leaf, picked by the byte after). It returns the chain and its leaves.
-func hzChain(data []byte) (error, []hzLeaf) {
+func errChain(data []byte) (error, []errLeaf) {
 	next := func() byte {
 		if len(data) == 0 {
 			return 0
@@ -83,9 +77,9 @@ func hzChain(data []byte) (error, []hzLeaf) {
 		data = data[1:]
 		return b
 	}
-	leaf := func() hzLeaf { return hzLeaves[int(next())%len(hzLeaves)] }
+	leaf := func() errLeaf { return errLeaves[int(next())%len(errLeaves)] }
 	first := leaf()
-	err, leaves := first.err, []hzLeaf{first}
+	err, leaves := first.err, []errLeaf{first}
 	for depth := 0; len(data) > 0 && depth < 16; depth++ {
 		switch next() % 9 {
 		case 0:
@@ -108,13 +102,13 @@ func hzChain(data []byte) (error, []hzLeaf) {
 			err = &attemptTimeoutError{after: time.Second, err: err}
 		case 8:
 			err = fmt.Errorf("opaque: %v", err) // %v: the chain ends here
-			leaves = []hzLeaf{{err, hzPlain}}
+			leaves = []errLeaf{{err, leafPlain}}
 		}
 	}
 	return err, leaves
 }
 
-func hzHas(leaves []hzLeaf, kinds ...hzKind) bool {
+func hasKind(leaves []errLeaf, kinds ...leafKind) bool {
 	for _, l := range leaves {
 		for _, k := range kinds {
 			if l.kind == k {
@@ -162,8 +156,8 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("classify(status %d) = %+v", code, r)
 		}
 
-		err, leaves := hzChain(data)
-		err2, _ := hzChain(data)
+		err, leaves := errChain(data)
+		err2, _ := errChain(data)
 		c := DefaultClassify(nil, err)
 		if c != ClassRetryable && c != ClassFinal {
 			t.Fatalf("DefaultClassify(%v) = %v, want ClassRetryable or ClassFinal", err, c)
@@ -177,15 +171,15 @@ func FuzzClassify(f *testing.F) {
 			if c != ClassRetryable {
 				t.Fatalf("DefaultClassify(%v) = %v; want an attempt cut by its timer retried", err, c)
 			}
-		case errors.Is(err, context.Canceled) || hzHas(leaves, hzCert):
+		case errors.Is(err, context.Canceled) || hasKind(leaves, leafCert):
 			if c != ClassFinal {
 				t.Fatalf("DefaultClassify(%v) = %v; want a cancellation or certificate error final", err, c)
 			}
-		case hzHas(leaves, hzTransient) && !hzHas(leaves, hzDNSNotFound, hzDNSTransient):
+		case hasKind(leaves, leafTransient) && !hasKind(leaves, leafDNSNotFound, leafDNSTransient):
 			if c != ClassRetryable {
 				t.Fatalf("DefaultClassify(%v) = %v; want a transient error retried", err, c)
 			}
-		case !hzHas(leaves, hzTransient, hzDNSTransient, hzTimeoutish):
+		case !hasKind(leaves, leafTransient, leafDNSTransient, leafTimeoutish):
 			if c != ClassFinal {
 				t.Fatalf("DefaultClassify(%v) = %v; want an error with nothing transient in it final", err, c)
 			}

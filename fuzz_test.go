@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// hzCentury is the longest delay parseRetryAfter returns.
-const hzCentury = maxRetryAfterSeconds * time.Second
+// century is the longest delay parseRetryAfter returns.
+const century = maxRetryAfterSeconds * time.Second
 
 // FuzzParseRetryAfter checks, for any value and any now: the delay is never
 // negative nor above a hundred years; ok is true only for delay-seconds
@@ -38,8 +38,8 @@ func FuzzParseRetryAfter(f *testing.F) {
 		if d != d2 || ok != ok2 {
 			t.Fatalf("parseRetryAfter(%q) gave %v, %v then %v, %v", value, d, ok, d2, ok2)
 		}
-		if d < 0 || d > hzCentury {
-			t.Fatalf("parseRetryAfter(%q, %v) = %v, want within [0, %v]", value, now, d, hzCentury)
+		if d < 0 || d > century {
+			t.Fatalf("parseRetryAfter(%q, %v) = %v, want within [0, %v]", value, now, d, century)
 		}
 		if !ok && d != 0 {
 			t.Fatalf("parseRetryAfter(%q) = %v, false; want 0 with ok false", value, d)
@@ -48,11 +48,11 @@ func FuzzParseRetryAfter(f *testing.F) {
 		trimmed := strings.Trim(value, " \t")
 		date, dateErr := http.ParseTime(value)
 		switch {
-		case hzAllDigits(trimmed):
+		case allDigits(trimmed):
 			if !ok {
 				t.Fatalf("parseRetryAfter(%q): got ok false for delay-seconds", value)
 			}
-			want := hzCentury
+			want := century
 			if n, err := strconv.ParseInt(trimmed, 10, 64); err == nil && n <= maxRetryAfterSeconds {
 				want = time.Duration(n) * time.Second
 			}
@@ -66,7 +66,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			if (d > 0) != date.After(now) {
 				t.Fatalf("parseRetryAfter(%q, %v) = %v; want a positive delay exactly when the date is ahead", value, now, d)
 			}
-			if d > 0 && d < hzCentury && !now.Add(d).Equal(date) {
+			if d > 0 && d < century && !now.Add(d).Equal(date) {
 				t.Fatalf("parseRetryAfter(%q, %v) = %v, which does not lead to %v", value, now, d, date)
 			}
 		case ok:
@@ -75,14 +75,14 @@ func FuzzParseRetryAfter(f *testing.F) {
 
 		// Delay-seconds round-trips up to the century, and is clamped there.
 		s := strconv.FormatUint(uint64(small), 10)
-		wantSmall := min(time.Duration(small)*time.Second, hzCentury)
+		wantSmall := min(time.Duration(small)*time.Second, century)
 		if got, ok := parseRetryAfter(s, now); !ok || got != wantSmall {
 			t.Fatalf("parseRetryAfter(%q) = %v, %v; want %v, true", s, got, ok, wantSmall)
 		}
 
 		// The capped wait: the transport only waits for a Retry-After
 		// within its cap (both non-negative), with a non-negative jitter.
-		jitter, limit = hzAbs(jitter), hzAbs(limit)
+		jitter, limit = abs64(jitter), abs64(limit)
 		for _, ra := range []time.Duration{d, wantSmall} {
 			lim := time.Duration(limit)
 			if ra > lim {
@@ -101,7 +101,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 	})
 }
 
-func hzAllDigits(s string) bool {
+func allDigits(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -113,8 +113,8 @@ func hzAllDigits(s string) bool {
 	return true
 }
 
-// hzAbs maps v onto [0, MaxInt64].
-func hzAbs(v int64) int64 {
+// abs64 maps v onto [0, MaxInt64].
+func abs64(v int64) int64 {
 	if v == math.MinInt64 {
 		return math.MaxInt64
 	}
@@ -140,7 +140,7 @@ func FuzzValidateIdempotencyKey(f *testing.F) {
 	f.Add(strings.Repeat("a", maxIdempotencyKeyLen+1))
 	f.Fuzz(func(t *testing.T, key string) {
 		err := validateIdempotencyKey(key)
-		if want := hzValidKey(key); (err == nil) != want {
+		if want := validKeyRule(key); (err == nil) != want {
 			t.Fatalf("validateIdempotencyKey(%q) = %v; want valid %v", key, err, want)
 		}
 		k, rerr := readKey(http.Header{headerIdempotencyKey: {key}})
@@ -196,8 +196,8 @@ func FuzzValidateIdempotencyKey(f *testing.F) {
 	})
 }
 
-// hzValidKey is the documented rule, written independently.
-func hzValidKey(key string) bool {
+// validKeyRule is the documented rule, written independently.
+func validKeyRule(key string) bool {
 	if key == "" || len(key) > maxIdempotencyKeyLen || strings.HasPrefix(key, " ") || strings.HasSuffix(key, " ") {
 		return false
 	}

@@ -1,21 +1,89 @@
 package retryfuse
 
 import (
-	"bufio"
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+// The tests' shared helpers: the fake clock, the construction of
+// Transports and requests, recorders of request bodies and hook events,
+// fake bases, and the calls of the budget, breaker, ledger and reconcile
+// tests. The test servers are in servers_test.go.
+
+// fakeClock is the one virtual clock of the tests, for the seams of the
+// Transport (now, sleep), the Breaker, the budgets and the MemoryLedger. It
+// stands still until Sleep or Advance moves it; every delay Sleep is asked
+// for is recorded. It is safe for concurrent use.
+type fakeClock struct {
+	mu     sync.Mutex
+	t      time.Time
+	sleeps []time.Duration
+	// onSleep, when set, runs at the start of every Sleep (to cancel a
+	// context mid-wait, for instance).
+	onSleep func(d time.Duration)
+}
+
+// newFakeClock returns a clock that starts at the real time, so that real
+// context deadlines compare sensibly with it.
+func newFakeClock() *fakeClock { return newFakeClockAt(time.Now()) }
+
+// newFakeClockAt returns a clock that starts at start.
+func newFakeClockAt(start time.Time) *fakeClock { return &fakeClock{t: start} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock on by d.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Sleep records d and advances the clock by it; it returns ctx.Err() at
+// once, without advancing, when ctx is done.
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.sleeps = append(c.sleeps, d)
+	hook := c.onSleep
+	c.mu.Unlock()
+	if hook != nil {
+		hook(d)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.Advance(d)
+	return nil
+}
+
+// Sleeps returns the delays requested so far.
+func (c *fakeClock) Sleeps() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sleeps)
+}
+
+// install sets the clock as tr's now and sleep seams.
+func (c *fakeClock) install(tr *Transport) {
+	tr.now = c.Now
+	tr.sleep = c.Sleep
+}
 
 // newTransport completes tr for a test: the fake clock's seams, a
 // deterministic jitter (half the ceiling) unless tr sets its own, and the
@@ -67,196 +135,6 @@ func newRequest(t *testing.T, ctx context.Context, method, url, body string) *ht
 		t.Fatalf("NewRequest: %v", err)
 	}
 	return req
-}
-
-// recorded is what a test server saw of one request.
-type recorded struct {
-	Method string
-	URL    string
-	Header http.Header
-	Body   string
-}
-
-// testServer is an httptest.Server that records every request (its body
-// read in full first) and counts the connections it accepted.
-type testServer struct {
-	*httptest.Server
-	mu    sync.Mutex
-	reqs  []recorded
-	conns atomic.Int32
-}
-
-// newTestServer starts a loopback server; h is called with the 1-based
-// number of the request, after it was recorded.
-func newTestServer(t *testing.T, h func(n int, w http.ResponseWriter, r *http.Request)) *testServer {
-	t.Helper()
-	s := &testServer{}
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		s.reqs = append(s.reqs, recorded{Method: r.Method, URL: r.URL.String(), Header: r.Header.Clone(), Body: string(body)})
-		n := len(s.reqs)
-		s.mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		h(n, w, r)
-	}))
-	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			s.conns.Add(1)
-		}
-	}
-	s.Start()
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *testServer) requests() []recorded {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.reqs)
-}
-
-func (s *testServer) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
-}
-
-// statusServer answers every request with status and body.
-func statusServer(t *testing.T, status int, body string) *testServer {
-	return newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, body)
-	})
-}
-
-// stallUntilGone blocks a handler until its client goes away (or the
-// server closes), after the request was recorded: the effect is applied,
-// the answer never comes.
-func stallUntilGone(_ int, _ http.ResponseWriter, r *http.Request) {
-	<-r.Context().Done()
-}
-
-// rawServer is a loopback TCP server for byte-exact faults: serve is called
-// for each accepted connection with its 0-based number.
-type rawServer struct {
-	ln    net.Listener
-	done  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	reqs  []recorded
-	open  []net.Conn
-	conns int
-}
-
-func newRawServer(t *testing.T, serve func(s *rawServer, connNo int, c net.Conn, br *bufio.Reader)) *rawServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	s := &rawServer{ln: ln, done: make(chan struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			n := s.conns
-			s.conns++
-			s.open = append(s.open, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				serve(s, n, c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		close(s.done)
-		_ = ln.Close()
-		s.mu.Lock()
-		for _, c := range s.open {
-			_ = c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
-	return s
-}
-
-func (s *rawServer) URL() string { return "http://" + s.ln.Addr().String() }
-
-// readRequest reads one request and its body from br and records it.
-func (s *rawServer) readRequest(br *bufio.Reader) (recorded, error) {
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return recorded{}, err
-	}
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		return recorded{}, err
-	}
-	rec := recorded{Method: req.Method, URL: req.URL.String(), Header: req.Header, Body: string(body)}
-	s.mu.Lock()
-	s.reqs = append(s.reqs, rec)
-	s.mu.Unlock()
-	return rec, nil
-}
-
-func (s *rawServer) requests() []recorded {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.reqs)
-}
-
-func (s *rawServer) connCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conns
-}
-
-// writeResponse writes a complete keep-alive HTTP/1.1 response.
-func writeResponse(c net.Conn, status int, body string) error {
-	_, err := fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s",
-		status, http.StatusText(status), len(body), body)
-	return err
-}
-
-// resetConn closes c with SO_LINGER 0, so that the peer gets an RST.
-func resetConn(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
-}
-
-// stallConn holds c open without answering until the peer closes it or
-// the server shuts down.
-func (s *rawServer) stallConn(c net.Conn) {
-	go func() {
-		<-s.done
-		_ = c.Close()
-	}()
-	_, _ = io.Copy(io.Discard, c)
-}
-
-// refusedURL returns a loopback URL on which nothing listens: a port is
-// bound and released again.
-func refusedURL(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return "http://" + addr + "/"
 }
 
 // countingBody is a request body that counts its Close calls.
@@ -375,4 +253,257 @@ func (l *hookLog) giveUpReasons() []error {
 		rs = append(rs, g.Reason)
 	}
 	return rs
+}
+
+// roundTripFunc adapts a function to an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// always503 is a base that answers every request with a 503, without a
+// network.
+func always503() http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+			Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	})
+}
+
+// panicBase answers 503 while status is 503, 200 while it is 200, and
+// panics (after counting the request as received) while it is 0.
+type panicBase struct {
+	status atomic.Int32
+	seen   atomic.Int32
+}
+
+func (b *panicBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.seen.Add(1)
+	st := int(b.status.Load())
+	if st == 0 {
+		panic("rv: base RoundTripper panics")
+	}
+	return &http.Response{StatusCode: st, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+}
+
+// roundTripPanics calls rt.RoundTrip(req) and reports whether it panicked;
+// the panic must reach the caller, never be swallowed.
+func roundTripPanics(rt http.RoundTripper, req *http.Request) (panicked bool) {
+	defer func() {
+		if recover() != nil {
+			panicked = true
+		}
+	}()
+	resp, err := rt.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return false
+}
+
+// The budget and breaker transport tests drive a Transport over
+// http.Client.Do; their fake clocks start at fixedStart and move only when
+// a test advances them.
+
+// fixedStart is where the fake clocks of these tests start.
+var fixedStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+
+// newNoWaitTransport returns a Transport that does not wait between
+// attempts (the waits are still bounded by the caller's context) nor move
+// clock, draws zero jitter, and reads clock.
+func newNoWaitTransport(clock *fakeClock) *Transport {
+	return &Transport{
+		now:   clock.Now,
+		sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
+		randN: func(int64) int64 { return 0 },
+	}
+}
+
+// getStatus sends a GET through client and returns the status (0 for none)
+// and the error, having read and closed the body.
+func getStatus(t *testing.T, client *http.Client, url string) (int, error) {
+	t.Helper()
+	return getStatusCtx(t, context.Background(), client, url)
+}
+
+func getStatusCtx(t *testing.T, ctx context.Context, client *http.Client, url string) (int, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// giveUpLog records the reasons of GiveUp events.
+type giveUpLog struct {
+	mu      sync.Mutex
+	reasons []error
+	infos   []GiveUpInfo
+}
+
+func (g *giveUpLog) hook(info GiveUpInfo) {
+	g.mu.Lock()
+	g.reasons = append(g.reasons, info.Reason)
+	g.infos = append(g.infos, info)
+	g.mu.Unlock()
+}
+
+func (g *giveUpLog) count(reason error) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, r := range g.reasons {
+		if r == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// refusingBudget is a budget that refuses every retry.
+type refusingBudget struct{ allowCalls atomic.Int64 }
+
+func (*refusingBudget) RecordRequest(context.Context) {}
+
+func (b *refusingBudget) AllowRetry(context.Context) (bool, error) {
+	b.allowCalls.Add(1)
+	return false, nil
+}
+
+// The key ledger's and the Reconciler's transport tests make keyed POSTs
+// to an orders server (servers_test.go), through a client whose Transport
+// runs on a fake clock.
+
+// callWait bounds every wait on a real socket or goroutine in these tests.
+const callWait = 10 * time.Second
+
+// heldAttemptTimeout cuts an attempt whose response the server holds back.
+// It leaves a loaded machine time to run the handler (to apply the order)
+// before the client gives up; the tests that wait for it run in parallel.
+const heldAttemptTimeout = 500 * time.Millisecond
+
+// newLedgerOnFakeClock returns a MemoryLedger on a virtual clock of its own.
+func newLedgerOnFakeClock(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *fakeClock) {
+	t.Helper()
+	l, err := NewMemoryLedger(cfg)
+	require.NoError(t, err)
+	clk := newFakeClock()
+	l.now = clk.Now
+	return l, clk
+}
+
+// newLedgerClient returns a client over a Transport with ledger l, no retry
+// budget and a virtual clock; tune adjusts the Transport before first use.
+func newLedgerClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
+	t.Helper()
+	clk := newFakeClock()
+	tr := &Transport{
+		Ledger: l,
+		Budget: UnlimitedBudget{},
+		now:    clk.Now,
+		sleep:  clk.Sleep,
+		randN:  func(n int64) int64 { return n / 2 },
+	}
+	if tune != nil {
+		tune(tr)
+	}
+	require.NoError(t, tr.Validate())
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}, tr
+}
+
+// callCtx is the caller's context of a test: generous, so that a hang fails
+// the test instead of stalling the run.
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), callWait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newKeyedPOST builds a POST (with GetBody, so replayable) carrying key.
+func newKeyedPOST(t *testing.T, ctx context.Context, url, key, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set(headerIdempotencyKey, key)
+	}
+	return req
+}
+
+// postKeyed sends a keyed POST through c and returns its response, with the
+// body read and closed, or its error.
+func postKeyed(t *testing.T, c *http.Client, url, key, body string) (*http.Response, string, error) {
+	t.Helper()
+	resp, err := c.Do(newKeyedPOST(t, callCtx(t), url, key, body))
+	if err != nil {
+		return nil, "", err
+	}
+	b, rerr := io.ReadAll(resp.Body)
+	require.NoError(t, rerr)
+	require.NoError(t, resp.Body.Close())
+	return resp, string(b), nil
+}
+
+// callReply is the result of a call made on another goroutine.
+type callReply struct {
+	resp *http.Response
+	err  error
+}
+
+func receiveReply(t *testing.T, ch <-chan callReply) callReply {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(callWait):
+		t.Fatal("a call did not return")
+		return callReply{}
+	}
+}
+
+// readAndClose reads and closes a response body.
+func readAndClose(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return string(b)
+}
+
+// reconcileErrOf asserts that err is a *ReconcileRequiredError (through
+// http.Client's wrapping) for a POST under key, and returns it.
+func reconcileErrOf(t *testing.T, err error, key string) *ReconcileRequiredError {
+	t.Helper()
+	require.Error(t, err, "got no error, want a *ReconcileRequiredError")
+	var rec *ReconcileRequiredError
+	require.Truef(t, errors.As(err, &rec), "got %v (%T), want a *ReconcileRequiredError", err, err)
+	assert.Truef(t, errors.Is(err, ErrReconcileRequired), "errors.Is(%v, ErrReconcileRequired) = false, want true", err)
+	assert.Equalf(t, http.MethodPost, rec.Method, "got Method %q, want POST", rec.Method)
+	assert.Equalf(t, key, rec.IdempotencyKey, "got IdempotencyKey %q, want %q", rec.IdempotencyKey, key)
+	return rec
+}
+
+// settleBound bounds the polls for connections and goroutines to go.
+const settleBound = 5 * time.Second
+
+// poll calls cond until it holds or bound passes.
+func poll(bound time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(bound)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond) // a bounded wait on real sockets
+	}
 }

@@ -26,7 +26,7 @@ func h2AbortFirst(n int, w http.ResponseWriter, _ *http.Request) {
 
 // h2WantResetCause fails the test unless cause is the abort as p reports
 // it: an HTTP/2 stream reset, or an HTTP/1.1 connection closed or reset.
-func h2WantResetCause(t *testing.T, p hzProto, cause error) {
+func h2WantResetCause(t *testing.T, p httpProto, cause error) {
 	t.Helper()
 	if p.h2 {
 		var se h2StreamError
@@ -41,9 +41,9 @@ func h2WantResetCause(t *testing.T, p hzProto, cause error) {
 }
 
 func TestHTTP2KeyedPOSTAbortedAfterEffectRequiresReconcile(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, h2AbortFirst)
+			srv, base := startTLSServer(t, p, h2AbortFirst)
 			clk := newFakeClock()
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: base, Hooks: log.hooks()})
@@ -55,7 +55,7 @@ func TestHTTP2KeyedPOSTAbortedAfterEffectRequiresReconcile(t *testing.T) {
 			}
 			rec := wantReconcile(t, err, http.MethodPost, srv.URL+"/payments", "pay-h2-5")
 			h2WantResetCause(t, p, rec.Cause)
-			hzCheckProto(t, p, srv, nil)
+			checkProto(t, p, srv, nil)
 			reqs, _ := srv.requests()
 			if len(reqs) != 1 || reqs[0].Body != `{"amount":10}` {
 				t.Errorf("requests seen by the server: got %+v, want the POST once", reqs)
@@ -76,9 +76,9 @@ func TestHTTP2KeyedPOSTAbortedAfterEffectRequiresReconcile(t *testing.T) {
 }
 
 func TestHTTP2GETAbortedIsRetried(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, h2AbortFirst)
+			srv, base := startTLSServer(t, p, h2AbortFirst)
 			clk := newFakeClock()
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: base, Hooks: log.hooks()})
@@ -86,7 +86,7 @@ func TestHTTP2GETAbortedIsRetried(t *testing.T) {
 			if err != nil || resp.StatusCode != http.StatusOK || string(body) != "fine" {
 				t.Fatalf("Do: got %v, %q, %v; want 200 fine", resp, body, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			if reqs, _ := srv.requests(); len(reqs) != 2 {
 				t.Errorf("requests seen by the server: got %d, want 2", len(reqs))
 			}
@@ -109,9 +109,9 @@ func TestHTTP2GETAbortedIsRetried(t *testing.T) {
 }
 
 func TestHTTP2PUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, func(n int, w http.ResponseWriter, r *http.Request) {
+			srv, base := startTLSServer(t, p, func(n int, w http.ResponseWriter, r *http.Request) {
 				if n == 1 {
 					stallUntilGone(n, w, r)
 					return
@@ -125,7 +125,7 @@ func TestHTTP2PUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
 			if err != nil || resp.StatusCode != http.StatusOK || string(body) != "stored" {
 				t.Fatalf("Do: got %v, %q, %v; want 200 stored", resp, body, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			reqs, _ := srv.requests()
 			if len(reqs) != 2 || reqs[0].Body != "v2" || reqs[1].Body != "v2" {
 				t.Errorf("requests seen by the server: got %+v, want 2 with body v2", reqs)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
@@ -20,82 +19,15 @@ import (
 // runs over both, on TLS loopback servers that differ only in the
 // protocol they offer, and checks which protocol carried each request.
 
-type hzProto struct {
-	name  string
-	h2    bool
-	major int
-}
-
-var hzProtos = []hzProto{{"HTTP/1.1", false, 1}, {"HTTP/2", true, 2}}
-
-// hzTLSServer is a TLS loopback server that records every request (body
-// read in full first), the protocol it came over, and its connections.
-type hzTLSServer struct {
-	*httptest.Server
-	mu     sync.Mutex
-	reqs   []recorded
-	majors []int
-	conns  atomic.Int32
-}
-
-// hzStartTLS starts a TLS server speaking p, and returns it with a base
-// transport that trusts it (a clone of the server's own client transport,
-// which attempts HTTP/2 exactly when the server offers it).
-func hzStartTLS(t *testing.T, p hzProto, h func(n int, w http.ResponseWriter, r *http.Request)) (*hzTLSServer, *http.Transport) {
-	t.Helper()
-	s := &hzTLSServer{}
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		s.reqs = append(s.reqs, recorded{Method: r.Method, URL: r.URL.String(), Header: r.Header.Clone(), Body: string(body)})
-		s.majors = append(s.majors, r.ProtoMajor)
-		n := len(s.reqs)
-		s.mu.Unlock()
-		h(n, w, r)
-	}))
-	s.EnableHTTP2 = p.h2
-	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			s.conns.Add(1)
-		}
-	}
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	base := s.Client().Transport.(*http.Transport).Clone()
-	t.Cleanup(base.CloseIdleConnections)
-	return s, base
-}
-
-func (s *hzTLSServer) requests() ([]recorded, []int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]recorded(nil), s.reqs...), append([]int(nil), s.majors...)
-}
-
-// hzCheckProto fails the test unless every request the server saw, and
-// the response if any, came over p.
-func hzCheckProto(t *testing.T, p hzProto, s *hzTLSServer, resp *http.Response) {
-	t.Helper()
-	if resp != nil && resp.ProtoMajor != p.major {
-		t.Errorf("response protocol: got %s, want %s", resp.Proto, p.name)
-	}
-	_, majors := s.requests()
-	for i, m := range majors {
-		if m != p.major {
-			t.Errorf("request %d reached the server over HTTP/%d, want %s", i+1, m, p.name)
-		}
-	}
-}
-
 func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		for _, generated := range []bool{false, true} {
 			name := p.name + "/caller's key"
 			if generated {
 				name = p.name + "/generated key"
 			}
 			t.Run(name, func(t *testing.T) {
-				srv, base := hzStartTLS(t, p, failThenOK(1))
+				srv, base := startTLSServer(t, p, failThenOK(1))
 				var log hookLog
 				tr := newTransport(t, newFakeClock(), &Transport{Base: base, GenerateIdempotencyKeys: generated, Hooks: log.hooks()})
 				req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
@@ -106,7 +38,7 @@ func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 				if err != nil || resp.StatusCode != http.StatusOK || string(body) != "done" {
 					t.Fatalf("Do: got %v, %q, %v; want 200 done", resp, body, err)
 				}
-				hzCheckProto(t, p, srv, resp)
+				checkProto(t, p, srv, resp)
 				reqs, _ := srv.requests()
 				if len(reqs) != 2 {
 					t.Fatalf("requests seen by the server: got %d, want 2", len(reqs))
@@ -131,16 +63,16 @@ func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 }
 
 func TestHTTP2POSTWithoutKeyNotRetried(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, failThenOK(1))
+			srv, base := startTLSServer(t, p, failThenOK(1))
 			clk := newFakeClock()
 			tr := newTransport(t, clk, &Transport{Base: base})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/orders", `{"n":1}`))
 			if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("Do: got %v, %v; want the 503 back", resp, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			if reqs, _ := srv.requests(); len(reqs) != 1 {
 				t.Errorf("requests seen by the server: got %d, want 1", len(reqs))
 			}
@@ -152,9 +84,9 @@ func TestHTTP2POSTWithoutKeyNotRetried(t *testing.T) {
 }
 
 func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, stallUntilGone)
+			srv, base := startTLSServer(t, p, stallUntilGone)
 			clk := newFakeClock()
 			tr := newTransport(t, clk, &Transport{Base: base, AttemptTimeout: shortTimeout})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
@@ -167,7 +99,7 @@ func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
 			if !errors.Is(rec.Cause, ErrAttemptTimeout) {
 				t.Errorf("Cause: got %v, want one matching ErrAttemptTimeout", rec.Cause)
 			}
-			hzCheckProto(t, p, srv, nil)
+			checkProto(t, p, srv, nil)
 			if reqs, _ := srv.requests(); len(reqs) != 1 {
 				t.Errorf("requests seen by the server: got %d, want 1", len(reqs))
 			}
@@ -179,15 +111,15 @@ func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
 }
 
 func TestHTTP2GETRetriedAfter503(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, failThenOK(1))
+			srv, base := startTLSServer(t, p, failThenOK(1))
 			tr := newTransport(t, newFakeClock(), &Transport{Base: base})
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/items", ""))
 			if err != nil || resp.StatusCode != http.StatusOK || string(body) != "done" {
 				t.Fatalf("Do: got %v, %q, %v; want 200 done", resp, body, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			if reqs, _ := srv.requests(); len(reqs) != 2 {
 				t.Errorf("requests seen by the server: got %d, want 2", len(reqs))
 			}
@@ -203,9 +135,9 @@ func TestHTTP2GETRetriedAfter503(t *testing.T) {
 func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 	refused := refusedURL(t)[len("http://"):]
 	refused = refused[:len(refused)-1]
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := hzStartTLS(t, p, failThenOK(0))
+			srv, base := startTLSServer(t, p, failThenOK(0))
 			var dials atomic.Int32
 			base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 				if dials.Add(1) == 1 {
@@ -221,7 +153,7 @@ func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("Do: got %v, %v; want 200", resp, err)
 			}
-			hzCheckProto(t, p, srv, resp)
+			checkProto(t, p, srv, resp)
 			reqs, _ := srv.requests()
 			if len(reqs) != 1 || reqs[0].Header.Get(headerIdempotencyKey) != "pay-h2-3" {
 				t.Errorf("requests seen by the server: got %+v, want one carrying key pay-h2-3", reqs)
@@ -254,10 +186,10 @@ func TestHTTP2RefusedConnectionRetriesKeyedPOST(t *testing.T) {
 // a new one itself (HiddenResend, Connections 2); over HTTP/2 the attempt
 // fails with "unexpected EOF" and this transport makes a second attempt.
 func TestHTTP2ConnectionGoneBetweenRequests(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		for _, how := range []string{"graceful", "closed"} {
 			t.Run(p.name+"/"+how, func(t *testing.T) {
-				srv, base := hzStartTLS(t, p, func(n int, w http.ResponseWriter, _ *http.Request) {
+				srv, base := startTLSServer(t, p, func(n int, w http.ResponseWriter, _ *http.Request) {
 					if n == 1 && how == "graceful" {
 						// On HTTP/2 the server sends GOAWAY and closes the
 						// connection once idle.
@@ -299,7 +231,7 @@ func TestHTTP2ConnectionGoneBetweenRequests(t *testing.T) {
 				if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ok" {
 					t.Fatalf("second GET: got %v, %q, %v; want 200 ok", resp, body, err)
 				}
-				hzCheckProto(t, p, srv, resp)
+				checkProto(t, p, srv, resp)
 				reqs, _ := srv.requests()
 				seconds := 0
 				for _, r := range reqs {
@@ -344,10 +276,10 @@ func TestHTTP2ConnectionGoneBetweenRequests(t *testing.T) {
 // The key a POST carries reaches an HTTP/2 server (where header names are
 // lower-case on the wire) under the caller's form and under the X- form.
 func TestHTTP2IdempotencyKeyReachesServer(t *testing.T) {
-	for _, p := range hzProtos {
+	for _, p := range httpProtos {
 		for _, name := range []string{headerIdempotencyKey, headerXIdempotencyKey, "idempotency-key"} {
 			t.Run(p.name+"/"+name, func(t *testing.T) {
-				srv, base := hzStartTLS(t, p, failThenOK(0))
+				srv, base := startTLSServer(t, p, failThenOK(0))
 				tr := newTransport(t, newFakeClock(), &Transport{Base: base})
 				req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 				req.Header[name] = []string{"pay-h2-4"}
@@ -355,7 +287,7 @@ func TestHTTP2IdempotencyKeyReachesServer(t *testing.T) {
 				if err != nil || resp.StatusCode != http.StatusOK {
 					t.Fatalf("Do: got %v, %v; want 200", resp, err)
 				}
-				hzCheckProto(t, p, srv, resp)
+				checkProto(t, p, srv, resp)
 				reqs, _ := srv.requests()
 				want := http.CanonicalHeaderKey(name)
 				if len(reqs) != 1 || reqs[0].Header.Get(want) != "pay-h2-4" {

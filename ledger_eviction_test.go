@@ -34,10 +34,10 @@ func TestMemoryLedgerEvictsLeastRecentlyUsed(t *testing.T) {
 func TestMemoryLedgerDropsExpiredBeforeEvicting(t *testing.T) {
 	l, clock := newTestLedger(t, 2)
 	ledgerComplete(t, l, "old")
-	clock.advance(testLedgerTTL / 2)
+	clock.Advance(testLedgerTTL / 2)
 	ledgerComplete(t, l, "young")
 	ledgerBegin(t, l, "old", decide.KeyCompleted) // old is the most recently used...
-	clock.advance(testLedgerTTL / 2)              // ...but now expired
+	clock.Advance(testLedgerTTL / 2)              // ...but now expired
 	ledgerBegin(t, l, "new", decide.KeyNone)
 	ledgerBegin(t, l, "young", decide.KeyCompleted)
 	assert.Equal(t, 2, l.len())
@@ -69,7 +69,7 @@ func TestMemoryLedgerNeverEvictsInFlight(t *testing.T) {
 	ledgerBegin(t, l, "d", decide.KeyNone) // room again
 	_, err = l.Begin(ctx, "e", ledgerFP(1))
 	require.ErrorIs(t, err, errLedgerFull)
-	clock.advance(testLedgerInFlightTTL) // the owners of c and d lose their claims
+	clock.Advance(testLedgerInFlightTTL) // the owners of c and d lose their claims
 	ledgerBegin(t, l, "e", decide.KeyNone)
 	assert.Equal(t, 1, l.len())
 }
@@ -79,10 +79,10 @@ func TestMemoryLedgerNeverEvictsInFlight(t *testing.T) {
 func TestMemoryLedgerSweepSeesSoonerExpiry(t *testing.T) {
 	l, clock := newTestLedger(t, 2)
 	ledgerComplete(t, l, "a")
-	clock.advance(testLedgerInFlightTTL)
+	clock.Advance(testLedgerInFlightTTL)
 	require.Equal(t, 1, l.len()) // a sweep: a, expiring in 9m, is the soonest
 	ledgerBegin(t, l, "b", decide.KeyNone)
-	clock.advance(testLedgerInFlightTTL)
+	clock.Advance(testLedgerInFlightTTL)
 	ledgerBegin(t, l, "c", decide.KeyNone)
 	ledgerBegin(t, l, "a", decide.KeyCompleted)
 }
@@ -93,16 +93,16 @@ func TestMemoryLedgerSweepKeepsSoonestExpiry(t *testing.T) {
 	const maxEntries = 10
 	l, clock := newTestLedger(t, maxEntries)
 	ledgerComplete(t, l, "w") // expires at 10m
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	ledgerComplete(t, l, "x") // expires at 10m30s
 	for i := range maxEntries - 2 {
-		clock.advance(time.Second)
+		clock.Advance(time.Second)
 		ledgerComplete(t, l, "y"+strconv.Itoa(i)) // expire after 10m30s
 	}
 	ledgerBegin(t, l, "x", decide.KeyCompleted) // x is the most recently used; y0 the least
-	clock.advance(testLedgerTTL - 30*time.Second - time.Duration(maxEntries-2)*time.Second)
+	clock.Advance(testLedgerTTL - 30*time.Second - time.Duration(maxEntries-2)*time.Second)
 	ledgerBegin(t, l, "n1", decide.KeyNone) // at 10m: drops w
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	ledgerBegin(t, l, "n2", decide.KeyNone) // at 10m30s: must drop x, not evict y0
 	ledgerBegin(t, l, "y0", decide.KeyCompleted)
 	assert.Equal(t, maxEntries, l.len())

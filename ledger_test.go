@@ -14,31 +14,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ledgerClock is an injected clock: tests move it, nothing sleeps.
-type ledgerClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *ledgerClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *ledgerClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 const (
 	testLedgerTTL         = 10 * time.Minute
 	testLedgerInFlightTTL = time.Minute
 	testLedgerMaxBody     = 8
 )
 
-func newTestLedger(t testing.TB, maxEntries int) (*MemoryLedger, *ledgerClock) {
+// newTestLedger returns a MemoryLedger with the test settings above on a
+// fake clock of its own, which starts at a fixed time: tests move it,
+// nothing sleeps.
+func newTestLedger(t testing.TB, maxEntries int) (*MemoryLedger, *fakeClock) {
 	t.Helper()
 	l, err := NewMemoryLedger(MemoryLedgerConfig{
 		MaxEntries:    maxEntries,
@@ -47,8 +32,8 @@ func newTestLedger(t testing.TB, maxEntries int) (*MemoryLedger, *ledgerClock) {
 		MaxStoredBody: testLedgerMaxBody,
 	})
 	require.NoError(t, err)
-	clock := &ledgerClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	l.now = clock.now
+	clock := newFakeClockAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	l.now = clock.Now
 	return l, clock
 }
 
@@ -179,7 +164,7 @@ func TestMemoryLedgerSteps(t *testing.T) {
 				var err error
 				switch s.op {
 				case opAdvance:
-					clock.advance(s.advance)
+					clock.Advance(s.advance)
 					continue
 				case opBegin:
 					var c LedgerClaim

@@ -16,25 +16,37 @@ import (
 
 // The key ledger seen through http.Client.Do against real loopback servers:
 // concurrent duplicates, conflicting bodies, stored results, uncertain writes
-// and an unavailable ledger.
+// and an unavailable ledger; and through RoundTrip over fake bases: a
+// request without a URL and a panicking base.
+
+// doAsync sends req through c on another goroutine; receiveReply waits
+// for its reply.
+func doAsync(c *http.Client, req *http.Request) <-chan callReply {
+	ch := make(chan callReply, 1)
+	go func() {
+		resp, err := c.Do(req)
+		ch <- callReply{resp, err}
+	}()
+	return ch
+}
 
 func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 	const callers = 32
-	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-	srv := lgServe(t, lgAlways(lgHold))
-	client, _ := lgClient(t, ledger, nil)
+	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	srv := newOrdersServer(t, always(orderHold))
+	client, _ := newLedgerClient(t, ledger, nil)
 
 	reqs := make([]*http.Request, callers)
 	for i := range reqs {
-		reqs[i] = lgRequest(t, lgCtx(t), srv.url(), "order-1", `{"item":"book"}`)
+		reqs[i] = newKeyedPOST(t, callCtx(t), srv.url(), "order-1", `{"item":"book"}`)
 	}
 	start := make(chan struct{})
-	replies := make(chan lgReply, callers)
+	replies := make(chan callReply, callers)
 	for _, req := range reqs {
 		go func() {
 			<-start
 			resp, err := client.Do(req)
-			replies <- lgReply{resp, err}
+			replies <- callReply{resp, err}
 		}()
 	}
 	close(start)
@@ -42,9 +54,9 @@ func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 	srv.waitArrived(t, 1)
 	// Every duplicate is refused while the first call is held at the server.
 	for i := range callers - 1 {
-		r := lgReceive(t, replies)
+		r := receiveReply(t, replies)
 		if r.resp != nil {
-			lgReadAll(t, r.resp)
+			readAndClose(t, r.resp)
 			t.Fatalf("duplicate %d: got a response %d, want ErrDuplicateInFlight", i, r.resp.StatusCode)
 		}
 		require.Truef(t, errors.Is(r.err, ErrDuplicateInFlight), "duplicate %d: got %v, want ErrDuplicateInFlight", i, r.err)
@@ -52,12 +64,12 @@ func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 
 	close(srv.release)
-	first := lgReceive(t, replies)
+	first := receiveReply(t, replies)
 	require.NoError(t, first.err)
-	firstBody := lgReadAll(t, first.resp)
+	firstBody := readAndClose(t, first.resp)
 	require.Equalf(t, http.StatusCreated, first.resp.StatusCode, "got status %d, want 201", first.resp.StatusCode)
 
-	resp, body, err := lgPost(t, client, srv.url(), "order-1", `{"item":"book"}`)
+	resp, body, err := postKeyed(t, client, srv.url(), "order-1", `{"item":"book"}`)
 	require.NoError(t, err)
 	assert.Equalf(t, first.resp.StatusCode, resp.StatusCode, "replay: got status %d, want %d", resp.StatusCode, first.resp.StatusCode)
 	assert.Equalf(t, first.resp.Header, resp.Header, "replay: got header %v, want %v", resp.Header, first.resp.Header)
@@ -69,41 +81,41 @@ func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 func TestLedgerConflictingBodyRefused(t *testing.T) {
 	t.Parallel()
 	const key = "order-2"
-	conflict := func(t *testing.T, client *http.Client, srv *lgOrders) {
+	conflict := func(t *testing.T, client *http.Client, srv *ordersServer) {
 		t.Helper()
 		before := srv.posts.Load()
-		resp, _, err := lgPost(t, client, srv.url(), key, `{"item":"other"}`)
+		resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"other"}`)
 		require.Nilf(t, resp, "got a response, want ErrIdempotencyConflict")
 		assert.Truef(t, errors.Is(err, ErrIdempotencyConflict), "got %v, want ErrIdempotencyConflict", err)
 		assert.Equalf(t, before, srv.posts.Load(), "got %d POSTs at the server, want %d: a conflict must not be sent", srv.posts.Load(), before)
 	}
 
 	t.Run("in_flight", func(t *testing.T) {
-		ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-		srv := lgServe(t, lgAlways(lgHold))
-		client, _ := lgClient(t, ledger, nil)
-		held := lgGo(client, lgRequest(t, lgCtx(t), srv.url(), key, `{"item":"book"}`))
+		ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+		srv := newOrdersServer(t, always(orderHold))
+		client, _ := newLedgerClient(t, ledger, nil)
+		held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"book"}`))
 		srv.waitArrived(t, 1)
 		conflict(t, client, srv)
 		close(srv.release)
-		r := lgReceive(t, held)
+		r := receiveReply(t, held)
 		require.NoError(t, r.err)
-		lgReadAll(t, r.resp)
+		readAndClose(t, r.resp)
 	})
 	t.Run("completed", func(t *testing.T) {
-		ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-		srv := lgServe(t, lgAlways(lgApply))
-		client, _ := lgClient(t, ledger, nil)
-		_, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+		ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+		srv := newOrdersServer(t, always(orderApply))
+		client, _ := newLedgerClient(t, ledger, nil)
+		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 		require.NoError(t, err)
 		conflict(t, client, srv)
 	})
 	t.Run("uncertain", func(t *testing.T) {
-		ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-		srv := lgServe(t, lgAlways(lgApplyThenStall))
-		client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = lgAttemptTimeout })
-		_, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
-		lgReconcileErr(t, err, key)
+		ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+		srv := newOrdersServer(t, always(orderApplyThenStall))
+		client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
+		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
+		reconcileErrOf(t, err, key)
 		conflict(t, client, srv)
 	})
 }
@@ -111,34 +123,34 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 func TestLedgerStoredResultReplayed(t *testing.T) {
 	cases := []struct {
 		name    string
-		step    lgStep
+		step    orderStep
 		status  int
 		read    bool          // read the body before closing it
 		timeout time.Duration // AttemptTimeout
 	}{
-		{"created", lgApply, http.StatusCreated, true, time.Second},
-		{"client_error", lgReject, http.StatusUnprocessableEntity, true, 0},
+		{"created", orderApply, http.StatusCreated, true, time.Second},
+		{"client_error", orderReject, http.StatusUnprocessableEntity, true, 0},
 		// A response without content is whole as it comes: closing it
 		// unread, as callers do, must not lose the result.
-		{"no_content_closed_unread", lgNoContent, http.StatusNoContent, false, 0},
-		{"no_content_closed_unread_attempt_timeout", lgNoContent, http.StatusNoContent, false, time.Second},
+		{"no_content_closed_unread", orderNoContent, http.StatusNoContent, false, 0},
+		{"no_content_closed_unread_attempt_timeout", orderNoContent, http.StatusNoContent, false, time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-			srv := lgServe(t, lgAlways(tc.step))
-			client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = tc.timeout })
-			first, err := client.Do(lgRequest(t, lgCtx(t), srv.url(), "k-"+tc.name, `{"item":"book"}`))
+			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+			srv := newOrdersServer(t, always(tc.step))
+			client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = tc.timeout })
+			first, err := client.Do(newKeyedPOST(t, callCtx(t), srv.url(), "k-"+tc.name, `{"item":"book"}`))
 			require.NoError(t, err)
 			require.Equalf(t, tc.status, first.StatusCode, "got status %d, want %d", first.StatusCode, tc.status)
 			firstBody := ""
 			if tc.read {
-				firstBody = lgReadAll(t, first)
+				firstBody = readAndClose(t, first)
 			} else {
 				require.NoError(t, first.Body.Close())
 			}
 
-			resp, body, err := lgPost(t, client, srv.url(), "k-"+tc.name, `{"item":"book"}`)
+			resp, body, err := postKeyed(t, client, srv.url(), "k-"+tc.name, `{"item":"book"}`)
 			require.NoErrorf(t, err, "replay: got %v, want the stored result", err)
 			assert.Equalf(t, tc.status, resp.StatusCode, "replay: got status %d, want %d", resp.StatusCode, tc.status)
 			assert.Equalf(t, first.Header, resp.Header, "replay: got header %v, want %v", resp.Header, first.Header)
@@ -173,17 +185,17 @@ func TestLedgerResultNotStoredAsksToReconcile(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			const key = "order-3"
-			ledger, _ := lgLedger(t, tc.ledger)
-			srv := lgServe(t, lgAlways(lgApply))
-			client, _ := lgClient(t, ledger, tc.tune)
-			first, err := client.Do(lgRequest(t, lgCtx(t), srv.url(), key, `{"item":"a book with a long title"}`))
+			ledger, _ := newLedgerOnFakeClock(t, tc.ledger)
+			srv := newOrdersServer(t, always(orderApply))
+			client, _ := newLedgerClient(t, ledger, tc.tune)
+			first, err := client.Do(newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"a book with a long title"}`))
 			require.NoError(t, err)
 			require.NoError(t, tc.read(first.Body))
 			require.NoError(t, first.Body.Close())
 
-			resp, _, err := lgPost(t, client, srv.url(), key, `{"item":"a book with a long title"}`)
+			resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"a book with a long title"}`)
 			require.Nilf(t, resp, "got a response, want a *ReconcileRequiredError")
-			rec := lgReconcileErr(t, err, key)
+			rec := reconcileErrOf(t, err, key)
 			assert.Truef(t, errors.Is(rec.Cause, ErrResultNotStored), "got Cause %v, want ErrResultNotStored", rec.Cause)
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 		})
@@ -196,32 +208,32 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 		key = "order-4"
 		ttl = 10 * time.Minute
 	)
-	ledger, ledgerClock := lgLedger(t, MemoryLedgerConfig{TTL: ttl})
-	srv := lgServe(t, lgFirst(lgApplyThenStall))
-	client, _ := lgClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = lgAttemptTimeout })
+	ledger, clock := newLedgerOnFakeClock(t, MemoryLedgerConfig{TTL: ttl})
+	srv := newOrdersServer(t, firstThenApply(orderApplyThenStall))
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
 
-	resp, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.Nil(t, resp)
-	rec := lgReconcileErr(t, err, key)
+	rec := reconcileErrOf(t, err, key)
 	assert.Truef(t, errors.Is(rec.Cause, ErrAttemptTimeout), "got Cause %v, want ErrAttemptTimeout", rec.Cause)
 	assert.Equalf(t, decide.PhasePostWrite, rec.Phase, "got Phase %v, want post_write", rec.Phase)
 	assert.Equalf(t, 1, rec.Attempts, "got Attempts %d, want 1: an uncertain write is never replayed", rec.Attempts)
 	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
 
 	for _, advance := range []time.Duration{0, ttl - time.Second} {
-		ledgerClock.advance(advance)
-		resp, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+		clock.Advance(advance)
+		resp, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 		require.Nil(t, resp)
-		rec = lgReconcileErr(t, err, key)
+		rec = reconcileErrOf(t, err, key)
 		assert.Truef(t, errors.Is(rec.Cause, ErrEarlierUncertain), "got Cause %v, want ErrEarlierUncertain", rec.Cause)
 		assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1: a held key must not be sent", srv.posts.Load())
 	}
 
-	ledgerClock.advance(time.Second) // the TTL has passed: the key is free
+	clock.Advance(time.Second) // the TTL has passed: the key is free
 	// Sent through a second Transport sharing the ledger: the POST is
 	// answered at once, and a starved handler must not look like a timeout.
-	untimed, _ := lgClient(t, ledger, nil)
-	resp, _, err = lgPost(t, untimed, srv.url(), key, `{"item":"book"}`)
+	untimed, _ := newLedgerClient(t, ledger, nil)
+	resp, _, err = postKeyed(t, untimed, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "after the TTL: got %v, want the request sent", err)
 	assert.Equalf(t, http.StatusCreated, resp.StatusCode, "got status %d, want 201", resp.StatusCode)
 	assert.Equalf(t, int32(2), srv.posts.Load(), "got %d POSTs at the server, want 2", srv.posts.Load())
@@ -229,46 +241,46 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 
 func TestLedgerDefiniteFailureFreesKey(t *testing.T) {
 	const key = "order-5"
-	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-	srv := lgServe(t, func(n int) lgStep {
+	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	srv := newOrdersServer(t, func(n int) orderStep {
 		if n <= 2 {
-			return lgUnavailable
+			return orderUnavailable
 		}
-		return lgApply
+		return orderApply
 	})
-	client, _ := lgClient(t, ledger, func(tr *Transport) { tr.MaxAttempts = 2 })
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.MaxAttempts = 2 })
 
-	resp, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "got %v, want the final 503 as a response", err)
 	assert.Equalf(t, http.StatusServiceUnavailable, resp.StatusCode, "got status %d, want 503", resp.StatusCode)
 	assert.Equalf(t, int32(2), srv.posts.Load(), "got %d POSTs at the server, want 2", srv.posts.Load())
 
-	resp, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	resp, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "got %v, want the key free and the request sent", err)
 	assert.Equalf(t, http.StatusCreated, resp.StatusCode, "got status %d, want 201", resp.StatusCode)
 	assert.Equalf(t, int32(3), srv.posts.Load(), "got %d POSTs at the server, want 3", srv.posts.Load())
 }
 
-// lgBrokenLedger cannot be reached.
-type lgBrokenLedger struct{ err error }
+// brokenLedger cannot be reached.
+type brokenLedger struct{ err error }
 
-func (l lgBrokenLedger) Begin(context.Context, string, Fingerprint) (LedgerClaim, error) {
+func (l brokenLedger) Begin(context.Context, string, Fingerprint) (LedgerClaim, error) {
 	return LedgerClaim{}, l.err
 }
-func (l lgBrokenLedger) Complete(context.Context, string, string, *StoredResponse) error {
+func (l brokenLedger) Complete(context.Context, string, string, *StoredResponse) error {
 	return l.err
 }
-func (l lgBrokenLedger) Release(context.Context, string, string) error   { return l.err }
-func (l lgBrokenLedger) Uncertain(context.Context, string, string) error { return l.err }
+func (l brokenLedger) Release(context.Context, string, string) error   { return l.err }
+func (l brokenLedger) Uncertain(context.Context, string, string) error { return l.err }
 
 func TestLedgerUnavailableSendsNothing(t *testing.T) {
 	down := errors.New("ledger store: connection refused")
-	srv := lgServe(t, lgAlways(lgApply))
+	srv := newOrdersServer(t, always(orderApply))
 	var (
 		mu     sync.Mutex
 		events []EvidenceUnavailableInfo
 	)
-	client, _ := lgClient(t, lgBrokenLedger{down}, func(tr *Transport) {
+	client, _ := newLedgerClient(t, brokenLedger{down}, func(tr *Transport) {
 		tr.Hooks.EvidenceUnavailable = func(i EvidenceUnavailableInfo) {
 			mu.Lock()
 			events = append(events, i)
@@ -276,7 +288,7 @@ func TestLedgerUnavailableSendsNothing(t *testing.T) {
 		}
 	})
 
-	resp, _, err := lgPost(t, client, srv.url(), "order-6", `{"item":"book"}`)
+	resp, _, err := postKeyed(t, client, srv.url(), "order-6", `{"item":"book"}`)
 	require.Nil(t, resp)
 	assert.Truef(t, errors.Is(err, ErrLedgerUnavailable), "got %v, want ErrLedgerUnavailable", err)
 	assert.Truef(t, errors.Is(err, down), "got %v, want it to wrap the ledger's error", err)
@@ -290,20 +302,20 @@ func TestLedgerUnavailableSendsNothing(t *testing.T) {
 	assert.Equalf(t, "order-6", events[0].IdempotencyKey, "got key %q, want order-6", events[0].IdempotencyKey)
 }
 
-// lgDecisions records the decision core's verdicts as the hook sees them.
-type lgDecisions struct {
+// decisionRecorder records the decision core's verdicts as the hook sees them.
+type decisionRecorder struct {
 	mu   sync.Mutex
 	seen []DecisionInfo
 }
 
-func (d *lgDecisions) hook(i DecisionInfo) {
+func (d *decisionRecorder) hook(i DecisionInfo) {
 	d.mu.Lock()
 	d.seen = append(d.seen, i)
 	d.mu.Unlock()
 }
 
 // take returns the verdicts recorded since the last take.
-func (d *lgDecisions) take() []DecisionInfo {
+func (d *decisionRecorder) take() []DecisionInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.seen
@@ -313,10 +325,10 @@ func (d *lgDecisions) take() []DecisionInfo {
 
 func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 	const key = "order-7"
-	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-	srv := lgServe(t, lgAlways(lgHold))
-	var d lgDecisions
-	client, _ := lgClient(t, ledger, func(tr *Transport) { tr.Hooks.Decision = d.hook })
+	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	srv := newOrdersServer(t, always(orderHold))
+	var d decisionRecorder
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Hooks.Decision = d.hook })
 
 	type want struct {
 		ks       decide.KeyState
@@ -333,26 +345,105 @@ func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 		assert.Equalf(t, key, got[0].IdempotencyKey, "%s: got key %q, want %q", step, got[0].IdempotencyKey, key)
 	}
 
-	held := lgGo(client, lgRequest(t, lgCtx(t), srv.url(), key, `{"item":"book"}`))
+	held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"book"}`))
 	srv.waitArrived(t, 1)
 	check("first call", d.take(), want{decide.KeyNone, decide.ReplaySafe, decide.EvidencePass, 8})
 
-	_, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.Truef(t, errors.Is(err, ErrDuplicateInFlight), "got %v, want ErrDuplicateInFlight", err)
 	check("duplicate", d.take(), want{decide.KeyInFlight, decide.Brake, decide.EvidencePass, 4})
 
-	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"other"}`)
+	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"other"}`)
 	require.Truef(t, errors.Is(err, ErrIdempotencyConflict), "got %v, want ErrIdempotencyConflict", err)
 	check("other body", d.take(), want{decide.KeyConflict, decide.RejectConflict, decide.EvidenceFail, 1})
 
 	close(srv.release)
-	r := lgReceive(t, held)
+	r := receiveReply(t, held)
 	require.NoError(t, r.err)
-	lgReadAll(t, r.resp)
+	readAndClose(t, r.resp)
 	check("first call's response", d.take(), want{decide.KeyNone, decide.ReplayStored, decide.EvidencePass, 2})
 
-	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoError(t, err)
 	check("replay", d.take(), want{decide.KeyCompleted, decide.ReplayStored, decide.EvidencePass, 2})
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
+}
+
+// A request without a URL is an error of the caller's, as net/http's
+// Transport reports it; with a Ledger, fingerprinting such a keyed request
+// dereferenced the nil URL and panicked.
+func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
+	ledger, err := NewMemoryLedger(MemoryLedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := false
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = true
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+	})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Ledger: ledger})
+	req := &http.Request{Method: http.MethodPost, Header: http.Header{headerIdempotencyKey: {"rv-key"}}}
+	req = req.WithContext(testCtx(t))
+
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("RoundTrip panicked: %v", p)
+		}
+	}()
+	if _, err := fingerprintRequest(req, 1<<10); err == nil {
+		t.Error("fingerprintRequest of a request without a URL: got nil error, want one")
+	}
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Errorf("RoundTrip: got %v, nil; want an error", resp)
+	}
+	if sent {
+		t.Error("the request without a URL reached the base")
+	}
+}
+
+// A key claimed in the ledger must be settled on every path out of
+// RoundTrip, a panic of the base included. Left in flight, the key was
+// freed when its claim expired, and a later call under it sent the write
+// again although the panicking attempt may have been applied.
+func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
+	clk := newFakeClock()
+	ledger, err := NewMemoryLedger(MemoryLedgerConfig{InFlightTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger.now = clk.Now
+	base := &panicBase{}
+	tr := newTransport(t, clk, &Transport{Base: base, Ledger: ledger, Budget: UnlimitedBudget{}})
+	const url = "http://rv-ledger.invalid/charges"
+	post := func() *http.Request {
+		req := newRequest(t, testCtx(t), http.MethodPost, url, `{"amount":1}`)
+		req.Header.Set(headerIdempotencyKey, "rv-key-1")
+		return req
+	}
+
+	if !roundTripPanics(tr, post()) {
+		t.Fatal("the base's panic did not reach the caller")
+	}
+	if got := base.seen.Load(); got != 1 {
+		t.Fatalf("requests the base received: got %d, want 1", got)
+	}
+
+	base.status.Store(201)
+	for _, after := range []time.Duration{0, 2 * time.Minute} { // before and after the in-flight claim would expire
+		_ = clk.Sleep(testCtx(t), after)
+		resp, err := tr.RoundTrip(post())
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		var rec *ReconcileRequiredError
+		if !errors.As(err, &rec) || !errors.Is(err, ErrEarlierUncertain) {
+			t.Errorf("a later call under the key, %v on: got %v, %v; want a *ReconcileRequiredError (ErrEarlierUncertain)", after, resp, err)
+		}
+	}
+	if got := base.seen.Load(); got != 1 {
+		t.Errorf("requests the base received: got %d, want 1 (the possibly applied write never sent again)", got)
+	}
 }

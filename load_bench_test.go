@@ -18,7 +18,7 @@ import (
 // turn, one call in ten meeting a 503 (Retry-After: 0) once and retried.
 // It reports calls per second.
 func BenchmarkLoadMixed(b *testing.B) {
-	srv := ldNewFaultServer(b, time.Second)
+	srv := newFaultServer(b, time.Second)
 	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.2})
 	if err != nil {
 		b.Fatal(err)
@@ -39,7 +39,7 @@ func BenchmarkLoadMixed(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := seq.Add(1)
-			lc := ldCall{name: fmt.Sprintf("m%d", i)}
+			lc := faultCall{name: fmt.Sprintf("m%d", i)}
 			switch i % 3 {
 			case 0:
 				lc.method = http.MethodGet
@@ -50,7 +50,7 @@ func BenchmarkLoadMixed(b *testing.B) {
 				lc.key = lc.name
 			}
 			if i%10 == 0 {
-				lc.fault, lc.times = ldRetryAfter503, 1
+				lc.fault, lc.times = faultRetryAfter503, 1
 			}
 			req, err := lc.request(ctx, srv.URL)
 			if err != nil {
@@ -79,7 +79,7 @@ func BenchmarkLoadMixed(b *testing.B) {
 // call at a time, and reports the median and 99th percentile of the
 // per-call latency, so that the two can be compared within one run.
 func BenchmarkAddedLatency(b *testing.B) {
-	srv := ldNewFaultServer(b, time.Second)
+	srv := newFaultServer(b, time.Second)
 	for _, bc := range []struct {
 		name string
 		rt   func() http.RoundTripper
@@ -110,8 +110,8 @@ func BenchmarkAddedLatency(b *testing.B) {
 			}
 			b.StopTimer()
 			slices.Sort(durs)
-			b.ReportMetric(float64(ldPercentile(durs, 50).Nanoseconds()), "p50-ns")
-			b.ReportMetric(float64(ldPercentile(durs, 99).Nanoseconds()), "p99-ns")
+			b.ReportMetric(float64(percentile(durs, 50).Nanoseconds()), "p50-ns")
+			b.ReportMetric(float64(percentile(durs, 99).Nanoseconds()), "p99-ns")
 		})
 	}
 }

@@ -21,47 +21,44 @@ import (
 
 // The load test sends many concurrent calls through one Transport, with a
 // shared RatioBudget and a Breaker, against the fault server, on real
-// loopback sockets and the real clock. The default run makes ldSmallCalls
-// calls; RETRYFUSE_LOAD=1 (without -short) makes ldFullCalls.
+// loopback sockets and the real clock. The default run makes loadSmallCalls
+// calls; RETRYFUSE_LOAD=1 (without -short) makes loadFullCalls.
 
 const (
-	ldSmallCalls = 200
-	ldFullCalls  = 1000
+	loadSmallCalls = 200
+	loadFullCalls  = 1000
 
-	// ldCallDeadline is each call's deadline; a call must return within it
-	// plus ldCallMargin.
-	ldCallDeadline = 2 * time.Second
-	ldCallMargin   = 500 * time.Millisecond
-
-	// ldSettle bounds the polls for connections and goroutines to go.
-	ldSettle = 5 * time.Second
+	// loadCallDeadline is each call's deadline; a call must return within it
+	// plus loadCallMargin.
+	loadCallDeadline = 2 * time.Second
+	loadCallMargin   = 500 * time.Millisecond
 )
 
 func TestLoadMixedFaults(t *testing.T) {
-	n := ldSmallCalls
+	n := loadSmallCalls
 	if os.Getenv("RETRYFUSE_LOAD") == "1" && !testing.Short() {
-		n = ldFullCalls
+		n = loadFullCalls
 	}
-	ldRunLoad(t, n)
+	runLoad(t, n)
 }
 
-// ldResult is what one call of the load test returned.
-type ldResult struct {
-	call    ldCall
+// loadResult is what one call of the load test returned.
+type loadResult struct {
+	call    faultCall
 	dur     time.Duration // from before Do to the body closed
 	status  int           // 0 without a response
 	err     error         // Do's error
 	bodyErr error         // the error reading the body, if any
 }
 
-// ldMix returns n calls, the same for the same n: GET, PUT and keyed POST in
+// loadMix returns n calls, the same for the same n: GET, PUT and keyed POST in
 // turn (each POST with a key of its own), 40% healthy and the rest spread
 // over every fault, meeting between one and all three attempts.
-func ldMix(n int) []ldCall {
+func loadMix(n int) []faultCall {
 	rng := rand.New(rand.NewPCG(20260101, uint64(n)))
-	calls := make([]ldCall, n)
+	calls := make([]faultCall, n)
 	for i := range calls {
-		lc := ldCall{name: fmt.Sprintf("c%d", i)}
+		lc := faultCall{name: fmt.Sprintf("c%d", i)}
 		switch i % 3 {
 		case 0:
 			lc.method = http.MethodGet
@@ -72,13 +69,13 @@ func ldMix(n int) []ldCall {
 			lc.key = fmt.Sprintf("ld-key-%d", i)
 		}
 		if rng.IntN(10) >= 4 {
-			lc.fault = ldFaults[1+rng.IntN(len(ldFaults)-1)]
+			lc.fault = allFaults[1+rng.IntN(len(allFaults)-1)]
 			lc.times = 1 + rng.IntN(3)
 		}
 		switch lc.fault {
-		case ldSlowHeaders:
+		case faultSlowHeaders:
 			lc.delay = []string{"20ms", "400ms"}[rng.IntN(2)] // under and over AttemptTimeout
-		case ldRetryAfter503:
+		case faultRetryAfter503:
 			lc.retryAfter = []string{"0", "0", "1"}[rng.IntN(3)]
 		}
 		calls[i] = lc
@@ -86,11 +83,11 @@ func ldMix(n int) []ldCall {
 	return calls
 }
 
-// ldDo makes one call with its own deadline and reads at most 64 KiB of the
+// doLoadCall makes one call with its own deadline and reads at most 64 KiB of the
 // body before closing it.
-func ldDo(ctx context.Context, client *http.Client, base string, lc ldCall) (res ldResult) {
+func doLoadCall(ctx context.Context, client *http.Client, base string, lc faultCall) (res loadResult) {
 	res.call = lc
-	ctx, cancel := context.WithTimeout(ctx, ldCallDeadline)
+	ctx, cancel := context.WithTimeout(ctx, loadCallDeadline)
 	defer cancel()
 	began := time.Now()
 	defer func() { res.dur = time.Since(began) }()
@@ -110,13 +107,13 @@ func ldDo(ctx context.Context, client *http.Client, base string, lc ldCall) (res
 	return res
 }
 
-func ldRunLoad(t *testing.T, n int) {
+func runLoad(t *testing.T, n int) {
 	hardBound := 20*time.Second + time.Duration(n)*10*time.Millisecond
 	baseline := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), hardBound)
 	defer cancel()
 
-	srv := ldNewFaultServer(t, 3*time.Second)
+	srv := newFaultServer(t, 3*time.Second)
 	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.2})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +142,7 @@ func ldRunLoad(t *testing.T, n int) {
 			GiveUp: func(g GiveUpInfo) {
 				mu.Lock()
 				defer mu.Unlock()
-				giveUps[ldReasonName(g.Reason)]++
+				giveUps[sentinelName(g.Reason)]++
 				if errors.Is(g.Reason, ErrBudgetExhausted) {
 					budgetOut++
 				}
@@ -161,8 +158,8 @@ func ldRunLoad(t *testing.T, n int) {
 	client := &http.Client{Transport: tr}
 	before := budget.Snapshot()
 
-	calls := ldMix(n)
-	results := make([]ldResult, n)
+	calls := loadMix(n)
+	results := make([]loadResult, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, lc := range calls {
@@ -170,7 +167,7 @@ func ldRunLoad(t *testing.T, n int) {
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i] = ldDo(ctx, client, srv.URL, lc)
+			results[i] = doLoadCall(ctx, client, srv.URL, lc)
 		}()
 	}
 	began := time.Now()
@@ -183,7 +180,7 @@ func ldRunLoad(t *testing.T, n int) {
 	select { // the watchdog
 	case <-finished:
 	case <-ctx.Done():
-		t.Fatalf("%d calls not done within %v: deadlock? goroutines:\n%s", n, hardBound, ldGoroutines())
+		t.Fatalf("%d calls not done within %v: deadlock? goroutines:\n%s", n, hardBound, goroutineDump())
 	}
 	elapsed := time.Since(began)
 	after := budget.Snapshot()
@@ -193,10 +190,10 @@ func ldRunLoad(t *testing.T, n int) {
 	late := 0
 	for i, r := range results {
 		durs[i] = r.dur
-		if r.dur > ldCallDeadline+ldCallMargin {
+		if r.dur > loadCallDeadline+loadCallMargin {
 			late++
 			if late <= 10 {
-				t.Errorf("call %s (%s, fault %q ×%d): took %v, want at most %v", r.call.name, r.call.method, r.call.fault, r.call.times, r.dur, ldCallDeadline+ldCallMargin)
+				t.Errorf("call %s (%s, fault %q ×%d): took %v, want at most %v", r.call.name, r.call.method, r.call.fault, r.call.times, r.dur, loadCallDeadline+loadCallMargin)
 			}
 		}
 	}
@@ -235,27 +232,27 @@ func ldRunLoad(t *testing.T, n int) {
 
 	// Connections and goroutines go once the calls are done.
 	tr.CloseIdleConnections()
-	if !ldPoll(ldSettle, func() bool { return srv.openConns() == 0 }) {
+	if !poll(settleBound, func() bool { return srv.openConns() == 0 }) {
 		t.Errorf("open connections on the server after CloseIdleConnections: got %d, want 0", srv.openConns())
 	}
 	srv.Close()
-	if !ldPoll(ldSettle, func() bool { return runtime.NumGoroutine() <= baseline }) {
-		t.Errorf("goroutines: got %d, want at most %d (before the test); goroutines:\n%s", runtime.NumGoroutine(), baseline, ldGoroutines())
+	if !poll(settleBound, func() bool { return runtime.NumGoroutine() <= baseline }) {
+		t.Errorf("goroutines: got %d, want at most %d (before the test); goroutines:\n%s", runtime.NumGoroutine(), baseline, goroutineDump())
 	}
 
 	t.Logf("%d calls in %v; call duration p50 %v, p99 %v, max %v", n, elapsed.Round(time.Millisecond),
-		ldPercentile(durs, 50), ldPercentile(durs, 99), durs[n-1])
+		percentile(durs, 50), percentile(durs, 99), durs[n-1])
 	t.Logf("connections accepted %d; budget %+v; retries %d; breaker opened %d times", srv.accepted.Load(), after, retries.Load(), opened.Load())
 	t.Logf("faults injected %v", srv.injectedCounts())
 	mu.Lock()
 	t.Logf("give-ups %v", giveUps)
 	mu.Unlock()
-	t.Logf("outcomes %s", ldOutcomes(results))
+	t.Logf("outcomes %s", tallyOutcomes(results))
 }
 
-// ldReasonName names a GiveUp reason for the tally: the sentinel it
+// sentinelName names a GiveUp reason for the tally: the sentinel it
 // matches.
-func ldReasonName(err error) string {
+func sentinelName(err error) string {
 	for _, s := range []error{ErrAttemptsExhausted, ErrBudgetExhausted, ErrCircuitOpen, ErrNotRepeatable,
 		ErrFailureThreshold, ErrCostBudget, errRetryAfterTooLong, ErrDeadline, errFinal,
 		context.DeadlineExceeded, context.Canceled} {
@@ -266,8 +263,8 @@ func ldReasonName(err error) string {
 	return fmt.Sprintf("%T", err)
 }
 
-// ldOutcomes tallies results by method and how they ended.
-func ldOutcomes(results []ldResult) string {
+// tallyOutcomes tallies results by method and how they ended.
+func tallyOutcomes(results []loadResult) string {
 	m := map[string]int{}
 	for _, r := range results {
 		var k string
@@ -284,7 +281,7 @@ func ldOutcomes(results []ldResult) string {
 		case errors.As(r.err, &open):
 			k = "circuit-open"
 		case errors.As(r.err, &re):
-			k = "retry-error:" + ldReasonName(re.Reason)
+			k = "retry-error:" + sentinelName(re.Reason)
 		case errors.Is(r.err, context.DeadlineExceeded):
 			k = "deadline"
 		default:
@@ -308,28 +305,14 @@ func ldOutcomes(results []ldResult) string {
 	return b.String()
 }
 
-// ldPoll calls cond until it holds or bound passes.
-func ldPoll(bound time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond) // a bounded wait on real sockets
-	}
-}
-
-// ldGoroutines dumps every goroutine's stack.
-func ldGoroutines() string {
+// goroutineDump dumps every goroutine's stack.
+func goroutineDump() string {
 	buf := make([]byte, 1<<20)
 	return string(buf[:runtime.Stack(buf, true)])
 }
 
-// ldPercentile returns the p-th percentile of sorted durations.
-func ldPercentile(sorted []time.Duration, p int) time.Duration {
+// percentile returns the p-th percentile of sorted durations.
+func percentile(sorted []time.Duration, p int) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}

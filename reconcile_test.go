@@ -19,17 +19,17 @@ import (
 // The Reconciler seen through http.Client.Do: a write whose response was
 // lost on a real loopback connection, looked up by its idempotency key.
 
-// lgPlainClient is a client without retryfuse, for lookups.
-func lgPlainClient(t *testing.T) *http.Client {
+// plainClient is a client without retryfuse, for lookups.
+func plainClient(t *testing.T) *http.Client {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }
 
-// lgLookup is a Reconciler that looks the order up with GET
+// lookupReconciler is a Reconciler that looks the order up with GET
 // /orders?key=K through *c: Applied with the order (200), NotApplied when
 // there is none (404), StillUnknown otherwise. calls counts its uses.
-func lgLookup(c **http.Client, srv *lgOrders, calls *atomic.Int32) Reconciler {
+func lookupReconciler(c **http.Client, srv *ordersServer, calls *atomic.Int32) Reconciler {
 	return Reconciler(func(ctx context.Context, e *ReconcileRequiredError) (Reconciliation, error) {
 		calls.Add(1)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.url()+"?key="+url.QueryEscape(e.IdempotencyKey), nil)
@@ -53,20 +53,20 @@ func lgLookup(c **http.Client, srv *lgOrders, calls *atomic.Int32) Reconciler {
 	})
 }
 
-// lgReconciles records the Reconcile hook.
-type lgReconciles struct {
+// reconcileRecorder records the Reconcile hook.
+type reconcileRecorder struct {
 	mu   sync.Mutex
 	seen []ReconcileInfo
 }
 
-func (r *lgReconciles) hook(i ReconcileInfo) {
+func (r *reconcileRecorder) hook(i ReconcileInfo) {
 	r.mu.Lock()
 	r.seen = append(r.seen, i)
 	r.mu.Unlock()
 }
 
 // one asserts that the hook fired once, with res, and returns the event.
-func (r *lgReconciles) one(t *testing.T, res Resolution) ReconcileInfo {
+func (r *reconcileRecorder) one(t *testing.T, res Resolution) ReconcileInfo {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -80,18 +80,18 @@ func (r *lgReconciles) one(t *testing.T, res Resolution) ReconcileInfo {
 func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 	t.Parallel()
 	const key = "order-10"
-	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-	srv := lgServe(t, lgAlways(lgApplyThenStall))
-	lookups := lgPlainClient(t)
+	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	srv := newOrdersServer(t, always(orderApplyThenStall))
+	lookups := plainClient(t)
 	var calls atomic.Int32
-	var hooks lgReconciles
-	client, _ := lgClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = lgAttemptTimeout
-		tr.Reconciler = lgLookup(&lookups, srv, &calls)
+	var hooks reconcileRecorder
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = heldAttemptTimeout
+		tr.Reconciler = lookupReconciler(&lookups, srv, &calls)
 		tr.Hooks.Reconcile = hooks.hook
 	})
 
-	resp, body, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	resp, body, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "got %v, want the reconciled response", err)
 	assert.Equalf(t, http.StatusOK, resp.StatusCode, "got status %d, want the lookup's 200", resp.StatusCode)
 	assert.Containsf(t, body, `"key":"`+key+`"`, "got body %q, want the order looked up by key", body)
@@ -104,7 +104,7 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 	// The reconciliation completed the key, but the lookup's response is not
 	// the write's own answer: it is not replayed as if it were. A later call
 	// under the key is not sent; it is asked to reconcile.
-	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	var rec *ReconcileRequiredError
 	require.ErrorAsf(t, err, &rec, "again: got %v, want a *ReconcileRequiredError", err)
 	assert.ErrorIsf(t, err, ErrResultNotStored, "again: got %v, want cause ErrResultNotStored", err)
@@ -114,18 +114,18 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 func TestReconcilerNotAppliedSendsAgain(t *testing.T) {
 	t.Parallel()
 	const key = "order-11"
-	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-	srv := lgServe(t, lgFirst(lgStallNoApply))
-	lookups := lgPlainClient(t)
+	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	srv := newOrdersServer(t, firstThenApply(orderStallNoApply))
+	lookups := plainClient(t)
 	var calls atomic.Int32
-	var hooks lgReconciles
-	client, _ := lgClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = lgAttemptTimeout
-		tr.Reconciler = lgLookup(&lookups, srv, &calls)
+	var hooks reconcileRecorder
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = heldAttemptTimeout
+		tr.Reconciler = lookupReconciler(&lookups, srv, &calls)
 		tr.Hooks.Reconcile = hooks.hook
 	})
 
-	resp, body, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+	resp, body, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "got %v, want the request sent again and answered", err)
 	assert.Equalf(t, http.StatusCreated, resp.StatusCode, "got status %d, want 201", resp.StatusCode)
 	assert.Containsf(t, body, `"key":"`+key+`"`, "got body %q, want the order", body)
@@ -135,35 +135,35 @@ func TestReconcilerNotAppliedSendsAgain(t *testing.T) {
 	hooks.one(t, NotApplied)
 }
 
-// lgTrackedBody reports whether it was closed.
-type lgTrackedBody struct {
+// strayBody reports whether it was closed.
+type strayBody struct {
 	io.Reader
 	closed atomic.Bool
 }
 
-func (b *lgTrackedBody) Close() error { b.closed.Store(true); return nil }
+func (b *strayBody) Close() error { b.closed.Store(true); return nil }
 
 func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 	t.Parallel()
-	type answer func(stray *lgTrackedBody) (Reconciliation, error)
+	type answer func(stray *strayBody) (Reconciliation, error)
 	cases := []struct {
 		name        string
 		answer      answer
 		closesStray bool // the transport must close the response it is given
 	}{
-		{"still_unknown", func(*lgTrackedBody) (Reconciliation, error) {
+		{"still_unknown", func(*strayBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: StillUnknown}, nil
 		}, false},
-		{"error", func(*lgTrackedBody) (Reconciliation, error) {
+		{"error", func(*strayBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: Applied, Response: &http.Response{StatusCode: 200, Body: http.NoBody}}, errors.New("lookup failed")
 		}, false},
-		{"panic", func(*lgTrackedBody) (Reconciliation, error) {
+		{"panic", func(*strayBody) (Reconciliation, error) {
 			panic("reconciler bug")
 		}, false},
-		{"applied_without_response", func(*lgTrackedBody) (Reconciliation, error) {
+		{"applied_without_response", func(*strayBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: Applied}, nil
 		}, false},
-		{"still_unknown_with_response", func(stray *lgTrackedBody) (Reconciliation, error) {
+		{"still_unknown_with_response", func(stray *strayBody) (Reconciliation, error) {
 			return Reconciliation{Resolution: StillUnknown, Response: &http.Response{StatusCode: 200, Body: stray}}, nil
 		}, true},
 	}
@@ -171,13 +171,13 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const key = "order-12"
-			stray := &lgTrackedBody{Reader: strings.NewReader("not the caller's")}
-			ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-			srv := lgServe(t, lgAlways(lgApplyThenStall))
+			stray := &strayBody{Reader: strings.NewReader("not the caller's")}
+			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+			srv := newOrdersServer(t, always(orderApplyThenStall))
 			var calls atomic.Int32
-			var hooks lgReconciles
-			client, _ := lgClient(t, ledger, func(tr *Transport) {
-				tr.AttemptTimeout = lgAttemptTimeout
+			var hooks reconcileRecorder
+			client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
+				tr.AttemptTimeout = heldAttemptTimeout
 				tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
 					calls.Add(1)
 					return tc.answer(stray)
@@ -185,9 +185,9 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 				tr.Hooks.Reconcile = hooks.hook
 			})
 
-			resp, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+			resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 			require.Nilf(t, resp, "got a response, want a *ReconcileRequiredError")
-			rec := lgReconcileErr(t, err, key)
+			rec := reconcileErrOf(t, err, key)
 			assert.Truef(t, errors.Is(rec.Cause, ErrAttemptTimeout), "got Cause %v, want ErrAttemptTimeout", rec.Cause)
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 			assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
@@ -197,9 +197,9 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			}
 
 			// The key stays held as uncertain: never a replay.
-			resp, _, err = lgPost(t, client, srv.url(), key, `{"item":"book"}`)
+			resp, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 			require.Nil(t, resp)
-			rec = lgReconcileErr(t, err, key)
+			rec = reconcileErrOf(t, err, key)
 			assert.Truef(t, errors.Is(rec.Cause, ErrEarlierUncertain), "got Cause %v, want ErrEarlierUncertain", rec.Cause)
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 		})
@@ -210,24 +210,24 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 	t.Parallel()
 	const (
 		key      = "order-13"
-		deadline = 4 * lgAttemptTimeout
+		deadline = 4 * heldAttemptTimeout
 	)
-	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	srv := newOrdersServer(t, always(orderApplyThenStall))
 	var (
 		ctxErr      error
 		hadDeadline bool
 		escaped     atomic.Bool
 	)
-	var hooks lgReconciles
-	client, _ := lgClient(t, nil, func(tr *Transport) {
-		tr.AttemptTimeout = lgAttemptTimeout
+	var hooks reconcileRecorder
+	client, _ := newLedgerClient(t, nil, func(tr *Transport) {
+		tr.AttemptTimeout = heldAttemptTimeout
 		tr.Reconciler = Reconciler(func(ctx context.Context, _ *ReconcileRequiredError) (Reconciliation, error) {
 			_, hadDeadline = ctx.Deadline()
 			select {
 			case <-ctx.Done():
 				ctxErr = ctx.Err()
 				return Reconciliation{}, ctxErr
-			case <-time.After(lgWait):
+			case <-time.After(callWait):
 				escaped.Store(true)
 				return Reconciliation{}, nil
 			}
@@ -238,25 +238,25 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
 	began := time.Now()
-	resp, err := client.Do(lgRequest(t, ctx, srv.url(), key, `{"item":"book"}`))
+	resp, err := client.Do(newKeyedPOST(t, ctx, srv.url(), key, `{"item":"book"}`))
 	elapsed := time.Since(began)
 	if resp != nil {
-		lgReadAll(t, resp)
+		readAndClose(t, resp)
 	}
 	require.Nil(t, resp)
-	lgReconcileErr(t, err, key)
+	reconcileErrOf(t, err, key)
 	assert.False(t, escaped.Load(), "the reconciler outlived the caller's deadline")
 	assert.True(t, hadDeadline, "the reconciler's context has no deadline, want the caller's")
 	assert.Truef(t, errors.Is(ctxErr, context.DeadlineExceeded), "the reconciler's context ended with %v, want context.DeadlineExceeded", ctxErr)
-	assert.Lessf(t, elapsed, lgWait/2, "the call took %v, want it to end at the caller's deadline (%v)", elapsed, deadline)
+	assert.Lessf(t, elapsed, callWait/2, "the call took %v, want it to end at the caller's deadline (%v)", elapsed, deadline)
 	hooks.one(t, StillUnknown)
 }
 
 func TestReconcilerLookupThroughSameClient(t *testing.T) {
 	t.Parallel()
 	const key = "order-14"
-	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	srv := newOrdersServer(t, always(orderApplyThenStall))
 	// The first lookup meets a 503: the Transport must repeat it as a call
 	// of its own, not pass it through as part of the POST.
 	srv.getHook = func(n int, w http.ResponseWriter) bool {
@@ -277,10 +277,10 @@ func TestReconcilerLookupThroughSameClient(t *testing.T) {
 		calls  atomic.Int32
 		client *http.Client
 	)
-	var hooks lgReconciles
-	client, _ = lgClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = lgAttemptTimeout
-		tr.Reconciler = lgLookup(&client, srv, &calls)
+	var hooks reconcileRecorder
+	client, _ = newLedgerClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = heldAttemptTimeout
+		tr.Reconciler = lookupReconciler(&client, srv, &calls)
 		tr.Hooks.Reconcile = hooks.hook
 		tr.Hooks.AttemptStart = func(i AttemptStartInfo) {
 			mu.Lock()
@@ -289,14 +289,14 @@ func TestReconcilerLookupThroughSameClient(t *testing.T) {
 		}
 	})
 
-	done := make(chan lgReply, 1)
+	done := make(chan callReply, 1)
 	go func() {
-		resp, err := client.Do(lgRequest(t, lgCtx(t), srv.url(), key, `{"item":"book"}`))
-		done <- lgReply{resp, err}
+		resp, err := client.Do(newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"book"}`))
+		done <- callReply{resp, err}
 	}()
-	r := lgReceive(t, done) // a deadlock fails here
+	r := receiveReply(t, done) // a deadlock fails here
 	require.NoErrorf(t, r.err, "got %v, want the reconciled response", r.err)
-	body := lgReadAll(t, r.resp)
+	body := readAndClose(t, r.resp)
 	assert.Equalf(t, http.StatusOK, r.resp.StatusCode, "got status %d, want the lookup's 200", r.resp.StatusCode)
 	assert.Containsf(t, body, `"key":"`+key+`"`, "got body %q, want the order", body)
 	assert.Equalf(t, int32(2), srv.gets.Load(), "got %d lookups at the server, want 2 (the 503 repeated)", srv.gets.Load())
@@ -316,14 +316,14 @@ func TestReconcilerLookupThroughSameClient(t *testing.T) {
 func TestReconcileHookWithoutReconciler(t *testing.T) {
 	t.Parallel()
 	const key = "order-15"
-	srv := lgServe(t, lgAlways(lgApplyThenStall))
-	var hooks lgReconciles
-	client, _ := lgClient(t, nil, func(tr *Transport) {
-		tr.AttemptTimeout = lgAttemptTimeout
+	srv := newOrdersServer(t, always(orderApplyThenStall))
+	var hooks reconcileRecorder
+	client, _ := newLedgerClient(t, nil, func(tr *Transport) {
+		tr.AttemptTimeout = heldAttemptTimeout
 		tr.Hooks.Reconcile = hooks.hook
 	})
-	_, _, err := lgPost(t, client, srv.url(), key, `{"item":"book"}`)
-	rec := lgReconcileErr(t, err, key)
+	_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
+	rec := reconcileErrOf(t, err, key)
 	ev := hooks.one(t, StillUnknown)
 	assert.Samef(t, rec, ev.Err, "the hook's error %v is not the one returned, %v", ev.Err, rec)
 }
@@ -333,21 +333,21 @@ func TestReconcileHookWithoutReconciler(t *testing.T) {
 func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
 	t.Parallel()
 	const key = "order-hook"
-	ledger, _ := lgLedger(t, MemoryLedgerConfig{})
-	srv := lgServe(t, lgAlways(lgApplyThenStall))
+	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	srv := newOrdersServer(t, always(orderApplyThenStall))
 	var asked atomic.Int32
-	var hooks lgReconciles
-	client, _ := lgClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = lgAttemptTimeout
+	var hooks reconcileRecorder
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
+		tr.AttemptTimeout = heldAttemptTimeout
 		tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
 			asked.Add(1)
 			return Reconciliation{Resolution: StillUnknown}, nil
 		})
 		tr.Hooks.Reconcile = hooks.hook
 	})
-	_, _, err := lgPost(t, client, srv.url(), key, `{"item":"lamp"}`)
-	lgReconcileErr(t, err, key)
-	_, _, err = lgPost(t, client, srv.url(), key, `{"item":"lamp"}`)
+	_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"lamp"}`)
+	reconcileErrOf(t, err, key)
+	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"lamp"}`)
 	require.ErrorIsf(t, err, ErrEarlierUncertain, "again: got %v, want cause ErrEarlierUncertain", err)
 	assert.Equalf(t, int32(1), asked.Load(), "got %d Reconciler calls, want 1: the refusal does not ask again", asked.Load())
 	hooks.mu.Lock()

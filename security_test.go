@@ -14,9 +14,9 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
-// hzSecretURL puts credentials where callers put them: user information
+// secretURL puts credentials where callers put them: user information
 // and token query parameters.
-func hzSecretURL(base string) string {
+func secretURL(base string) string {
 	u, _ := url.Parse(base)
 	u.User = url.UserPassword("alice", "secret")
 	u.Path = "/payments"
@@ -24,14 +24,14 @@ func hzSecretURL(base string) string {
 	return u.String()
 }
 
-// hzEvents records every hook event, rendered with %+v (errors through
+// renderedEvents records every hook event, rendered with %+v (errors through
 // their Error method), and is safe for concurrent use.
-type hzEvents struct {
+type renderedEvents struct {
 	mu   sync.Mutex
 	text []string
 }
 
-func hzAdd[T any](e *hzEvents) func(T) {
+func addRendered[T any](e *renderedEvents) func(T) {
 	return func(v T) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -39,17 +39,17 @@ func hzAdd[T any](e *hzEvents) func(T) {
 	}
 }
 
-func (e *hzEvents) hooks() Hooks {
+func (e *renderedEvents) hooks() Hooks {
 	return Hooks{
-		AttemptStart: hzAdd[AttemptStartInfo](e), AttemptDone: hzAdd[AttemptDoneInfo](e),
-		Decision: hzAdd[DecisionInfo](e), Retry: hzAdd[RetryInfo](e), Reconcile: hzAdd[ReconcileInfo](e),
-		GiveUp: hzAdd[GiveUpInfo](e), HiddenResend: hzAdd[HiddenResendInfo](e),
-		BreakerChange: hzAdd[BreakerChangeInfo](e), EvidenceUnavailable: hzAdd[EvidenceUnavailableInfo](e),
+		AttemptStart: addRendered[AttemptStartInfo](e), AttemptDone: addRendered[AttemptDoneInfo](e),
+		Decision: addRendered[DecisionInfo](e), Retry: addRendered[RetryInfo](e), Reconcile: addRendered[ReconcileInfo](e),
+		GiveUp: addRendered[GiveUpInfo](e), HiddenResend: addRendered[HiddenResendInfo](e),
+		BreakerChange: addRendered[BreakerChangeInfo](e), EvidenceUnavailable: addRendered[EvidenceUnavailableInfo](e),
 	}
 }
 
-// hzNoCredential fails the test if s shows a credential of hzSecretURL.
-func hzNoCredential(t *testing.T, where, s string) {
+// noCredential fails the test if s shows a credential of secretURL.
+func noCredential(t *testing.T, where, s string) {
 	t.Helper()
 	for _, c := range []string{"secret", "alice"} {
 		if strings.Contains(s, c) {
@@ -81,12 +81,12 @@ func TestCredentialsNeverReported(t *testing.T) {
 			if tt.handler != nil {
 				target = newTestServer(t, tt.handler).URL
 			}
-			var events hzEvents
+			var events renderedEvents
 			var logged bytes.Buffer
 			logger := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			tt.tr.Hooks = JoinHooks(events.hooks(), SlogHooks(logger))
 			tr := newTransport(t, newFakeClock(), tt.tr)
-			req := newRequest(t, testCtx(t), http.MethodPost, hzSecretURL(target), `{"amount":10}`)
+			req := newRequest(t, testCtx(t), http.MethodPost, secretURL(target), `{"amount":10}`)
 			if tt.key != "" {
 				req.Header.Set(headerIdempotencyKey, tt.key)
 			}
@@ -99,7 +99,7 @@ func TestCredentialsNeverReported(t *testing.T) {
 				t.Fatalf("RoundTrip: got %v, want an error matching %v", err, tt.wantErr)
 			}
 			if err != nil {
-				hzNoCredential(t, "the error", err.Error())
+				noCredential(t, "the error", err.Error())
 				var rec *ReconcileRequiredError
 				if errors.As(err, &rec) {
 					u := strings.TrimPrefix(target, "http://")
@@ -114,9 +114,9 @@ func TestCredentialsNeverReported(t *testing.T) {
 				t.Fatal("no hook events recorded")
 			}
 			for _, e := range events.text {
-				hzNoCredential(t, "a hook event", e)
+				noCredential(t, "a hook event", e)
 			}
-			hzNoCredential(t, "the slog hooks' log", logged.String())
+			noCredential(t, "the slog hooks' log", logged.String())
 		})
 	}
 }
@@ -128,7 +128,7 @@ func TestCredentialsNeverReported(t *testing.T) {
 func TestCredentialsInHTTPClientURLError(t *testing.T) {
 	srv := newTestServer(t, stallUntilGone)
 	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: shortTimeout})
-	req := newRequest(t, testCtx(t), http.MethodPost, hzSecretURL(srv.URL), `{"amount":10}`)
+	req := newRequest(t, testCtx(t), http.MethodPost, secretURL(srv.URL), `{"amount":10}`)
 	req.Header.Set(headerIdempotencyKey, "pay-s5")
 	_, _, err := do(tr, req)
 
@@ -146,7 +146,7 @@ func TestCredentialsInHTTPClientURLError(t *testing.T) {
 	if !errors.As(err, &rec) {
 		t.Fatalf("Do: got %v, want a *ReconcileRequiredError inside", err)
 	}
-	hzNoCredential(t, "the reconcile error inside", rec.Error())
+	noCredential(t, "the reconcile error inside", rec.Error())
 }
 
 // A header value that would inject a header line is refused by net/http

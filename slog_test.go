@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,20 +73,6 @@ func slogTransport(level slog.Level) (*Transport, *bytes.Buffer) {
 		sleep: func(context.Context, time.Duration) error { return nil },
 		randN: func(n int64) int64 { return n / 2 },
 	}, &buf
-}
-
-// statusSequence serves the statuses in turn, then 200.
-func statusSequence(t *testing.T, statuses ...int) *httptest.Server {
-	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if i := int(n.Add(1)) - 1; i < len(statuses) {
-			w.WriteHeader(statuses[i])
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
 }
 
 func roundTrip(t *testing.T, tr *Transport, method, url, key string) (*http.Response, error) {

@@ -48,7 +48,7 @@ func TestStackedTransportsDoNotMultiplyAttempts(t *testing.T) {
 	}
 }
 
-func TestStackedTransportsOnErrors(t *testing.T) {
+func TestStackedTransportsDoNotMultiplyAttemptsOnErrors(t *testing.T) {
 	url := refusedURL(t)
 	var innerLog hookLog
 	inner := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 4, Hooks: innerLog.hooks()})
@@ -66,5 +66,27 @@ func TestStackedTransportsOnErrors(t *testing.T) {
 		if d.Phase != decide.PhasePreWrite {
 			t.Errorf("inner attempt %d: phase %v, want pre_write", i+1, d.Phase)
 		}
+	}
+}
+
+// A Transport over a Transport whose breaker has opened: the outer one
+// must not take the inner one's refusal for a transient failure of the
+// dependency and wait and repeat it.
+func TestStackedOuterDoesNotRepeatAnInnerBreakerRefusal(t *testing.T) {
+	url := refusedURL(t)
+	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := newTransport(t, newFakeClock(), &Transport{Breaker: b})
+	outerClk := newFakeClock()
+	outer := newTransport(t, outerClk, &Transport{Base: inner, MaxAttempts: 4, Budget: UnlimitedBudget{}})
+
+	_, _, err = do(outer, newRequest(t, testCtx(t), http.MethodGet, url, ""))
+	if !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("Do: got %v, want the inner breaker's refusal (ErrCircuitOpen)", err)
+	}
+	if got := outerClk.Sleeps(); len(got) != 1 {
+		t.Errorf("outer waits: got %v, want 1 (after the refused connection only, none to repeat the breaker's refusal)", got)
 	}
 }

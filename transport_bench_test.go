@@ -3,7 +3,6 @@ package retryfuse
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -27,14 +26,6 @@ func benchTransports() []struct {
 			return &Transport{Base: cleanhttp.DefaultPooledTransport(), AttemptTimeout: 10 * time.Second}
 		}},
 	}
-}
-
-func benchServer(b *testing.B) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok, a small body")
-	}))
-	b.Cleanup(srv.Close)
-	return srv
 }
 
 func benchGET(b *testing.B, client *http.Client, req *http.Request) {

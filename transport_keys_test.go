@@ -8,18 +8,6 @@ import (
 	"testing"
 )
 
-// failThenOK answers 503 to the first fails requests and 200 after.
-func failThenOK(fails int) func(int, http.ResponseWriter, *http.Request) {
-	return func(n int, w http.ResponseWriter, _ *http.Request) {
-		if n <= fails {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "try later")
-			return
-		}
-		_, _ = io.WriteString(w, "done")
-	}
-}
-
 func TestPOSTWithoutKeyNotRetried(t *testing.T) {
 	srv := newTestServer(t, failThenOK(1))
 	clk := newFakeClock()
@@ -146,7 +134,7 @@ func TestInvalidIdempotencyKeyRefusedBeforeSending(t *testing.T) {
 	}
 }
 
-func TestGeneratedIdempotencyKey(t *testing.T) {
+func TestGeneratedIdempotencyKeyOnePerPOSTSentOnEveryAttempt(t *testing.T) {
 	srv := newTestServer(t, failThenOK(2))
 	clk := newFakeClock()
 	var log hookLog

@@ -6,29 +6,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jarcoal/httpmock"
 )
-
-// retryAfterMock answers 503 with Retry-After: value(now) once, then 200.
-// now is the fake clock's time when the 503 is produced, which is also the
-// time at which the transport reads it (the clock moves only in sleep).
-func retryAfterMock(clk *fakeClock, value func(now time.Time) string) *httpmock.MockTransport {
-	mock := httpmock.NewMockTransport()
-	n := 0
-	mock.RegisterResponder(http.MethodGet, mockURL, func(*http.Request) (*http.Response, error) {
-		n++
-		if n > 1 {
-			return httpmock.NewStringResponse(200, "ok"), nil
-		}
-		resp := httpmock.NewStringResponse(503, "busy")
-		resp.Header.Set("Retry-After", value(clk.Now()))
-		return resp, nil
-	})
-	return mock
-}
 
 func TestRetryAfterHonoured(t *testing.T) {
 	gmt := func(layout string) func(time.Time) string {
@@ -264,5 +247,118 @@ func TestCancelledBeforeTheFirstAttempt(t *testing.T) {
 	}
 	if n, _ := bs.unclosed(); n != 0 {
 		t.Errorf("request bodies left unclosed: got %d, want 0", n)
+	}
+}
+
+// slowBody is a response body whose first Read moves the fake clock on by
+// took, as a server trickling its body would.
+type slowBody struct {
+	clk  *fakeClock
+	took time.Duration
+	done bool
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	b.done = true
+	_ = b.clk.Sleep(context.Background(), b.took)
+	return copy(p, "busy"), nil
+}
+
+func (b *slowBody) Close() error { return nil }
+
+// The set-aside response is read before the wait; when that read uses up
+// the time the wait needed, no wait starts that would end past the
+// caller's deadline: the 503 goes back, with ErrDeadline reported.
+func TestNoWaitPastTheDeadlineAfterReadingTheSetAsideBody(t *testing.T) {
+	clk := newFakeClock()
+	var sent atomic.Int32
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return &http.Response{StatusCode: 503, Status: "503 Service Unavailable", Header: http.Header{},
+			Body: &slowBody{clk: clk, took: 980 * time.Millisecond}, Request: req}, nil
+	})
+	var log hookLog
+	// The backoff is 50ms (half the 100ms ceiling); 1s is left before the
+	// deadline when the 503 arrives, 20ms once its body is read.
+	tr := newTransport(t, clk, &Transport{Base: base, Hooks: log.hooks()})
+	ctx, cancel := context.WithDeadline(testCtx(t), clk.Now().Add(time.Second))
+	defer cancel()
+	resp, body, err := do(tr, newRequest(t, ctx, http.MethodGet, "http://api.example.test/", ""))
+	if err != nil {
+		t.Fatalf("Do: got error %v, want the 503", err)
+	}
+	if resp.StatusCode != 503 || string(body) != "busy" {
+		t.Errorf("got %d %q, want 503 %q", resp.StatusCode, body, "busy")
+	}
+	if got := sent.Load(); got != 1 {
+		t.Errorf("attempts sent: got %d, want 1", got)
+	}
+	for _, d := range clk.Sleeps() {
+		if d != 980*time.Millisecond {
+			t.Errorf("a wait of %v started, 20ms before the deadline", d)
+		}
+	}
+	if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], ErrDeadline) {
+		t.Errorf("GiveUp reasons: got %v, want [ErrDeadline]", got)
+	}
+}
+
+// The wait before a retry selects between its timer and the caller's
+// context; when both are ready, Go picks either, so the wait may end
+// "on time" with the caller's context already done. No attempt may start
+// then: the seam below ends the wait that way.
+func TestNoRetryStartsAfterTheCallerIsDone(t *testing.T) {
+	var sent atomic.Int32
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 3, Budget: UnlimitedBudget{}})
+	tr.sleep = func(context.Context, time.Duration) error {
+		cancel() // the caller gives up as the timer fires
+		return nil
+	}
+
+	resp, err := tr.RoundTrip(newRequest(t, ctx, http.MethodGet, "http://rv.invalid/", ""))
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	if got := sent.Load(); got != 1 {
+		t.Errorf("attempts sent: got %d, want 1 (none after the caller's context was done)", got)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("RoundTrip: got %v, %v; want an error matching context.Canceled", resp, err)
+	}
+}
+
+// A Retry-After far beyond any cap (a date in the year 9999) neither
+// overflows nor waits: the 503 comes back at once, reported as
+// errRetryAfterTooLong.
+func TestRetryAfterYear9999ReturnsAtOnce(t *testing.T) {
+	srv := newFaultServer(t, 3*time.Second)
+	var log hookLog
+	tr := newTransport(t, nil, &Transport{Hooks: log.hooks()})
+	req, err := faultCall{name: "year9999", method: http.MethodGet, fault: faultRetryAfter503, retryAfter: "Fri, 31 Dec 9999 23:59:59 GMT"}.request(testCtx(t), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	resp, _, err := do(tr, req)
+	elapsed := time.Since(began)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("Do: got %v, %v; want the 503", resp, err)
+	}
+	if elapsed > time.Second {
+		t.Errorf("call took %v, want the 503 at once", elapsed)
+	}
+	if got := srv.arrivalsOf("year9999"); got != 1 {
+		t.Errorf("attempts that reached the server: got %d, want 1", got)
+	}
+	if got := log.giveUpReasons(); len(got) != 1 || !errors.Is(got[0], errRetryAfterTooLong) {
+		t.Errorf("GiveUp reasons: got %v, want [errRetryAfterTooLong]", got)
 	}
 }

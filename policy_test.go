@@ -1,0 +1,94 @@
+package retryfuse
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// A Transport whose Base leads back to it through another Transport is
+// invalid. Working out whether the base traces must not set the other
+// Transport up: its setup walks back into this one's, still running, and
+// sync.Once deadlocks.
+func TestBaseCycleThroughAnotherTransportIsInvalid(t *testing.T) {
+	a, b := &Transport{}, &Transport{}
+	a.Base, b.Base = b, a
+	got := make(chan error, 1)
+	go func() { got <- a.Validate() }()
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("Validate: got %v, want an error wrapping ErrInvalidPolicy", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Validate did not return within 5s: setting up a cycle of Transports deadlocks")
+	}
+}
+
+func TestInvalidPolicyIsAnErrorAndSendsNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		tr   *Transport
+	}{
+		{"negative MaxAttempts", &Transport{MaxAttempts: -1}},
+		{"negative InitialBackoff", &Transport{InitialBackoff: -time.Second}},
+		{"negative MaxBackoff", &Transport{MaxBackoff: -time.Second}},
+		{"MaxBackoff below InitialBackoff", &Transport{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}},
+		{"negative AttemptTimeout", &Transport{AttemptTimeout: -time.Second}},
+		{"negative MaxRetryAfter", &Transport{MaxRetryAfter: -time.Second}},
+		{"negative FailureThreshold", &Transport{FailureThreshold: -1}},
+		{"negative BudgetUnits", &Transport{BudgetUnits: -1}},
+		{"NaN BudgetUnits", &Transport{BudgetUnits: math.NaN()}},
+		{"infinite BudgetUnits", &Transport{BudgetUnits: math.Inf(1)}},
+		{"negative TimeoutCost", &Transport{TimeoutCost: -1}},
+		{"NaN TimeoutCost", &Transport{TimeoutCost: math.NaN()}},
+		{"infinite TimeoutCost", &Transport{TimeoutCost: math.Inf(1)}},
+		{"negative MaxDrainBytes", &Transport{MaxDrainBytes: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := statusServer(t, 200, "ok")
+			tr := tt.tr
+			if err := tr.Validate(); !errors.Is(err, ErrInvalidPolicy) {
+				t.Errorf("Validate: got %v, want an error wrapping ErrInvalidPolicy", err)
+			}
+			for range 2 { // the error stays
+				_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+				if !errors.Is(err, ErrInvalidPolicy) {
+					t.Errorf("Do: got %v, want an error wrapping ErrInvalidPolicy", err)
+				}
+			}
+			if got := srv.count(); got != 0 {
+				t.Errorf("requests seen by the server: got %d, want 0", got)
+			}
+		})
+	}
+	t.Run("Base is the Transport itself", func(t *testing.T) {
+		tr := &Transport{}
+		tr.Base = tr
+		if err := tr.Validate(); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("Validate: got %v, want an error wrapping ErrInvalidPolicy", err)
+		}
+	})
+	t.Run("zero value is valid", func(t *testing.T) {
+		tr := &Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		if err := tr.Validate(); err != nil {
+			t.Errorf("Validate: got %v, want nil", err)
+		}
+	})
+}
+
+// A zero MaxBackoff follows a long InitialBackoff rather than making the
+// policy invalid: only values the caller set can conflict.
+func TestLongInitialBackoffWithDefaultMaxBackoff(t *testing.T) {
+	tr := &Transport{InitialBackoff: 20 * time.Second}
+	if err := tr.Validate(); err != nil {
+		t.Fatalf("Validate: got %v, want nil", err)
+	}
+	if got := tr.p.maxBackoff; got != 20*time.Second {
+		t.Errorf("resolved MaxBackoff: got %v, want 20s", got)
+	}
+}
