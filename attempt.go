@@ -1,7 +1,6 @@
 package retryfuse
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -13,10 +12,52 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
-// send makes one attempt and classifies it. ok is false when the attempt
-// could not be made because the body could not be replayed; resp and err
-// are then what the call returns.
-func (c *call) send() (resp *http.Response, r result, ok bool, err error) {
+// attempt is what one attempt established: its response or error, and
+// their classification.
+type attempt struct {
+	resp *http.Response
+	err  error
+	result
+}
+
+// send makes the next attempt, which the breaker admitted with ticket, and
+// tells the breaker what it showed. It returns an error, and makes no
+// attempt, when the request's body cannot be had again (GetBody failed).
+// Should the attempt panic (in the base), the ticket is given back on the
+// way up: a probe that never returned its slot would keep a half-open
+// scope refusing every request for good.
+func (c *call) send(ticket breakerTicket) (a attempt, err error) {
+	observed := false
+	defer func() {
+		if !observed {
+			c.observe(ticket, attempt{result: result{ignored: true}})
+		}
+	}()
+	body, err := c.body()
+	if err != nil {
+		return attempt{}, err
+	}
+	c.attempt++
+	a = c.roundTrip(body)
+	c.observe(ticket, a)
+	observed = true
+	return a, nil
+}
+
+// body returns the body of the next attempt: the request's own for the
+// first, a new one from GetBody for a retry. A request without a body has
+// nothing to replay; one with a body got to a retry only with GetBody set
+// (replayableBody).
+func (c *call) body() (io.ReadCloser, error) {
+	if c.attempt == 0 || c.req.Body == nil || c.req.Body == http.NoBody {
+		return c.req.Body, nil
+	}
+	return c.req.GetBody()
+}
+
+// roundTrip sends one attempt with body through the base, under the
+// attempt's trace and timeout, and classifies its result.
+func (c *call) roundTrip(body io.ReadCloser) attempt {
 	t, p := c.t, c.p
 	at := &c.trace
 	ctx := at.context(c.ctx, !p.tracing)
@@ -33,25 +74,7 @@ func (c *call) send() (resp *http.Response, r result, ok bool, err error) {
 	if c.header != nil {
 		r2.Header = c.header
 	}
-	if c.attempt > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
-		// A request without a body has nothing to replay; one with a body
-		// got here only with GetBody set (replayableBody).
-		body, gerr := c.req.GetBody()
-		if gerr != nil {
-			if cancel != nil {
-				timer.Stop()
-				cancel()
-			}
-			c.attempt-- // this retry is not sent: report the attempts made
-			if c.lastResp == nil {
-				// Last stays the last attempt's error; GetBody's goes beside it.
-				c.lastErr = errors.Join(c.lastErr, gerr)
-			}
-			resp, err = c.stop(ErrNotRepeatable, decide.Verdict{})
-			return resp, r, false, err
-		}
-		r2.Body = body
-	}
+	r2.Body = body
 	var watched *bodyWatcher
 	if r2.Body != nil && r2.Body != http.NoBody {
 		watched = &bodyWatcher{ReadCloser: r2.Body}
@@ -64,9 +87,9 @@ func (c *call) send() (resp *http.Response, r result, ok bool, err error) {
 	}
 	var began time.Time
 	if t.Hooks.AttemptDone != nil {
-		began = t.clock()
+		began = p.clock.Now()
 	}
-	resp, err = p.base.RoundTrip(r2)
+	resp, err := p.base.RoundTrip(r2)
 	if timer != nil {
 		stopped := timer.Stop()
 		switch {
@@ -92,24 +115,24 @@ func (c *call) send() (resp *http.Response, r result, ok bool, err error) {
 	}
 	callerDone := c.req.Context().Err() != nil
 	bodyErr := watched != nil && watched.failed(err)
-	r = classify(t.Classifier, resp, err, at.phase(resp, p.tracing), callerDone, bodyErr)
+	a := attempt{resp: resp, err: err, result: classify(p.classifier, resp, err, at.phase(resp, p.tracing), callerDone, bodyErr)}
 
 	if n := at.conns.Load(); n > 1 {
-		c.phase = r.phase
+		c.phase = a.phase
 		emit(t.Hooks.HiddenResend, HiddenResendInfo{CallInfo: c.info(), Connections: int(n)})
 	}
 	if h := t.Hooks.AttemptDone; h != nil {
-		c.phase = r.phase
-		info := AttemptDoneInfo{CallInfo: c.info(), Err: err, Outcome: r.outcome, Retryable: r.retryable, Duration: t.clock().Sub(began)}
+		c.phase = a.phase
+		info := AttemptDoneInfo{CallInfo: c.info(), Err: err, Outcome: a.outcome, Retryable: a.retryable, Duration: p.clock.Now().Sub(began)}
 		if resp != nil {
 			info.StatusCode = resp.StatusCode
-			if r.retryable {
-				info.Err = statusError(resp, t.clock())
+			if a.retryable {
+				info.Err = statusError(resp, p.clock.Now())
 			}
 		}
 		emit(h, info)
 	}
-	return resp, r, true, err
+	return a
 }
 
 var errNilResponse = errors.New("retryfuse: base RoundTripper returned neither a response nor an error")
@@ -126,105 +149,10 @@ func (c *call) attemptTimeout() time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(c.t.clock()) <= d {
+	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(c.p.clock.Now()) <= d {
 		return 0
 	}
 	return d
-}
-
-// backoff schedules the next attempt after a retryable result: it asks the
-// budget, works out the delay, discards the last response and waits. When
-// no retry may follow, it returns what the call returns and retry false.
-func (c *call) backoff() (resp *http.Response, err error, retry bool) {
-	t, p := c.t, c.p
-	now := t.clock()
-	retryNo := c.attempt // the coming attempt is retry number c.attempt
-	d := fullJitter(backoffCeiling(p.initialBackoff, p.maxBackoff, retryNo), t.random)
-	src := "backoff"
-	ra, hasRA := retryAfter(c.lastResp, now)
-	remaining, hasDeadline := time.Duration(0), false
-	if dl, ok := c.ctx.Deadline(); ok {
-		remaining, hasDeadline = dl.Sub(now), true
-	}
-	if hasRA {
-		if ra > p.maxRetryAfter || (hasDeadline && ra >= remaining) {
-			resp, err = c.stop(errRetryAfterTooLong, decide.Verdict{})
-			return resp, err, false
-		}
-		d, src = retryAfterDelay(ra, d, p.maxRetryAfter), "retry_after"
-		if hasDeadline && d >= remaining {
-			d = ra
-		}
-	}
-	if hasDeadline && d >= remaining {
-		resp, err = c.stop(ErrDeadline, decide.Verdict{})
-		return resp, err, false
-	}
-	if err := c.openThrough(now.Add(d)); err != nil {
-		// The breaker would refuse the attempt after the wait: neither wait
-		// nor spend a retry token for it.
-		resp, err = c.stop(err, decide.Verdict{})
-		return resp, err, false
-	}
-	if !c.allowRetry() {
-		resp, err = c.stop(ErrBudgetExhausted, decide.Verdict{})
-		return resp, err, false
-	}
-	lastErr := c.lastErr
-	if c.lastResp != nil {
-		lastErr = statusError(c.lastResp, now)
-		if c.lastResp = keepBounded(c.lastResp, p.maxDrain, t.maxDrainTime()); c.lastResp == nil {
-			c.lastErr = lastErr // too long to keep: its status stays in the error
-		}
-		if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(t.clock()) {
-			// Reading the body took the time the wait needed.
-			resp, err = c.stop(ErrDeadline, decide.Verdict{})
-			return resp, err, false
-		}
-	}
-	if h := t.Hooks.Retry; h != nil {
-		info := RetryInfo{CallInfo: c.info(), Delay: d, Source: src, Err: lastErr}
-		if hasRA {
-			info.RetryAfter = ra
-		}
-		emit(h, info)
-	}
-	werr := t.wait(c.ctx, d)
-	if werr == nil {
-		// The timer and the caller's context may end the wait together,
-		// and the timer win: no attempt starts once the caller is done.
-		werr = c.ctx.Err()
-	}
-	if werr != nil {
-		c.giveUp(werr, decide.Verdict{})
-		// The set-aside response is not handed back: the caller stopped
-		// waiting for it. Its status stays reachable through Last.
-		return nil, &RetryError{Reason: werr, Last: lastErr, Attempts: c.attempt}, false
-	}
-	return nil, nil, true
-}
-
-// keepBounded reads a response that is set aside for a retry, so that its
-// connection returns to the pool during the wait, and keeps it to give
-// back should no retry follow (the breaker refuses, the deadline nears).
-// A body longer than limit is dropped with its response: nil.
-//
-// The read is bounded in time too, by closing the body from a timer after
-// within (net/http lets a body be closed to abort a read in progress): a
-// server trickling a long body cannot hold the call before its wait.
-func keepBounded(resp *http.Response, limit int64, within time.Duration) *http.Response {
-	if resp.Body == nil || resp.Body == http.NoBody {
-		return resp
-	}
-	cut := time.AfterFunc(within, func() { _ = resp.Body.Close() })
-	body, err := io.ReadAll(io.LimitReader(resp.Body, min(limit, math.MaxInt64-1)+1))
-	cut.Stop()
-	_ = resp.Body.Close()
-	if err != nil || int64(len(body)) > limit {
-		return nil
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	return resp
 }
 
 // drain reads a discarded response body up to limit bytes, and one byte

@@ -129,7 +129,8 @@ func TestRetryOfRequestWithoutBody(t *testing.T) {
 				_, _ = w.Write([]byte("ok"))
 			}))
 			defer srv.Close()
-			tr := &Transport{sleep: func(context.Context, time.Duration) error { return nil }}
+			tr := &Transport{}
+			setSleep(tr, func(context.Context, time.Duration) error { return nil })
 			req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
 			require.NoError(t, err)
 			body.set(req)
@@ -401,7 +402,7 @@ func TestTrickledBodyOnDiscardedAttemptIsCutInTime(t *testing.T) {
 	})
 	defer close(done)
 	tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget{}})
-	tr.drainTime = 100 * time.Millisecond
+	setMaxDrainTime(tr, 100*time.Millisecond)
 	start := time.Now()
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	took := time.Since(start)

@@ -2,12 +2,6 @@ package retryfuse
 
 import "time"
 
-// Backoff defaults, used when the Transport's fields are zero.
-const (
-	defaultMaxAttempts    = 3
-	defaultInitialBackoff = 100 * time.Millisecond
-	defaultMaxBackoff     = 10 * time.Second
-)
 
 // backoffCeiling is the exponential ceiling before attempt number retry
 // (1 for the first retry): initial·2^(retry-1), capped at max.

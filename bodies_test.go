@@ -78,11 +78,11 @@ func openBreaker(t *testing.T) *Breaker {
 	if err != nil {
 		t.Fatalf("NewBreaker: %v", err)
 	}
-	ticket, _, err := b.allow("dep")
+	ticket, _, err := b.allow("dep", time.Now())
 	if err != nil {
 		t.Fatalf("Allow: %v", err)
 	}
-	ticket.done(observeFailure, errors.New("down"))
+	ticket.done(observeFailure, errors.New("down"), time.Now())
 	if got := b.State("dep"); got != BreakerOpen {
 		t.Fatalf("breaker state: got %v, want open", got)
 	}

@@ -141,7 +141,6 @@ const (
 type Breaker struct {
 	mu     sync.Mutex
 	set    BreakerSettings  // resolved
-	now    func() time.Time // nil means time.Now; replaced in tests
 	scopes map[string]*scopeState
 	closed scopeList // closed scopes, most recently used first
 }
@@ -164,24 +163,19 @@ func (b *Breaker) initLocked() {
 	}
 }
 
-func (b *Breaker) clock() time.Time {
-	if b.now != nil {
-		return b.now()
-	}
-	return time.Now()
-}
-
-// State returns the state of scope: closed for a scope it does not
+// State returns the state of scope now: closed for a scope it does not
 // remember. An open scope whose OpenTimeout has elapsed is reported
 // half-open, since only a successful probe can close it.
-func (b *Breaker) State(scope string) BreakerState {
+func (b *Breaker) State(scope string) BreakerState { return b.stateAt(scope, time.Now()) }
+
+func (b *Breaker) stateAt(scope string, now time.Time) BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopes[scope]
 	if s == nil {
 		return BreakerClosed
 	}
-	if s.state == BreakerOpen && b.clock().Sub(s.openedAt) >= b.set.OpenTimeout {
+	if s.state == BreakerOpen && now.Sub(s.openedAt) >= b.set.OpenTimeout {
 		return BreakerHalfOpen
 	}
 	return s.state
@@ -207,7 +201,7 @@ func (b *Breaker) openUntil(scope string, t time.Time) error {
 // sent) when the scope is open, or half-open with MaxProbes probes out. The
 // transition is non-zero when this call moved the scope from open to
 // half-open.
-func (b *Breaker) allow(scope string) (breakerTicket, BreakerChangeInfo, error) {
+func (b *Breaker) allow(scope string, now time.Time) (breakerTicket, BreakerChangeInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopeLocked(scope)
@@ -220,7 +214,6 @@ func (b *Breaker) allow(scope string) (breakerTicket, BreakerChangeInfo, error) 
 		b.closed.touch(s)
 		return s.issue(), tr, nil
 	case BreakerOpen:
-		now := b.clock()
 		if now.Sub(s.openedAt) < b.set.OpenTimeout {
 			return breakerTicket{}, tr, s.openError(b.set.OpenTimeout)
 		}
@@ -246,7 +239,7 @@ type breakerTicket struct {
 // failure as cause for observeFailure. It returns a non-zero transition
 // when the outcome closed or opened the scope. A ticket issued before the
 // scope last changed state is ignored, and so is a second Done.
-func (t breakerTicket) done(o observation, cause error) BreakerChangeInfo {
+func (t breakerTicket) done(o observation, cause error, now time.Time) BreakerChangeInfo {
 	s := t.s
 	if s == nil {
 		return BreakerChangeInfo{}
@@ -267,7 +260,7 @@ func (t breakerTicket) done(o observation, cause error) BreakerChangeInfo {
 			s.observed++
 			s.failures++
 			if s.failures >= b.set.FailureThreshold && s.observed >= b.set.MinObservations {
-				return b.moveLocked(s, BreakerOpen, b.clock(), cause)
+				return b.moveLocked(s, BreakerOpen, now, cause)
 			}
 		}
 	case BreakerHalfOpen:
@@ -276,10 +269,10 @@ func (t breakerTicket) done(o observation, cause error) BreakerChangeInfo {
 		case observeSuccess:
 			s.successes++
 			if s.successes >= b.set.ProbeSuccesses {
-				return b.moveLocked(s, BreakerClosed, b.clock(), nil)
+				return b.moveLocked(s, BreakerClosed, now, nil)
 			}
 		case observeFailure:
-			return b.moveLocked(s, BreakerOpen, b.clock(), cause)
+			return b.moveLocked(s, BreakerOpen, now, cause)
 		}
 	}
 	return BreakerChangeInfo{}

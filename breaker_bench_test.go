@@ -4,33 +4,36 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
-// The hot path: a closed scope, one Allow and one Done per request.
+// The hot path: a closed scope, one admission and one outcome per request.
 
 func BenchmarkBreakerClosed(b *testing.B) {
 	br, _ := NewBreaker(BreakerSettings{})
+	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _, err := br.allow("api.example")
+		tk, _, err := br.allow("api.example", now)
 		if err != nil {
 			b.Fatal(err)
 		}
-		tk.done(observeSuccess, nil)
+		tk.done(observeSuccess, nil, now)
 	}
 }
 
 func BenchmarkBreakerClosedParallel(b *testing.B) {
 	br, _ := NewBreaker(BreakerSettings{})
+	now := time.Now()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, _, err := br.allow("api.example")
+			tk, _, err := br.allow("api.example", now)
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			tk.done(observeSuccess, nil)
+			tk.done(observeSuccess, nil, now)
 		}
 	})
 }
@@ -39,16 +42,17 @@ func BenchmarkBreakerClosedParallel(b *testing.B) {
 func BenchmarkBreakerClosedParallelScopes(b *testing.B) {
 	br, _ := NewBreaker(BreakerSettings{})
 	var n atomic.Int32
+	now := time.Now()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		scope := "api-" + strconv.Itoa(int(n.Add(1))) + ".example"
 		for pb.Next() {
-			tk, _, err := br.allow(scope)
+			tk, _, err := br.allow(scope, now)
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			tk.done(observeSuccess, nil)
+			tk.done(observeSuccess, nil, now)
 		}
 	})
 }

@@ -14,8 +14,8 @@ import (
 func TestBreakerConcurrentHalfOpenCallersGetMaxProbes(t *testing.T) {
 	const callers, maxProbes = 64, 3
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second, MaxProbes: maxProbes})
-	tk, _, _ := b.allow("api")
-	tk.done(observeFailure, errors.New("503"))
+	tk, _, _ := b.allow("api", c.Now())
+	tk.done(observeFailure, errors.New("503"), c.Now())
 	c.Advance(time.Second)
 
 	var tickets, refused, halfOpened atomic.Int32
@@ -24,7 +24,7 @@ func TestBreakerConcurrentHalfOpenCallersGetMaxProbes(t *testing.T) {
 	for range callers {
 		wg.Go(func() {
 			<-start
-			_, tr, err := b.allow("api")
+			_, tr, err := b.allow("api", c.Now())
 			if tr.To == BreakerHalfOpen {
 				halfOpened.Add(1)
 			}
@@ -63,56 +63,56 @@ func remembered(b *Breaker) []string {
 }
 
 func TestBreakerMaxScopes(t *testing.T) {
-	b, _ := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, MaxScopes: 3})
-	busy, _, _ := b.allow("busy") // least recently used, but a request is in flight
-	tk, _, _ := b.allow("idle")
-	tk.done(observeSuccess, nil)
-	tk, _, _ = b.allow("down")
-	tk.done(observeFailure, errors.New("503"))
+	b, clk := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, MaxScopes: 3})
+	busy, _, _ := b.allow("busy", clk.Now()) // least recently used, but a request is in flight
+	tk, _, _ := b.allow("idle", clk.Now())
+	tk.done(observeSuccess, nil, clk.Now())
+	tk, _, _ = b.allow("down", clk.Now())
+	tk.done(observeFailure, errors.New("503"), clk.Now())
 
-	inFlight, _, _ := b.allow("new")
+	inFlight, _, _ := b.allow("new", clk.Now())
 	if got, want := remembered(b), []string{"busy", "down", "new"}; !slices.Equal(got, want) {
 		t.Fatalf("a 4th scope evicts the closed idle one: remembered %v, want %v", got, want)
 	}
-	if tr := busy.done(observeFailure, errors.New("503")); tr.To != BreakerOpen {
+	if tr := busy.done(observeFailure, errors.New("503"), clk.Now()); tr.To != BreakerOpen {
 		t.Fatalf("ticket of a scope kept: transition to %v, want open", tr.To)
 	}
 
-	tk, _, _ = b.allow("x") // evicts "new", the only closed scope, in flight or not
+	tk, _, _ = b.allow("x", clk.Now()) // evicts "new", the only closed scope, in flight or not
 	if got, want := remembered(b), []string{"busy", "down", "x"}; !slices.Equal(got, want) {
 		t.Fatalf("remembered %v, want %v", got, want)
 	}
-	tk.done(observeFailure, errors.New("503"))
-	if tr := inFlight.done(observeFailure, errors.New("503")); tr.To != 0 {
+	tk.done(observeFailure, errors.New("503"), clk.Now())
+	if tr := inFlight.done(observeFailure, errors.New("503"), clk.Now()); tr.To != 0 {
 		t.Fatalf("ticket of an evicted scope: transition to %v, want none", tr.To)
 	}
 
 	// Every remembered scope is open: a new one passes, unremembered.
 	for range 3 {
-		tk, tr, err := b.allow("y")
+		tk, tr, err := b.allow("y", clk.Now())
 		if err != nil || tr.To != 0 {
 			t.Fatalf("scope beyond the bound: transition to %v, error %v; want a ticket", tr.To, err)
 		}
-		if tr := tk.done(observeFailure, errors.New("503")); tr.To != 0 {
+		if tr := tk.done(observeFailure, errors.New("503"), clk.Now()); tr.To != 0 {
 			t.Fatalf("unremembered scope: transition to %v, want none", tr.To)
 		}
 	}
-	if got := b.State("y"); got != BreakerClosed {
+	if got := b.stateAt("y", clk.Now()); got != BreakerClosed {
 		t.Errorf(`State("y") = %v, want closed`, got)
 	}
 	if got, want := remembered(b), []string{"busy", "down", "x"}; !slices.Equal(got, want) {
 		t.Errorf("open scopes are never forgotten: remembered %v, want %v", got, want)
 	}
-	if _, _, err := b.allow("down"); !errors.Is(err, ErrCircuitOpen) {
+	if _, _, err := b.allow("down", clk.Now()); !errors.Is(err, ErrCircuitOpen) {
 		t.Errorf(`Allow("down") = %v, want ErrCircuitOpen`, err)
 	}
 }
 
 func TestBreakerMaxScopesEvictsLeastRecentlyUsed(t *testing.T) {
-	b, _ := newTestBreaker(t, BreakerSettings{MaxScopes: 3})
+	b, clk := newTestBreaker(t, BreakerSettings{MaxScopes: 3})
 	for _, scope := range []string{"a", "b", "c", "a", "b", "d"} {
-		tk, _, _ := b.allow(scope)
-		tk.done(observeSuccess, nil)
+		tk, _, _ := b.allow(scope, clk.Now())
+		tk.done(observeSuccess, nil, clk.Now())
 	}
 	if got, want := remembered(b), []string{"a", "b", "d"}; !slices.Equal(got, want) {
 		t.Errorf("after a, b, c, a, b, d (MaxScopes 3): remembered %v, want %v", got, want)
@@ -120,24 +120,24 @@ func TestBreakerMaxScopesEvictsLeastRecentlyUsed(t *testing.T) {
 }
 
 func TestBreakerMaxScopesBoundHolds(t *testing.T) {
-	b, _ := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, MaxScopes: 16})
+	b, clk := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, MaxScopes: 16})
 	var held []breakerTicket
 	for i := range 10_000 {
-		tk, _, err := b.allow("host-" + strconv.Itoa(i))
+		tk, _, err := b.allow("host-" + strconv.Itoa(i), clk.Now())
 		if err != nil {
 			t.Fatalf("Allow: %v", err)
 		}
 		if i%3 == 0 {
 			held = append(held, tk)
 		} else {
-			tk.done(observeFailure, errors.New("503"))
+			tk.done(observeFailure, errors.New("503"), clk.Now())
 		}
 		if n := len(remembered(b)); n > 16 {
 			t.Fatalf("after %d scopes: %d remembered, want at most 16", i+1, n)
 		}
 	}
 	for _, tk := range held {
-		tk.done(observeFailure, errors.New("503")) // evicted scopes: counted nowhere
+		tk.done(observeFailure, errors.New("503"), clk.Now()) // evicted scopes: counted nowhere
 	}
 }
 
@@ -179,8 +179,8 @@ func TestBreakerSettingsDefaults(t *testing.T) {
 		t.Errorf("zero Breaker: Settings() = %+v, want %+v", got, want)
 	}
 	for range 5 {
-		tk, _, _ := zero.allow("api")
-		tk.done(observeFailure, nil)
+		tk, _, _ := zero.allow("api", time.Now())
+		tk.done(observeFailure, nil, time.Now())
 	}
 	if got := zero.State("api"); got != BreakerOpen {
 		t.Errorf("zero Breaker after 5 failures: State = %v, want open", got)
@@ -196,15 +196,15 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 	set := b.settings()
 	cause := errors.New("dial tcp: connection refused")
 	opened := c.Now()
-	tk, _, _ := b.allow("api.example")
-	got := tk.done(observeFailure, cause)
+	tk, _, _ := b.allow("api.example", c.Now())
+	got := tk.done(observeFailure, cause, c.Now())
 	want := BreakerChangeInfo{Scope: "api.example", From: BreakerClosed, To: BreakerOpen, At: opened, Cause: cause, Settings: set}
 	if got != want {
 		t.Errorf("opening transition = %+v, want %+v", got, want)
 	}
 
 	c.Advance(4 * time.Second)
-	_, _, err := b.allow("api.example")
+	_, _, err := b.allow("api.example", c.Now())
 	var coe *CircuitOpenError
 	if !errors.As(err, &coe) {
 		t.Fatalf("Allow while open: error %v, want *CircuitOpenError", err)
@@ -218,13 +218,13 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 	}
 
 	c.Advance(6 * time.Second)
-	probe, got, _ := b.allow("api.example")
+	probe, got, _ := b.allow("api.example", c.Now())
 	want = BreakerChangeInfo{Scope: "api.example", From: BreakerOpen, To: BreakerHalfOpen, At: c.Now(), Settings: set}
 	if got != want {
 		t.Errorf("half-open transition = %+v, want %+v", got, want)
 	}
 	c.Advance(time.Second)
-	got = probe.done(observeSuccess, nil)
+	got = probe.done(observeSuccess, nil, c.Now())
 	want = BreakerChangeInfo{Scope: "api.example", From: BreakerHalfOpen, To: BreakerClosed, At: c.Now(), Settings: set}
 	if got != want {
 		t.Errorf("closing transition = %+v, want %+v", got, want)

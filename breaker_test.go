@@ -16,7 +16,7 @@ func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *fakeClock) {
 		t.Fatalf("NewBreaker(%+v): %v", s, err)
 	}
 	c := newFakeClockAt(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	b.now = c.Now
+
 	return b, c
 }
 
@@ -71,13 +71,13 @@ func runBreakerSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table
 		case st.op == "wait":
 			c.Advance(st.d)
 		case st.op == "refused":
-			_, tr, err := b.allow(scope)
+			_, tr, err := b.allow(scope, c.Now())
 			note(tr)
 			if !errors.Is(err, ErrCircuitOpen) {
 				t.Fatalf("step %d (%s): Allow error = %v, want ErrCircuitOpen", i, st.op, err)
 			}
 		case st.op == "take" || (!isHeld && observations[op] != 0):
-			tk, tr, err := b.allow(scope)
+			tk, tr, err := b.allow(scope, c.Now())
 			note(tr)
 			if err != nil {
 				t.Fatalf("step %d (%s): Allow error = %v, want a ticket", i, st.op, err)
@@ -85,13 +85,13 @@ func runBreakerSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table
 			if st.op == "take" {
 				held = append(held, tk)
 			} else {
-				note(tk.done(observations[op], errors.New(scope+" failed")))
+				note(tk.done(observations[op], errors.New(scope+" failed"), c.Now()))
 			}
 		case isHeld && observations[op] != 0:
 			if len(held) == 0 {
 				t.Fatalf("step %d (%s): no ticket held", i, st.op)
 			}
-			note(held[0].done(observations[op], errors.New(scope+" failed")))
+			note(held[0].done(observations[op], errors.New(scope+" failed"), c.Now()))
 			held = held[1:]
 		default:
 			t.Fatalf("step %d: unknown op %q", i, st.op)
@@ -99,7 +99,7 @@ func runBreakerSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table
 		if got := strings.Join(trs, ","); got != st.tr {
 			t.Errorf("step %d (%s): transitions %q, want %q", i, st.op, got, st.tr)
 		}
-		if got := b.State(scope); got != st.state {
+		if got := b.stateAt(scope, c.Now()); got != st.state {
 			t.Errorf("step %d (%s): State = %v, want %v", i, st.op, got, st.state)
 		}
 	}
@@ -215,17 +215,17 @@ func TestBreakerStateMachine(t *testing.T) {
 
 // A small sample must not open a scope even when every outcome failed.
 func TestBreakerTinySampleDoesNotOpen(t *testing.T) {
-	b, _ := newTestBreaker(t, BreakerSettings{FailureThreshold: 5, MinObservations: 10})
+	b, clk := newTestBreaker(t, BreakerSettings{FailureThreshold: 5, MinObservations: 10})
 	for i := range 5 {
-		tk, _, err := b.allow("api")
+		tk, _, err := b.allow("api", clk.Now())
 		if err != nil {
 			t.Fatalf("Allow %d: %v", i, err)
 		}
-		if tr := tk.done(observeFailure, errors.New("503")); tr.To != 0 {
+		if tr := tk.done(observeFailure, errors.New("503"), clk.Now()); tr.To != 0 {
 			t.Fatalf("failure %d of 5 observations: transition %v>%v, want none", i+1, tr.From, tr.To)
 		}
 	}
-	if got := b.State("api"); got != BreakerClosed {
+	if got := b.stateAt("api", clk.Now()); got != BreakerClosed {
 		t.Errorf("after 5 failures out of 5 observations (MinObservations 10): State = %v, want closed", got)
 	}
 }
@@ -234,43 +234,43 @@ func TestBreakerTinySampleDoesNotOpen(t *testing.T) {
 // scope is half-open until a probe succeeds, however long nobody asks.
 func TestBreakerTimerElapsedStaysUnconfirmed(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
-	tk, _, _ := b.allow("api")
-	tk.done(observeFailure, errors.New("reset"))
+	tk, _, _ := b.allow("api", c.Now())
+	tk.done(observeFailure, errors.New("reset"), c.Now())
 	for _, d := range []time.Duration{time.Second, time.Hour, 1000 * time.Hour} {
 		c.Advance(d)
-		if got := b.State("api"); got != BreakerHalfOpen {
+		if got := b.stateAt("api", c.Now()); got != BreakerHalfOpen {
 			t.Fatalf("%v after opening, no probe: State = %v, want half_open", d, got)
 		}
 	}
-	_, tr, err := b.allow("api")
+	_, tr, err := b.allow("api", c.Now())
 	if err != nil || tr.From != BreakerOpen || tr.To != BreakerHalfOpen {
 		t.Fatalf("first Allow after the timeout: transition %v>%v, error %v; want open>half_open and a probe", tr.From, tr.To, err)
 	}
-	if got := b.State("api"); got != BreakerHalfOpen {
+	if got := b.stateAt("api", c.Now()); got != BreakerHalfOpen {
 		t.Errorf("probe out, not done: State = %v, want half_open", got)
 	}
 }
 
 func TestBreakerProbePassesThenFailsDoesNotClose(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second, ProbeSuccesses: 2})
-	tk, _, _ := b.allow("api")
-	tk.done(observeFailure, errors.New("503"))
+	tk, _, _ := b.allow("api", c.Now())
+	tk.done(observeFailure, errors.New("503"), c.Now())
 	c.Advance(time.Second)
 
-	tk, _, _ = b.allow("api")
-	if tr := tk.done(observeSuccess, nil); tr.To != 0 {
+	tk, _, _ = b.allow("api", c.Now())
+	if tr := tk.done(observeSuccess, nil, c.Now()); tr.To != 0 {
 		t.Fatalf("first probe passed: transition %v>%v, want none (ProbeSuccesses 2)", tr.From, tr.To)
 	}
-	tk, _, err := b.allow("api")
+	tk, _, err := b.allow("api", c.Now())
 	if err != nil {
 		t.Fatalf("second probe: %v", err)
 	}
 	cause := errors.New("503 again")
-	tr := tk.done(observeFailure, cause)
+	tr := tk.done(observeFailure, cause, c.Now())
 	if tr.From != BreakerHalfOpen || tr.To != BreakerOpen || tr.Cause != cause {
 		t.Errorf("second probe failed: transition %v>%v cause %v, want half_open>open cause %v", tr.From, tr.To, tr.Cause, cause)
 	}
-	if got := b.State("api"); got != BreakerOpen {
+	if got := b.stateAt("api", c.Now()); got != BreakerOpen {
 		t.Errorf("State = %v, want open", got)
 	}
 }
@@ -279,28 +279,28 @@ func TestBreakerProbePassesThenFailsDoesNotClose(t *testing.T) {
 func TestBreakerIgnoreIsNotFailure(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
 	for range 10 {
-		tk, _, _ := b.allow("api")
-		if tr := tk.done(observeIgnore, ErrBudgetExhausted); tr.To != 0 {
+		tk, _, _ := b.allow("api", c.Now())
+		if tr := tk.done(observeIgnore, ErrBudgetExhausted, c.Now()); tr.To != 0 {
 			t.Fatalf("budget refusal while closed: transition %v>%v, want none", tr.From, tr.To)
 		}
 	}
-	if got := b.State("api"); got != BreakerClosed {
+	if got := b.stateAt("api", c.Now()); got != BreakerClosed {
 		t.Fatalf("after 10 budget refusals (FailureThreshold 1): State = %v, want closed", got)
 	}
 
-	tk, _, _ := b.allow("api")
-	tk.done(observeFailure, errors.New("dial refused"))
+	tk, _, _ := b.allow("api", c.Now())
+	tk.done(observeFailure, errors.New("dial refused"), c.Now())
 	c.Advance(time.Second)
 	for i := range 3 {
-		tk, _, err := b.allow("api")
+		tk, _, err := b.allow("api", c.Now())
 		if err != nil {
 			t.Fatalf("probe %d after an ignored probe: %v, want a ticket (slot freed)", i, err)
 		}
-		if tr := tk.done(observeIgnore, ErrBudgetExhausted); tr.To != 0 {
+		if tr := tk.done(observeIgnore, ErrBudgetExhausted, c.Now()); tr.To != 0 {
 			t.Fatalf("ignored probe: transition %v>%v, want none", tr.From, tr.To)
 		}
 	}
-	if got := b.State("api"); got != BreakerHalfOpen {
+	if got := b.stateAt("api", c.Now()); got != BreakerHalfOpen {
 		t.Errorf("after ignored probes: State = %v, want half_open", got)
 	}
 }
@@ -316,13 +316,13 @@ func TestBreakerScopesAreIndependent(t *testing.T) {
 		breakerStep{op: "ok", state: closed},
 		breakerStep{op: "fail", state: closed},
 	))
-	if got := b.State("a"); got != BreakerOpen {
+	if got := b.stateAt("a", c.Now()); got != BreakerOpen {
 		t.Errorf(`State("a") = %v, want open`, got)
 	}
 	runBreakerSteps(t, b, c, "b", steps(breakerStep{op: "fail", tr: "closed>open", state: open}))
 	c.Advance(time.Second)
 	runBreakerSteps(t, b, c, "a", steps(breakerStep{op: "ok", tr: "open>half_open,half_open>closed", state: closed}))
-	if got := b.State("b"); got != BreakerHalfOpen {
+	if got := b.stateAt("b", c.Now()); got != BreakerHalfOpen {
 		t.Errorf(`State("b") = %v, want half_open`, got)
 	}
 }
@@ -331,59 +331,59 @@ func TestBreakerScopesAreIndependent(t *testing.T) {
 // half-open scope, nor count in the next closed period.
 func TestBreakerLateDoneFromOldGenerationIsDropped(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
-	slow, _, _ := b.allow("api")
-	slow2, _, _ := b.allow("api")
-	fast, _, _ := b.allow("api")
-	fast.done(observeFailure, errors.New("503"))
+	slow, _, _ := b.allow("api", c.Now())
+	slow2, _, _ := b.allow("api", c.Now())
+	fast, _, _ := b.allow("api", c.Now())
+	fast.done(observeFailure, errors.New("503"), c.Now())
 	c.Advance(time.Second)
-	probe, _, _ := b.allow("api") // half-open now
+	probe, _, _ := b.allow("api", c.Now()) // half-open now
 
-	if tr := slow.done(observeSuccess, nil); tr.To != 0 {
+	if tr := slow.done(observeSuccess, nil, c.Now()); tr.To != 0 {
 		t.Fatalf("late success from the closed generation: transition %v>%v, want none", tr.From, tr.To)
 	}
-	if got := b.State("api"); got != BreakerHalfOpen {
+	if got := b.stateAt("api", c.Now()); got != BreakerHalfOpen {
 		t.Fatalf("after a late success: State = %v, want half_open", got)
 	}
-	probe.done(observeSuccess, nil)
-	if tr := slow2.done(observeFailure, errors.New("late")); tr.To != 0 {
+	probe.done(observeSuccess, nil, c.Now())
+	if tr := slow2.done(observeFailure, errors.New("late"), c.Now()); tr.To != 0 {
 		t.Fatalf("late failure from an old generation: transition %v>%v, want none", tr.From, tr.To)
 	}
-	if got := b.State("api"); got != BreakerClosed {
+	if got := b.stateAt("api", c.Now()); got != BreakerClosed {
 		t.Errorf("after a late failure (FailureThreshold 1): State = %v, want closed", got)
 	}
 }
 
 func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
 	b, c := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, OpenTimeout: time.Second, ProbeSuccesses: 2, MaxProbes: 2})
-	tk, _, _ := b.allow("api")
-	tk.done(observeFailure, errors.New("503"))
-	if tr := tk.done(observeFailure, errors.New("503")); tr.To != 0 {
+	tk, _, _ := b.allow("api", c.Now())
+	tk.done(observeFailure, errors.New("503"), c.Now())
+	if tr := tk.done(observeFailure, errors.New("503"), c.Now()); tr.To != 0 {
 		t.Fatalf("second Done of one ticket: transition %v>%v, want none", tr.From, tr.To)
 	}
-	if got := b.State("api"); got != BreakerClosed {
+	if got := b.stateAt("api", c.Now()); got != BreakerClosed {
 		t.Fatalf("one failure reported twice (FailureThreshold 2): State = %v, want closed", got)
 	}
 
-	breakerTicket{}.done(observeFailure, nil) // the zero ticket does nothing
-	tk, _, _ = b.allow("api")
-	tk.done(observeFailure, errors.New("503"))
+	breakerTicket{}.done(observeFailure, nil, c.Now()) // the zero ticket does nothing
+	tk, _, _ = b.allow("api", c.Now())
+	tk.done(observeFailure, errors.New("503"), c.Now())
 	c.Advance(time.Second)
-	p1, _, _ := b.allow("api")
-	p1.done(observeSuccess, nil)
-	p1.done(observeSuccess, nil)
-	if got := b.State("api"); got != BreakerHalfOpen {
+	p1, _, _ := b.allow("api", c.Now())
+	p1.done(observeSuccess, nil, c.Now())
+	p1.done(observeSuccess, nil, c.Now())
+	if got := b.stateAt("api", c.Now()); got != BreakerHalfOpen {
 		t.Fatalf("one probe success reported twice (ProbeSuccesses 2): State = %v, want half_open", got)
 	}
-	p2, _, _ := b.allow("api")
-	p2.done(observeIgnore, nil)
-	p2.done(observeIgnore, nil) // must not free a second slot
-	p3, _, err3 := b.allow("api")
-	_, _, err4 := b.allow("api")
-	_, _, err5 := b.allow("api")
+	p2, _, _ := b.allow("api", c.Now())
+	p2.done(observeIgnore, nil, c.Now())
+	p2.done(observeIgnore, nil, c.Now()) // must not free a second slot
+	p3, _, err3 := b.allow("api", c.Now())
+	_, _, err4 := b.allow("api", c.Now())
+	_, _, err5 := b.allow("api", c.Now())
 	if err3 != nil || err4 != nil || !errors.Is(err5, ErrCircuitOpen) {
 		t.Errorf("after a double Done of a probe: Allow errors %v, %v, %v; want nil, nil, ErrCircuitOpen (MaxProbes 2)", err3, err4, err5)
 	}
-	p3.done(observeSuccess, nil)
+	p3.done(observeSuccess, nil, c.Now())
 }
 
 // openUntil tells whether an attempt at a given time would be refused,
@@ -393,18 +393,18 @@ func TestBreakerOpenUntil(t *testing.T) {
 	if err := b.openUntil("unknown", clk.Now()); err != nil {
 		t.Errorf("unknown scope: got %v, want nil", err)
 	}
-	ticket, _, err := b.allow("s")
+	ticket, _, err := b.allow("s", clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ticket.done(observeFailure, errors.New("down"))
+	ticket.done(observeFailure, errors.New("down"), clk.Now())
 	if err := b.openUntil("s", clk.Now().Add(999*time.Millisecond)); !errors.Is(err, ErrCircuitOpen) {
 		t.Errorf("before the open interval ends: got %v, want ErrCircuitOpen", err)
 	}
 	if err := b.openUntil("s", clk.Now().Add(time.Second)); err != nil {
 		t.Errorf("once a probe may run: got %v, want nil", err)
 	}
-	if got := b.State("s"); got != BreakerOpen {
+	if got := b.stateAt("s", clk.Now()); got != BreakerOpen {
 		t.Errorf("state after openUntil: got %v, want open (unchanged)", got)
 	}
 }

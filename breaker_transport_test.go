@@ -58,7 +58,6 @@ func newBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Tr
 	t.Helper()
 	b, err := NewBreaker(s)
 	require.NoError(t, err)
-	b.now = clock.Now
 	tr := newNoWaitTransport(clock)
 	tr.MaxAttempts = 1
 	tr.Budget = UnlimitedBudget{}
@@ -104,7 +103,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, se.StatusCode)
 	}
 	rec.take()
-	assert.Equal(t, BreakerOpen, b.State(scope))
+	assert.Equal(t, BreakerOpen, b.stateAt(scope, clock.Now()))
 
 	// Open: fail fast without sending.
 	for range 5 {
@@ -148,7 +147,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	close(gate.release)
 	require.NoError(t, <-probe, "the probe")
 	assert.Equal(t, []string{"half_open>closed"}, rec.take(), "transitions after the probe succeeded")
-	assert.Equal(t, BreakerClosed, b.State(scope))
+	assert.Equal(t, BreakerClosed, b.stateAt(scope, clock.Now()))
 	assert.Equal(t, int64(4), srv.requests.Load(), "requests the server received: three failures and the probe")
 
 	code, err := getStatus(t, client, srv.URL)
@@ -182,7 +181,7 @@ func TestBreakerTransportFailedProbeReopens(t *testing.T) {
 	require.ErrorAs(t, err, &coe)
 	assert.Equal(t, fixedStart.Add(openTimeout), coe.OpenedAt, "reopened when the probe failed")
 	assert.Equal(t, fixedStart.Add(2*openTimeout), coe.ProbeAt)
-	assert.Equal(t, BreakerOpen, b.State(scope))
+	assert.Equal(t, BreakerOpen, b.stateAt(scope, clock.Now()))
 	assert.Equal(t, int64(3), srv.requests.Load(), "nothing sent while open again")
 }
 
@@ -218,7 +217,7 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 	assert.Equal(t, 10, gave.count(ErrBudgetExhausted), "budget refusals")
 	assert.Equal(t, int64(10), refuse.allowCalls.Load())
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
+	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, srv), clock.Now()))
 	assert.Equal(t, int64(20), n.Load(), "requests the server received")
 }
 
@@ -248,7 +247,7 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
+	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, srv), clock.Now()))
 
 	// The caller's deadline likewise.
 	for i := range 4 {
@@ -258,7 +257,7 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, srv)))
+	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, srv), clock.Now()))
 }
 
 func TestBreakerTransportScopesAreIndependent(t *testing.T) {
@@ -285,8 +284,8 @@ func TestBreakerTransportScopesAreIndependent(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), down.requests.Load())
 	assert.Equal(t, int64(5), up.requests.Load())
-	assert.Equal(t, BreakerOpen, b.State(scopeOf(t, down.Server)))
-	assert.Equal(t, BreakerClosed, b.State(scopeOf(t, up.Server)))
+	assert.Equal(t, BreakerOpen, b.stateAt(scopeOf(t, down.Server), clock.Now()))
+	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, up.Server), clock.Now()))
 	assert.Len(t, rec.all(), 1, "no other transition")
 }
 
@@ -299,17 +298,18 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 		_, _ = w.Write(make([]byte, 4096))
 	}))
 	t.Cleanup(srv.Close)
-	tr, b, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 2})
+	clk := newFakeClockAt(fixedStart)
+	tr, b, _ := newBreakerTransport(t, clk, BreakerSettings{FailureThreshold: 2})
 	tr.MaxAttempts = 2
 	tr.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
 	scope := scopeOf(t, srv)
-	tr.sleep = func(ctx context.Context, _ time.Duration) error {
+	setSleep(tr, func(ctx context.Context, _ time.Duration) error {
 		// Another call's failure opens the scope during this call's wait.
-		ticket, _, err := b.allow(scope)
+		ticket, _, err := b.allow(scope, clk.Now())
 		require.NoError(t, err)
-		ticket.done(observeFailure, fmt.Errorf("another call failed"))
+		ticket.done(observeFailure, fmt.Errorf("another call failed"), clk.Now())
 		return ctx.Err()
-	}
+	})
 	t.Cleanup(tr.CloseIdleConnections)
 
 	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
@@ -342,7 +342,7 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 	require.NoError(t, err)
 	tr.Budget = bucket
 	var waits atomic.Int32
-	tr.sleep = func(ctx context.Context, _ time.Duration) error { waits.Add(1); return ctx.Err() }
+	setSleep(tr, func(ctx context.Context, _ time.Duration) error { waits.Add(1); return ctx.Err() })
 	var reasons []error
 	tr.Hooks.GiveUp = func(i GiveUpInfo) { reasons = append(reasons, i.Reason) }
 	t.Cleanup(tr.CloseIdleConnections)
@@ -371,7 +371,6 @@ func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.now = clock.Now
 	base := &panicBase{}
 	base.status.Store(503)
 	tr := newNoWaitTransport(clock)
@@ -395,7 +394,7 @@ func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 		t.Fatalf("the call after the panicking probe: got %v; want it let through as a probe (slot given back)", err)
 	}
 	_ = resp.Body.Close()
-	if got := b.State(HostScope(resp.Request)); got != BreakerClosed {
+	if got := b.stateAt(HostScope(resp.Request), clock.Now()); got != BreakerClosed {
 		t.Errorf("scope after a successful probe: got %v, want closed", got)
 	}
 }

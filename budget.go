@@ -96,13 +96,12 @@ func checkFinite(field string, v float64) error {
 // the same whether one request or a million share it, which is why
 // RatioBudget is the recommended budget and TokenBucket the simple one.
 //
-// Create it with NewTokenBucket. This type is concurrency safe.
+// The zero value is a full TokenBucket with the default configuration (see
+// TokenBucketConfig). This type is concurrency safe.
 type TokenBucket struct {
-	capacity float64
-	perNano  float64 // tokens added per nanosecond
-	now      func() time.Time
-
 	mu       sync.Mutex
+	capacity float64 // zero until a zero TokenBucket is first used
+	perNano  float64 // tokens added per nanosecond
 	tokens   float64
 	last     time.Time // latest time seen; zero before the first call
 	requests uint64
@@ -137,28 +136,35 @@ func NewTokenBucket(cfg TokenBucketConfig) (*TokenBucket, error) {
 	if cfg.Interval < 0 {
 		return nil, invalidPolicy("TokenBucketConfig.Interval", "is negative")
 	}
-	if cfg.Capacity == 0 {
-		cfg.Capacity = 10
-	}
-	if cfg.Capacity < 1 {
+	capacity := orDefault(cfg.Capacity, defaultTokenCapacity)
+	if capacity < 1 {
 		return nil, invalidPolicy("TokenBucketConfig.Capacity", "is below 1, so no retry could ever be granted")
 	}
-	if cfg.Refill == 0 {
-		cfg.Refill = 1
+	refill := orDefault(cfg.Refill, defaultTokenRefill)
+	interval := orDefault(cfg.Interval, defaultTokenInterval)
+	return &TokenBucket{capacity: capacity, perNano: refill / float64(interval), tokens: capacity}, nil
+}
+
+// The defaults of TokenBucketConfig.
+const (
+	defaultTokenCapacity = 10.0
+	defaultTokenRefill   = 1.0
+	defaultTokenInterval = time.Second
+)
+
+// initLocked gives a zero TokenBucket the default configuration, full.
+// b.mu is held.
+func (b *TokenBucket) initLocked() {
+	if b.capacity == 0 {
+		b.capacity = defaultTokenCapacity
+		b.perNano = defaultTokenRefill / float64(defaultTokenInterval)
+		b.tokens = b.capacity
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
-	}
-	return &TokenBucket{
-		capacity: cfg.Capacity,
-		perNano:  cfg.Refill / float64(cfg.Interval),
-		now:      time.Now,
-		tokens:   cfg.Capacity,
-	}, nil
 }
 
 // refill adds the credit earned since the latest time seen. b.mu is held.
 func (b *TokenBucket) refill(now time.Time) {
+	b.initLocked()
 	if b.last.IsZero() {
 		b.last = now
 		return
@@ -198,17 +204,19 @@ func (b *TokenBucket) recordRequestAt(now time.Time) {
 	b.mu.Unlock()
 }
 
-// RecordRequest counts a request at the current time.
-func (b *TokenBucket) RecordRequest(context.Context) { b.recordRequestAt(b.now()) }
+// RecordRequest counts a request. It adds no token.
+func (b *TokenBucket) RecordRequest(context.Context) { b.recordRequestAt(time.Now()) }
 
-// AllowRetry takes one token at the current time. Its error is always nil.
+// AllowRetry takes one token, and reports whether there was one. Its error
+// is always nil.
 func (b *TokenBucket) AllowRetry(context.Context) (bool, error) {
-	return b.allowRetryAt(b.now()), nil
+	return b.allowRetryAt(time.Now()), nil
 }
 
-// Snapshot returns the counters and the tokens available at the current time.
-func (b *TokenBucket) Snapshot() BudgetSnapshot {
-	now := b.now()
+// Snapshot returns the counters and the tokens available now.
+func (b *TokenBucket) Snapshot() BudgetSnapshot { return b.snapshotAt(time.Now()) }
+
+func (b *TokenBucket) snapshotAt(now time.Time) BudgetSnapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)

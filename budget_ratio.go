@@ -41,14 +41,13 @@ const ratioBuckets = 10
 // counts, and buckets whose time has passed are emptied lazily when the
 // budget is next used. Memory is constant, and there is no goroutine.
 //
-// Create it with NewRatioBudget.
+// The zero value is an empty RatioBudget with the default configuration
+// (see RatioBudgetConfig).
 type RatioBudget struct {
+	mu      sync.Mutex
 	ratio   float64
 	reserve float64
-	width   time.Duration // time span of one bucket
-	now     func() time.Time
-
-	mu      sync.Mutex
+	width   time.Duration // time span of one bucket; zero until a zero RatioBudget is first used
 	started bool
 	origin  time.Time // time of the first call: bucket ticks count from here
 	head    int64     // tick of the newest bucket
@@ -99,30 +98,38 @@ func NewRatioBudget(cfg RatioBudgetConfig) (*RatioBudget, error) {
 	switch {
 	case cfg.Window < 0:
 		return nil, invalidPolicy("RatioBudgetConfig.Window", "is negative")
-	case cfg.Window == 0:
-		cfg.Window = 10 * time.Second
-	case cfg.Window < ratioBuckets:
+	case cfg.Window > 0 && cfg.Window < ratioBuckets:
 		return nil, invalidPolicy("RatioBudgetConfig.Window", "is shorter than 10ns, the least that divides into 10 buckets")
 	}
-	if cfg.Ratio == 0 {
-		cfg.Ratio = 0.1
-	}
-	switch {
-	case cfg.MinPerSecond == 0:
-		cfg.MinPerSecond = 1
-	case cfg.MinPerSecond < 0:
-		cfg.MinPerSecond = 0
-	}
+	window := orDefault(cfg.Window, defaultRatioWindow)
+	minPerSecond := max(0, orDefault(cfg.MinPerSecond, defaultRatioMinPerSecond)) // negative: no reserve
 	return &RatioBudget{
-		ratio:   cfg.Ratio,
-		reserve: cfg.MinPerSecond * cfg.Window.Seconds(),
-		width:   cfg.Window / ratioBuckets,
-		now:     time.Now,
+		ratio:   orDefault(cfg.Ratio, defaultRatio),
+		reserve: minPerSecond * window.Seconds(),
+		width:   window / ratioBuckets,
 	}, nil
+}
+
+// The defaults of RatioBudgetConfig.
+const (
+	defaultRatio             = 0.1
+	defaultRatioMinPerSecond = 1.0
+	defaultRatioWindow       = 10 * time.Second
+)
+
+// initLocked gives a zero RatioBudget the default configuration. b.mu is
+// held.
+func (b *RatioBudget) initLocked() {
+	if b.width == 0 {
+		b.ratio = defaultRatio
+		b.reserve = defaultRatioMinPerSecond * defaultRatioWindow.Seconds()
+		b.width = defaultRatioWindow / ratioBuckets
+	}
 }
 
 // advance empties the buckets whose time has passed. b.mu is held.
 func (b *RatioBudget) advance(now time.Time) {
+	b.initLocked()
 	if !b.started {
 		b.started, b.origin, b.next = true, now, now.Add(b.width)
 		return
@@ -180,17 +187,19 @@ func (b *RatioBudget) recordRequestAt(now time.Time) {
 	b.mu.Unlock()
 }
 
-// RecordRequest deposits one request's credit at the current time.
-func (b *RatioBudget) RecordRequest(context.Context) { b.recordRequestAt(b.now()) }
+// RecordRequest deposits one request's credit.
+func (b *RatioBudget) RecordRequest(context.Context) { b.recordRequestAt(time.Now()) }
 
-// AllowRetry withdraws one retry at the current time. Its error is always nil.
+// AllowRetry withdraws one retry, and reports whether the balance covered
+// it. Its error is always nil.
 func (b *RatioBudget) AllowRetry(context.Context) (bool, error) {
-	return b.allowRetryAt(b.now()), nil
+	return b.allowRetryAt(time.Now()), nil
 }
 
-// Snapshot returns the counters and the balance at the current time.
-func (b *RatioBudget) Snapshot() BudgetSnapshot {
-	now := b.now()
+// Snapshot returns the counters and the balance now.
+func (b *RatioBudget) Snapshot() BudgetSnapshot { return b.snapshotAt(time.Now()) }
+
+func (b *RatioBudget) snapshotAt(now time.Time) BudgetSnapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)

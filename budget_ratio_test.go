@@ -62,7 +62,7 @@ func TestRatioBudgetSteps(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := NewRatioBudget(tt.cfg)
 			require.NoError(t, err)
-			runSteps(t, b, func(f func() time.Time) { b.now = f }, tt.steps)
+			runSteps(t, b, tt.steps)
 		})
 	}
 }
@@ -137,7 +137,7 @@ func TestRetryStorm(t *testing.T) {
 			} else {
 				assert.Equal(t, tt.want, got, "attempts: got %d, want %d", got, tt.want)
 			}
-			s := b.Snapshot()
+			s := b.snapshotAt(t0)
 			assert.Equal(t, uint64(granted), s.Retries, "Retries: got %d, want %d", s.Retries, granted)
 			assert.Equal(t, uint64(tt.callers), s.Requests, "Requests: got %d, want %d", s.Requests, tt.callers)
 		})
@@ -169,8 +169,7 @@ func TestRatioBudgetConcurrent(t *testing.T) {
 	for b.allowRetryAt(t0) {
 		drained++
 	}
-	b.now = func() time.Time { return t0 }
-	s := b.Snapshot()
+	s := b.snapshotAt(t0)
 	const n = goroutines * calls
 	assert.Equal(t, uint64(n), s.Requests, "Requests: got %d, want %d", s.Requests, n)
 	allCalls := uint64(n + drained + 1)

@@ -28,10 +28,10 @@ type step struct {
 type stepper interface {
 	allowRetryAt(time.Time) bool
 	recordRequestAt(time.Time)
-	Snapshot() BudgetSnapshot
+	snapshotAt(time.Time) BudgetSnapshot
 }
 
-func runSteps(t *testing.T, b stepper, setClock func(func() time.Time), steps []step) {
+func runSteps(t *testing.T, b stepper, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		now := t0.Add(s.at)
@@ -44,8 +44,7 @@ func runSteps(t *testing.T, b stepper, setClock func(func() time.Time), steps []
 		default:
 			t.Fatalf("step %d: unknown op %q", i, s.op)
 		}
-		setClock(func() time.Time { return now })
-		got := b.Snapshot().Available
+		got := b.snapshotAt(now).Available
 		assert.InDelta(t, s.avail, got, 1e-12, "step %d (%s at %v): Available got %v, want %v", i, s.op, s.at, got, s.avail)
 	}
 }
@@ -108,7 +107,7 @@ func TestTokenBucketSteps(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := NewTokenBucket(TokenBucketConfig{Capacity: 3, Refill: 1, Interval: time.Second})
 			require.NoError(t, err)
-			runSteps(t, b, func(f func() time.Time) { b.now = f }, tt.steps)
+			runSteps(t, b, tt.steps)
 		})
 	}
 }
@@ -142,8 +141,7 @@ func TestTokenBucketConservation(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, capacity, granted, "granted: got %d, want %d (capacity at a frozen time)", granted, capacity)
-	b.now = func() time.Time { return t0 }
-	s := b.Snapshot()
+	s := b.snapshotAt(t0)
 	assert.Equal(t, uint64(capacity), s.Retries, "Retries: got %d, want %d", s.Retries, capacity)
 	assert.Equal(t, uint64(goroutines*calls), s.Retries+s.Refused, "Retries+Refused: got %d, want %d", s.Retries+s.Refused, goroutines*calls)
 	assert.Equal(t, uint64(goroutines*calls), s.Requests, "Requests: got %d, want %d", s.Requests, goroutines*calls)
@@ -186,16 +184,17 @@ func TestNewTokenBucketConfig(t *testing.T) {
 	assert.Equal(t, 10.0, b.Snapshot().Available, "starts full: got %v, want 10", b.Snapshot().Available)
 }
 
-// TestBudgetMethodsUseClock pins that the context methods read the
-// injected clock.
-func TestBudgetMethodsUseClock(t *testing.T) {
+// TestBudgetOnTheTransportsClock pins that a budget of this package runs
+// on the clock of the Transport it serves: its context methods, called by
+// the Transport, read that clock.
+func TestBudgetOnTheTransportsClock(t *testing.T) {
 	ctx := context.Background()
 	now := t0
-	clock := func() time.Time { return now }
+	clk := funcClock{now: func() time.Time { return now }}
 
-	tb, err := NewTokenBucket(TokenBucketConfig{Capacity: 1})
+	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 1})
 	require.NoError(t, err)
-	tb.now = clock
+	tb := budgetOn(bucket, clk)
 	tb.RecordRequest(ctx)
 	ok, err := tb.AllowRetry(ctx)
 	assert.True(t, ok && err == nil, "first retry: got %v, %v, want true, nil", ok, err)
@@ -205,9 +204,9 @@ func TestBudgetMethodsUseClock(t *testing.T) {
 	ok, _ = tb.AllowRetry(ctx)
 	assert.True(t, ok, "retry a second later: got %v, want true", ok)
 
-	rb, err := NewRatioBudget(RatioBudgetConfig{Ratio: 1, MinPerSecond: -1})
+	ratio, err := NewRatioBudget(RatioBudgetConfig{Ratio: 1, MinPerSecond: -1})
 	require.NoError(t, err)
-	rb.now = clock
+	rb := budgetOn(ratio, clk)
 	rb.RecordRequest(ctx)
 	ok, err = rb.AllowRetry(ctx)
 	assert.True(t, ok && err == nil, "retry after one request: got %v, %v, want true, nil", ok, err)
@@ -216,6 +215,29 @@ func TestBudgetMethodsUseClock(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	ok, _ = rb.AllowRetry(ctx)
 	assert.False(t, ok, "retry after the deposit expired: got %v, want false", ok)
+
+	other := UnlimitedBudget{}
+	assert.Equal(t, Budget(other), budgetOn(other, clk), "a budget of another kind is used as it is")
+}
+
+// The zero values of the budgets work, with the defaults of their configs.
+func TestZeroBudgetsHaveTheDefaults(t *testing.T) {
+	var tb TokenBucket
+	s := tb.snapshotAt(t0)
+	assert.Equal(t, 10.0, s.Available, "zero TokenBucket: got %v tokens, want 10 (full)", s.Available)
+	for range 10 {
+		require.True(t, tb.allowRetryAt(t0))
+	}
+	assert.False(t, tb.allowRetryAt(t0), "zero TokenBucket: got an 11th token at once, want 10")
+	assert.True(t, tb.allowRetryAt(t0.Add(time.Second)), "zero TokenBucket: got no token after a second, want one (1/s)")
+
+	var rb RatioBudget
+	assert.Equal(t, 10.0, rb.snapshotAt(t0).Available, "zero RatioBudget: want the reserve of 1/s over 10s")
+	for range 100 {
+		rb.recordRequestAt(t0)
+	}
+	assert.InDelta(t, 20.0, rb.snapshotAt(t0).Available, 1e-9, "zero RatioBudget: want 10%% of 100 requests plus the reserve")
+	assert.InDelta(t, 0.0, rb.snapshotAt(t0.Add(20*time.Second)).Available-10, 1e-9, "zero RatioBudget: deposits expire after 10s")
 }
 
 func TestUnlimitedBudget(t *testing.T) {

@@ -15,20 +15,12 @@ import (
 
 // These tests drive budgets through the Transport, over http.Client.Do,
 // against real loopback servers. Waits are skipped through the Transport's
-// sleep seam, jitter is zero, and budget clocks are frozen unless a test
-// says otherwise.
+// sleep seam, jitter is zero, and the budgets run on the Transport's
+// fake clock, frozen unless a test moves it.
 
-// frozenRatioBudgets makes NewBudget give each scope a RatioBudget with
-// the default settings, on clock.
-func frozenRatioBudgets(clock *fakeClock) func(string) (Budget, error) {
-	return func(string) (Budget, error) {
-		b, err := NewRatioBudget(RatioBudgetConfig{})
-		if err == nil {
-			b.now = clock.Now
-		}
-		return b, err
-	}
-}
+// ratioBudgets is a NewBudget that gives each scope a RatioBudget with the
+// default settings. It runs on the Transport's clock.
+func ratioBudgets(string) (Budget, error) { return NewRatioBudget(RatioBudgetConfig{}) }
 
 // storm sends n GETs at once through client and checks that each gets
 // a 503 response with a nil error.
@@ -77,7 +69,7 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 		srv := newSettableServer(t, http.StatusServiceUnavailable)
 		clock := newFakeClockAt(fixedStart)
 		tr := newNoWaitTransport(clock)
-		tr.NewBudget = frozenRatioBudgets(clock)
+		tr.NewBudget = ratioBudgets
 		storm(t, &http.Client{Transport: tr}, srv.URL, callers)
 
 		got := srv.requests.Load()
@@ -103,7 +95,6 @@ func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 	clock := newFakeClockAt(fixedStart)
 	shared, err := NewTokenBucket(TokenBucketConfig{Capacity: 3})
 	require.NoError(t, err)
-	shared.now = clock.Now
 	srvA := newSettableServer(t, http.StatusServiceUnavailable)
 	srvB := newSettableServer(t, http.StatusServiceUnavailable)
 	trA, trB := newNoWaitTransport(clock), newNoWaitTransport(clock)

@@ -2,11 +2,17 @@ package retryfuse
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
 )
+
+// This file is one RoundTrip: the facts about the request, the gates
+// before the first attempt, and the loop of attempts. Only run and loop end
+// a call; the steps they call (send, schedule, wait, the gates) report what
+// happened and leave the ending to them.
 
 // call is the state of one RoundTrip: the facts about the request, the
 // attempt history the decision core reads, and the last result.
@@ -29,7 +35,7 @@ type call struct {
 	owned  ownedContext
 	trace  attemptTrace
 
-	attempt  int
+	attempt  int // attempts made
 	phase    decide.Phase
 	history  []decide.Attempt
 	histBuf  [4]decide.Attempt
@@ -46,41 +52,15 @@ type call struct {
 	settled          bool // settle has run
 }
 
+// run reads the facts about the request, passes the gates that come before
+// the first attempt (the caller's deadline, the ledger, the decision core,
+// the budget) and then makes attempts. The claim on a ledger key is settled
+// on every way out.
 func (c *call) run() (*http.Response, error) {
 	req := c.req
-	c.method = req.Method
-	if c.method == "" {
-		c.method = http.MethodGet
-	}
-	key, err := readKey(req.Header)
-	if err != nil {
+	if err := c.readFacts(); err != nil {
 		closeRequestBody(req)
 		return nil, err
-	}
-	c.key = key
-	generate := c.t.GenerateIdempotencyKeys && !key.present &&
-		(c.method == http.MethodPost || c.method == http.MethodPatch)
-	if generate {
-		v, err := newIdempotencyKey()
-		if err != nil {
-			closeRequestBody(req)
-			return nil, err
-		}
-		c.key = requestKey{value: v, present: true, generated: true}
-	}
-	if generate || needsKeyHiding(c.method, req.Header) {
-		gen := ""
-		if generate {
-			gen = c.key.value
-		}
-		c.header = hideKey(req.Header, gen)
-	}
-	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
-	c.history = c.histBuf[:0]
-	c.ctx = req.Context()
-	if !c.passThrough {
-		c.owned = ownedContext{Context: c.ctx, owner: c.t}
-		c.ctx = &c.owned // no allocation: it lives in the call
 	}
 	if err := c.ctx.Err(); err != nil {
 		closeRequestBody(req)
@@ -102,63 +82,88 @@ func (c *call) run() (*http.Response, error) {
 	if !c.passThrough {
 		if err := c.recordRequest(); err != nil {
 			closeRequestBody(req)
-			c.settle(nil, err)
-			return nil, err
+			return c.settle(nil, err)
 		}
 	}
-	resp, err := c.loop()
-	return c.settle(resp, err)
+	return c.settle(c.loop())
+}
+
+// readFacts reads the method, the idempotency key (generating one when so
+// configured) and whether the body can be replayed, and marks the context
+// as owned.
+func (c *call) readFacts() error {
+	req := c.req
+	c.method = req.Method
+	if c.method == "" {
+		c.method = http.MethodGet
+	}
+	key, err := readKey(req.Header)
+	if err != nil {
+		return err
+	}
+	c.key = key
+	generate := c.p.generateKeys && !key.present &&
+		(c.method == http.MethodPost || c.method == http.MethodPatch)
+	if generate {
+		v, err := newIdempotencyKey()
+		if err != nil {
+			return err
+		}
+		c.key = requestKey{value: v, present: true, generated: true}
+	}
+	if generate || needsKeyHiding(c.method, req.Header) {
+		gen := ""
+		if generate {
+			gen = c.key.value
+		}
+		c.header = hideKey(req.Header, gen)
+	}
+	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
+	c.history = c.histBuf[:0]
+	c.ctx = req.Context()
+	if !c.passThrough {
+		c.owned = ownedContext{Context: c.ctx, owner: c.t}
+		c.ctx = &c.owned // no allocation: it lives in the call
+	}
+	return nil
 }
 
 // loop makes attempts until one is final, the decision core or a gate
-// stops the call, or attempts run out.
+// stops the call, or attempts run out. Each turn: the deadline, the
+// breaker, the attempt, the decision core's verdict on it, and, for a
+// retry, its schedule and the wait.
 func (c *call) loop() (*http.Response, error) {
 	for {
 		// No attempt starts after the deadline, however long the gates
 		// before it took (a remote ledger or budget, a hook).
 		if err := c.req.Context().Err(); err != nil {
-			if c.attempt == 0 {
-				closeRequestBody(c.req)
-				c.giveUp(err, decide.Verdict{})
-				return nil, err
+			return c.stopBefore(err, err)
+		}
+		ticket, err := c.admit()
+		if err != nil {
+			return c.stopBefore(err, ErrCircuitOpen)
+		}
+		a, err := c.send(ticket)
+		if err != nil {
+			// The body cannot be sent again. Last stays the last attempt's
+			// error, and GetBody's goes beside it.
+			if c.lastResp == nil {
+				c.lastErr = errors.Join(c.lastErr, err)
 			}
-			return c.stop(err, decide.Verdict{})
+			return c.stop(ErrNotRepeatable, decide.Verdict{})
 		}
-		ticket, berr := c.admit()
-		if berr != nil {
-			if c.attempt == 0 {
-				closeRequestBody(c.req)
-				c.giveUp(ErrCircuitOpen, decide.Verdict{})
-				return nil, berr
-			}
-			return c.stop(berr, decide.Verdict{})
-		}
-		c.attempt++
-		resp, r, ok, err := c.sendAdmitted(ticket)
-		if !ok {
-			ticket.done(observeIgnore, nil)
-			return resp, err // the body could not be replayed
-		}
-		c.observe(ticket, resp, err, r)
-		c.phase = r.phase
-		cost := 1.0
-		if r.outcome == decide.OutcomeTimeout {
-			cost = c.p.timeoutCost
-		}
-		c.history = append(c.history, decide.Attempt{Outcome: r.outcome, Phase: contractPhase(r.phase), Cost: cost})
-		c.lastResp, c.lastErr = resp, err
+		c.record(a)
 
 		v := c.decide(decide.KeyNone)
 		switch {
 		case c.passThrough:
-			return resp, err // the Transport above decides
+			return a.resp, a.err // the Transport above decides
 		case v.Decision == decide.ReplayStored:
 			c.confirmed = true
-			return resp, err
+			return a.resp, a.err
 		case v.Decision == decide.ReconcileRequired:
-			rec := c.reconcileError(err)
-			res := c.reconcile(rec)
-			switch res.Resolution {
+			rec := c.reconcileError(a.err)
+			switch res := c.reconcile(rec); res.Resolution {
 			case Applied:
 				// Completed — but the authoritative response is the
 				// Reconciler's lookup, not this request's own answer: it is
@@ -166,51 +171,50 @@ func (c *call) loop() (*http.Response, error) {
 				c.confirmed, c.notStored = true, true
 				return res.Response, nil
 			case NotApplied:
-				// The effect is now known not to have happened: a
-				// definite failure, which may be sent again through the
-				// usual gates.
+				// The effect is known not to have happened: a definite
+				// failure, which may be sent again through the usual gates.
 				c.history[len(c.history)-1].Outcome = decide.OutcomeFailure
-				if !r.retryable {
+				if !a.retryable {
 					c.giveUp(errFinal, decide.Verdict{})
-					return nil, err
+					return nil, a.err
 				}
-				if v = c.decide(decide.KeyNone); v.Decision == decide.ReplaySafe {
-					break // to the gates below
-				}
-				return c.stop(brakeReason(v), v)
+				v = c.decide(decide.KeyNone)
 			default:
 				c.uncertain = true
 				return nil, rec
 			}
-		case !r.retryable:
+		case !a.retryable:
 			c.giveUp(errFinal, decide.Verdict{})
-			return resp, err
-		case v.Decision != decide.ReplaySafe:
+			return a.resp, a.err
+		}
+		if v.Decision != decide.ReplaySafe {
 			return c.stop(brakeReason(v), v)
 		}
 		if c.attempt >= c.p.maxAttempts {
 			return c.stop(ErrAttemptsExhausted, decide.Verdict{})
 		}
-		if resp, err, retry := c.backoff(); !retry {
-			return resp, err
+		next, err := c.schedule()
+		if err != nil {
+			return c.stop(err, decide.Verdict{})
+		}
+		if err := c.wait(next.delay); err != nil {
+			c.giveUp(err, decide.Verdict{})
+			// The set-aside response is not handed back: the caller stopped
+			// waiting for it. Its status stays reachable through Last.
+			return nil, &RetryError{Reason: err, Last: next.cause, Attempts: c.attempt}
 		}
 	}
 }
 
-// sendAdmitted makes the attempt that the breaker admitted with ticket.
-// Should the attempt panic (in the base), the ticket is done on the way up:
-// a probe that never gave its slot back would keep a half-open scope
-// refusing every request for good.
-func (c *call) sendAdmitted(ticket breakerTicket) (resp *http.Response, r result, ok bool, err error) {
-	returned := false
-	defer func() {
-		if !returned {
-			ticket.done(observeIgnore, nil)
-		}
-	}()
-	resp, r, ok, err = c.send()
-	returned = true
-	return resp, r, ok, err
+// record adds an attempt's result to the history the decision core reads.
+func (c *call) record(a attempt) {
+	c.phase = a.phase
+	cost := 1.0
+	if a.outcome == decide.OutcomeTimeout {
+		cost = c.p.timeoutCost
+	}
+	c.history = append(c.history, decide.Attempt{Outcome: a.outcome, Phase: contractPhase(a.phase), Cost: cost})
+	c.lastResp, c.lastErr = a.resp, a.err
 }
 
 // decide asks the decision core about the call as it stands.
@@ -230,19 +234,19 @@ func contractPhase(p decide.Phase) decide.Phase {
 	return p
 }
 
-// brakeReason names the sentinel for a verdict that stops a call.
+// brakeReasons are the sentinels of the rules that stop a call.
+var brakeReasons = [...]error{
+	decide.RuleConflict:         ErrIdempotencyConflict,
+	decide.RuleInFlight:         ErrDuplicateInFlight,
+	decide.RuleNotRepeatable:    ErrNotRepeatable,
+	decide.RuleFailureThreshold: ErrFailureThreshold,
+	decide.RuleCostBudget:       ErrCostBudget,
+}
+
+// brakeReason is the sentinel of a verdict that stops a call.
 func brakeReason(v decide.Verdict) error {
-	switch v.Rule {
-	case 1:
-		return ErrIdempotencyConflict
-	case 4:
-		return ErrDuplicateInFlight
-	case 5:
-		return ErrNotRepeatable
-	case 6:
-		return ErrFailureThreshold
-	case 7:
-		return ErrCostBudget
+	if int(v.Rule) < len(brakeReasons) && brakeReasons[v.Rule] != nil {
+		return brakeReasons[v.Rule]
 	}
 	return ErrNotRepeatable
 }
@@ -258,12 +262,24 @@ func (c *call) refuse(v decide.Verdict, stored *StoredResponse) (*http.Response,
 		}
 		return storedResponse(stored, c.req), nil
 	}
-	if v.Decision == decide.Brake && v.Rule == 4 && c.earlierUncertain {
+	if v.Rule == decide.RuleInFlight && c.earlierUncertain {
 		return nil, c.refuseUncertain(ErrEarlierUncertain)
 	}
 	reason := brakeReason(v)
 	c.giveUp(reason, v)
 	return nil, &RetryError{Reason: reason}
+}
+
+// stopBefore ends the call with err when the next attempt may not start:
+// before the first, with err itself (the request's body is closed, and the
+// hooks hear reason); after it, as stop does.
+func (c *call) stopBefore(err, reason error) (*http.Response, error) {
+	if c.attempt > 0 {
+		return c.stop(err, decide.Verdict{})
+	}
+	closeRequestBody(c.req)
+	c.giveUp(reason, decide.Verdict{})
+	return nil, err
 }
 
 // stop ends a call that may not go on: the last response goes back as it
@@ -288,51 +304,10 @@ func (c *call) giveUp(reason error, v decide.Verdict) {
 	emit(h, info)
 }
 
-// reconcileError builds the error for an uncertain write. The Reconcile
-// hook reports it: reconcile, for a write of this call; refuseUncertain,
-// for a key left uncertain or unreplayable by an earlier call.
-func (c *call) reconcileError(cause error) *ReconcileRequiredError {
-	e := &ReconcileRequiredError{
-		Method:         c.method,
-		URL:            c.redactedURL(),
-		IdempotencyKey: c.key.value,
-		KeyGenerated:   c.key.generated,
-		Attempts:       c.attempt,
-		Phase:          c.phase,
-		Cause:          cause,
-	}
-	return e
-}
-
-// refuseUncertain returns a reconcile error about an earlier call under
-// the key, without asking the Reconciler (that call's own reconciliation
-// was the time to ask), and reports it.
-func (c *call) refuseUncertain(cause error) *ReconcileRequiredError {
-	e := c.reconcileError(cause)
-	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: StillUnknown})
-	}
-	return e
-}
-
-// reconcile asks the Reconciler, if any, about an uncertain write, with the
-// caller's own context (its time counts against the caller's deadline; it
-// carries no retry ownership, so its own requests are not passed through).
-func (c *call) reconcile(e *ReconcileRequiredError) Reconciliation {
-	var res Reconciliation
-	if c.t.Reconciler != nil {
-		res = askReconciler(c.req.Context(), c.t.Reconciler, e)
-	}
-	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.Resolution})
-	}
-	return res
-}
-
 // scopeName returns the call's scope, computed on first use.
 func (c *call) scopeName() string {
 	if c.scope == "" {
-		c.scope = c.t.scope(c.req)
+		c.scope = c.p.scopeOf(c.req)
 	}
 	return c.scope
 }
@@ -355,6 +330,6 @@ func (c *call) info() CallInfo {
 		IdempotencyKey: c.key.value,
 		KeyGenerated:   c.key.generated,
 		Phase:          c.phase,
-		Elapsed:        c.t.clock().Sub(c.start),
+		Elapsed:        c.p.clock.Now().Sub(c.start),
 	}
 }

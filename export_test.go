@@ -1,7 +1,90 @@
 package retryfuse
 
+import (
+	"context"
+	"sync"
+	"time"
+)
+
 // This file holds the package's test seams: what its tests need to reach
 // that its users do not.
+
+// testEnvs holds, per Transport, what its tests put in place of the real
+// clock, randomness and drain bound. A Transport reads its env when its
+// settings are resolved (its first use): set it before.
+var testEnvs sync.Map // *Transport → *testEnv
+
+type testEnv struct {
+	now          func() time.Time
+	sleep        func(ctx context.Context, d time.Duration) error
+	randN        func(n int64) int64
+	maxDrainTime time.Duration
+}
+
+func init() {
+	real := environment
+	environment = func(t *Transport) env {
+		e := real(t)
+		v, ok := testEnvs.Load(t)
+		if !ok {
+			return e
+		}
+		te := v.(*testEnv)
+		if te.now != nil || te.sleep != nil {
+			e.clock = funcClock{te.now, te.sleep}
+		}
+		if te.randN != nil {
+			e.randN = te.randN
+		}
+		if te.maxDrainTime != 0 {
+			e.maxDrainTime = te.maxDrainTime
+		}
+		return e
+	}
+}
+
+func testEnvOf(tr *Transport) *testEnv {
+	v, _ := testEnvs.LoadOrStore(tr, &testEnv{})
+	return v.(*testEnv)
+}
+
+// setClock makes tr tell the time with now and wait with sleep; a nil one
+// stays real.
+func setClock(tr *Transport, now func() time.Time, sleep func(context.Context, time.Duration) error) {
+	e := testEnvOf(tr)
+	e.now, e.sleep = now, sleep
+}
+
+// setSleep makes tr wait with sleep, keeping its time.
+func setSleep(tr *Transport, sleep func(context.Context, time.Duration) error) {
+	testEnvOf(tr).sleep = sleep
+}
+
+// setRandN makes tr draw its jitter from randN.
+func setRandN(tr *Transport, randN func(n int64) int64) { testEnvOf(tr).randN = randN }
+
+// setMaxDrainTime bounds in time the read of tr's discarded bodies.
+func setMaxDrainTime(tr *Transport, d time.Duration) { testEnvOf(tr).maxDrainTime = d }
+
+// funcClock is a clock made of functions; a nil one is the real clock's.
+type funcClock struct {
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+func (c funcClock) Now() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
+}
+
+func (c funcClock) Sleep(ctx context.Context, d time.Duration) error {
+	if c.sleep == nil {
+		return realClock{}.Sleep(ctx, d)
+	}
+	return c.sleep(ctx, d)
+}
 
 // settings returns the breaker's settings in force, defaults resolved.
 func (b *Breaker) settings() BreakerSettings {
@@ -11,12 +94,12 @@ func (b *Breaker) settings() BreakerSettings {
 	return b.set
 }
 
-// len returns the number of keys held, after dropping the expired ones.
-// It takes time proportional to that number when some may have expired.
-func (l *MemoryLedger) len() int {
+// lenAt returns the number of keys held at now, after dropping the expired
+// ones.
+func (l *MemoryLedger) lenAt(now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lazyInit()
-	l.sweep(l.clock())
+	l.sweep(now)
 	return len(l.m)
 }

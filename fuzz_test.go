@@ -227,7 +227,7 @@ func TestRetryAfterPlusJitterNeverWraps(t *testing.T) {
 		MaxRetryAfter: 200 * year, InitialBackoff: 200 * year, MaxBackoff: 200 * year,
 		Hooks: log.hooks(),
 	})
-	tr.randN = func(n int64) int64 { return n - 1 } // the largest jitter
+	setRandN(tr, func(n int64) int64 { return n - 1 }) // the largest jitter
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("Do: got %v, %v; want 200", resp, err)

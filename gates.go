@@ -2,7 +2,6 @@ package retryfuse
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -40,50 +39,53 @@ func (c *call) budgetContext() context.Context { return c.req.Context() }
 
 // admit asks the breaker, if any, to let the next attempt through.
 func (c *call) admit() (breakerTicket, error) {
-	b := c.t.Breaker
+	b := c.p.breaker
 	if b == nil {
 		return breakerTicket{}, nil
 	}
-	ticket, tr, err := b.allow(c.scopeName())
-	c.breakerChanged(tr)
+	ticket, change, err := b.allow(c.scopeName(), c.p.clock.Now())
+	c.breakerChanged(change)
 	return ticket, err
 }
 
 // openThrough reports the breaker's refusal, if any, of an attempt that
-// would start at t: the scope is open and stays open until then.
+// would start at t: the scope is open and stays open until then. It
+// changes nothing: the breaker admits the attempt (admit) once the wait is
+// over, for the scope may open during the wait.
 func (c *call) openThrough(t time.Time) error {
-	if c.t.Breaker == nil {
+	if c.p.breaker == nil {
 		return nil
 	}
-	return c.t.Breaker.openUntil(c.scopeName(), t)
+	return c.p.breaker.openUntil(c.scopeName(), t)
 }
 
 // observe feeds an attempt's result to the breaker: only what the
 // dependency did counts. The caller's cancellation, an error of the
 // caller's body, and local errors that are not transient say nothing about
 // the dependency's health.
-func (c *call) observe(ticket breakerTicket, resp *http.Response, err error, r result) {
-	if c.t.Breaker == nil {
+func (c *call) observe(ticket breakerTicket, a attempt) {
+	if c.p.breaker == nil {
 		return
 	}
 	var (
 		o     = observeIgnore
 		cause error
+		now   = c.p.clock.Now()
 	)
 	switch {
-	case r.ignored:
-	case resp != nil && r.retryable:
-		o, cause = observeFailure, statusError(resp, c.t.clock())
-	case resp != nil:
+	case a.ignored:
+	case a.resp != nil && a.retryable:
+		o, cause = observeFailure, statusError(a.resp, now)
+	case a.resp != nil:
 		o = observeSuccess
-	case r.retryable || r.outcome == decide.OutcomeTimeout || r.outcome == decide.OutcomeUnknown:
-		o, cause = observeFailure, err
+	case a.retryable || a.outcome == decide.OutcomeTimeout || a.outcome == decide.OutcomeUnknown:
+		o, cause = observeFailure, a.err
 	}
-	c.breakerChanged(ticket.done(o, cause))
+	c.breakerChanged(ticket.done(o, cause, now))
 }
 
-func (c *call) breakerChanged(tr BreakerChangeInfo) {
-	if tr.To != 0 {
-		emit(c.t.Hooks.BreakerChange, tr)
+func (c *call) breakerChanged(change BreakerChangeInfo) {
+	if change.To != 0 {
+		emit(c.t.Hooks.BreakerChange, change)
 	}
 }

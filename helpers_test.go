@@ -79,11 +79,8 @@ func (c *fakeClock) Sleeps() []time.Duration {
 	return slices.Clone(c.sleeps)
 }
 
-// install sets the clock as tr's now and sleep seams.
-func (c *fakeClock) install(tr *Transport) {
-	tr.now = c.Now
-	tr.sleep = c.Sleep
-}
+// install makes the clock tr's.
+func (c *fakeClock) install(tr *Transport) { setClock(tr, c.Now, c.Sleep) }
 
 // newTransport completes tr for a test: the fake clock's seams, a
 // deterministic jitter (half the ceiling) unless tr sets its own, and the
@@ -93,8 +90,8 @@ func newTransport(t *testing.T, clk *fakeClock, tr *Transport) *Transport {
 	if clk != nil {
 		clk.install(tr)
 	}
-	if tr.randN == nil {
-		tr.randN = func(n int64) int64 { return n / 2 }
+	if testEnvOf(tr).randN == nil {
+		setRandN(tr, func(n int64) int64 { return n / 2 })
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
@@ -314,11 +311,10 @@ var fixedStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 // attempts (the waits are still bounded by the caller's context) nor move
 // clock, draws zero jitter, and reads clock.
 func newNoWaitTransport(clock *fakeClock) *Transport {
-	return &Transport{
-		now:   clock.Now,
-		sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
-		randN: func(int64) int64 { return 0 },
-	}
+	tr := &Transport{}
+	setClock(tr, clock.Now, func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
+	setRandN(tr, func(int64) int64 { return 0 })
+	return tr
 }
 
 // getStatus sends a GET through client and returns the status (0 for none)
@@ -389,28 +385,30 @@ const callWait = 10 * time.Second
 // before the client gives up; the tests that wait for it run in parallel.
 const heldAttemptTimeout = 500 * time.Millisecond
 
-// newLedgerOnFakeClock returns a MemoryLedger on a virtual clock of its own.
+// newLedgerOnFakeClock returns a MemoryLedger and a virtual clock for the
+// Transports that share it (newLedgerClientOn): a MemoryLedger runs on the
+// clock of the Transport that uses it.
 func newLedgerOnFakeClock(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *fakeClock) {
 	t.Helper()
 	l, err := NewMemoryLedger(cfg)
 	require.NoError(t, err)
-	clk := newFakeClock()
-	l.now = clk.Now
-	return l, clk
+	return l, newFakeClock()
 }
 
 // newLedgerClient returns a client over a Transport with ledger l, no retry
-// budget and a virtual clock; tune adjusts the Transport before first use.
+// budget and a virtual clock of its own; tune adjusts the Transport before
+// first use.
 func newLedgerClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
 	t.Helper()
-	clk := newFakeClock()
-	tr := &Transport{
-		Ledger: l,
-		Budget: UnlimitedBudget{},
-		now:    clk.Now,
-		sleep:  clk.Sleep,
-		randN:  func(n int64) int64 { return n / 2 },
-	}
+	return newLedgerClientOn(t, newFakeClock(), l, tune)
+}
+
+// newLedgerClientOn is newLedgerClient on clock clk.
+func newLedgerClientOn(t *testing.T, clk *fakeClock, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
+	t.Helper()
+	tr := &Transport{Ledger: l, Budget: UnlimitedBudget{}}
+	clk.install(tr)
+	setRandN(tr, func(n int64) int64 { return n / 2 })
 	if tune != nil {
 		tune(tr)
 	}

@@ -21,7 +21,7 @@ import (
 // ledger, a key, or a body that can be fingerprinted, the state is none.
 // A ledger that cannot answer is not taken to mean the key is free.
 func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
-	l := c.t.Ledger
+	l := c.p.ledger
 	// A generated key is new by construction: no earlier call can hold it,
 	// so it would fill the ledger without ever catching a duplicate.
 	if l == nil || c.passThrough || !c.key.present || c.key.generated || !c.facts.ReplayableBody {
@@ -56,7 +56,7 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		return resp, err
 	}
 	c.settled = true
-	l, key, token := c.t.Ledger, c.ledgerKey, c.ledgerToken
+	l, key, token := c.p.ledger, c.ledgerKey, c.ledgerToken
 	ctx := context.WithoutCancel(c.req.Context()) // settling outlives the caller's deadline
 	var lerr error
 	switch {

@@ -46,32 +46,13 @@ type MemoryLedgerConfig struct {
 	MaxStoredBody int
 }
 
-func (c *MemoryLedgerConfig) maxEntries() int {
-	if c.MaxEntries == 0 {
-		return defaultLedgerMaxEntries
-	}
-	return c.MaxEntries
-}
-
-func (c *MemoryLedgerConfig) ttl() time.Duration {
-	if c.TTL == 0 {
-		return defaultLedgerTTL
-	}
-	return c.TTL
-}
-
+func (c *MemoryLedgerConfig) maxEntries() int { return orDefault(c.MaxEntries, defaultLedgerMaxEntries) }
+func (c *MemoryLedgerConfig) ttl() time.Duration { return orDefault(c.TTL, defaultLedgerTTL) }
 func (c *MemoryLedgerConfig) inFlightTTL() time.Duration {
-	if c.InFlightTTL == 0 {
-		return defaultLedgerInFlightTTL
-	}
-	return c.InFlightTTL
+	return orDefault(c.InFlightTTL, defaultLedgerInFlightTTL)
 }
-
 func (c *MemoryLedgerConfig) maxStoredBody() int {
-	if c.MaxStoredBody == 0 {
-		return defaultLedgerMaxStoredBody
-	}
-	return c.MaxStoredBody
+	return orDefault(c.MaxStoredBody, defaultLedgerMaxStoredBody)
 }
 
 // MemoryLedger is a Ledger held in this process's memory, bounded by
@@ -84,7 +65,6 @@ func (c *MemoryLedgerConfig) maxStoredBody() int {
 // This type is concurrency safe.
 type MemoryLedger struct {
 	cfg MemoryLedgerConfig // read only after construction
-	now func() time.Time   // nil means time.Now
 	mu  sync.Mutex         // guards everything below
 	m   map[string]*ledgerEntry
 	lru ledgerEntry // sentinel of the list of completed and uncertain entries, most recently used first
@@ -132,13 +112,6 @@ func NewMemoryLedger(cfg MemoryLedgerConfig) (*MemoryLedger, error) {
 	return &MemoryLedger{cfg: cfg}, nil
 }
 
-func (l *MemoryLedger) clock() time.Time {
-	if l.now != nil {
-		return l.now()
-	}
-	return time.Now()
-}
-
 // lazyInit prepares the map and the list; l.mu must be held.
 func (l *MemoryLedger) lazyInit() {
 	if l.m == nil {
@@ -151,12 +124,15 @@ func (l *MemoryLedger) lazyInit() {
 // ErrInvalidIdempotencyKey; a new key when every held key is in flight is an
 // error wrapping errLedgerFull.
 func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
+	return l.beginAt(key, fp, time.Now())
+}
+
+func (l *MemoryLedger) beginAt(key string, fp Fingerprint, now time.Time) (LedgerClaim, error) {
 	if key == "" {
 		return LedgerClaim{}, fmt.Errorf("%w: empty key", ErrInvalidIdempotencyKey)
 	}
 	l.mu.Lock()
 	l.lazyInit()
-	now := l.clock()
 	e := l.live(key, now)
 	if e != nil {
 		if e.fp != fp {
@@ -194,11 +170,15 @@ func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (Led
 // Complete implements Ledger. A res whose body is longer than MaxStoredBody
 // completes the key without a stored result.
 func (l *MemoryLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
+	return l.completeAt(key, token, res, time.Now())
+}
+
+func (l *MemoryLedger) completeAt(key, token string, res *StoredResponse, now time.Time) error {
 	var stored *StoredResponse
 	if res != nil && len(res.Body) <= l.cfg.maxStoredBody() {
 		stored = res.clone() // before taking the lock
 	}
-	return l.end(key, token, func(e *ledgerEntry, now time.Time) {
+	return l.end(key, token, now, func(e *ledgerEntry) {
 		e.state, e.token, e.stored = entryCompleted, "", stored
 		l.setExpiry(e, now.Add(l.cfg.ttl()))
 		l.pushFront(e)
@@ -207,12 +187,20 @@ func (l *MemoryLedger) Complete(_ context.Context, key, token string, res *Store
 
 // Release implements Ledger: the key is free again.
 func (l *MemoryLedger) Release(_ context.Context, key, token string) error {
-	return l.end(key, token, func(e *ledgerEntry, _ time.Time) { l.remove(e) })
+	return l.releaseAt(key, token, time.Now())
+}
+
+func (l *MemoryLedger) releaseAt(key, token string, now time.Time) error {
+	return l.end(key, token, now, l.remove)
 }
 
 // Uncertain implements Ledger: the key is held for TTL from now.
 func (l *MemoryLedger) Uncertain(_ context.Context, key, token string) error {
-	return l.end(key, token, func(e *ledgerEntry, now time.Time) {
+	return l.uncertainAt(key, token, time.Now())
+}
+
+func (l *MemoryLedger) uncertainAt(key, token string, now time.Time) error {
+	return l.end(key, token, now, func(e *ledgerEntry) {
 		e.state, e.token = entryUncertain, ""
 		l.setExpiry(e, now.Add(l.cfg.ttl()))
 		l.pushFront(e)
@@ -220,16 +208,15 @@ func (l *MemoryLedger) Uncertain(_ context.Context, key, token string) error {
 }
 
 // end applies f to key's entry, under the lock, if token owns it.
-func (l *MemoryLedger) end(key, token string, f func(e *ledgerEntry, now time.Time)) error {
+func (l *MemoryLedger) end(key, token string, now time.Time, f func(e *ledgerEntry)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lazyInit()
-	now := l.clock()
 	e := l.live(key, now)
 	if e == nil || e.state != entryInFlight || e.token != token {
 		return fmt.Errorf("%w: key %q", ErrLedgerToken, key)
 	}
-	f(e, now)
+	f(e)
 	return nil
 }
 

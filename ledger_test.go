@@ -20,10 +20,35 @@ const (
 	testLedgerMaxBody     = 8
 )
 
+// testLedger is a MemoryLedger on a fake clock: its methods run at the
+// clock's time.
+type testLedger struct {
+	*MemoryLedger
+	clock *fakeClock
+}
+
+func (l testLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
+	return l.beginAt(key, fp, l.clock.Now())
+}
+
+func (l testLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
+	return l.completeAt(key, token, res, l.clock.Now())
+}
+
+func (l testLedger) Release(_ context.Context, key, token string) error {
+	return l.releaseAt(key, token, l.clock.Now())
+}
+
+func (l testLedger) Uncertain(_ context.Context, key, token string) error {
+	return l.uncertainAt(key, token, l.clock.Now())
+}
+
+func (l testLedger) len() int { return l.lenAt(l.clock.Now()) }
+
 // newTestLedger returns a MemoryLedger with the test settings above on a
 // fake clock of its own, which starts at a fixed time: tests move it,
 // nothing sleeps.
-func newTestLedger(t testing.TB, maxEntries int) (*MemoryLedger, *fakeClock) {
+func newTestLedger(t testing.TB, maxEntries int) (testLedger, *fakeClock) {
 	t.Helper()
 	l, err := NewMemoryLedger(MemoryLedgerConfig{
 		MaxEntries:    maxEntries,
@@ -33,8 +58,7 @@ func newTestLedger(t testing.TB, maxEntries int) (*MemoryLedger, *fakeClock) {
 	})
 	require.NoError(t, err)
 	clock := newFakeClockAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	l.now = clock.Now
-	return l, clock
+	return testLedger{l, clock}, clock
 }
 
 func ledgerFP(b byte) Fingerprint { return Fingerprint{b} }
@@ -306,7 +330,7 @@ func TestMemoryLedgerZeroValue(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, c.Stored, "a body of exactly the default MaxStoredBody was not stored")
 	assert.Len(t, c.Stored.Body, defaultLedgerMaxStoredBody)
-	assert.Equal(t, 1, l.len())
+	assert.Equal(t, 1, l.lenAt(time.Now()))
 }
 
 func TestNewMemoryLedgerInvalid(t *testing.T) {
@@ -329,7 +353,7 @@ func TestNewMemoryLedgerInvalid(t *testing.T) {
 	}
 }
 
-func ledgerBegin(t *testing.T, l *MemoryLedger, key string, want decide.KeyState) LedgerClaim {
+func ledgerBegin(t *testing.T, l Ledger, key string, want decide.KeyState) LedgerClaim {
 	t.Helper()
 	c, err := l.Begin(context.Background(), key, ledgerFP(1))
 	require.NoError(t, err)
@@ -337,7 +361,7 @@ func ledgerBegin(t *testing.T, l *MemoryLedger, key string, want decide.KeyState
 	return c
 }
 
-func ledgerComplete(t *testing.T, l *MemoryLedger, key string) {
+func ledgerComplete(t *testing.T, l Ledger, key string) {
 	t.Helper()
 	c := ledgerBegin(t, l, key, decide.KeyNone)
 	require.NoError(t, l.Complete(context.Background(), key, c.Token, &StoredResponse{StatusCode: 200}))

@@ -210,7 +210,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 	)
 	ledger, clock := newLedgerOnFakeClock(t, MemoryLedgerConfig{TTL: ttl})
 	srv := newOrdersServer(t, firstThenApply(orderApplyThenStall))
-	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
+	client, _ := newLedgerClientOn(t, clock, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
 
 	resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.Nil(t, resp)
@@ -232,7 +232,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 	clock.Advance(time.Second) // the TTL has passed: the key is free
 	// Sent through a second Transport sharing the ledger: the POST is
 	// answered at once, and a starved handler must not look like a timeout.
-	untimed, _ := newLedgerClient(t, ledger, nil)
+	untimed, _ := newLedgerClientOn(t, clock, ledger, nil)
 	resp, _, err = postKeyed(t, untimed, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "after the TTL: got %v, want the request sent", err)
 	assert.Equalf(t, http.StatusCreated, resp.StatusCode, "got status %d, want 201", resp.StatusCode)
@@ -414,7 +414,6 @@ func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger.now = clk.Now
 	base := &panicBase{}
 	tr := newTransport(t, clk, &Transport{Base: base, Ledger: ledger, Budget: UnlimitedBudget{}})
 	const url = "http://rv-ledger.invalid/charges"

@@ -2,20 +2,42 @@ package retryfuse
 
 import (
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+
 	"github.com/retryfuse/retryfuse/decide"
 )
 
 // This file resolves and validates a Transport's settings, once, at its
-// first use.
+// first use. A call reads only the resolved policy (and Hooks, which are
+// read live).
 
-// policy is the Transport's configuration with defaults resolved.
+// The Transport's defaults, one per setting; each field's doc names it.
+const (
+	defaultMaxAttempts         = 3
+	defaultInitialBackoff      = 100 * time.Millisecond
+	defaultMaxBackoff          = 10 * time.Second
+	defaultMaxRetryAfter       = 30 * time.Second
+	defaultFailureThreshold    = 5
+	defaultBudgetUnits         = 100.0
+	defaultTimeoutCost         = 1.0
+	defaultMaxFingerprintBytes = 1 << 20
+	defaultMaxStoredBody       = 64 << 10
+	defaultMaxScopes           = 1024
+	defaultMaxDrainBytes       = 64 << 10
+	// defaultMaxDrainTime bounds how long a discarded response body is read
+	// before it is closed. No field sets it.
+	defaultMaxDrainTime = time.Second
+)
+
+// policy is the Transport's configuration with defaults resolved. Nothing
+// in it changes after setup.
 type policy struct {
 	base           http.RoundTripper
-	tracing        bool
+	tracing        bool // base fires httptrace's GotConn
 	maxAttempts    int
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
@@ -23,14 +45,43 @@ type policy struct {
 	maxRetryAfter  time.Duration
 	decision       decide.Policy
 	timeoutCost    float64
+	classifier     Classifier // nil means DefaultClassify
+	generateKeys   bool
+	budget         Budget                             // shared by every scope; nil means per-scope budgets
+	newBudget      func(scope string) (Budget, error) // never nil
+	breaker        *Breaker
+	ledger         Ledger
+	reconciler     Reconciler
+	scope          func(*http.Request) string // nil means HostScope
+	maxScopes      int
 	redact         []string
 	maxDrain       int64
+	maxDrainTime   time.Duration
 	maxFP          int64
 	maxStored      int64
+
+	clock clock
+	randN func(n int64) int64 // a uniform draw from [0, n)
+}
+
+// env is what a Transport takes from its surroundings.
+type env struct {
+	clock        clock
+	randN        func(n int64) int64
+	maxDrainTime time.Duration
+}
+
+// environment returns the env that t runs on: the real one. The package's
+// tests replace it (export_test.go), as net/http's tests replace its
+// testHook variables.
+var environment = func(*Transport) env {
+	return env{clock: realClock{}, randN: rand.Int64N, maxDrainTime: defaultMaxDrainTime}
 }
 
 // Validate reports the first invalid setting, as an error wrapping
-// ErrInvalidPolicy; nil when the Transport is usable.
+// ErrInvalidPolicy; nil when the Transport is usable. It resolves the
+// settings, as the first RoundTrip does: a setting changed afterwards is
+// not seen (but for Hooks).
 func (t *Transport) Validate() error {
 	t.setup()
 	return t.initErr
@@ -41,6 +92,7 @@ func (t *Transport) setup() {
 }
 
 func (t *Transport) resolve() (policy, error) {
+	e := environment(t)
 	p := policy{
 		base:           t.Base,
 		maxAttempts:    orDefault(t.MaxAttempts, defaultMaxAttempts),
@@ -49,17 +101,35 @@ func (t *Transport) resolve() (policy, error) {
 		attemptTimeout: t.AttemptTimeout,
 		maxRetryAfter:  orDefault(t.MaxRetryAfter, defaultMaxRetryAfter),
 		decision: decide.Policy{
-			FailureThreshold: orDefault(t.FailureThreshold, 5),
-			BudgetUnits:      orDefault(t.BudgetUnits, 100),
+			FailureThreshold: orDefault(t.FailureThreshold, defaultFailureThreshold),
+			BudgetUnits:      orDefault(t.BudgetUnits, defaultBudgetUnits),
 		},
-		timeoutCost: orDefault(t.TimeoutCost, 1),
-		redact:      t.RedactQueryParams,
-		maxDrain:    orDefault(t.MaxDrainBytes, defaultMaxDrainBytes),
-		maxFP:       orDefault(t.MaxFingerprintBytes, defaultMaxFingerprintBytes),
-		maxStored:   orDefault(t.MaxStoredBody, defaultMaxStoredBody),
+		timeoutCost:  orDefault(t.TimeoutCost, defaultTimeoutCost),
+		classifier:   t.Classifier,
+		generateKeys: t.GenerateIdempotencyKeys,
+		budget:       t.Budget, // on the Transport's clock, below
+		newBudget:    t.NewBudget,
+		breaker:      t.Breaker,
+		ledger:       ledgerOn(t.Ledger, e.clock),
+		reconciler:   t.Reconciler,
+		scope:        t.Scope,
+		maxScopes:    orDefault(t.MaxScopes, defaultMaxScopes),
+		redact:       t.RedactQueryParams,
+		maxDrain:     orDefault(t.MaxDrainBytes, defaultMaxDrainBytes),
+		maxDrainTime: e.maxDrainTime,
+		maxFP:        orDefault(t.MaxFingerprintBytes, defaultMaxFingerprintBytes),
+		maxStored:    orDefault(t.MaxStoredBody, defaultMaxStoredBody),
+		clock:        e.clock,
+		randN:        e.randN,
+	}
+	if p.budget != nil {
+		p.budget = budgetOn(p.budget, p.clock)
 	}
 	if p.redact == nil {
 		p.redact = defaultRedactedQueryParams
+	}
+	if p.newBudget == nil {
+		p.newBudget = newDefaultBudget
 	}
 	switch {
 	case t.MaxAttempts < 0:
@@ -93,16 +163,22 @@ func (t *Transport) resolve() (policy, error) {
 		p.base = cleanhttp.DefaultPooledTransport()
 	}
 	if p.base == http.RoundTripper(t) {
+		p.base = nil // never sent through, nor closed: it would recurse
 		return p, invalidPolicy("Base", "must not be the Transport itself")
 	}
 	var cycle bool
 	if p.tracing, cycle = baseTraces(t, p.base); cycle {
+		p.base = nil
 		return p, invalidPolicy("Base", "must not lead back to the Transport itself")
 	}
-	t.budgets.max = orDefault(t.MaxScopes, defaultMaxScopes)
 	return p, nil
 }
 
+// newDefaultBudget is the budget of a scope when NewBudget is nil.
+func newDefaultBudget(string) (Budget, error) { return &RatioBudget{}, nil }
+
+// orDefault returns v, or def when v is zero: the one way a setting's zero
+// value means its default.
 func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 	if v == 0 {
 		return def

@@ -62,6 +62,46 @@ type Reconciliation struct {
 // method and path); look the effect up by a query or a path instead.
 type Reconciler func(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
 
+// reconcileError builds the error for an uncertain write. The Reconcile
+// hook reports it: reconcile, for a write of this call; refuseUncertain,
+// for a key left uncertain or unreplayable by an earlier call.
+func (c *call) reconcileError(cause error) *ReconcileRequiredError {
+	return &ReconcileRequiredError{
+		Method:         c.method,
+		URL:            c.redactedURL(),
+		IdempotencyKey: c.key.value,
+		KeyGenerated:   c.key.generated,
+		Attempts:       c.attempt,
+		Phase:          c.phase,
+		Cause:          cause,
+	}
+}
+
+// refuseUncertain returns a reconcile error about an earlier call under
+// the key, without asking the Reconciler (that call's own reconciliation
+// was the time to ask), and reports it.
+func (c *call) refuseUncertain(cause error) *ReconcileRequiredError {
+	e := c.reconcileError(cause)
+	if h := c.t.Hooks.Reconcile; h != nil {
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: StillUnknown})
+	}
+	return e
+}
+
+// reconcile asks the Reconciler, if any, about an uncertain write, with the
+// caller's own context (its time counts against the caller's deadline; it
+// carries no retry ownership, so its own requests are not passed through).
+func (c *call) reconcile(e *ReconcileRequiredError) Reconciliation {
+	var res Reconciliation
+	if c.p.reconciler != nil {
+		res = askReconciler(c.req.Context(), c.p.reconciler, e)
+	}
+	if h := c.t.Hooks.Reconcile; h != nil {
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.Resolution})
+	}
+	return res
+}
+
 // askReconciler consults r, recovering a panic; anything but a usable
 // answer is StillUnknown.
 func askReconciler(ctx context.Context, r Reconciler, e *ReconcileRequiredError) (rec Reconciliation) {

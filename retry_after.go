@@ -5,10 +5,6 @@ import (
 	"time"
 )
 
-// defaultMaxRetryAfter is the longest server-requested wait the transport
-// honours when Transport.MaxRetryAfter is zero. A server asking for longer
-// gets no retry: its response goes back at once.
-const defaultMaxRetryAfter = 30 * time.Second
 
 // maxRetryAfterSeconds bounds the delay-seconds form before it is turned
 // into a Duration, so that no value can overflow time.Duration (which holds

@@ -7,9 +7,6 @@ import (
 	"sync"
 )
 
-// defaultMaxScopes bounds how many per-scope budgets a Transport keeps when
-// Transport.MaxScopes is zero.
-const defaultMaxScopes = 1024
 
 // HostScope is the default scope of a request: its scheme, host and port
 // ("https://api.example.com:443"), so that one failing dependency neither
@@ -37,9 +34,8 @@ func HostScope(req *http.Request) string {
 // them. When full, an arbitrary scope's budget is dropped to make room: a
 // fresh budget for a scope that returns is the cost of the bound.
 type budgets struct {
-	mu  sync.Mutex
-	m   map[hostKey]Budget
-	max int
+	mu sync.Mutex
+	m  map[hostKey]Budget
 }
 
 // hostKey identifies a scope: by the request's scheme and host (as
@@ -67,7 +63,9 @@ func withoutDefaultPort(scheme, host string) string {
 	return host
 }
 
-func (b *budgets) get(k hostKey, scope func() string, newBudget func(string) (Budget, error)) (Budget, error) {
+// get returns the budget of scope k, creating it with p.newBudget on first
+// use, on p's clock; it keeps at most p.maxScopes.
+func (b *budgets) get(k hostKey, scope func() string, p *policy) (Budget, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if bud, ok := b.m[k]; ok {
@@ -76,17 +74,18 @@ func (b *budgets) get(k hostKey, scope func() string, newBudget func(string) (Bu
 	// Created under the lock, so that a scope's budget is created once: a
 	// factory that keeps what it creates (to read Snapshots) sees exactly
 	// the budgets in use.
-	bud, err := newBudget(scope())
+	bud, err := p.newBudget(scope())
 	if err != nil {
 		return nil, err
 	}
 	if bud == nil {
 		bud = UnlimitedBudget{}
 	}
+	bud = budgetOn(bud, p.clock)
 	if b.m == nil {
 		b.m = make(map[hostKey]Budget)
 	}
-	if len(b.m) >= b.max {
+	if len(b.m) >= p.maxScopes {
 		for k := range b.m {
 			delete(b.m, k)
 			break

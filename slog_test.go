@@ -67,12 +67,10 @@ func slogTransport(level slog.Level) (*Transport, *bytes.Buffer) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))
 	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	return &Transport{
-		Hooks: SlogHooks(logger),
-		now:   func() time.Time { return fixed },
-		sleep: func(context.Context, time.Duration) error { return nil },
-		randN: func(n int64) int64 { return n / 2 },
-	}, &buf
+	tr := &Transport{Hooks: SlogHooks(logger)}
+	setClock(tr, func() time.Time { return fixed }, func(context.Context, time.Duration) error { return nil })
+	setRandN(tr, func(n int64) int64 { return n / 2 })
+	return tr, &buf
 }
 
 func roundTrip(t *testing.T, tr *Transport, method, url, key string) (*http.Response, error) {

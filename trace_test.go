@@ -110,7 +110,7 @@ func TestTraceNotRewrittenUnderALateWriteLoop(t *testing.T) {
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Add(1) },
 	})
 	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 2, Budget: UnlimitedBudget{}})
-	tr.randN = func(int64) int64 { return 0 }
+	setRandN(tr, func(int64) int64 { return 0 })
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL(), io.LimitReader(zeros{}, bodySize))
 	if err != nil {

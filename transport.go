@@ -3,27 +3,10 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
-)
-
-// defaultMaxDrainBytes is how much of a discarded response body the
-// transport reads, when Transport.MaxDrainBytes is zero, so that its
-// connection can be reused. A longer body is closed unread past that point
-// (its connection is then closed rather than reused).
-const defaultMaxDrainBytes = 64 << 10
-
-// defaultMaxDrainTime bounds how long the transport reads a discarded
-// response body before it closes it.
-const defaultMaxDrainTime = time.Second
-
-// Defaults of the ledger's bounds on the Transport.
-const (
-	defaultMaxFingerprintBytes = 1 << 20
-	defaultMaxStoredBody       = 64 << 10
 )
 
 // Transport is an http.RoundTripper that repeats a request only when
@@ -173,17 +156,10 @@ type Transport struct {
 	MaxDrainBytes int64
 
 	once    sync.Once
-	p       policy
-	budgets budgets
+	p       policy // the settings, resolved once
 	initErr error
+	budgets budgets
 	calls   atomic.Uint64
-
-	// Test seams; nil means the real clock, timer and randomness.
-	now   func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
-	randN func(n int64) int64
-	// drainTime replaces defaultMaxDrainTime when set.
-	drainTime time.Duration
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -203,10 +179,10 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// scope names the dependency of req.
-func (t *Transport) scope(req *http.Request) string {
-	if t.Scope != nil {
-		return t.Scope(req)
+// scopeOf names the dependency of req.
+func (p *policy) scopeOf(req *http.Request) string {
+	if p.scope != nil {
+		return p.scope(req)
 	}
 	return HostScope(req)
 }
@@ -215,57 +191,16 @@ func (t *Transport) scope(req *http.Request) string {
 // scope's name; with the default scope it is only called when the scope's
 // budget is created, so that the common path builds no string.
 func (t *Transport) budget(req *http.Request, scope func() string) (Budget, error) {
-	if t.Budget != nil {
-		return t.Budget, nil
+	p := &t.p
+	if p.budget != nil {
+		return p.budget, nil
 	}
-	if t.Scope == nil && req.URL != nil {
+	if p.scope == nil && req.URL != nil {
 		k := hostKey{scheme: req.URL.Scheme, host: withoutDefaultPort(req.URL.Scheme, req.URL.Host)}
-		return t.budgets.get(k, scope, t.newBudget)
+		return t.budgets.get(k, scope, p)
 	}
 	name := scope() // a custom Scope is user code: call it before the lock
-	return t.budgets.get(hostKey{scope: name}, func() string { return name }, t.newBudget)
-}
-
-func (t *Transport) newBudget(scope string) (Budget, error) {
-	if t.NewBudget != nil {
-		return t.NewBudget(scope)
-	}
-	return NewRatioBudget(RatioBudgetConfig{})
-}
-
-func (t *Transport) maxDrainTime() time.Duration {
-	if t.drainTime > 0 {
-		return t.drainTime
-	}
-	return defaultMaxDrainTime
-}
-
-func (t *Transport) clock() time.Time {
-	if t.now != nil {
-		return t.now()
-	}
-	return time.Now()
-}
-
-func (t *Transport) wait(ctx context.Context, d time.Duration) error {
-	if t.sleep != nil {
-		return t.sleep(ctx, d)
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
-}
-
-func (t *Transport) random(n int64) int64 {
-	if t.randN != nil {
-		return t.randN(n)
-	}
-	return rand.Int64N(n)
+	return t.budgets.get(hostKey{scope: name}, func() string { return name }, p)
 }
 
 var errNilRequest = errors.New("retryfuse: nil Request")
@@ -303,7 +238,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := call{t: t, p: &t.p, req: req, id: t.calls.Add(1)}
 	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
-		c.start = t.clock() // only hooks report elapsed time
+		c.start = t.p.clock.Now() // only hooks report elapsed time
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
 	return c.run()

@@ -61,8 +61,8 @@ func TestRetryAfterWithJitterStaysUnderTheCap(t *testing.T) {
 	tr := newTransport(t, clk, &Transport{
 		Base: mock, MaxRetryAfter: 30 * time.Second,
 		InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second,
-		randN: func(n int64) int64 { return n - 1 }, // the largest jitter
 	})
+	setRandN(tr, func(n int64) int64 { return n - 1 }) // the largest jitter
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, mockURL, "")); err != nil {
 		t.Fatalf("Do: %v", err)
 	}
@@ -216,7 +216,8 @@ func TestCancellationMidWait(t *testing.T) {
 // The real timer of the wait stops as soon as the caller cancels.
 func TestCancellationMidRealWait(t *testing.T) {
 	srv := statusServer(t, 503, "busy")
-	tr := &Transport{InitialBackoff: time.Hour, MaxBackoff: time.Hour, randN: func(n int64) int64 { return n - 1 }}
+	tr := &Transport{InitialBackoff: time.Hour, MaxBackoff: time.Hour}
+	setRandN(tr, func(n int64) int64 { return n - 1 })
 	t.Cleanup(tr.CloseIdleConnections)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	tr.Hooks.Retry = func(RetryInfo) { time.AfterFunc(20*time.Millisecond, cancel) }
@@ -318,10 +319,10 @@ func TestNoRetryStartsAfterTheCallerIsDone(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(testCtx(t))
 	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 3, Budget: UnlimitedBudget{}})
-	tr.sleep = func(context.Context, time.Duration) error {
+	setSleep(tr, func(context.Context, time.Duration) error {
 		cancel() // the caller gives up as the timer fires
 		return nil
-	}
+	})
 
 	resp, err := tr.RoundTrip(newRequest(t, ctx, http.MethodGet, "http://rv.invalid/", ""))
 	if err == nil {

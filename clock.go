@@ -1,0 +1,94 @@
+package retryfuse
+
+import (
+	"context"
+	"time"
+)
+
+// This file is the one clock of a Transport. A call reads it once per step
+// (the start of an attempt, the scheduling of a retry) and hands that time
+// to the gates, in the manner of golang.org/x/time/rate: the breaker, the
+// budgets and the ledger of this package take the time as an argument
+// inside, and read the real clock only when called from outside.
+
+// clock tells the time and waits.
+type clock interface {
+	Now() time.Time
+	// Sleep waits for d, or until ctx is done, and then returns ctx.Err().
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// realClock is the wall clock.
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// timedBudget is a budget of this package: it takes the time as an
+// argument.
+type timedBudget interface {
+	recordRequestAt(now time.Time)
+	allowRetryAt(now time.Time) bool
+}
+
+// clockedBudget runs a timedBudget on a Transport's clock.
+type clockedBudget struct {
+	b     timedBudget
+	clock clock
+}
+
+func (c clockedBudget) RecordRequest(context.Context) { c.b.recordRequestAt(c.clock.Now()) }
+
+func (c clockedBudget) AllowRetry(context.Context) (bool, error) {
+	return c.b.allowRetryAt(c.clock.Now()), nil
+}
+
+// budgetOn returns b running on clk when b is one of this package's
+// budgets, and b itself otherwise.
+func budgetOn(b Budget, clk clock) Budget {
+	if tb, ok := b.(timedBudget); ok {
+		return clockedBudget{tb, clk}
+	}
+	return b
+}
+
+// clockedLedger runs a MemoryLedger on a Transport's clock.
+type clockedLedger struct {
+	l     *MemoryLedger
+	clock clock
+}
+
+func (c clockedLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
+	return c.l.beginAt(key, fp, c.clock.Now())
+}
+
+func (c clockedLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
+	return c.l.completeAt(key, token, res, c.clock.Now())
+}
+
+func (c clockedLedger) Release(_ context.Context, key, token string) error {
+	return c.l.releaseAt(key, token, c.clock.Now())
+}
+
+func (c clockedLedger) Uncertain(_ context.Context, key, token string) error {
+	return c.l.uncertainAt(key, token, c.clock.Now())
+}
+
+// ledgerOn returns l running on clk when l is a MemoryLedger, and l itself
+// otherwise.
+func ledgerOn(l Ledger, clk clock) Ledger {
+	if ml, ok := l.(*MemoryLedger); ok {
+		return clockedLedger{ml, clk}
+	}
+	return l
+}
