@@ -2,7 +2,6 @@ package retryfuse
 
 import "time"
 
-
 // backoffCeiling is the exponential ceiling before attempt number retry
 // (1 for the first retry): initial·2^(retry-1), capped at max.
 func backoffCeiling(initial, max time.Duration, retry int) time.Duration {

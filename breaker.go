@@ -140,7 +140,7 @@ const (
 // calls user code. This type is concurrency safe.
 type Breaker struct {
 	mu     sync.Mutex
-	set    BreakerSettings  // resolved
+	set    BreakerSettings // resolved
 	scopes map[string]*scopeState
 	closed scopeList // closed scopes, most recently used first
 }

@@ -123,7 +123,7 @@ func TestBreakerMaxScopesBoundHolds(t *testing.T) {
 	b, clk := newTestBreaker(t, BreakerSettings{FailureThreshold: 2, MaxScopes: 16})
 	var held []breakerTicket
 	for i := range 10_000 {
-		tk, _, err := b.allow("host-" + strconv.Itoa(i), clk.Now())
+		tk, _, err := b.allow("host-"+strconv.Itoa(i), clk.Now())
 		if err != nil {
 			t.Fatalf("Allow: %v", err)
 		}

@@ -46,7 +46,9 @@ type MemoryLedgerConfig struct {
 	MaxStoredBody int
 }
 
-func (c *MemoryLedgerConfig) maxEntries() int { return orDefault(c.MaxEntries, defaultLedgerMaxEntries) }
+func (c *MemoryLedgerConfig) maxEntries() int {
+	return orDefault(c.MaxEntries, defaultLedgerMaxEntries)
+}
 func (c *MemoryLedgerConfig) ttl() time.Duration { return orDefault(c.TTL, defaultLedgerTTL) }
 func (c *MemoryLedgerConfig) inFlightTTL() time.Duration {
 	return orDefault(c.InFlightTTL, defaultLedgerInFlightTTL)

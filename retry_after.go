@@ -5,7 +5,6 @@ import (
 	"time"
 )
 
-
 // maxRetryAfterSeconds bounds the delay-seconds form before it is turned
 // into a Duration, so that no value can overflow time.Duration (which holds
 // about 292 years).

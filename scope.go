@@ -7,7 +7,6 @@ import (
 	"sync"
 )
 
-
 // HostScope is the default scope of a request: its scheme, host and port
 // ("https://api.example.com:443"), so that one failing dependency neither
 // spends another's retry budget nor opens its breaker.
