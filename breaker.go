@@ -14,7 +14,7 @@ import (
 // driven by an injected clock, and it calls OnStateChange while holding its
 // mutex, which runs user code under a lock. Its two good ideas are kept: a
 // generation counter, so that a late result from an older state is dropped,
-// and the two-step shape (Allow, then Done with the outcome). State changes
+// and the two-step shape (allow, then done with the outcome). State changes
 // are returned as BreakerChangeInfo values for the caller to report once the
 // lock is released.
 
@@ -122,19 +122,19 @@ const (
 	observeIgnore
 )
 
-// Breaker brakes requests to failing dependencies, one brake per scope (a
-// name the caller chooses: a host, a route).
+// Breaker brakes requests to failing dependencies, one brake per scope
+// (Transport.Scope names it: by default the host). Set it as
+// Transport.Breaker; one Breaker may serve several Transports.
 //
 // A closed scope opens when it has seen FailureThreshold consecutive
 // failures and at least MinObservations outcomes since it last closed.
-// While open, Allow fails fast. After OpenTimeout, the next Allow moves it
-// to half-open and lets at most MaxProbes probes out at once; a failed
-// probe opens it again, ProbeSuccesses consecutive successful probes close
-// it. Elapsed time alone never closes it.
-//
-// Each ticket Allow hands out must be marked Done once; a probe whose
-// ticket is never done keeps its probe slot. The memory a scope holds grows
-// with its largest number of tickets out at once (12 bytes each).
+// While open, requests fail fast with a *CircuitOpenError and nothing is
+// sent. After OpenTimeout, the next request moves it to half-open and lets
+// at most MaxProbes probes out at once; a failed probe opens it again,
+// ProbeSuccesses consecutive successful probes close it. Elapsed time alone
+// never closes it. The BreakerChange hook reports every change. The memory
+// a scope holds grows with its largest number of requests in flight at
+// once (12 bytes each).
 //
 // The zero value is a Breaker with the default settings. A Breaker never
 // calls user code. This type is concurrency safe.
@@ -182,7 +182,7 @@ func (b *Breaker) stateAt(scope string, now time.Time) BreakerState {
 }
 
 // openUntil reports whether scope is open and will still be open at t
-// (before its OpenTimeout ends), with the *CircuitOpenError that Allow
+// (before its OpenTimeout ends), with the *CircuitOpenError that allow
 // would give then. It changes nothing: a transport asks it before a wait,
 // so that it neither waits nor spends a retry token for an attempt the
 // breaker would refuse.
@@ -196,8 +196,8 @@ func (b *Breaker) openUntil(scope string, t time.Time) error {
 	return s.openError(b.set.OpenTimeout)
 }
 
-// Allow asks to send one request in scope. It returns a ticket to mark
-// Done with the request's outcome, or a *CircuitOpenError (nothing may be
+// allow asks to send one request in scope at now. It returns a ticket to
+// mark done with the request's outcome, or a *CircuitOpenError (nothing may be
 // sent) when the scope is open, or half-open with MaxProbes probes out. The
 // transition is non-zero when this call moved the scope from open to
 // half-open.
@@ -226,19 +226,19 @@ func (b *Breaker) allow(scope string, now time.Time) (breakerTicket, BreakerChan
 	return s.issue(), tr, nil
 }
 
-// breakerTicket is the permission, given by Allow, to send one request.
-// The zero value is a ticket whose Done does nothing.
+// breakerTicket is the permission, given by allow, to send one request.
+// The zero value is a ticket whose done does nothing.
 type breakerTicket struct {
 	s    *scopeState
 	gen  uint64 // the scope's generation when the ticket was issued
-	seq  uint64 // the ticket's number, held in s.slots[slot] until Done
+	seq  uint64 // the ticket's number, held in s.slots[slot] until done
 	slot int32
 }
 
-// Done reports the outcome of the ticket's request, with the dependency
+// done reports, at now, the outcome of the ticket's request, with the dependency
 // failure as cause for observeFailure. It returns a non-zero transition
 // when the outcome closed or opened the scope. A ticket issued before the
-// scope last changed state is ignored, and so is a second Done.
+// scope last changed state is ignored, and so is a second done.
 func (t breakerTicket) done(o observation, cause error, now time.Time) BreakerChangeInfo {
 	s := t.s
 	if s == nil {

@@ -34,7 +34,7 @@ func TestBreakerConcurrentHalfOpenCallersGetMaxProbes(t *testing.T) {
 			case errors.Is(err, ErrCircuitOpen):
 				refused.Add(1)
 			default:
-				t.Errorf("Allow: unexpected error %v", err)
+				t.Errorf("allow: unexpected error %v", err)
 			}
 		})
 	}
@@ -104,7 +104,7 @@ func TestBreakerMaxScopes(t *testing.T) {
 		t.Errorf("open scopes are never forgotten: remembered %v, want %v", got, want)
 	}
 	if _, _, err := b.allow("down", clk.Now()); !errors.Is(err, ErrCircuitOpen) {
-		t.Errorf(`Allow("down") = %v, want ErrCircuitOpen`, err)
+		t.Errorf(`allow("down") = %v, want ErrCircuitOpen`, err)
 	}
 }
 
@@ -125,7 +125,7 @@ func TestBreakerMaxScopesBoundHolds(t *testing.T) {
 	for i := range 10_000 {
 		tk, _, err := b.allow("host-"+strconv.Itoa(i), clk.Now())
 		if err != nil {
-			t.Fatalf("Allow: %v", err)
+			t.Fatalf("allow: %v", err)
 		}
 		if i%3 == 0 {
 			held = append(held, tk)
@@ -207,7 +207,7 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 	_, _, err := b.allow("api.example", c.Now())
 	var coe *CircuitOpenError
 	if !errors.As(err, &coe) {
-		t.Fatalf("Allow while open: error %v, want *CircuitOpenError", err)
+		t.Fatalf("allow while open: error %v, want *CircuitOpenError", err)
 	}
 	wantErr := CircuitOpenError{Scope: "api.example", OpenedAt: opened, ProbeAt: opened.Add(10 * time.Second), Cause: cause}
 	if *coe != wantErr {

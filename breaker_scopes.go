@@ -20,7 +20,7 @@ type scopeState struct {
 	openedAt  time.Time
 	cause     error // the failure that opened it
 	// Tickets out: slots[i] holds the seq of the ticket owning slot i, 0
-	// when free, so a second Done of a ticket finds its slot not its own.
+	// when free, so a second done of a ticket finds its slot not its own.
 	slots      []uint64
 	free       []int32
 	seq        uint64

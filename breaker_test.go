@@ -22,10 +22,10 @@ func newTestBreaker(t testing.TB, s BreakerSettings) (*Breaker, *fakeClock) {
 
 // step is one step of a state-machine table.
 //
-//	ok, fail, ignore                Allow, then Done at once with that outcome
-//	take                            Allow and hold the ticket
-//	ok-held, fail-held, ignore-held Done of the oldest held ticket
-//	refused                         Allow must fail with ErrCircuitOpen
+//	ok, fail, ignore                allow, then done at once with that outcome
+//	take                            allow and hold the ticket
+//	ok-held, fail-held, ignore-held done of the oldest held ticket
+//	refused                         allow must fail with ErrCircuitOpen
 //	wait                            advance the clock by d
 type breakerStep struct {
 	op    string
@@ -74,13 +74,13 @@ func runBreakerSteps(t *testing.T, b *Breaker, c *fakeClock, scope string, table
 			_, tr, err := b.allow(scope, c.Now())
 			note(tr)
 			if !errors.Is(err, ErrCircuitOpen) {
-				t.Fatalf("step %d (%s): Allow error = %v, want ErrCircuitOpen", i, st.op, err)
+				t.Fatalf("step %d (%s): allow error = %v, want ErrCircuitOpen", i, st.op, err)
 			}
 		case st.op == "take" || (!isHeld && observations[op] != 0):
 			tk, tr, err := b.allow(scope, c.Now())
 			note(tr)
 			if err != nil {
-				t.Fatalf("step %d (%s): Allow error = %v, want a ticket", i, st.op, err)
+				t.Fatalf("step %d (%s): allow error = %v, want a ticket", i, st.op, err)
 			}
 			if st.op == "take" {
 				held = append(held, tk)
@@ -153,7 +153,7 @@ func TestBreakerStateMachine(t *testing.T) {
 			breakerStep{op: "fail", tr: "closed>open", state: open},
 		),
 	}, {
-		name: "probe slots are bounded and freed by any Done",
+		name: "probe slots are bounded and freed by any done",
 		set:  BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, MaxProbes: 2},
 		steps: steps(
 			breakerStep{op: "fail", tr: "closed>open", state: open},
@@ -219,7 +219,7 @@ func TestBreakerTinySampleDoesNotOpen(t *testing.T) {
 	for i := range 5 {
 		tk, _, err := b.allow("api", clk.Now())
 		if err != nil {
-			t.Fatalf("Allow %d: %v", i, err)
+			t.Fatalf("allow %d: %v", i, err)
 		}
 		if tr := tk.done(observeFailure, errors.New("503"), clk.Now()); tr.To != 0 {
 			t.Fatalf("failure %d of 5 observations: transition %v>%v, want none", i+1, tr.From, tr.To)
@@ -244,7 +244,7 @@ func TestBreakerTimerElapsedStaysUnconfirmed(t *testing.T) {
 	}
 	_, tr, err := b.allow("api", c.Now())
 	if err != nil || tr.From != BreakerOpen || tr.To != BreakerHalfOpen {
-		t.Fatalf("first Allow after the timeout: transition %v>%v, error %v; want open>half_open and a probe", tr.From, tr.To, err)
+		t.Fatalf("first allow after the timeout: transition %v>%v, error %v; want open>half_open and a probe", tr.From, tr.To, err)
 	}
 	if got := b.stateAt("api", c.Now()); got != BreakerHalfOpen {
 		t.Errorf("probe out, not done: State = %v, want half_open", got)
@@ -358,7 +358,7 @@ func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
 	tk, _, _ := b.allow("api", c.Now())
 	tk.done(observeFailure, errors.New("503"), c.Now())
 	if tr := tk.done(observeFailure, errors.New("503"), c.Now()); tr.To != 0 {
-		t.Fatalf("second Done of one ticket: transition %v>%v, want none", tr.From, tr.To)
+		t.Fatalf("second done of one ticket: transition %v>%v, want none", tr.From, tr.To)
 	}
 	if got := b.stateAt("api", c.Now()); got != BreakerClosed {
 		t.Fatalf("one failure reported twice (FailureThreshold 2): State = %v, want closed", got)
@@ -381,7 +381,7 @@ func TestBreakerDoneTwiceIsHarmless(t *testing.T) {
 	_, _, err4 := b.allow("api", c.Now())
 	_, _, err5 := b.allow("api", c.Now())
 	if err3 != nil || err4 != nil || !errors.Is(err5, ErrCircuitOpen) {
-		t.Errorf("after a double Done of a probe: Allow errors %v, %v, %v; want nil, nil, ErrCircuitOpen (MaxProbes 2)", err3, err4, err5)
+		t.Errorf("after a double done of a probe: allow errors %v, %v, %v; want nil, nil, ErrCircuitOpen (MaxProbes 2)", err3, err4, err5)
 	}
 	p3.done(observeSuccess, nil, c.Now())
 }

@@ -18,17 +18,17 @@ import (
 // body (none, or GetBody set). A write whose outcome is uncertain — a
 // timeout, reset or cancellation after it may have been written — is never
 // replayed: RoundTrip returns a *ReconcileRequiredError. Every decision is
-// taken by the decision core (Decide) and reported through Hooks.
+// taken by the decision core (package decide) and reported through Hooks.
 //
 // A response, even a final 503, is returned as a response with a nil
 // error. An error is returned only when there is no response to give.
 //
 // The zero value is ready to use with the defaults documented on each
-// field. Fields must not be changed after the first RoundTrip; they are
-// resolved and validated then, and an invalid value makes every RoundTrip
-// return an error wrapping ErrInvalidPolicy. Validate and
-// CloseIdleConnections resolve them too: a setting changed after either
-// is not seen (but for Hooks).
+// field. The fields are read once, at the first RoundTrip (or Validate, or
+// CloseIdleConnections), which resolves and validates them: a field
+// changed afterwards is not seen, but for Hooks, which are read on every
+// call. An invalid value makes every RoundTrip return an error wrapping
+// ErrInvalidPolicy.
 //
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
@@ -37,15 +37,14 @@ type Transport struct {
 	Base http.RoundTripper
 
 	// MaxAttempts is the number of attempts in total, the first included.
-	// Zero means defaultMaxAttempts (3); 1 disables retries. The decision
+	// Zero means 3; 1 disables retries. The decision
 	// core also stops a call after FailureThreshold failed attempts in a
 	// row: raise both to allow more than 5 attempts.
 	MaxAttempts int
 
 	// InitialBackoff and MaxBackoff shape the delay before a retry: the
 	// ceiling doubles from InitialBackoff up to MaxBackoff, and the delay is
-	// drawn uniformly below it (full jitter). Zero means
-	// defaultInitialBackoff (100ms) and defaultMaxBackoff (10s, or
+	// drawn uniformly below it (full jitter). Zero means 100ms and 10s (or
 	// InitialBackoff when that is longer).
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
@@ -58,12 +57,11 @@ type Transport struct {
 
 	// MaxRetryAfter caps a server's Retry-After. A retryable response
 	// asking for a longer wait, or for a wait longer than the caller's
-	// deadline leaves, is returned at once. Zero means
-	// defaultMaxRetryAfter (30s).
+	// deadline leaves, is returned at once. Zero means 30s.
 	MaxRetryAfter time.Duration
 
 	// FailureThreshold and BudgetUnits are the decision core's policy (see
-	// DecisionPolicy): the trailing failed attempts, and the total cost of
+	// decide.Policy): the trailing failed attempts, and the total cost of
 	// attempts, that brake a call. Zero means 5 and 100.
 	FailureThreshold int
 	BudgetUnits      float64
@@ -116,15 +114,14 @@ type Transport struct {
 	Ledger Ledger
 
 	// MaxFingerprintBytes bounds the body hashed for the Ledger; a longer
-	// body is refused with ErrFingerprintLimit. Zero means
-	// defaultMaxFingerprintBytes (1 MiB).
+	// body is refused with ErrFingerprintLimit. Zero means 1 MiB.
 	MaxFingerprintBytes int64
 
 	// MaxStoredBody bounds the response body recorded for the Ledger as the
 	// result of a completed key. A longer body is returned to the caller
 	// whole, but not stored: a later call under the key gets a
 	// *ReconcileRequiredError (cause ErrResultNotStored) rather than a
-	// replay. Zero means defaultMaxStoredBody (64 KiB).
+	// replay. Zero means 64 KiB.
 	MaxStoredBody int64
 
 	// Reconciler, when set, is asked whether an uncertain write took
@@ -138,21 +135,23 @@ type Transport struct {
 	// MaxScopes bounds the per-scope budgets kept (the breaker has its
 	// own bound, BreakerSettings.MaxScopes). When it is reached, the budget
 	// of an arbitrary scope is dropped to make room, and that scope gets a
-	// fresh budget when it returns. Zero means defaultMaxScopes (1024).
+	// fresh budget when it returns. Zero means 1024.
 	MaxScopes int
 
 	// Hooks observe every decision. See Hooks.
 	Hooks Hooks
 
 	// RedactQueryParams names the query parameters whose values are hidden
-	// in reported URLs. Nil means defaultRedactedQueryParams; an empty,
-	// non-nil slice redacts none. User information is always removed.
+	// in reported URLs, matched without regard to case. Nil means
+	// access_token, api_key, apikey, auth, client_secret, code, key,
+	// password, secret, sig, signature and token; an empty, non-nil slice
+	// redacts none. User information is always removed.
 	RedactQueryParams []string
 
 	// MaxDrainBytes bounds how much of a discarded response body is read
-	// before it is closed. Zero means defaultMaxDrainBytes. The read is
-	// also bounded in time, by defaultMaxDrainTime: a body still arriving
-	// then is closed, its connection with it.
+	// before it is closed. Zero means 64 KiB. The read is also bounded in
+	// time, to one second: a body still arriving then is closed, its
+	// connection with it.
 	MaxDrainBytes int64
 
 	once    sync.Once
