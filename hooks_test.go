@@ -3,8 +3,10 @@ package retryfuse
 import (
 	"bufio"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -209,5 +211,39 @@ func TestElapsedOfHooksSetAfterValidate(t *testing.T) {
 	wait := clk.Sleeps()
 	if got, want := log.dones[1].Elapsed, wait[0]; got != want || got > time.Hour {
 		t.Errorf("Elapsed of the second AttemptDone: got %v, want %v (the one wait)", got, want)
+	}
+}
+
+// Every field of Hooks is seen by any, joined by JoinHooks and set by
+// SlogHooks: a hook added to the struct but not to them fails here.
+func TestEveryHookIsJoinedCountedAndLogged(t *testing.T) {
+	typ := reflect.TypeOf(Hooks{})
+	logged := reflect.ValueOf(SlogHooks(slog.New(slog.DiscardHandler)))
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		calls := 0
+		var one Hooks
+		reflect.ValueOf(&one).Elem().Field(i).Set(reflect.MakeFunc(f.Type, func([]reflect.Value) []reflect.Value {
+			calls++
+			return nil
+		}))
+		if !one.any() {
+			t.Errorf("Hooks{%s: f}.any() = false, want true", f.Name)
+		}
+		joined := reflect.ValueOf(JoinHooks(one, Hooks{}, one)).Field(i)
+		if joined.IsNil() {
+			t.Errorf("JoinHooks dropped %s", f.Name)
+			continue
+		}
+		joined.Call([]reflect.Value{reflect.Zero(f.Type.In(0))})
+		if calls != 2 {
+			t.Errorf("JoinHooks(h, {}, h).%s called h's hook %d times, want 2", f.Name, calls)
+		}
+		if logged.Field(i).IsNil() {
+			t.Errorf("SlogHooks leaves %s nil", f.Name)
+		}
+	}
+	if (Hooks{}).any() {
+		t.Error("Hooks{}.any() = true, want false")
 	}
 }

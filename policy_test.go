@@ -92,3 +92,29 @@ func TestLongInitialBackoffWithDefaultMaxBackoff(t *testing.T) {
 		t.Errorf("resolved MaxBackoff: got %v, want 20s", got)
 	}
 }
+
+// CloseIdleConnections of a Transport whose Base is itself, or leads back
+// to it, returns: an invalid Base is not kept, so there is nothing to
+// recurse into (it used to overflow the stack, through
+// http.Client.CloseIdleConnections too).
+func TestCloseIdleConnectionsOfAnInvalidBaseReturns(t *testing.T) {
+	self := &Transport{}
+	self.Base = self
+	a, b := &Transport{}, &Transport{}
+	a.Base, b.Base = b, a
+	for name, tr := range map[string]*Transport{"itself": self, "a cycle": a} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			(&http.Client{Transport: tr}).CloseIdleConnections()
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Base %s: CloseIdleConnections did not return within 5s", name)
+		}
+		if err := tr.Validate(); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("Base %s: Validate: got %v, want an error wrapping ErrInvalidPolicy", name, err)
+		}
+	}
+}
