@@ -16,7 +16,8 @@
 // 429, 500, 502, 503 and 504 and transient transport errors (refused,
 // reset, EOF, timeouts) are worth another attempt; everything else is
 // handed back as it is. Whether the request may be sent again is then
-// decided by the decision core (Decide), which implements a small,
+// decided by the decision core, decide.Decide in package
+// github.com/retryfuse/retryfuse/decide, which implements a small,
 // versioned contract that the command `retryfuse decide` also exposes as
 // JSON:
 //
@@ -32,9 +33,12 @@
 //     *ReconcileRequiredError.
 //
 // How far an attempt got is traced with net/http/httptrace: no connection
-// obtained means nothing was written (PhasePreWrite); otherwise the
-// request may have been written (PhasePostWrite). A base that gives no
-// trace yields PhaseUnknown, treated as written.
+// obtained means nothing was written (decide.PhasePreWrite); otherwise the
+// request may have been written (decide.PhasePostWrite). A base that gives
+// no trace yields decide.PhaseUnknown, treated as written. Hooks report
+// phases, outcomes, verdicts and key states with the decide package's
+// types (decide.Phase, decide.Outcome, decide.Verdict, decide.KeyState),
+// and ReconcileRequiredError.Phase is a decide.Phase.
 //
 // # Waiting
 //
@@ -116,8 +120,9 @@
 // lock, with an Info value carrying the call ID, attempt, method, URL
 // without credentials, idempotency key, phase, elapsed time and the
 // request's context (BreakerChange, about a scope rather than one call,
-// carries the transition instead). A panicking hook never breaks the call. SlogHooks logs
-// every event with stable attribute names; the module
+// carries the scope, its old and new states and the breaker's settings
+// instead). A panicking hook never breaks the call. SlogHooks logs every
+// event with stable attribute names; the module
 // github.com/retryfuse/retryfuse/otel records OpenTelemetry metrics and
 // span events. JoinHooks combines several.
 //

@@ -89,7 +89,7 @@ var (
 	ErrEarlierUncertain = errors.New("retryfuse: an earlier call under this idempotency key ended with an uncertain outcome")
 
 	// ErrInvalidIdempotencyKey: the Idempotency-Key header cannot be sent
-	// safely (empty, control characters, longer than maxIdempotencyKeyLen).
+	// safely (empty, control characters, longer than 255 bytes).
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
 )
 

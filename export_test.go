@@ -2,6 +2,8 @@ package retryfuse
 
 import (
 	"context"
+	"crypto/sha256"
+	"io"
 	"sync"
 	"time"
 )
@@ -102,4 +104,28 @@ func (l *MemoryLedger) lenAt(now time.Time) int {
 	l.lazyInit()
 	l.sweep(now)
 	return len(l.m)
+}
+
+// fpBodyPrefix separates body-only fingerprints from request fingerprints.
+const fpBodyPrefix = "retryfuse fingerprint v1 body\x00"
+
+// fingerprintBody, for the tests of hashBody, returns the SHA-256 fingerprint of the bytes getBody
+// returns, reading at most limit bytes, and closes the reader on every path.
+// Pass Request.GetBody, so that the request's own body is never consumed.
+//
+// A body longer than limit gives an error wrapping ErrFingerprintLimit; an
+// error from getBody or from reading is returned wrapped. A nil getBody is
+// an error wrapping ErrNotRepeatable: a body that cannot be read again
+// cannot be fingerprinted. For a request without a body use
+// fingerprintRequest, or pass a getBody that returns http.NoBody. A negative
+// limit is an error wrapping ErrInvalidPolicy.
+func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Fingerprint, error) {
+	h := sha256.New()
+	io.WriteString(h, fpBodyPrefix)
+	if err := hashBody(h, getBody, limit); err != nil {
+		return Fingerprint{}, err
+	}
+	var fp Fingerprint
+	h.Sum(fp[:0])
+	return fp, nil
 }

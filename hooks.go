@@ -133,11 +133,13 @@ type GiveUpInfo struct {
 	CallInfo
 	// Reason is, or matches with errors.Is (a *CircuitOpenError does),
 	// one of: ErrAttemptsExhausted, ErrBudgetExhausted,
-	// ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget,
-	// errRetryAfterTooLong, ErrDeadline, ErrCircuitOpen,
-	// ErrDuplicateInFlight, ErrIdempotencyConflict, or errFinal when the
-	// result was not retryable; or the context's error when the caller
-	// gave up during a wait. ReasonName names it.
+	// ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget, ErrDeadline,
+	// ErrCircuitOpen, ErrDuplicateInFlight, ErrIdempotencyConflict; the
+	// context's error when the caller gave up during a wait; or an error of
+	// the package's own that ReasonName calls "retry_after_too_long" (the
+	// server asked for a wait longer than MaxRetryAfter or the deadline
+	// leaves) or "final" (the result was not retryable). ReasonName names
+	// every reason.
 	Reason error
 	// Verdict is the decision core's verdict when it decided, else zero.
 	Verdict decide.Verdict

@@ -30,8 +30,9 @@ var (
 	// The call changed nothing.
 	ErrLedgerToken = errors.New("retryfuse: ledger token does not own the key")
 
-	// ErrFingerprintLimit: a body is longer than the limit given to
-	// fingerprintBody or fingerprintRequest.
+	// ErrFingerprintLimit: with a Ledger, a request's body is longer than
+	// Transport.MaxFingerprintBytes, so it cannot be recognised again;
+	// nothing was sent.
 	ErrFingerprintLimit = errors.New("retryfuse: body longer than the fingerprint limit")
 )
 
@@ -39,7 +40,7 @@ var (
 // digest. Two requests under the same key with different fingerprints are a
 // conflict (decision rule 1).
 //
-// The transport uses fingerprintRequest: method, escaped URL path and body.
+// The Transport fingerprints the method, the escaped URL path and the body.
 // Method and path are included because a key reused for another operation
 // (POST /refunds under the key of POST /charges) must not be answered with
 // the other operation's stored result. The host, the query and the headers
@@ -48,40 +49,18 @@ var (
 // the keys of different servers apart, prefix the ledger key with the host.
 type Fingerprint [32]byte
 
-// Domain-separation prefixes, so that a body-only fingerprint never equals a
-// request fingerprint, and future versions never equal these.
-const (
-	fpBodyPrefix    = "retryfuse fingerprint v1 body\x00"
-	fpRequestPrefix = "retryfuse fingerprint v1 request\x00"
-)
-
-// fingerprintBody returns the SHA-256 fingerprint of the bytes getBody
-// returns, reading at most limit bytes, and closes the reader on every path.
-// Pass Request.GetBody, so that the request's own body is never consumed.
-//
-// A body longer than limit gives an error wrapping ErrFingerprintLimit; an
-// error from getBody or from reading is returned wrapped. A nil getBody is
-// an error wrapping ErrNotRepeatable: a body that cannot be read again
-// cannot be fingerprinted. For a request without a body use
-// fingerprintRequest, or pass a getBody that returns http.NoBody. A negative
-// limit is an error wrapping ErrInvalidPolicy.
-func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Fingerprint, error) {
-	h := sha256.New()
-	io.WriteString(h, fpBodyPrefix)
-	if err := hashBody(h, getBody, limit); err != nil {
-		return Fingerprint{}, err
-	}
-	var fp Fingerprint
-	h.Sum(fp[:0])
-	return fp, nil
-}
+// fpRequestPrefix separates the domain of request fingerprints, so that
+// future versions never equal these.
+const fpRequestPrefix = "retryfuse fingerprint v1 request\x00"
 
 // fingerprintRequest returns the fingerprint of req's method, escaped URL
 // path ("/" when empty) and body, reading the body through req.GetBody (at
 // most limit bytes) so that req.Body is never consumed. A request without a
 // body (Body nil or http.NoBody) has an empty body. A body without GetBody
 // gives an error wrapping ErrNotRepeatable, a request without a URL an
-// error; the other errors are those of fingerprintBody.
+// error. A body longer than limit gives an error wrapping
+// ErrFingerprintLimit; an error from GetBody or from reading is returned
+// wrapped. A negative limit is an error wrapping ErrInvalidPolicy.
 func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	if req.URL == nil {
 		return Fingerprint{}, errNilURL

@@ -24,8 +24,8 @@ type MemoryLedgerConfig struct {
 	// MaxEntries bounds the number of keys held. Zero means 10000. When the
 	// ledger is full, a new key first drops the expired keys, then evicts the
 	// least recently used completed or uncertain key. A key in flight is
-	// never evicted: when every key is in flight, Begin fails with
-	// errLedgerFull.
+	// never evicted: when every key is in flight, Begin fails (the
+	// Transport then returns an error wrapping ErrLedgerUnavailable).
 	MaxEntries int
 	// TTL is how long a completed or uncertain key is kept, counted from
 	// Complete or Uncertain. Zero means 24h, the time large payment APIs keep
@@ -124,7 +124,7 @@ func (l *MemoryLedger) lazyInit() {
 
 // Begin implements Ledger. An empty key is an error wrapping
 // ErrInvalidIdempotencyKey; a new key when every held key is in flight is an
-// error wrapping errLedgerFull.
+// error that says the ledger is full.
 func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
 	return l.beginAt(key, fp, time.Now())
 }

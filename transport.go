@@ -148,10 +148,14 @@ type Transport struct {
 	// redacts none. User information is always removed.
 	RedactQueryParams []string
 
-	// MaxDrainBytes bounds how much of a discarded response body is read
-	// before it is closed. Zero means 64 KiB. The read is also bounded in
-	// time, to one second: a body still arriving then is closed, its
-	// connection with it.
+	// MaxDrainBytes bounds how much of a retryable response's body is read
+	// when the response is set aside for a retry: read, its connection
+	// goes back to the pool during the wait, and the response is kept to
+	// hand back should no retry follow. A longer body is closed past that
+	// point and its response dropped (its status stays in the error). Zero
+	// means 64 KiB. The read is also bounded in time, to one second: a body
+	// still arriving then is closed, its connection with it. Other bodies
+	// the Transport discards are closed unread.
 	MaxDrainBytes int64
 
 	once    sync.Once
