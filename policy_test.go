@@ -118,3 +118,46 @@ func TestCloseIdleConnectionsOfAnInvalidBaseReturns(t *testing.T) {
 		}
 	}
 }
+
+// Settings, collaborators included, are read once, at the first use; Hooks
+// are read on every call.
+func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
+	srv := statusServer(t, http.StatusServiceUnavailable, "down")
+	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 1, Budget: UnlimitedBudget{}})
+	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first call: got %v, %v; want the 503", resp, err)
+	}
+
+	open, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ticket, _, _ := open.allow("everything", now)
+	ticket.done(observeFailure, errors.New("down"), now)
+	if got := open.stateAt("everything", now); got != BreakerOpen {
+		t.Fatalf("breaker: got %v, want open", got)
+	}
+	var scoped, classified bool
+	tr.Breaker = open
+	tr.Scope = func(*http.Request) string { scoped = true; return "everything" }
+	tr.MaxAttempts = 3
+	tr.Classifier = func(*http.Response, error) Class { classified = true; return ClassFinal }
+	var decisions int
+	tr.Hooks.Decision = func(DecisionInfo) { decisions++ }
+
+	resp, _, err = do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("second call: got %v, %v; want the 503 of one attempt", resp, err)
+	}
+	if got := srv.count(); got != 2 {
+		t.Errorf("requests seen by the server: got %d, want 2 (one per call: MaxAttempts stays 1)", got)
+	}
+	if scoped || classified {
+		t.Errorf("a Scope or Classifier set after the first use was called (scope %v, classifier %v)", scoped, classified)
+	}
+	if decisions == 0 {
+		t.Error("a Decision hook set after the first use was not called")
+	}
+}
