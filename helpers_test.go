@@ -17,70 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tests' shared helpers: the fake clock, the construction of
-// Transports and requests, recorders of request bodies and hook events,
-// fake bases, and the calls of the budget, breaker, ledger and reconcile
-// tests. The test servers are in servers_test.go.
-
-// fakeClock is the one virtual clock of the tests, for the seams of the
-// Transport (now, sleep), the Breaker, the budgets and the MemoryLedger. It
-// stands still until Sleep or Advance moves it; every delay Sleep is asked
-// for is recorded. It is safe for concurrent use.
-type fakeClock struct {
-	mu     sync.Mutex
-	t      time.Time
-	sleeps []time.Duration
-	// onSleep, when set, runs at the start of every Sleep (to cancel a
-	// context mid-wait, for instance).
-	onSleep func(d time.Duration)
-}
-
-// newFakeClock returns a clock that starts at the real time, so that real
-// context deadlines compare sensibly with it.
-func newFakeClock() *fakeClock { return newFakeClockAt(time.Now()) }
-
-// newFakeClockAt returns a clock that starts at start.
-func newFakeClockAt(start time.Time) *fakeClock { return &fakeClock{t: start} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock on by d.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// Sleep records d and advances the clock by it; it returns ctx.Err() at
-// once, without advancing, when ctx is done.
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	c.sleeps = append(c.sleeps, d)
-	hook := c.onSleep
-	c.mu.Unlock()
-	if hook != nil {
-		hook(d)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.Advance(d)
-	return nil
-}
-
-// Sleeps returns the delays requested so far.
-func (c *fakeClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.sleeps)
-}
-
-// install makes the clock tr's.
-func (c *fakeClock) install(tr *Transport) { setClock(tr, c.Now, c.Sleep) }
+// The tests' shared helpers: the construction of Transports and requests,
+// recorders of request bodies and hook events, fake bases, and the calls of
+// the budget, breaker, ledger and reconcile tests. The fake clock is in
+// clock_test.go, the test servers in servers_test.go and its siblings.
 
 // newTransport completes tr for a test: the fake clock's seams, a
 // deterministic jitter (half the ceiling) unless tr sets its own, and the
