@@ -88,9 +88,9 @@ func (c *call) run() (*http.Response, error) {
 	return c.settle(c.loop())
 }
 
-// readFacts reads the method, the idempotency key (generating one when so
-// configured) and whether the body can be replayed, and marks the context
-// as owned.
+// readFacts reads the method, the idempotency key (from the header, else
+// from the context, else generated when so configured) and whether the
+// body can be replayed, and marks the context as owned.
 func (c *call) readFacts() error {
 	req := c.req
 	c.method = req.Method
@@ -101,22 +101,27 @@ func (c *call) readFacts() error {
 	if err != nil {
 		return err
 	}
-	c.key = key
-	generate := c.p.generateKeys && !key.present &&
-		(c.method == http.MethodPost || c.method == http.MethodPatch)
-	if generate {
-		v, err := newIdempotencyKey()
-		if err != nil {
-			return err
+	if !key.present {
+		if v, ok := contextIdempotencyKey(req.Context()); ok {
+			if err := validateIdempotencyKey(v); err != nil {
+				return err
+			}
+			key = requestKey{value: v, present: true, added: true}
+		} else if c.p.generateKeys && (c.method == http.MethodPost || c.method == http.MethodPatch) {
+			v, err := newIdempotencyKey()
+			if err != nil {
+				return err
+			}
+			key = requestKey{value: v, present: true, generated: true, added: true}
 		}
-		c.key = requestKey{value: v, present: true, generated: true}
 	}
-	if generate || needsKeyHiding(c.method, req.Header) {
-		gen := ""
-		if generate {
-			gen = c.key.value
+	c.key = key
+	if key.added || needsKeyHiding(c.method, req.Header) {
+		add := ""
+		if key.added {
+			add = key.value
 		}
-		c.header = hideKey(req.Header, gen)
+		c.header = hideKey(req.Header, add)
 	}
 	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
 	c.history = c.histBuf[:0]

@@ -123,6 +123,11 @@ func (e *RetryError) Error() string {
 	return s
 }
 
+// Timeout reports whether the call ended on a timeout: an attempt's, or the
+// caller's deadline. It lets the checks written for net/http's errors work
+// through http.Client's *url.Error: urlErr.Timeout() and os.IsTimeout(err).
+func (e *RetryError) Timeout() bool { return isTimeout(e.Reason) || isTimeout(e.Last) }
+
 // Unwrap returns Reason and Last, so that errors.Is matches either.
 func (e *RetryError) Unwrap() []error {
 	if e.Last == nil {
@@ -167,6 +172,10 @@ func (e *ReconcileRequiredError) Error() string {
 	}
 	return s
 }
+
+// Timeout reports whether the uncertain attempt timed out (its own
+// timeout or the caller's deadline), as Timeout does for net/http's errors.
+func (e *ReconcileRequiredError) Timeout() bool { return isTimeout(e.Cause) }
 
 // Unwrap returns ErrReconcileRequired and the cause, so that errors.Is
 // and errors.As match either.
@@ -238,8 +247,15 @@ type attemptTimeoutError struct {
 	err   error
 }
 
+// Error says what timed out. The base's error is left out when it is only
+// the cancellation of the attempt's context by its timer, which the chain
+// matches as context.DeadlineExceeded, not context.Canceled.
 func (e *attemptTimeoutError) Error() string {
-	return "retryfuse: attempt timed out after " + e.after.String() + ": " + e.err.Error()
+	s := "retryfuse: attempt timed out after " + e.after.String()
+	if errors.Is(e.err, context.Canceled) {
+		return s
+	}
+	return s + ": " + e.err.Error()
 }
 func (e *attemptTimeoutError) Unwrap() []error {
 	if errors.Is(e.err, context.Canceled) {
@@ -249,3 +265,10 @@ func (e *attemptTimeoutError) Unwrap() []error {
 }
 func (e *attemptTimeoutError) Timeout() bool   { return true }
 func (e *attemptTimeoutError) Temporary() bool { return true }
+
+// isTimeout reports whether err is, or wraps, a timeout: an error whose
+// Timeout method says so, or context.DeadlineExceeded.
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout())
+}

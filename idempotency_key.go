@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/retryfuse/retryfuse/decide"
 )
@@ -33,14 +34,27 @@ const (
 	hiddenXIdempotencyKey = "x-idempotency-key"
 )
 
-var keyHeaderForms = [...]string{headerIdempotencyKey, headerXIdempotencyKey, hiddenIdempotencyKey, hiddenXIdempotencyKey}
+// isKeyHeader reports whether a header map key names the idempotency key:
+// Idempotency-Key or X-Idempotency-Key, spelt in any case. Servers match
+// header names without regard to case, and net/http writes a map key as it
+// is, so every spelling reaches the server as the key.
+func isKeyHeader(name string) bool {
+	switch len(name) {
+	case len(headerIdempotencyKey):
+		return strings.EqualFold(name, headerIdempotencyKey)
+	case len(headerXIdempotencyKey):
+		return strings.EqualFold(name, headerXIdempotencyKey)
+	}
+	return false
+}
 
-// IdempotencyKeyOf returns the idempotency key h carries, under any of the
-// forms the transport reads or writes, and whether one is present. An
-// empty value counts as no key, as it does for the transport.
+// IdempotencyKeyOf returns the idempotency key h carries, under any
+// spelling of Idempotency-Key or X-Idempotency-Key (the Transport's own,
+// hidden form included), and whether one is present. An empty value counts
+// as no key, as it does for the Transport.
 func IdempotencyKeyOf(h http.Header) (string, bool) {
-	for _, name := range keyHeaderForms {
-		if v := h[name]; len(v) > 0 && v[0] != "" {
+	for name, v := range h {
+		if len(v) > 0 && v[0] != "" && isKeyHeader(name) {
 			return v[0], true
 		}
 	}
@@ -52,16 +66,16 @@ type requestKey struct {
 	value     string
 	present   bool // a non-empty key is carried (or was generated)
 	generated bool // the transport generated it
+	added     bool // the transport adds it to the request (generated, or from the context)
 }
 
-// readKey returns the request's key after validating it. An empty header
-// value counts as no key. A key that cannot be sent safely is an error.
+// readKey returns the request's key after validating it, whatever the
+// spelling of its header. An empty header value counts as no key. A key
+// that cannot be sent safely, or several that disagree, are an error.
 func readKey(h http.Header) (requestKey, error) {
 	var k requestKey
-	found := 0
-	for _, name := range keyHeaderForms {
-		v, ok := h[name]
-		if !ok || len(v) == 0 {
+	for name, v := range h {
+		if len(v) == 0 || !isKeyHeader(name) {
 			continue
 		}
 		if len(v) > 1 {
@@ -70,14 +84,13 @@ func readKey(h http.Header) (requestKey, error) {
 		if v[0] == "" {
 			continue
 		}
-		if found > 0 && v[0] != k.value {
+		if k.present && v[0] != k.value {
 			return k, fmt.Errorf("%w: %s and another idempotency key header disagree", ErrInvalidIdempotencyKey, name)
 		}
 		if err := validateIdempotencyKey(v[0]); err != nil {
 			return k, err
 		}
 		k.value, k.present = v[0], true
-		found++
 	}
 	return k, nil
 }
