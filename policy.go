@@ -101,7 +101,8 @@ func (t *Transport) resolve() (policy, error) {
 		attemptTimeout: t.AttemptTimeout,
 		maxRetryAfter:  orDefault(t.MaxRetryAfter, defaultMaxRetryAfter),
 		decision: decide.Policy{
-			FailureThreshold: orDefault(t.FailureThreshold, defaultFailureThreshold),
+			// A zero threshold never cuts MaxAttempts short.
+			FailureThreshold: orDefault(t.FailureThreshold, max(defaultFailureThreshold, orDefault(t.MaxAttempts, defaultMaxAttempts))),
 			BudgetUnits:      orDefault(t.BudgetUnits, defaultBudgetUnits),
 		},
 		timeoutCost:  orDefault(t.TimeoutCost, defaultTimeoutCost),

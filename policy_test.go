@@ -161,3 +161,31 @@ func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 		t.Error("a Decision hook set after the first use was not called")
 	}
 }
+
+// MaxAttempts above 5 is not cut short by the decision core's failure
+// threshold when that is left zero: it follows MaxAttempts.
+func TestZeroFailureThresholdFollowsMaxAttempts(t *testing.T) {
+	srv := statusServer(t, http.StatusServiceUnavailable, "down")
+	var reasons []string
+	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, Budget: UnlimitedBudget{},
+		Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, ReasonName(i.Reason)) }}})
+	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("got %v, %v; want the last 503", resp, err)
+	}
+	if got := srv.count(); got != 10 {
+		t.Errorf("requests seen by the server: got %d, want 10 (MaxAttempts)", got)
+	}
+	if len(reasons) != 1 {
+		t.Fatalf("GiveUp reasons: got %v, want one", reasons)
+	}
+
+	explicit := statusServer(t, http.StatusServiceUnavailable, "down")
+	tr = newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, FailureThreshold: 4, Budget: UnlimitedBudget{}})
+	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, explicit.URL, "")); err != nil {
+		t.Fatal(err)
+	}
+	if got := explicit.count(); got != 4 {
+		t.Errorf("with FailureThreshold 4: got %d requests, want 4", got)
+	}
+}

@@ -39,7 +39,8 @@ type Transport struct {
 	// MaxAttempts is the number of attempts in total, the first included.
 	// Zero means 3; 1 disables retries. The decision
 	// core also stops a call after FailureThreshold failed attempts in a
-	// row: raise both to allow more than 5 attempts.
+	// row; a zero FailureThreshold follows MaxAttempts, so that it never
+	// stops a call sooner.
 	MaxAttempts int
 
 	// InitialBackoff and MaxBackoff shape the delay before a retry: the
@@ -62,7 +63,8 @@ type Transport struct {
 
 	// FailureThreshold and BudgetUnits are the decision core's policy (see
 	// decide.Policy): the trailing failed attempts, and the total cost of
-	// attempts, that brake a call. Zero means 5 and 100.
+	// attempts, that brake a call. Zero means 5 or MaxAttempts, whichever
+	// is larger, and 100.
 	FailureThreshold int
 	BudgetUnits      float64
 
