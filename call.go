@@ -218,7 +218,7 @@ func (c *call) record(a attempt) {
 	if a.outcome == decide.OutcomeTimeout {
 		cost = c.p.timeoutCost
 	}
-	c.history = append(c.history, decide.Attempt{Outcome: a.outcome, Phase: contractPhase(a.phase), Cost: cost})
+	c.history = append(c.history, decide.Attempt{Outcome: a.outcome, Phase: a.phase, Cost: cost})
 	c.lastResp, c.lastErr = a.resp, a.err
 }
 
@@ -229,14 +229,6 @@ func (c *call) decide(ks decide.KeyState) decide.Verdict {
 		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
 	}
 	return v
-}
-
-// contractPhase maps a phase to the contract's: a response was written.
-func contractPhase(p decide.Phase) decide.Phase {
-	if p == decide.PhaseResponse {
-		return decide.PhasePostWrite
-	}
-	return p
 }
 
 // brakeReasons are the sentinels of the rules that stop a call.

@@ -207,7 +207,7 @@ type result struct {
 // the caller's body reader failed.
 func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, callerDone, bodyErr bool) result {
 	if err == nil {
-		r := result{outcome: decide.OutcomeSuccess, phase: decide.PhaseResponse}
+		r := result{outcome: decide.OutcomeSuccess, phase: decide.PhasePostWrite} // a response came after the write
 		class := ClassDefault
 		if c != nil {
 			class = safeClassify(c, resp, nil)

@@ -101,9 +101,9 @@ func TestClassifyOutcomeAndPhase(t *testing.T) {
 		wantPhase     decide.Phase
 		wantRetryable bool
 	}{
-		{"200", &http.Response{StatusCode: 200}, nil, decide.PhaseResponse, false, false, decide.OutcomeSuccess, decide.PhaseResponse, false},
-		{"404", &http.Response{StatusCode: 404}, nil, decide.PhaseResponse, false, false, decide.OutcomeSuccess, decide.PhaseResponse, false},
-		{"503", &http.Response{StatusCode: 503}, nil, decide.PhaseResponse, false, false, decide.OutcomeFailure, decide.PhaseResponse, true},
+		{"200", &http.Response{StatusCode: 200}, nil, decide.PhasePostWrite, false, false, decide.OutcomeSuccess, decide.PhasePostWrite, false},
+		{"404", &http.Response{StatusCode: 404}, nil, decide.PhasePostWrite, false, false, decide.OutcomeSuccess, decide.PhasePostWrite, false},
+		{"503", &http.Response{StatusCode: 503}, nil, decide.PhasePostWrite, false, false, decide.OutcomeFailure, decide.PhasePostWrite, true},
 		{"refused before writing", nil, opErr("dial", syscall.ECONNREFUSED), decide.PhasePreWrite, false, false, decide.OutcomeFailure, decide.PhasePreWrite, true},
 		{"reset after writing", nil, reset, decide.PhasePostWrite, false, false, decide.OutcomeUnknown, decide.PhasePostWrite, true},
 		{"reset, phase unknown", nil, reset, decide.PhaseUnknown, false, false, decide.OutcomeUnknown, decide.PhaseUnknown, true},
@@ -133,15 +133,15 @@ func TestClassifyUsesClassifierAndSurvivesItsPanic(t *testing.T) {
 		}
 		return ClassDefault
 	}
-	if got := classify(retry404, notFound, nil, decide.PhaseResponse, false, false); !got.retryable || got.outcome != decide.OutcomeFailure {
+	if got := classify(retry404, notFound, nil, decide.PhasePostWrite, false, false); !got.retryable || got.outcome != decide.OutcomeFailure {
 		t.Errorf("404 with a classifier retrying it: got {%v retryable=%v}, want {failure retryable=true}", got.outcome, got.retryable)
 	}
 	final503 := func(*http.Response, error) Class { return ClassFinal }
-	if got := classify(final503, &http.Response{StatusCode: 503}, nil, decide.PhaseResponse, false, false); got.retryable || got.outcome != decide.OutcomeSuccess {
+	if got := classify(final503, &http.Response{StatusCode: 503}, nil, decide.PhasePostWrite, false, false); got.retryable || got.outcome != decide.OutcomeSuccess {
 		t.Errorf("503 with a classifier calling it final: got {%v retryable=%v}, want {success retryable=false}", got.outcome, got.retryable)
 	}
 	panicky := func(*http.Response, error) Class { panic("classifier bug") }
-	if got := classify(panicky, &http.Response{StatusCode: 503}, nil, decide.PhaseResponse, false, false); !got.retryable {
+	if got := classify(panicky, &http.Response{StatusCode: 503}, nil, decide.PhasePostWrite, false, false); !got.retryable {
 		t.Errorf("503 with a panicking classifier: got retryable=%v, want true (the default rules)", got.retryable)
 	}
 	if got := classify(panicky, nil, io.EOF, decide.PhasePreWrite, false, false); !got.retryable {

@@ -151,7 +151,7 @@ func FuzzClassify(f *testing.F) {
 		}
 		phase := decide.Phase(phaseByte % 4)
 		r := classify(nil, resp, nil, phase, callerDone, bodyErr)
-		if r.phase != decide.PhaseResponse || r.retryable != (want == ClassRetryable) ||
+		if r.phase != decide.PhasePostWrite || r.retryable != (want == ClassRetryable) ||
 			r.outcome != map[bool]decide.Outcome{true: decide.OutcomeFailure, false: decide.OutcomeSuccess}[r.retryable] {
 			t.Fatalf("classify(status %d) = %+v", code, r)
 		}
@@ -216,7 +216,7 @@ func FuzzClassify(f *testing.F) {
 			v := decide.Decide(decide.Input{
 				Policy:   decide.Policy{FailureThreshold: 5, BudgetUnits: 100},
 				Request:  decide.Request{Method: http.MethodPost, IdempotencyKey: key, ReplayableBody: true},
-				Attempts: []decide.Attempt{{Outcome: forced.outcome, Phase: contractPhase(forced.phase), Cost: 1}},
+				Attempts: []decide.Attempt{{Outcome: forced.outcome, Phase: forced.phase, Cost: 1}},
 			})
 			if (phase != decide.PhasePreWrite) && v.Decision == decide.ReplaySafe {
 				t.Fatalf("Decide after a written POST (key %v) failing with %v: got %v, want no replay", key, err, v)

@@ -32,7 +32,7 @@ import (
 //	attempt          int    attempt number, from 1; 0 before the first
 //	method           string request method
 //	url              string request URL, credentials removed and query redacted
-//	phase            string how far the attempt got: pre_write, post_write, response, unknown
+//	phase            string how far the attempt got: pre_write, post_write (a response, too), unknown
 //	idempotency_key  string the key's value
 //	key_generated    bool   true when the transport generated the key
 //	elapsed          dur    time since RoundTrip was called

@@ -105,18 +105,18 @@ func TestSlogHooksRetryThenSuccess(t *testing.T) {
 		rec("DEBUG", "retryfuse: decision", with(call(0), "elapsed", 0,
 			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
 		rec("DEBUG", "retryfuse: attempt start", with(call(1), "elapsed", 0)...),
-		rec("DEBUG", "retryfuse: attempt done", with(call(1), "phase", "response", "elapsed", 0,
+		rec("DEBUG", "retryfuse: attempt done", with(call(1), "phase", "post_write", "elapsed", 0,
 			"status", 503, "outcome", "failure", "retryable", true, "duration", 0,
 			"error", "retryfuse: retryable status 503 Service Unavailable")...),
-		rec("DEBUG", "retryfuse: decision", with(call(1), "phase", "response", "elapsed", 0,
+		rec("DEBUG", "retryfuse: decision", with(call(1), "phase", "post_write", "elapsed", 0,
 			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
-		rec("INFO", "retryfuse: retry", with(call(1), "phase", "response", "elapsed", 0,
+		rec("INFO", "retryfuse: retry", with(call(1), "phase", "post_write", "elapsed", 0,
 			"delay", 50*time.Millisecond, "delay_source", "backoff", "status", 503,
 			"error", "retryfuse: retryable status 503 Service Unavailable")...),
 		rec("DEBUG", "retryfuse: attempt start", with(call(2), "elapsed", 0)...),
-		rec("DEBUG", "retryfuse: attempt done", with(call(2), "phase", "response", "elapsed", 0,
+		rec("DEBUG", "retryfuse: attempt done", with(call(2), "phase", "post_write", "elapsed", 0,
 			"status", 200, "outcome", "success", "retryable", false, "duration", 0)...),
-		rec("DEBUG", "retryfuse: decision", with(call(2), "phase", "response", "elapsed", 0,
+		rec("DEBUG", "retryfuse: decision", with(call(2), "phase", "post_write", "elapsed", 0,
 			"decision", "replay_stored", "evidence", "pass", "rule", 2, "reason", "the last attempt succeeded")...),
 	}
 	assertRecords(t, slogRecords(t, buf), want)
@@ -157,7 +157,7 @@ func TestSlogHooksBrakeNotRepeatable(t *testing.T) {
 	}
 	want := []map[string]any{
 		rec("WARN", "retryfuse: give up", "call_id", 1, "attempt", 1, "method", "POST",
-			"url", srv.URL+"/orders", "phase", "response", "elapsed", 0,
+			"url", srv.URL+"/orders", "phase", "post_write", "elapsed", 0,
 			"reason", "not_repeatable", "decision", "brake", "evidence", "pass", "rule", 5, "status", 503),
 	}
 	assertRecords(t, slogRecords(t, buf), want)

@@ -64,7 +64,7 @@ func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Conte
 func (at *attemptTrace) phase(resp *http.Response, tracing bool) decide.Phase {
 	switch {
 	case resp != nil:
-		return decide.PhaseResponse
+		return decide.PhasePostWrite // a response came after the write
 	case at.conns.Load() > 0:
 		return decide.PhasePostWrite
 	case tracing || at.asked.Load() > 0:

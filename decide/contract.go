@@ -111,8 +111,7 @@ func EncodeVerdict(w io.Writer, v Verdict) error {
 	}{Version, string(decision), string(evidence), int(v.Rule), v.Reason})
 }
 
-// The text forms below are the contract's names (and "response" for
-// PhaseResponse, which the contract itself does not accept). They let the
+// The text forms below are the contract's names. They let the
 // values appear in JSON, logs and flags; MarshalText refuses a value that
 // has no name, UnmarshalText a name that is not known. Both are exact and
 // case-sensitive.

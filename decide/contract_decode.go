@@ -179,9 +179,7 @@ func (d *contractDecoder) attempt(path string) (Attempt, error) {
 			if err != nil {
 				return err
 			}
-			// PhaseResponse has a text form but is not a contract value:
-			// for the contract a response is post_write.
-			if err := a.Phase.UnmarshalText([]byte(s)); err != nil || a.Phase == PhaseResponse {
+			if err := a.Phase.UnmarshalText([]byte(s)); err != nil {
 				return invalidf(kp, "unknown value %s, want pre_write, post_write or unknown", short(s))
 			}
 			return nil

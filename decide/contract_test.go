@@ -157,7 +157,7 @@ func TestEncodeVerdict(t *testing.T) {
 }
 
 func TestTextForms(t *testing.T) {
-	for _, s := range []string{"unknown", "pre_write", "post_write", "response"} {
+	for _, s := range []string{"unknown", "pre_write", "post_write"} {
 		var p Phase
 		require.NoError(t, p.UnmarshalText([]byte(s)))
 		got, err := p.MarshalText()

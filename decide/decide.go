@@ -20,14 +20,11 @@ const (
 	// was obtained: a dial, DNS or TLS failure).
 	PhasePreWrite
 	// PhasePostWrite: a connection was obtained, so some or all of the
-	// request may have been written.
+	// request may have been written; a response, too, came after the write.
 	PhasePostWrite
-	// PhaseResponse: response headers arrived. For the contract this is
-	// post_write.
-	PhaseResponse
 )
 
-var phaseNames = [...]string{"unknown", "pre_write", "post_write", "response"}
+var phaseNames = [...]string{"unknown", "pre_write", "post_write"}
 
 func (p Phase) String() string {
 	if int(p) < len(phaseNames) {

@@ -52,13 +52,14 @@ func TestDecideWorkedExamples(t *testing.T) {
 	}
 }
 
-// TestDecideResponsePhaseIsPostWrite pins that PhaseResponse, which the JSON
-// form does not accept, counts as written.
-func TestDecideResponsePhaseIsPostWrite(t *testing.T) {
-	in := Input{Policy: DefaultPolicy(), Request: Request{Method: "POST", IdempotencyKey: true, ReplayableBody: true},
-		Attempts: []Attempt{{OutcomeTimeout, PhaseResponse, 1}}}
-	v := Decide(in)
-	assert.Equal(t, ReconcileRequired, v.Decision, "got %s, want reconcile_required", v.Decision)
+// TestResponseIsNotAPhase pins the one vocabulary of phases: a response came
+// after the write, so it is post_write, in the contract, the hooks and the
+// logs alike; "response" is no phase.
+func TestResponseIsNotAPhase(t *testing.T) {
+	var p Phase
+	assert.Error(t, p.UnmarshalText([]byte("response")), "got no error, want response refused as a phase")
+	_, err := Phase(PhasePostWrite + 1).MarshalText()
+	assert.Error(t, err, "got a text form for a phase after post_write, want none")
 }
 
 func TestDecideDoesNotAllocate(t *testing.T) {

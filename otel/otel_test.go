@@ -183,17 +183,17 @@ func TestGETRetriedOnceThenOK(t *testing.T) {
 	assertLines(t, "metrics", h.metrics(), []string{
 		"retryfuse.attempt.duration{http.request.method=GET,retryfuse.outcome=failure} count=1",
 		"retryfuse.attempt.duration{http.request.method=GET,retryfuse.outcome=success} count=1",
-		"retryfuse.attempts{http.request.method=GET,http.response.status_code=503,retryfuse.outcome=failure,retryfuse.phase=response} 1",
-		"retryfuse.attempts{http.request.method=GET,http.response.status_code=200,retryfuse.outcome=success,retryfuse.phase=response} 1",
+		"retryfuse.attempts{http.request.method=GET,http.response.status_code=503,retryfuse.outcome=failure,retryfuse.phase=post_write} 1",
+		"retryfuse.attempts{http.request.method=GET,http.response.status_code=200,retryfuse.outcome=success,retryfuse.phase=post_write} 1",
 		"retryfuse.retries{http.request.method=GET,retryfuse.delay.source=backoff} 1",
 		"retryfuse.retry.delay{http.request.method=GET,retryfuse.delay.source=backoff} count=1",
 	})
 	assertEvents(t, events(t, span), []string{
 		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
-		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=response,retryfuse.retryable=true}",
+		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=post_write,retryfuse.retryable=true}",
 		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
 		"retryfuse.retry{http.response.status_code=503,retryfuse.attempt.number=1,retryfuse.delay.duration=*,retryfuse.delay.source=backoff}",
-		"retryfuse.attempt{http.response.status_code=200,retryfuse.attempt.duration=*,retryfuse.attempt.number=2,retryfuse.outcome=success,retryfuse.phase=response,retryfuse.retryable=false}",
+		"retryfuse.attempt{http.response.status_code=200,retryfuse.attempt.duration=*,retryfuse.attempt.number=2,retryfuse.outcome=success,retryfuse.phase=post_write,retryfuse.retryable=false}",
 		"retryfuse.decision{retryfuse.attempt.number=2,retryfuse.decision=replay_stored,retryfuse.evidence=pass,retryfuse.rule=2}",
 	})
 	if n, ok := resendCount(span); !ok || n != 1 {
@@ -246,13 +246,13 @@ func TestPOSTWithoutKeyBraked(t *testing.T) {
 	}
 	assertLines(t, "metrics", h.metrics(), []string{
 		"retryfuse.attempt.duration{http.request.method=POST,retryfuse.outcome=failure} count=1",
-		"retryfuse.attempts{http.request.method=POST,http.response.status_code=503,retryfuse.outcome=failure,retryfuse.phase=response} 1",
+		"retryfuse.attempts{http.request.method=POST,http.response.status_code=503,retryfuse.outcome=failure,retryfuse.phase=post_write} 1",
 		"retryfuse.brakes{http.request.method=POST,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.rule=5} 1",
 		"retryfuse.give_ups{http.request.method=POST,retryfuse.reason=not_repeatable} 1",
 	})
 	assertEvents(t, events(t, span), []string{
 		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
-		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=response,retryfuse.retryable=true}",
+		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=post_write,retryfuse.retryable=true}",
 		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.rule=5}",
 		"retryfuse.give_up{http.response.status_code=503,retryfuse.attempt.number=1,retryfuse.reason=not_repeatable}",
 	})
