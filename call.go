@@ -158,11 +158,18 @@ func (c *call) loop() (*http.Response, error) {
 			return c.stop(ErrNotRepeatable, decide.Verdict{})
 		}
 		c.record(a)
-
-		v := c.decide(decide.KeyNone)
 		switch {
 		case c.passThrough:
 			return a.resp, a.err // the Transport above decides
+		case a.outcome == decide.OutcomeSuccess:
+			// A confirmed result ends the call: nothing to ask the decision
+			// core (it would answer replay_stored, rule 2).
+			c.confirmed = true
+			return a.resp, a.err
+		}
+
+		v := c.decide(decide.KeyNone)
+		switch {
 		case v.Decision == decide.ReplayStored:
 			c.confirmed = true
 			return a.resp, a.err
@@ -180,7 +187,7 @@ func (c *call) loop() (*http.Response, error) {
 				// failure, which may be sent again through the usual gates.
 				c.history[len(c.history)-1].Outcome = decide.OutcomeFailure
 				if !a.retryable {
-					c.giveUp(errFinal, decide.Verdict{})
+					c.giveUp(c.finalReason(), decide.Verdict{})
 					return nil, a.err
 				}
 				v = c.decide(decide.KeyNone)
@@ -189,7 +196,7 @@ func (c *call) loop() (*http.Response, error) {
 				return nil, rec
 			}
 		case !a.retryable:
-			c.giveUp(errFinal, decide.Verdict{})
+			c.giveUp(c.finalReason(), decide.Verdict{})
 			return a.resp, a.err
 		}
 		if v.Decision != decide.ReplaySafe {
@@ -287,6 +294,16 @@ func (c *call) stop(reason error, v decide.Verdict) (*http.Response, error) {
 		return c.lastResp, nil
 	}
 	return nil, &RetryError{Reason: reason, Last: c.lastErr, Attempts: c.attempt}
+}
+
+// finalReason is the reason a call ends on a result that is not retried:
+// the caller's own cancellation or deadline when that is why, else
+// errFinal.
+func (c *call) finalReason() error {
+	if err := c.req.Context().Err(); err != nil {
+		return err
+	}
+	return errFinal
 }
 
 func (c *call) giveUp(reason error, v decide.Verdict) {

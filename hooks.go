@@ -23,9 +23,8 @@ type Hooks struct {
 	// nil, or a *StatusError when its status is retryable) or an error.
 	AttemptDone func(AttemptDoneInfo)
 	// Decision is called with every verdict of the decision core: before
-	// the first attempt and after each attempt. A confirmed result is the
-	// contract's replay_stored (rule 2: "the last attempt succeeded"),
-	// which ends the call with that result.
+	// the first attempt, and after each attempt that is not a confirmed
+	// result (a confirmed result ends the call and asks it nothing).
 	Decision func(DecisionInfo)
 	// Retry is called when a retry is scheduled, before the wait.
 	Retry func(RetryInfo)

@@ -361,7 +361,7 @@ func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 	r := receiveReply(t, held)
 	require.NoError(t, r.err)
 	readAndClose(t, r.resp)
-	check("first call's response", d.take(), want{decide.KeyNone, decide.ReplayStored, decide.EvidencePass, 2})
+	assert.Emptyf(t, d.take(), "first call's response: a confirmed result asks the decision core nothing")
 
 	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoError(t, err)

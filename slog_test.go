@@ -116,8 +116,7 @@ func TestSlogHooksRetryThenSuccess(t *testing.T) {
 		rec("DEBUG", "retryfuse: attempt start", with(call(2), "elapsed", 0)...),
 		rec("DEBUG", "retryfuse: attempt done", with(call(2), "phase", "post_write", "elapsed", 0,
 			"status", 200, "outcome", "success", "retryable", false, "duration", 0)...),
-		rec("DEBUG", "retryfuse: decision", with(call(2), "phase", "post_write", "elapsed", 0,
-			"decision", "replay_stored", "evidence", "pass", "rule", 2, "reason", "the last attempt succeeded")...),
+		// A confirmed result asks the decision core nothing: no decision record.
 	}
 	assertRecords(t, slogRecords(t, buf), want)
 }
@@ -287,8 +286,8 @@ func TestSlogHooksRequestContext(t *testing.T) {
 	ctx := context.WithValue(context.Background(), ctxKey("request_id"), "r-2")
 	send(context.WithValue(ctx, ctxKey("verbose"), true))
 	recs = slogRecords(t, &buf)
-	if len(recs) != 8 {
-		t.Errorf("verbose request: got %d records, want 8 (the debug records too)", len(recs))
+	if len(recs) != 7 {
+		t.Errorf("verbose request: got %d records, want 7 (the debug records too)", len(recs))
 	}
 	for i, r := range recs {
 		if r["request_id"] != "r-2" {

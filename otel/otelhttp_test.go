@@ -40,7 +40,7 @@ func TestOtelhttpAboveTransport(t *testing.T) {
 	}
 	assertEvents(t, eventNames(spans[0]), []string{
 		"retryfuse.decision", "retryfuse.attempt", "retryfuse.decision", "retryfuse.retry",
-		"retryfuse.attempt", "retryfuse.decision",
+		"retryfuse.attempt",
 	})
 	if n, ok := resendCount(spans[0]); !ok || n != 1 {
 		t.Errorf("http.request.resend_count: got %d (set %v), want 1", n, ok)

@@ -45,7 +45,7 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.row("what the caller got", a.PlainOutcome, a.FuseOutcome)
 	t.row("requests the server received", a.PlainSent, a.FuseSent)
 	if a.FuseReason != nil {
-		t.note("retryfuse gave up at once: %v (cap %s)", a.FuseReason, 30*time.Second) // the default MaxRetryAfter
+		t.note("retryfuse gave up at once: %s (cap %s, the default MaxRetryAfter)", retryfuse.ReasonName(a.FuseReason), 30*time.Second)
 	}
 
 	k := r.Brake
