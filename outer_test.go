@@ -169,3 +169,18 @@ func TestKeyFromTheContextSurvivesOuterRetries(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidIdempotencyKey)
 	assert.Len(t, srv.requests(), 2, "an invalid key sends nothing")
 }
+
+// A call ended by the caller's deadline gives that deadline as its
+// reason, in the hook and by name, not "final".
+func TestCallerDeadlineIsTheGiveUpReason(t *testing.T) {
+	srv := newTestServer(t, stallUntilGone)
+	var reasons []error
+	tr := newTransport(t, newFakeClock(), &Transport{Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, i.Reason) }}})
+	ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Millisecond)
+	defer cancel()
+	_, _, err := do(tr, newRequest(t, ctx, http.MethodGet, srv.URL, ""))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Len(t, reasons, 1)
+	assert.ErrorIs(t, reasons[0], context.DeadlineExceeded)
+	assert.Equal(t, "deadline_exceeded", ReasonName(reasons[0]))
+}

@@ -21,7 +21,8 @@ import (
 //     half open.
 //   - Warn: a reconcile error; a verdict that stops a call on evidence of
 //     failure (brake or reject_conflict with evidence fail, rules 1, 6 and
-//     7); a call giving up; a hidden re-send by the base; a breaker scope
+//     7); a call giving up; a hidden re-send by the base of a method that
+//     is not idempotent (of an idempotent one: Debug); a breaker scope
 //     opening; a budget or ledger applying its fail-safe.
 //
 // Messages ("retryfuse: retry", ...) and attribute names are a
@@ -247,14 +248,21 @@ func (h slogHooks) giveUp(i GiveUpInfo) {
 	h.log(i.Context, slog.LevelWarn, "retryfuse: give up", &a)
 }
 
+// hiddenResend warns of a re-send that may have applied a write twice: one
+// of a method that is not idempotent. net/http's re-sends of a GET whose
+// idle connection had died, say, are harmless, and logged at Debug.
 func (h slogHooks) hiddenResend(i HiddenResendInfo) {
-	if !h.enabled(i.Context, slog.LevelWarn) {
+	level := slog.LevelWarn
+	if decide.IdempotentMethod(i.Method) {
+		level = slog.LevelDebug
+	}
+	if !h.enabled(i.Context, level) {
 		return
 	}
 	var a slogAttrs
 	a.call(i.CallInfo, true)
 	a.add(slog.Int("connections", i.Connections))
-	h.log(i.Context, slog.LevelWarn, "retryfuse: hidden resend", &a)
+	h.log(i.Context, level, "retryfuse: hidden resend", &a)
 }
 
 func (h slogHooks) breakerChange(i BreakerChangeInfo) {

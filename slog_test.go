@@ -206,7 +206,10 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
 	ci := CallInfo{CallID: 7, Attempt: 2, Method: "PUT", URL: "http://x/y", IdempotencyKey: "k1", KeyGenerated: true, Phase: decide.PhasePostWrite, Elapsed: time.Second}
-	h.HiddenResend(HiddenResendInfo{CallInfo: ci, Connections: 2})
+	h.HiddenResend(HiddenResendInfo{CallInfo: ci, Connections: 2}) // a PUT, idempotent: debug, dropped
+	post := ci
+	post.Method = "POST"
+	h.HiddenResend(HiddenResendInfo{CallInfo: post, Connections: 2}) // a write that may have gone twice: warn
 	h.EvidenceUnavailable(EvidenceUnavailableInfo{CallInfo: ci, Source: "budget", Err: errors.New("store down")})
 	h.GiveUp(GiveUpInfo{CallInfo: ci, Reason: ErrBudgetExhausted, Err: errors.New("boom")})
 	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: decide.RuleFailureThreshold, Reason: "streak"}})
@@ -216,7 +219,8 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 		"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}
 	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
 	want := []map[string]any{
-		rec("WARN", "retryfuse: hidden resend", with("connections", 2)...),
+		rec("WARN", "retryfuse: hidden resend", append([]any{"call_id", 7, "attempt", 2, "method", "POST", "url", "http://x/y", "phase", "post_write",
+			"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}, "connections", 2)...),
 		rec("WARN", "retryfuse: evidence unavailable", with("source", "budget", "error", "store down")...),
 		rec("WARN", "retryfuse: give up", with("reason", "budget_exhausted", "error", "boom")...),
 		rec("WARN", "retryfuse: decision", with("decision", "brake", "evidence", "fail", "rule", 6, "reason", "streak")...),
