@@ -15,8 +15,9 @@ import (
 // attempt is what one attempt established: its response or error, and
 // their classification.
 type attempt struct {
-	resp *http.Response
-	err  error
+	resp    *http.Response
+	err     error
+	resends int // the base's own re-sends within the attempt
 	result
 }
 
@@ -118,6 +119,7 @@ func (c *call) roundTrip(body io.ReadCloser) attempt {
 	a := attempt{resp: resp, err: err, result: classify(p.classifier, resp, err, at.phase(resp, p.tracing), callerDone, bodyErr)}
 
 	if n := at.conns.Load(); n > 1 {
+		a.resends = int(n) - 1
 		c.phase = a.phase
 		emit(t.Hooks.HiddenResend, HiddenResendInfo{CallInfo: c.info(), Connections: int(n)})
 	}

@@ -36,6 +36,7 @@ type call struct {
 	trace  attemptTrace
 
 	attempt  int // attempts made
+	resent   int // requests the base re-sent by itself within them
 	phase    decide.Phase
 	history  []decide.Attempt
 	histBuf  [4]decide.Attempt
@@ -158,6 +159,7 @@ func (c *call) loop() (*http.Response, error) {
 			return c.stop(ErrNotRepeatable, decide.Verdict{})
 		}
 		c.record(a)
+		c.chargeResends(a.resends)
 		switch {
 		case c.passThrough:
 			return a.resp, a.err // the Transport above decides
@@ -202,7 +204,7 @@ func (c *call) loop() (*http.Response, error) {
 		if v.Decision != decide.ReplaySafe {
 			return c.stop(brakeReason(v), v)
 		}
-		if c.attempt >= c.p.maxAttempts {
+		if c.attempt+c.resent >= c.p.maxAttempts {
 			return c.stop(ErrAttemptsExhausted, decide.Verdict{})
 		}
 		next, err := c.schedule()

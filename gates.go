@@ -34,6 +34,23 @@ func (c *call) allowRetry() bool {
 	return ok
 }
 
+// chargeResends counts n requests that the base re-sent by itself within
+// an attempt (net/http does so for a GET whose reused connection had died)
+// against MaxAttempts, and takes a retry from the budget for each, as far
+// as it has any: they load the dependency as retries do.
+func (c *call) chargeResends(n int) {
+	if n <= 0 || c.passThrough {
+		return
+	}
+	c.resent += n
+	if c.budget == nil {
+		return
+	}
+	for range n {
+		c.allowRetry()
+	}
+}
+
 // budgetContext is the caller's context without the retry-ownership mark.
 func (c *call) budgetContext() context.Context { return c.req.Context() }
 

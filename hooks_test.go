@@ -6,11 +6,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // everyOther answers 503 to odd requests and 200 to even ones: each call
@@ -246,4 +250,33 @@ func TestEveryHookIsJoinedCountedAndLogged(t *testing.T) {
 	if (Hooks{}).any() {
 		t.Error("Hooks{}.any() = true, want false")
 	}
+}
+
+// The base's own re-sends within an attempt (net/http re-sending a GET on
+// a dead idle connection, say) count against MaxAttempts and take retries
+// from the budget: they load the dependency as retries do.
+func TestHiddenResendsCountAgainstAttemptsAndBudget(t *testing.T) {
+	sent := 0
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		trace := httptrace.ContextClientTrace(r.Context())
+		for range 3 { // three connections: the request went out three times
+			trace.GetConn(r.URL.Host)
+			trace.GotConn(httptrace.GotConnInfo{})
+			sent++
+		}
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Body: http.NoBody, Request: r}, nil
+	})
+	budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 10})
+	require.NoError(t, err)
+	var hidden []HiddenResendInfo
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxAttempts: 5, Budget: budget,
+		Hooks: Hooks{HiddenResend: func(i HiddenResendInfo) { hidden = append(hidden, i) }}})
+	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://api.example/items", ""))
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	// Attempt 1 sent 3 requests; attempt 2 makes 6 of MaxAttempts 5: no third.
+	assert.Equal(t, 6, sent, "requests sent: got %d, want 6 (two attempts of three; the re-sends count against MaxAttempts 5)", sent)
+	require.Len(t, hidden, 2)
+	s := budget.Snapshot()
+	assert.Equal(t, uint64(5), s.Retries, "budget: got %d retries taken, want 5 (one retry and four re-sends)", s.Retries)
 }

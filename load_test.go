@@ -124,6 +124,7 @@ func runLoad(t *testing.T, n int) {
 	}
 	var (
 		retries   atomic.Int64
+		resends   atomic.Int64 // requests the base re-sent by itself: each is charged to the budget
 		mu        sync.Mutex
 		giveUps   = map[string]int{}
 		budgetOut int
@@ -138,7 +139,8 @@ func runLoad(t *testing.T, n int) {
 		Budget:         budget,
 		Breaker:        breaker,
 		Hooks: Hooks{
-			Retry: func(RetryInfo) { retries.Add(1) },
+			Retry:        func(RetryInfo) { retries.Add(1) },
+			HiddenResend: func(h HiddenResendInfo) { resends.Add(int64(h.Connections - 1)) },
 			GiveUp: func(g GiveUpInfo) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -220,14 +222,18 @@ func runLoad(t *testing.T, n int) {
 	if got := after.Requests - before.Requests; got != uint64(n) {
 		t.Errorf("budget requests recorded: got %d, want %d (the calls made)", got, n)
 	}
-	if got, want := after.Retries-before.Retries, uint64(retries.Load()); got != want {
-		t.Errorf("budget retries granted: got %d, want %d (Retry hooks)", got, want)
-	}
+	// Every retry the Transport asked for is granted (a Retry hook) or
+	// refused (a GiveUp with ErrBudgetExhausted); every request the base
+	// re-sent by itself is charged too, granted or refused.
 	mu.Lock()
 	refusedSeen := budgetOut
 	mu.Unlock()
-	if got := after.Refused - before.Refused; got != uint64(refusedSeen) {
-		t.Errorf("budget retries refused: got %d, want %d (GiveUp with ErrBudgetExhausted)", got, refusedSeen)
+	granted, refused := after.Retries-before.Retries, after.Refused-before.Refused
+	if granted < uint64(retries.Load()) || refused < uint64(refusedSeen) {
+		t.Errorf("budget: granted %d, refused %d; want at least %d granted (Retry hooks) and %d refused (GiveUp with ErrBudgetExhausted)", granted, refused, retries.Load(), refusedSeen)
+	}
+	if got, want := granted+refused, uint64(retries.Load())+uint64(refusedSeen)+uint64(resends.Load()); got != want {
+		t.Errorf("budget retries asked: got %d, want %d (%d Retry hooks, %d budget give-ups, %d hidden re-sends)", got, want, retries.Load(), refusedSeen, resends.Load())
 	}
 
 	// Connections and goroutines go once the calls are done.
