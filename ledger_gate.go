@@ -66,7 +66,7 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, resp: resp}
 		rec.done = func(body []byte, whole bool) {
 			res := &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone()}
-			if whole && !c.notStored {
+			if whole && !c.notStored && storableHeader(resp.Header) {
 				res.Body = body
 			} else {
 				res = nil // completed, but without a result to replay

@@ -41,8 +41,8 @@ type MemoryLedgerConfig struct {
 	// means 64 KiB. A response with a larger body completes the key without
 	// a stored result (LedgerClaim.Stored nil): a later call under the key is
 	// not replayed, and the transport asks the caller to reconcile instead.
-	// Headers are stored as they came and are bounded by the base
-	// transport's MaxResponseHeaderBytes.
+	// Headers are bounded too, to 100 values and 32 KiB of names and
+	// values: larger ones complete the key without a stored result.
 	MaxStoredBody int
 }
 
@@ -177,7 +177,7 @@ func (l *MemoryLedger) Complete(_ context.Context, key, token string, res *Store
 
 func (l *MemoryLedger) completeAt(key, token string, res *StoredResponse, now time.Time) error {
 	var stored *StoredResponse
-	if res != nil && len(res.Body) <= l.cfg.maxStoredBody() {
+	if res != nil && len(res.Body) <= l.cfg.maxStoredBody() && storableHeader(res.Header) {
 		stored = res.clone() // before taking the lock
 	}
 	return l.end(key, token, now, func(e *ledgerEntry) {

@@ -2,8 +2,10 @@ package retryfuse
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -365,4 +367,29 @@ func ledgerComplete(t *testing.T, l Ledger, key string) {
 	t.Helper()
 	c := ledgerBegin(t, l, key, decide.KeyNone)
 	require.NoError(t, l.Complete(context.Background(), key, c.Token, &StoredResponse{StatusCode: 200}))
+}
+
+// A result's headers are bounded, as its body is: a result with more than
+// 100 header values or 32 KiB of them completes the key unstored.
+func TestMemoryLedgerStoredHeaderBound(t *testing.T) {
+	l, _ := newTestLedger(t, 0)
+	ctx := context.Background()
+	many := http.Header{}
+	for i := range maxStoredHeaderFields + 1 {
+		many.Add(fmt.Sprintf("X-H%d", i), "v")
+	}
+	for i, tc := range []struct {
+		header http.Header
+		stored bool
+	}{
+		{http.Header{"Content-Type": {"application/json"}}, true},
+		{http.Header{"X-Big": {strings.Repeat("a", maxStoredHeaderBytes)}}, false},
+		{many, false},
+	} {
+		key := fmt.Sprint("k", i)
+		c := ledgerBegin(t, l, key, decide.KeyNone)
+		require.NoError(t, l.Complete(ctx, key, c.Token, &StoredResponse{StatusCode: 201, Header: tc.header}))
+		got := ledgerBegin(t, l, key, decide.KeyCompleted)
+		assert.Equalf(t, tc.stored, got.Stored != nil, "case %d: stored %v, want %v", i, got.Stored != nil, tc.stored)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -445,4 +446,39 @@ func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 	if got := base.seen.Load(); got != 1 {
 		t.Errorf("requests the base received: got %d, want 1 (the possibly applied write never sent again)", got)
 	}
+}
+
+// completeRecorder is a Ledger that records what Complete was given.
+type completeRecorder struct {
+	*MemoryLedger
+	got chan *StoredResponse
+}
+
+func (r completeRecorder) Complete(ctx context.Context, key, token string, res *StoredResponse) error {
+	r.got <- res
+	return r.MemoryLedger.Complete(ctx, key, token, res)
+}
+
+// The Transport hands a ledger no result whose headers are over the
+// bounds, whatever the ledger would do with it: the key is completed
+// without a result, and a later call under it is told to reconcile.
+func TestResultWithLargeHeadersIsNotStored(t *testing.T) {
+	srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("a", maxStoredHeaderBytes))
+		w.WriteHeader(http.StatusCreated)
+	})
+	rec := completeRecorder{&MemoryLedger{}, make(chan *StoredResponse, 1)}
+	client, _ := newLedgerClient(t, rec, nil)
+	resp, _, err := postKeyed(t, client, srv.URL, "big-1", "order")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, resp.StatusCode)
+	select {
+	case res := <-rec.got:
+		assert.Nil(t, res, "got a stored result, want none: its headers are over the bound")
+	case <-time.After(callWait):
+		t.Fatal("Complete was not called")
+	}
+	_, _, err = postKeyed(t, client, srv.URL, "big-1", "order")
+	assert.ErrorIs(t, err, ErrResultNotStored)
+	assert.Equal(t, 1, srv.count(), "the completed key is not sent again")
 }

@@ -123,7 +123,8 @@ type Transport struct {
 	// result of a completed key. A longer body is returned to the caller
 	// whole, but not stored: a later call under the key gets a
 	// *ReconcileRequiredError (cause ErrResultNotStored) rather than a
-	// replay. Zero means 64 KiB.
+	// replay. Zero means 64 KiB. The headers stored are bounded too, to 100
+	// values and 32 KiB: a response with more is not stored either.
 	MaxStoredBody int64
 
 	// Reconciler, when set, is asked whether an uncertain write took

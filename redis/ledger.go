@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -173,10 +174,10 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 }
 
 // Complete ends a claim with a confirmed result, stored (encoded) when
-// res is not nil and its body is at most MaxStoredBody bytes; the record
-// is then kept for TTL.
+// res is not nil, its body is at most MaxStoredBody bytes and its headers
+// at most 100 values and 32 KiB; the record is then kept for TTL.
 func (l *Ledger) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
-	if res != nil && len(res.Body) <= l.maxStoredBody {
+	if res != nil && len(res.Body) <= l.maxStoredBody && storableHeader(res.Header) {
 		return l.end(ctx, key, token, "complete", encodeResponse(res))
 	}
 	return l.end(ctx, key, token, "complete")
@@ -209,4 +210,27 @@ func (l *Ledger) end(ctx context.Context, key, token, op string, stored ...any) 
 		return fmt.Errorf("%w: key %q", retryfuse.ErrLedgerToken, key)
 	}
 	return unexpected(v)
+}
+
+// The bounds of a stored result's headers, as the core's MemoryLedger
+// keeps them: a result with larger headers completes the key without a
+// stored result.
+const (
+	maxStoredHeaderFields = 100
+	maxStoredHeaderBytes  = 32 << 10
+)
+
+// storableHeader reports whether h is within those bounds.
+func storableHeader(h http.Header) bool {
+	fields, size := 0, 0
+	for name, values := range h {
+		for _, v := range values {
+			fields++
+			size += len(name) + len(v)
+		}
+		if fields > maxStoredHeaderFields || size > maxStoredHeaderBytes {
+			return false
+		}
+	}
+	return true
 }

@@ -3,8 +3,10 @@ package retryfuseredis
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,4 +291,32 @@ func FuzzDecodeResponse(f *testing.F) {
 			t.Fatalf("re-encoding a decoded record: got %+v, %v; want %+v", again, err, res)
 		}
 	})
+}
+
+// A result's headers are bounded too: 100 values, 32 KiB.
+func TestLedgerStoredHeaderBound(t *testing.T) {
+	l := newTestLedger(t, LedgerConfig{})
+	many := http.Header{}
+	for i := range 101 {
+		many.Add(fmt.Sprintf("X-H%d", i), "v")
+	}
+	for _, tc := range []struct {
+		key    string
+		header http.Header
+		stored bool
+	}{
+		{"small", http.Header{"Content-Type": {"application/json"}}, true},
+		{"large", http.Header{"X-Big": {strings.Repeat("a", 33<<10)}}, false},
+		{"many", many, false},
+	} {
+		cl := begin(t, l, tc.key, fpA)
+		if err := l.Complete(bg(), tc.key, cl.Token, &retryfuse.StoredResponse{StatusCode: 201, Header: tc.header, Body: []byte("ok")}); err != nil {
+			t.Fatal(err)
+		}
+		got := begin(t, l, tc.key, fpA)
+		wantState(t, got, decide.KeyCompleted, false)
+		if (got.Stored != nil) != tc.stored {
+			t.Fatalf("%s: stored %v, want %v", tc.key, got.Stored != nil, tc.stored)
+		}
+	}
 }
