@@ -69,7 +69,7 @@ func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	if getBody == nil && (req.Body == nil || req.Body == http.NoBody) {
 		getBody = noBody
 	}
-	path := req.URL.EscapedPath()
+	path := redirectOrigin(req).URL.EscapedPath()
 	if path == "" {
 		path = "/"
 	}
@@ -90,6 +90,26 @@ func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 }
 
 var errNilURL = errors.New("retryfuse: fingerprint: request has no URL")
+
+// redirectOrigin returns the request that began req's chain of redirects:
+// req itself unless http.Client made it to follow a redirect (it then sets
+// Response to the redirect). A 307 or 308 sends the same method and body
+// to the new location: the same operation, which keeps the fingerprint of
+// the path it was first sent to.
+func redirectOrigin(req *http.Request) *http.Request {
+	for req.Response != nil && req.Response.Request != nil && req.Response.Request.URL != nil {
+		req = req.Response.Request
+	}
+	return req
+}
+
+// followsRedirect reports whether resp is a redirect that http.Client
+// follows with the same method and body (307, 308 with a Location): not a
+// result, but a pointer to where the operation is to be sent.
+func followsRedirect(resp *http.Response) bool {
+	return (resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect) &&
+		resp.Header.Get("Location") != ""
+}
 
 // fingerprintBufs holds copy buffers for hashBody, so that fingerprinting a
 // body does not allocate one each time.

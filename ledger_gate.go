@@ -27,6 +27,12 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	if l == nil || c.passThrough || !c.key.present || c.key.generated || !c.facts.ReplayableBody {
 		return decide.KeyNone, nil, nil
 	}
+	if origin := redirectOrigin(c.req); origin != c.req && origin.Method != c.method {
+		// http.Client follows a 301, 302 or 303 with a GET of the result
+		// that carries the write's headers, key included: another
+		// operation, not a second sending of the write.
+		return decide.KeyNone, nil, nil
+	}
 	fp, err := fingerprintRequest(c.req, c.p.maxFP)
 	if err != nil {
 		return decide.KeyNone, nil, err
@@ -62,6 +68,10 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 	switch {
 	case c.uncertain:
 		lerr = l.Uncertain(ctx, key, token)
+	case c.confirmed && resp != nil && followsRedirect(resp):
+		// Not a completion: the operation is sent again, with its key, to
+		// the new location. The key is free for that request to claim.
+		lerr = l.Release(ctx, key, token)
 	case c.confirmed && resp != nil:
 		rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, resp: resp}
 		rec.done = func(body []byte, whole bool) {
