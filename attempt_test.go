@@ -74,7 +74,7 @@ func TestAttemptTimeoutDoesNotMatchContextCanceled(t *testing.T) {
 func TestGetBodyFailureReportsTheAttemptsMade(t *testing.T) {
 	url := refusedURL(t)
 	var log hookLog
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 3, Budget: UnlimitedBudget{}, Hooks: log.hooks()})
+	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 3, Budget: UnlimitedBudget(), Hooks: log.hooks()})
 	errGetBody := errors.New("rv: body source gone")
 	var calls atomic.Int32
 	req := newRequest(t, testCtx(t), http.MethodPut, url, "payload")
@@ -401,7 +401,7 @@ func TestTrickledBodyOnDiscardedAttemptIsCutInTime(t *testing.T) {
 		}
 	})
 	defer close(done)
-	tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget{}})
+	tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget()})
 	setMaxDrainTime(tr, 100*time.Millisecond)
 	start := time.Now()
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))

@@ -60,7 +60,7 @@ func newBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Tr
 	require.NoError(t, err)
 	tr := newNoWaitTransport(clock)
 	tr.MaxAttempts = 1
-	tr.Budget = UnlimitedBudget{}
+	tr.Budget = UnlimitedBudget()
 	tr.Breaker = b
 	rec := &transitionLog{}
 	tr.Hooks.BreakerChange = rec.hook
@@ -374,7 +374,7 @@ func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 	base := &panicBase{}
 	base.status.Store(503)
 	tr := newNoWaitTransport(clock)
-	tr.Base, tr.MaxAttempts, tr.Breaker, tr.Budget = base, 1, b, UnlimitedBudget{}
+	tr.Base, tr.MaxAttempts, tr.Breaker, tr.Budget = base, 1, b, UnlimitedBudget()
 	const url = "http://rv-breaker.invalid/"
 
 	resp, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, url, ""))

@@ -36,7 +36,7 @@ type Budget interface {
 var (
 	_ Budget = (*RatioBudget)(nil)
 	_ Budget = (*TokenBucket)(nil)
-	_ Budget = UnlimitedBudget{}
+	_ Budget = unlimitedBudget{}
 )
 
 // BudgetSnapshot is a point-in-time view of a budget, for metrics and tests.
@@ -50,15 +50,16 @@ type BudgetSnapshot struct {
 	Available float64
 }
 
-// UnlimitedBudget never refuses (use it to turn budgets off). Its zero value
-// is ready to use. This type is concurrency safe.
-type UnlimitedBudget struct{}
+// UnlimitedBudget returns a Budget that never refuses: set it as
+// Transport.Budget, or return it from NewBudget, to turn budgets off.
+func UnlimitedBudget() Budget { return unlimitedBudget{} }
 
-// RecordRequest does nothing.
-func (UnlimitedBudget) RecordRequest(context.Context) {}
+// unlimitedBudget records nothing and grants every retry.
+type unlimitedBudget struct{}
 
-// AllowRetry always grants the retry.
-func (UnlimitedBudget) AllowRetry(context.Context) (bool, error) { return true, nil }
+func (unlimitedBudget) RecordRequest(context.Context) {}
+
+func (unlimitedBudget) AllowRetry(context.Context) (bool, error) { return true, nil }
 
 // snapEpsilon absorbs the rounding error of float credit: a balance within
 // snapEpsilon of a whole number counts as that number, so that ten refills of

@@ -216,7 +216,7 @@ func TestBudgetOnTheTransportsClock(t *testing.T) {
 	ok, _ = rb.AllowRetry(ctx)
 	assert.False(t, ok, "retry after the deposit expired: got %v, want false", ok)
 
-	other := UnlimitedBudget{}
+	other := UnlimitedBudget()
 	assert.Equal(t, Budget(other), budgetOn(other, clk), "a budget of another kind is used as it is")
 }
 
@@ -241,7 +241,7 @@ func TestZeroBudgetsHaveTheDefaults(t *testing.T) {
 }
 
 func TestUnlimitedBudget(t *testing.T) {
-	var b Budget = UnlimitedBudget{}
+	var b Budget = UnlimitedBudget()
 	for i := range 1000 {
 		b.RecordRequest(context.Background())
 		ok, err := b.AllowRetry(context.Background())

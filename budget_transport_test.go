@@ -205,7 +205,7 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	stacked := newSettableServer(t, http.StatusServiceUnavailable)
 
 	single := newNoWaitTransport(clock)
-	single.NewBudget = func(string) (Budget, error) { return UnlimitedBudget{}, nil }
+	single.NewBudget = func(string) (Budget, error) { return UnlimitedBudget(), nil }
 	inner := newNoWaitTransport(clock)
 	inner.MaxAttempts = 5 // would multiply with the outer's 3 if both repeated
 	inner.NewBudget = single.NewBudget

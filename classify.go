@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -17,7 +18,7 @@ import (
 type Class uint8
 
 const (
-	// ClassDefault: apply the default rules (DefaultClassify).
+	// ClassDefault: apply the default rules (see Classifier).
 	ClassDefault Class = iota
 	// ClassRetryable: a failure worth another attempt, if the request-safety
 	// rules, the budget, the attempts and the deadline allow one.
@@ -33,30 +34,41 @@ const (
 // on top, so ClassRetryable never makes a POST without an idempotency key
 // repeatable, and never replays a write whose outcome is uncertain.
 //
-// A Classifier must not read or close the response body.
-type Classifier func(resp *http.Response, err error) Class
-
-// DefaultClassify is the default classification.
+// The default rules:
 //
-// Retryable: the statuses 408, 425, 429, 500, 502, 503 and 504; and
-// transient transport errors: connection refused, reset or aborted, a
-// broken pipe, EOF (net/http's "server closed idle connection" included),
-// an HTTP/2 stream reset with INTERNAL_ERROR or REFUSED_STREAM (the
-// HTTP/2 form of a reset: a Go server sends it when a handler aborts),
-// timeouts (net.Error.Timeout), an unreachable host or
-// network, a temporary DNS failure.
-//
-// Final: every other status, a cancellation, certificate and TLS verification failures, a host that does not exist,
-// a breaker's refusal (a *CircuitOpenError, whatever the failure that
-// opened the circuit), and any error not known to be transient (an
-// unsupported scheme, a malformed request).
+//   - A response whose X-Should-Retry or Stripe-Should-Retry header is
+//     "true" is retryable, whatever its status; "false" is final, and no
+//     Classifier makes it retryable: the server has said it must not be
+//     repeated.
+//   - Retryable: the statuses 408, 425, 429, 500, 502, 503 and 504; and
+//     transient transport errors: connection refused, reset or aborted, a
+//     broken pipe, EOF (net/http's "server closed idle connection"
+//     included), an HTTP/2 stream reset with INTERNAL_ERROR or
+//     REFUSED_STREAM (the HTTP/2 form of a reset: a Go server sends it when
+//     a handler aborts), timeouts (net.Error.Timeout), an unreachable host
+//     or network, a temporary DNS failure.
+//   - Final: every other status, a cancellation, certificate and TLS
+//     verification failures, a host that does not exist, a breaker's
+//     refusal (a *CircuitOpenError, whatever the failure that opened the
+//     circuit), and any error not known to be transient (an unsupported
+//     scheme, a malformed request).
 //
 // The transport recognises the caller's own cancellation or deadline, and
 // an error of the caller's body reader, before any classifier is asked:
 // those are never repeated.
-func DefaultClassify(resp *http.Response, err error) Class {
+//
+// A Classifier must not read or close the response body.
+type Classifier func(resp *http.Response, err error) Class
+
+// defaultClassify is the default classification; see Classifier.
+func defaultClassify(resp *http.Response, err error) Class {
 	if err == nil {
-		if resp != nil && retryableStatus(resp.StatusCode) {
+		switch {
+		case resp == nil:
+			return ClassFinal
+		case serverSays(resp.Header, "true"):
+			return ClassRetryable
+		case retryableStatus(resp.StatusCode):
 			return ClassRetryable
 		}
 		return ClassFinal
@@ -65,6 +77,20 @@ func DefaultClassify(resp *http.Response, err error) Class {
 		return ClassRetryable
 	}
 	return ClassFinal
+}
+
+// serverHints are the headers by which a server says whether a response
+// may be retried: "true" or "false".
+var serverHints = [...]string{"X-Should-Retry", "Stripe-Should-Retry"}
+
+// serverSays reports whether a retry hint of h says value.
+func serverSays(h http.Header, value string) bool {
+	for _, name := range serverHints {
+		if v := h[name]; len(v) > 0 && strings.EqualFold(strings.TrimSpace(v[0]), value) {
+			return true
+		}
+	}
+	return false
 }
 
 // retryableStatus reports whether code is retryable by default: 408, 425,
@@ -213,7 +239,10 @@ func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, 
 			class = safeClassify(c, resp, nil)
 		}
 		if class == ClassDefault {
-			class = DefaultClassify(resp, nil)
+			class = defaultClassify(resp, nil)
+		}
+		if resp != nil && serverSays(resp.Header, "false") {
+			class = ClassFinal // the server forbids a retry
 		}
 		if class == ClassRetryable {
 			r.outcome, r.retryable = decide.OutcomeFailure, true
@@ -246,7 +275,7 @@ func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, 
 		class = safeClassify(c, nil, err)
 	}
 	if class == ClassDefault {
-		class = DefaultClassify(nil, err)
+		class = defaultClassify(nil, err)
 	}
 	r.retryable = class == ClassRetryable
 	var ne net.Error

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRetryableStatus(t *testing.T) {
@@ -28,8 +30,8 @@ func TestRetryableStatus(t *testing.T) {
 		if retryable[code] {
 			want = ClassRetryable
 		}
-		if got := DefaultClassify(resp, nil); got != want {
-			t.Errorf("DefaultClassify(status %d) = %v, want %v", code, got, want)
+		if got := defaultClassify(resp, nil); got != want {
+			t.Errorf("defaultClassify(status %d) = %v, want %v", code, got, want)
 		}
 	}
 }
@@ -42,7 +44,7 @@ func opErr(op string, errno error) error {
 	}}
 }
 
-func TestDefaultClassifyErrors(t *testing.T) {
+func TestDefaultRulesForErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
@@ -75,8 +77,8 @@ func TestDefaultClassifyErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := DefaultClassify(nil, tt.err); got != tt.want {
-				t.Errorf("DefaultClassify(%v) = %v, want %v", tt.err, got, tt.want)
+			if got := defaultClassify(nil, tt.err); got != tt.want {
+				t.Errorf("defaultClassify(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
 	}
@@ -187,7 +189,7 @@ func TestHTTP2StreamResetCodes(t *testing.T) {
 		{0xd, ClassFinal},     // HTTP_1_1_REQUIRED
 	} {
 		err := fmt.Errorf("round trip: %w", h2FakeStreamError{StreamID: 3, Code: tt.code})
-		if got := DefaultClassify(nil, err); got != tt.want {
+		if got := defaultClassify(nil, err); got != tt.want {
 			t.Errorf("stream reset code %#x: got %v, want %v", tt.code, got, tt.want)
 		}
 	}
@@ -198,7 +200,70 @@ func TestHTTP2StreamResetCodes(t *testing.T) {
 // sent, and repeating it within a backoff cannot succeed.
 func TestCircuitOpenErrorIsNotTransient(t *testing.T) {
 	err := &CircuitOpenError{Scope: "http://rv.invalid:80", Cause: syscall.ECONNREFUSED}
-	if got := DefaultClassify(nil, err); got != ClassFinal {
-		t.Errorf("DefaultClassify(*CircuitOpenError caused by ECONNREFUSED): got %v, want ClassFinal", got)
+	if got := defaultClassify(nil, err); got != ClassFinal {
+		t.Errorf("defaultClassify(*CircuitOpenError caused by ECONNREFUSED): got %v, want ClassFinal", got)
 	}
+}
+
+// A server's retry hint decides by default: "true" is retried whatever the
+// status (where the safety rules allow), "false" never, not even by a
+// Classifier that says retryable.
+func TestServerRetryHints(t *testing.T) {
+	resp := func(status int, name, value string) *http.Response {
+		r := &http.Response{StatusCode: status, Header: http.Header{}}
+		if name != "" {
+			r.Header.Set(name, value)
+		}
+		return r
+	}
+	always := func(*http.Response, error) Class { return ClassRetryable }
+	tests := []struct {
+		name string
+		c    Classifier
+		resp *http.Response
+		want bool
+	}{
+		{"409 with X-Should-Retry true", nil, resp(409, "X-Should-Retry", "true"), true},
+		{"409 with Stripe-Should-Retry true", nil, resp(409, "Stripe-Should-Retry", "true"), true},
+		{"503 with X-Should-Retry false", nil, resp(503, "X-Should-Retry", "false"), false},
+		{"503 with Stripe-Should-Retry false", nil, resp(503, "Stripe-Should-Retry", "False"), false},
+		{"503 with false, Classifier says retryable", always, resp(503, "Stripe-Should-Retry", "false"), false},
+		{"409 with true, Classifier says final", func(*http.Response, error) Class { return ClassFinal }, resp(409, "X-Should-Retry", "true"), false},
+		{"503 without a hint", nil, resp(503, "", ""), true},
+		{"409 without a hint", nil, resp(409, "", ""), false},
+		{"503 with a hint that says neither", nil, resp(503, "X-Should-Retry", "maybe"), true},
+	}
+	for _, tt := range tests {
+		got := classify(tt.c, tt.resp, nil, decide.PhasePostWrite, false, false)
+		if got.retryable != tt.want {
+			t.Errorf("%s: got retryable %v, want %v", tt.name, got.retryable, tt.want)
+		}
+	}
+}
+
+// Through the Transport: a 503 the server says not to retry is sent once,
+// and a POST without a key is not repeated because a server says "true".
+func TestServerRetryHintsThroughTheTransport(t *testing.T) {
+	no := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Stripe-Should-Retry", "false")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget()})
+	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, no.URL, ""))
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, 1, no.count(), "a response the server says not to retry is not retried")
+
+	yes := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Should-Retry", "true")
+		w.WriteHeader(http.StatusConflict)
+	})
+	_, _, err = do(tr, newRequest(t, testCtx(t), http.MethodPost, yes.URL, "order"))
+	require.NoError(t, err)
+	assert.Equal(t, 1, yes.count(), "a POST without a key is not repeated, whatever the server says")
+	req := newRequest(t, testCtx(t), http.MethodPost, yes.URL, "order")
+	req.Header.Set("Idempotency-Key", "k-hint")
+	_, _, err = do(tr, req)
+	require.NoError(t, err)
+	assert.Equal(t, 1+3, yes.count(), "a keyed POST the server says to retry is retried up to MaxAttempts")
 }

@@ -12,7 +12,7 @@
 //
 // # What is repeated
 //
-// Every attempt is classified (DefaultClassify): the statuses 408, 425,
+// Every attempt is classified (see Classifier): the statuses 408, 425,
 // 429, 500, 502, 503 and 504 and transient transport errors (refused,
 // reset, EOF, timeouts) are worth another attempt; everything else is
 // handed back as it is. Whether the request may be sent again is then

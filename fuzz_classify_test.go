@@ -119,7 +119,7 @@ func hasKind(leaves []errLeaf, kinds ...leafKind) bool {
 	return false
 }
 
-// FuzzClassify checks DefaultClassify and classify for any status code and
+// FuzzClassify checks defaultClassify and classify for any status code and
 // any error chain built from wrapping layers (net.OpError, url.Error, %w,
 // os.SyscallError, errors.Join, RetryError, the attempt timeout) around
 // errnos, EOF, context, TLS and x509, and DNS errors: the result is always
@@ -140,14 +140,14 @@ func FuzzClassify(f *testing.F) {
 	f.Add(1<<40, []byte{17, 5, 0, 6, 1}, uint8(3), false, true) // DNS not found beside ECONNREFUSED
 	f.Fuzz(func(t *testing.T, code int, data []byte, phaseByte uint8, callerDone, bodyErr bool) {
 		resp := &http.Response{StatusCode: code}
-		cls := DefaultClassify(resp, nil)
+		cls := defaultClassify(resp, nil)
 		want := ClassFinal
 		switch code {
 		case 408, 425, 429, 500, 502, 503, 504:
 			want = ClassRetryable
 		}
 		if cls != want || retryableStatus(code) != (want == ClassRetryable) {
-			t.Fatalf("DefaultClassify(status %d) = %v, want %v", code, cls, want)
+			t.Fatalf("defaultClassify(status %d) = %v, want %v", code, cls, want)
 		}
 		phase := decide.Phase(phaseByte % 4)
 		r := classify(nil, resp, nil, phase, callerDone, bodyErr)
@@ -158,30 +158,30 @@ func FuzzClassify(f *testing.F) {
 
 		err, leaves := errChain(data)
 		err2, _ := errChain(data)
-		c := DefaultClassify(nil, err)
+		c := defaultClassify(nil, err)
 		if c != ClassRetryable && c != ClassFinal {
-			t.Fatalf("DefaultClassify(%v) = %v, want ClassRetryable or ClassFinal", err, c)
+			t.Fatalf("defaultClassify(%v) = %v, want ClassRetryable or ClassFinal", err, c)
 		}
-		if c2, c3 := DefaultClassify(nil, err), DefaultClassify(nil, err2); c2 != c || c3 != c {
-			t.Fatalf("DefaultClassify(%v) gave %v, %v, %v for the same chain", err, c, c2, c3)
+		if c2, c3 := defaultClassify(nil, err), defaultClassify(nil, err2); c2 != c || c3 != c {
+			t.Fatalf("defaultClassify(%v) gave %v, %v, %v for the same chain", err, c, c2, c3)
 		}
 		cut := errors.Is(err, ErrAttemptTimeout)
 		switch {
 		case cut:
 			if c != ClassRetryable {
-				t.Fatalf("DefaultClassify(%v) = %v; want an attempt cut by its timer retried", err, c)
+				t.Fatalf("defaultClassify(%v) = %v; want an attempt cut by its timer retried", err, c)
 			}
 		case errors.Is(err, context.Canceled) || hasKind(leaves, leafCert):
 			if c != ClassFinal {
-				t.Fatalf("DefaultClassify(%v) = %v; want a cancellation or certificate error final", err, c)
+				t.Fatalf("defaultClassify(%v) = %v; want a cancellation or certificate error final", err, c)
 			}
 		case hasKind(leaves, leafTransient) && !hasKind(leaves, leafDNSNotFound, leafDNSTransient):
 			if c != ClassRetryable {
-				t.Fatalf("DefaultClassify(%v) = %v; want a transient error retried", err, c)
+				t.Fatalf("defaultClassify(%v) = %v; want a transient error retried", err, c)
 			}
 		case !hasKind(leaves, leafTransient, leafDNSTransient, leafTimeoutish):
 			if c != ClassFinal {
-				t.Fatalf("DefaultClassify(%v) = %v; want an error with nothing transient in it final", err, c)
+				t.Fatalf("defaultClassify(%v) = %v; want an error with nothing transient in it final", err, c)
 			}
 		}
 
@@ -200,7 +200,7 @@ func FuzzClassify(f *testing.F) {
 			}
 		default:
 			if r.retryable != (c == ClassRetryable) || r.ignored {
-				t.Fatalf("classify(%v) = %+v; want retryable %v (DefaultClassify), not ignored", err, r, c == ClassRetryable)
+				t.Fatalf("classify(%v) = %+v; want retryable %v (defaultClassify), not ignored", err, r, c == ClassRetryable)
 			}
 		}
 		if bodyErr && !callerDone {

@@ -13,7 +13,7 @@ import (
 // cancelingBudget cancels the caller's context while the call records its
 // first attempt: a gate that took the rest of the caller's time.
 type cancelingBudget struct {
-	UnlimitedBudget
+	unlimitedBudget
 	cancel context.CancelFunc
 }
 
@@ -61,7 +61,7 @@ func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newTransport(t, newFakeClock(), &Transport{Ledger: ledger, GenerateIdempotencyKeys: true, Budget: UnlimitedBudget{}})
+	tr := newTransport(t, newFakeClock(), &Transport{Ledger: ledger, GenerateIdempotencyKeys: true, Budget: UnlimitedBudget()})
 	for range 3 {
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order"))
 		if err != nil || resp.StatusCode != http.StatusCreated {
@@ -80,10 +80,10 @@ func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 // cause looks like: the write it reports must not be repeated.
 func TestReconcileErrorFromBelowIsFinal(t *testing.T) {
 	err := fmt.Errorf("base: %w", &ReconcileRequiredError{Method: http.MethodPost, Cause: io.EOF})
-	if got := DefaultClassify(nil, err); got != ClassFinal {
-		t.Errorf("DefaultClassify(reconcile error caused by EOF): got %v, want ClassFinal", got)
+	if got := defaultClassify(nil, err); got != ClassFinal {
+		t.Errorf("defaultClassify(reconcile error caused by EOF): got %v, want ClassFinal", got)
 	}
-	if got := DefaultClassify(nil, fmt.Errorf("base: %w", io.EOF)); got != ClassRetryable {
-		t.Errorf("DefaultClassify(EOF): got %v, want ClassRetryable", got)
+	if got := defaultClassify(nil, fmt.Errorf("base: %w", io.EOF)); got != ClassRetryable {
+		t.Errorf("defaultClassify(EOF): got %v, want ClassRetryable", got)
 	}
 }

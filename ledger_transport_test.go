@@ -418,7 +418,7 @@ func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := &panicBase{}
-	tr := newTransport(t, clk, &Transport{Base: base, Ledger: ledger, Budget: UnlimitedBudget{}})
+	tr := newTransport(t, clk, &Transport{Base: base, Ledger: ledger, Budget: UnlimitedBudget()})
 	const url = "http://rv-ledger.invalid/charges"
 	post := func() *http.Request {
 		req := newRequest(t, testCtx(t), http.MethodPost, url, `{"amount":1}`)

@@ -45,7 +45,7 @@ type policy struct {
 	maxRetryAfter  time.Duration
 	decision       decide.Policy
 	timeoutCost    float64
-	classifier     Classifier // nil means DefaultClassify
+	classifier     Classifier // nil means the default rules
 	generateKeys   bool
 	budget         Budget                             // shared by every scope; nil means per-scope budgets
 	newBudget      func(scope string) (Budget, error) // never nil

@@ -123,7 +123,7 @@ func TestCloseIdleConnectionsOfAnInvalidBaseReturns(t *testing.T) {
 // are read on every call.
 func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 	srv := statusServer(t, http.StatusServiceUnavailable, "down")
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 1, Budget: UnlimitedBudget{}})
+	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 1, Budget: UnlimitedBudget()})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("first call: got %v, %v; want the 503", resp, err)
@@ -167,7 +167,7 @@ func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 func TestZeroFailureThresholdFollowsMaxAttempts(t *testing.T) {
 	srv := statusServer(t, http.StatusServiceUnavailable, "down")
 	var reasons []string
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, Budget: UnlimitedBudget{},
+	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, Budget: UnlimitedBudget(),
 		Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, ReasonName(i.Reason)) }}})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
@@ -181,7 +181,7 @@ func TestZeroFailureThresholdFollowsMaxAttempts(t *testing.T) {
 	}
 
 	explicit := statusServer(t, http.StatusServiceUnavailable, "down")
-	tr = newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, FailureThreshold: 4, Budget: UnlimitedBudget{}})
+	tr = newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, FailureThreshold: 4, Budget: UnlimitedBudget()})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, explicit.URL, "")); err != nil {
 		t.Fatal(err)
 	}

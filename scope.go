@@ -78,7 +78,7 @@ func (b *budgets) get(k hostKey, scope func() string, p *policy) (Budget, error)
 		return nil, err
 	}
 	if bud == nil {
-		bud = UnlimitedBudget{}
+		bud = unlimitedBudget{}
 	}
 	bud = budgetOn(bud, p.clock)
 	if b.m == nil {

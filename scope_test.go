@@ -88,7 +88,7 @@ func TestDefaultPortSpellingsShareOneBudget(t *testing.T) {
 			mu.Lock()
 			scopes = append(scopes, scope)
 			mu.Unlock()
-			return UnlimitedBudget{}, nil
+			return UnlimitedBudget(), nil
 		},
 	})
 	for _, u := range []string{"http://api.example.test/a", "http://api.example.test:80/b", "https://api.example.test/c", "https://api.example.test:443/d"} {

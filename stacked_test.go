@@ -80,7 +80,7 @@ func TestStackedOuterDoesNotRepeatAnInnerBreakerRefusal(t *testing.T) {
 	}
 	inner := newTransport(t, newFakeClock(), &Transport{Breaker: b})
 	outerClk := newFakeClock()
-	outer := newTransport(t, outerClk, &Transport{Base: inner, MaxAttempts: 4, Budget: UnlimitedBudget{}})
+	outer := newTransport(t, outerClk, &Transport{Base: inner, MaxAttempts: 4, Budget: UnlimitedBudget()})
 
 	_, _, err = do(outer, newRequest(t, testCtx(t), http.MethodGet, url, ""))
 	if !errors.Is(err, ErrCircuitOpen) {

@@ -74,7 +74,8 @@ type Transport struct {
 	TimeoutCost float64
 
 	// Classifier changes how responses and errors are classified. Nil
-	// means DefaultClassify. The request-safety rules apply on top.
+	// means the default rules (see Classifier). The request-safety rules
+	// apply on top.
 	Classifier Classifier
 
 	// GenerateIdempotencyKeys, when true, gives a POST or PATCH that lacks
@@ -92,9 +93,9 @@ type Transport struct {
 	// nil. It is called once per scope, under the Transport's lock: keep it
 	// quick (a constructor), and do not call the Transport from it. Nil
 	// means a RatioBudget with its default settings per scope (retries at
-	// most 10% of requests plus a small floor). Return UnlimitedBudget{} to
+	// most 10% of requests plus a small floor). Return UnlimitedBudget() to
 	// turn budgets off; a nil Budget with a nil error counts as
-	// UnlimitedBudget{} too. An error fails the call that needed the
+	// UnlimitedBudget() too. An error fails the call that needed the
 	// budget, before anything is sent.
 	NewBudget func(scope string) (Budget, error)
 

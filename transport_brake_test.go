@@ -29,7 +29,7 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "down")
 			var log hookLog
-			tt.tr.MaxAttempts, tt.tr.Budget, tt.tr.Hooks = 10, UnlimitedBudget{}, log.hooks()
+			tt.tr.MaxAttempts, tt.tr.Budget, tt.tr.Hooks = 10, UnlimitedBudget(), log.hooks()
 			tr := newTransport(t, newFakeClock(), tt.tr)
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			if err != nil || resp.StatusCode != http.StatusServiceUnavailable || string(body) != "down" {
@@ -52,7 +52,7 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 // Without a response to give, the brake is an error matching the rule's
 // sentinel, with the last attempt's error still reachable.
 func TestCoreBrakeWithoutResponseIsAnError(t *testing.T) {
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, FailureThreshold: 2, Budget: UnlimitedBudget{}})
+	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, FailureThreshold: 2, Budget: UnlimitedBudget()})
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, refusedURL(t), ""))
 	if !errors.Is(err, ErrFailureThreshold) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("Do: got %v; want an error matching ErrFailureThreshold and ECONNREFUSED", err)
@@ -86,7 +86,7 @@ func TestTimeoutCostBrakesOnTimeouts(t *testing.T) {
 			})
 			tr := newTransport(t, newFakeClock(), &Transport{
 				AttemptTimeout: 50 * time.Millisecond, BudgetUnits: 3, TimeoutCost: tt.timeoutCost,
-				Budget: UnlimitedBudget{},
+				Budget: UnlimitedBudget(),
 			})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			switch {

@@ -318,7 +318,7 @@ func TestNoRetryStartsAfterTheCallerIsDone(t *testing.T) {
 		return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 	})
 	ctx, cancel := context.WithCancel(testCtx(t))
-	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 3, Budget: UnlimitedBudget{}})
+	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 3, Budget: UnlimitedBudget()})
 	setSleep(tr, func(context.Context, time.Duration) error {
 		cancel() // the caller gives up as the timer fires
 		return nil
