@@ -72,7 +72,7 @@ func scopeOf(t *testing.T, srv *httptest.Server) string {
 	t.Helper()
 	u, err := url.Parse(srv.URL)
 	require.NoError(t, err)
-	return HostScope(&http.Request{URL: u})
+	return hostScope(&http.Request{URL: u})
 }
 
 func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
@@ -394,7 +394,7 @@ func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 		t.Fatalf("the call after the panicking probe: got %v; want it let through as a probe (slot given back)", err)
 	}
 	_ = resp.Body.Close()
-	if got := b.stateAt(HostScope(resp.Request), clock.Now()); got != BreakerClosed {
+	if got := b.stateAt(hostScope(resp.Request), clock.Now()); got != BreakerClosed {
 		t.Errorf("scope after a successful probe: got %v, want closed", got)
 	}
 }

@@ -46,11 +46,13 @@ type call struct {
 	// The key ledger's claim, when the call owns its key.
 	ledgerKey        string
 	ledgerToken      string
-	earlierUncertain bool // an earlier call under the key ended uncertain
-	confirmed        bool // the call ends with a confirmed result
-	notStored        bool // ... whose response is not to be stored for replay
-	uncertain        bool // the call ends with an uncertain write
-	settled          bool // settle has run
+	heldToken        string // with earlierUncertain, the token that may end that claim
+	memoKey          string // without a ledger, the key in the Transport's memory
+	earlierUncertain bool   // an earlier call under the key ended uncertain
+	confirmed        bool   // the call ends with a confirmed result
+	notStored        bool   // ... whose response is not to be stored for replay
+	uncertain        bool   // the call ends with an uncertain write
+	settled          bool   // settle has run
 }
 
 // run reads the facts about the request, passes the gates that come before
@@ -86,7 +88,11 @@ func (c *call) run() (*http.Response, error) {
 			return c.settle(nil, err)
 		}
 	}
-	return c.settle(c.loop())
+	resp, err := c.loop()
+	if c.uncertain && c.memoKey != "" {
+		c.t.keys.remember(c.memoKey, false, c.p.clock.Now())
+	}
+	return c.settle(resp, err)
 }
 
 // readFacts reads the method, the idempotency key (from the header, else

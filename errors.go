@@ -78,9 +78,11 @@ var (
 	// without evidence.
 	ErrLedgerUnavailable = errors.New("retryfuse: idempotency ledger unavailable")
 
-	// ErrResultNotStored: an earlier call under the key completed, but its
-	// result was too large for the ledger to keep. It is the Cause of the
-	// *ReconcileRequiredError returned instead of sending the request again.
+	// ErrResultNotStored: an earlier call under the key completed, but no
+	// result of it is kept to replay: it was too large for the ledger, or its
+	// completion was learnt by reconciling (ReconcileRequiredError.Resolve).
+	// It is the Cause of the *ReconcileRequiredError returned instead of
+	// sending the request again.
 	ErrResultNotStored = errors.New("retryfuse: the completed result under this idempotency key was not stored")
 
 	// ErrEarlierUncertain: an earlier call under the key ended with an
@@ -160,6 +162,8 @@ type ReconcileRequiredError struct {
 	Phase decide.Phase
 	// Cause is the error of the uncertain attempt.
 	Cause error
+
+	resolve func(ctx context.Context, applied bool) error // see Resolve
 }
 
 func (e *ReconcileRequiredError) Error() string {
@@ -171,6 +175,26 @@ func (e *ReconcileRequiredError) Error() string {
 		s += ": " + e.Cause.Error()
 	}
 	return s
+}
+
+// Resolve records what the caller has learnt about the write, once it has
+// looked it up: whether it was applied. Until then the Transport holds the
+// key — in its Ledger, or in its own memory without one (bounded, for 24
+// hours) — and tells every later call under it to reconcile, rather than
+// send it. Applied: the key stays done, and a later call under it is still
+// not sent (it gets a *ReconcileRequiredError whose Cause is
+// ErrResultNotStored: there is no stored result to replay). Not applied:
+// the key is free, and a later call under it is sent, as a new one.
+//
+// A Ledger's error (ErrLedgerToken when its claim has expired or was ended
+// already, or the store's failure) is returned. A write without an
+// idempotency key of its own (none, or a generated one) holds nothing, and
+// Resolve does nothing.
+func (e *ReconcileRequiredError) Resolve(ctx context.Context, applied bool) error {
+	if e.resolve == nil {
+		return nil
+	}
+	return e.resolve(ctx, applied)
 }
 
 // Timeout reports whether the uncertain attempt timed out (its own

@@ -209,14 +209,16 @@ type LedgerClaim struct {
 	State decide.KeyState
 	// Uncertain, with KeyInFlight: an earlier call under the key ended with
 	// an uncertain outcome. The key is neither completed nor free until it
-	// expires.
+	// expires, or until its outcome is learnt (Complete or Release with
+	// Token).
 	Uncertain bool
 	// Stored, with KeyCompleted: a copy of the stored result; nil when there
 	// was none or its body was too large to store. The transport then asks
 	// the caller to reconcile rather than replay.
 	Stored *StoredResponse
 	// Token, with KeyNone: the owner's token for Complete, Release and
-	// Uncertain.
+	// Uncertain. With Uncertain: the token that ends the uncertain claim
+	// with Complete or Release once its outcome is known.
 	Token string
 }
 
@@ -239,10 +241,12 @@ type Ledger interface {
 	Begin(ctx context.Context, key string, fp Fingerprint) (LedgerClaim, error)
 	// Complete ends a claim with a confirmed result. res is stored as a
 	// copy; when res is nil or its body is too large, the key is completed
-	// without a stored result (Stored nil).
+	// without a stored result (Stored nil). It also ends an uncertain claim
+	// whose effect is since known to have happened.
 	Complete(ctx context.Context, key, token string, res *StoredResponse) error
 	// Release ends a claim that took no effect (nothing was sent, or the
-	// failure was definite): the key is free again.
+	// failure was definite): the key is free again. It also ends an
+	// uncertain claim whose effect is since known not to have happened.
 	Release(ctx context.Context, key, token string) error
 	// Uncertain ends a claim whose outcome is unknown: the key stays held (a
 	// later Begin sees KeyInFlight with Uncertain true) until it expires.

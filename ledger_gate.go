@@ -24,7 +24,13 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	l := c.p.ledger
 	// A generated key is new by construction: no earlier call can hold it,
 	// so it would fill the ledger without ever catching a duplicate.
-	if l == nil || c.passThrough || !c.key.present || c.key.generated || !c.facts.ReplayableBody {
+	if c.passThrough || !c.key.present || c.key.generated {
+		return decide.KeyNone, nil, nil
+	}
+	if l == nil {
+		return c.recall(), nil, nil
+	}
+	if !c.facts.ReplayableBody {
 		return decide.KeyNone, nil, nil
 	}
 	if origin := redirectOrigin(c.req); origin != c.req && origin.Method != c.method {
@@ -48,8 +54,25 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 		c.ledgerToken = cl.Token
 	case decide.KeyInFlight:
 		c.earlierUncertain = cl.Uncertain
+		c.heldToken = cl.Token // the earlier call's, for Resolve
 	}
 	return cl.State, cl.Stored, nil
+}
+
+// recall looks the call's key up in the Transport's memory, when it has no
+// Ledger: a key whose write was left uncertain is held (KeyInFlight, an
+// earlier uncertain call), one learnt to have been applied is completed
+// without a stored result. Either way the call is told to reconcile.
+func (c *call) recall() decide.KeyState {
+	c.memoKey = c.scopeName() + " " + c.key.value
+	switch found, applied := c.t.keys.lookup(c.memoKey, c.p.clock.Now()); {
+	case !found:
+		return decide.KeyNone
+	case applied:
+		return decide.KeyCompleted
+	}
+	c.earlierUncertain = true
+	return decide.KeyInFlight
 }
 
 // settle ends the call's claim on its key: a confirmed result completes

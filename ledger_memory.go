@@ -147,8 +147,9 @@ func (l *MemoryLedger) beginAt(key string, fp Fingerprint, now time.Time) (Ledge
 			return LedgerClaim{State: decide.KeyInFlight}, nil
 		case entryUncertain:
 			l.moveToFront(e)
+			token := e.token
 			l.mu.Unlock()
-			return LedgerClaim{State: decide.KeyInFlight, Uncertain: true}, nil
+			return LedgerClaim{State: decide.KeyInFlight, Uncertain: true, Token: token}, nil
 		default:
 			l.moveToFront(e)
 			stored := e.stored
@@ -180,10 +181,10 @@ func (l *MemoryLedger) completeAt(key, token string, res *StoredResponse, now ti
 	if res != nil && len(res.Body) <= l.cfg.maxStoredBody() && storableHeader(res.Header) {
 		stored = res.clone() // before taking the lock
 	}
-	return l.end(key, token, now, func(e *ledgerEntry) {
+	return l.end(key, token, now, true, func(e *ledgerEntry) {
 		e.state, e.token, e.stored = entryCompleted, "", stored
 		l.setExpiry(e, now.Add(l.cfg.ttl()))
-		l.pushFront(e)
+		l.moveToFront(e)
 	})
 }
 
@@ -193,7 +194,7 @@ func (l *MemoryLedger) Release(_ context.Context, key, token string) error {
 }
 
 func (l *MemoryLedger) releaseAt(key, token string, now time.Time) error {
-	return l.end(key, token, now, l.remove)
+	return l.end(key, token, now, true, l.remove)
 }
 
 // Uncertain implements Ledger: the key is held for TTL from now.
@@ -202,20 +203,22 @@ func (l *MemoryLedger) Uncertain(_ context.Context, key, token string) error {
 }
 
 func (l *MemoryLedger) uncertainAt(key, token string, now time.Time) error {
-	return l.end(key, token, now, func(e *ledgerEntry) {
-		e.state, e.token = entryUncertain, ""
+	return l.end(key, token, now, false, func(e *ledgerEntry) {
+		e.state = entryUncertain // the token stays: it may end the claim once the outcome is known
 		l.setExpiry(e, now.Add(l.cfg.ttl()))
 		l.pushFront(e)
 	})
 }
 
-// end applies f to key's entry, under the lock, if token owns it.
-func (l *MemoryLedger) end(key, token string, now time.Time, f func(e *ledgerEntry)) error {
+// end applies f to key's entry, under the lock, if token owns it: in
+// flight, or, when settled is true, uncertain (its outcome has since been
+// learnt).
+func (l *MemoryLedger) end(key, token string, now time.Time, settled bool, f func(e *ledgerEntry)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lazyInit()
 	e := l.live(key, now)
-	if e == nil || e.state != entryInFlight || e.token != token {
+	if e == nil || e.token != token || !(e.state == entryInFlight || settled && e.state == entryUncertain) {
 		return fmt.Errorf("%w: key %q", ErrLedgerToken, key)
 	}
 	f(e)

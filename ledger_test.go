@@ -161,8 +161,17 @@ func TestMemoryLedgerSteps(t *testing.T) {
 			end(opUncertain, tokBogus, ErrLedgerToken), begin(1, decide.KeyInFlight, "-"), end(opRelease, tokOwner, nil),
 		}},
 		{"a claim ends once", []ledgerStep{
-			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opComplete, tokOwner, ErrLedgerToken),
-			end(opRelease, tokOwner, ErrLedgerToken), beginUncertain,
+			begin(1, decide.KeyNone, "-"), end(opComplete, tokOwner, nil), end(opComplete, tokOwner, ErrLedgerToken),
+			end(opRelease, tokOwner, ErrLedgerToken), end(opUncertain, tokOwner, ErrLedgerToken), begin(1, decide.KeyCompleted, "created"),
+		}},
+		{"an uncertain claim is ended once its outcome is learnt: applied", []ledgerStep{
+			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opUncertain, tokOwner, ErrLedgerToken),
+			end(opComplete, tokBogus, ErrLedgerToken), beginUncertain,
+			{op: opComplete, tok: tokOwner}, begin(1, decide.KeyCompleted, "-"), end(opRelease, tokOwner, ErrLedgerToken),
+		}},
+		{"an uncertain claim is ended once its outcome is learnt: not applied", []ledgerStep{
+			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opRelease, tokOwner, nil),
+			begin(1, decide.KeyNone, "-"),
 		}},
 		{"a released token is stale", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), end(opRelease, tokOwner, nil), end(opRelease, tokOwner, ErrLedgerToken),
@@ -205,10 +214,15 @@ func TestMemoryLedgerSteps(t *testing.T) {
 						assert.Equal(t, res.Header, c.Stored.Header, "step %d: stored header", i)
 					}
 					assert.Equal(t, s.stored, got, "step %d: stored body", i)
-					if c.State == decide.KeyNone {
+					switch {
+					case c.State == decide.KeyNone:
 						require.NotEmpty(t, c.Token, "step %d: owner without a token", i)
 						tokens = append(tokens, c.Token)
-					} else {
+					case c.Uncertain:
+						// The token that may end the uncertain claim once its
+						// outcome is known: the owner's.
+						assert.Equal(t, token(tokOwner), c.Token, "step %d: an uncertain key's token", i)
+					default:
 						assert.Empty(t, c.Token, "step %d: got a token without owning the key", i)
 					}
 					continue

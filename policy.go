@@ -52,7 +52,7 @@ type policy struct {
 	breaker        *Breaker
 	ledger         Ledger
 	reconciler     Reconciler
-	scope          func(*http.Request) string // nil means HostScope
+	scope          func(*http.Request) string // nil means hostScope
 	maxScopes      int
 	redact         []string
 	maxDrain       int64

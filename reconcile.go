@@ -74,7 +74,41 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		Attempts:       c.attempt,
 		Phase:          c.phase,
 		Cause:          cause,
+		resolve:        c.resolver(),
 	}
+}
+
+// resolver returns what Resolve does for the call's key: end the
+// ledger's uncertain claim on it, or, without a ledger, update the
+// Transport's memory. Nil when nothing is held under a key of the call.
+func (c *call) resolver() func(ctx context.Context, applied bool) error {
+	switch {
+	case c.ledgerKey != "":
+		l, key, token := c.p.ledger, c.ledgerKey, c.ledgerToken
+		if token == "" {
+			token = c.heldToken
+		}
+		if token == "" {
+			return nil
+		}
+		return func(ctx context.Context, applied bool) error {
+			if applied {
+				return l.Complete(ctx, key, token, nil)
+			}
+			return l.Release(ctx, key, token)
+		}
+	case c.memoKey != "":
+		keys, key, clock := &c.t.keys, c.memoKey, c.p.clock
+		return func(_ context.Context, applied bool) error {
+			if applied {
+				keys.remember(key, true, clock.Now())
+			} else {
+				keys.forget(key)
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // refuseUncertain returns a reconcile error about an earlier call under

@@ -7,10 +7,11 @@ import (
 	"sync"
 )
 
-// HostScope is the default scope of a request: its scheme, host and port
+// hostScope is the default scope of a request: its scheme, host and port,
+// the port written even when it is the scheme's default
 // ("https://api.example.com:443"), so that one failing dependency neither
 // spends another's retry budget nor opens its breaker.
-func HostScope(req *http.Request) string {
+func hostScope(req *http.Request) string {
 	if req == nil || req.URL == nil {
 		return ""
 	}
@@ -44,7 +45,7 @@ type hostKey struct{ scheme, host, scope string }
 
 // withoutDefaultPort returns host without the scheme's default port
 // (":80" for http, ":443" for https), so that "h" and "h:80" find the same
-// budget, as HostScope names them both "http://h:80". It slices host and
+// budget, as hostScope names them both "http://h:80". It slices host and
 // builds no string.
 func withoutDefaultPort(scheme, host string) string {
 	var port string

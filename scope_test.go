@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestHostScope(t *testing.T) {
+func TestDefaultScopeIsSchemeHostAndPort(t *testing.T) {
 	for _, tt := range []struct{ url, want string }{
 		{"http://api.example.com/x", "http://api.example.com:80"},
 		{"https://api.example.com/x", "https://api.example.com:443"},
@@ -20,8 +20,8 @@ func TestHostScope(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := HostScope(req); got != tt.want {
-			t.Errorf("HostScope(%s): got %q, want %q", tt.url, got, tt.want)
+		if got := hostScope(req); got != tt.want {
+			t.Errorf("hostScope(%s): got %q, want %q", tt.url, got, tt.want)
 		}
 	}
 }
@@ -40,7 +40,7 @@ func TestNewBudgetCalledOncePerScope(t *testing.T) {
 	got := make([]Budget, 64)
 	for i := range got {
 		wg.Go(func() {
-			b, err := tr.budget(req, func() string { return HostScope(req) })
+			b, err := tr.budget(req, func() string { return hostScope(req) })
 			if err != nil {
 				t.Error(err)
 			}
@@ -64,7 +64,7 @@ func TestBudgetScopesBounded(t *testing.T) {
 	tr.setup()
 	for i := range 20 {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://h%d.test/", i), nil)
-		if _, err := tr.budget(req, func() string { return HostScope(req) }); err != nil {
+		if _, err := tr.budget(req, func() string { return hostScope(req) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +74,7 @@ func TestBudgetScopesBounded(t *testing.T) {
 }
 
 // One scope is one budget, however its URL spells the default port:
-// http://h/ and http://h:80/ are the same dependency (HostScope names both
+// http://h/ and http://h:80/ are the same dependency (hostScope names both
 // "http://h:80"), so NewBudget is called once and both share its budget.
 func TestDefaultPortSpellingsShareOneBudget(t *testing.T) {
 	var (

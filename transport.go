@@ -133,7 +133,9 @@ type Transport struct {
 	Reconciler Reconciler
 
 	// Scope names the dependency a request belongs to, for budgets and the
-	// breaker. Nil means HostScope (scheme, host and port).
+	// breaker and the ledger. Nil means the request's scheme, host and port,
+	// the port written even when it is the scheme's default
+	// ("https://api.example.com:443").
 	Scope func(*http.Request) string
 
 	// MaxScopes bounds the per-scope budgets kept (the breaker has its
@@ -166,6 +168,7 @@ type Transport struct {
 	p       policy // the settings, resolved once
 	initErr error
 	budgets budgets
+	keys    keyMemory // without a Ledger, the keys left uncertain
 	calls   atomic.Uint64
 }
 
@@ -191,7 +194,7 @@ func (p *policy) scopeOf(req *http.Request) string {
 	if p.scope != nil {
 		return p.scope(req)
 	}
-	return HostScope(req)
+	return hostScope(req)
 }
 
 // budget returns the retry budget of req's scope. scope computes the

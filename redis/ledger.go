@@ -155,7 +155,11 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 	case 1:
 		return retryfuse.LedgerClaim{State: decide.KeyInFlight}, nil
 	case 2:
-		return retryfuse.LedgerClaim{State: decide.KeyInFlight, Uncertain: true}, nil
+		cl := retryfuse.LedgerClaim{State: decide.KeyInFlight, Uncertain: true}
+		if len(reply) > 1 {
+			cl.Token, _ = reply[1].(string)
+		}
+		return cl, nil
 	case 3:
 		cl := retryfuse.LedgerClaim{State: decide.KeyCompleted}
 		if len(reply) > 1 && reply[1] != nil {

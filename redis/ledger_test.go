@@ -93,11 +93,32 @@ func TestLedgerUncertainAndRelease(t *testing.T) {
 	if err := l.Uncertain(bg(), "u", cl.Token); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, begin(t, l, "u", fpA), decide.KeyInFlight, true)
-	wantState(t, begin(t, l, "u", fpB), decide.KeyConflict, false) // conflict beats uncertain
-	if err := l.Complete(bg(), "u", cl.Token, nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
-		t.Fatalf("Complete after Uncertain: got %v, want ErrLedgerToken", err)
+	held := begin(t, l, "u", fpA)
+	wantState(t, held, decide.KeyInFlight, true)
+	if held.Token != cl.Token {
+		t.Fatalf("an uncertain key's token: got %q, want the owner's %q", held.Token, cl.Token)
 	}
+	wantState(t, begin(t, l, "u", fpB), decide.KeyConflict, false) // conflict beats uncertain
+	if err := l.Complete(bg(), "u", "bogus", nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
+		t.Fatalf("Complete of an uncertain key with a wrong token: got %v, want ErrLedgerToken", err)
+	}
+	if err := l.Uncertain(bg(), "u", cl.Token); err != nil {
+		t.Fatalf("Uncertain sent again by the same owner: got %v, want nil (already so)", err)
+	}
+	// Its outcome learnt: applied.
+	if err := l.Complete(bg(), "u", cl.Token, nil); err != nil {
+		t.Fatalf("Complete of an uncertain key with its token: got %v, want nil", err)
+	}
+	wantState(t, begin(t, l, "u", fpA), decide.KeyCompleted, false)
+	// Or not applied: free again.
+	cl = begin(t, l, "u2", fpA)
+	if err := l.Uncertain(bg(), "u2", cl.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(bg(), "u2", cl.Token); err != nil {
+		t.Fatalf("Release of an uncertain key with its token: got %v, want nil", err)
+	}
+	wantState(t, begin(t, l, "u2", fpA), decide.KeyNone, false)
 
 	cl = begin(t, l, "r", fpA)
 	if err := l.Release(bg(), "r", cl.Token); err != nil {

@@ -10,8 +10,9 @@
 -- ARGV[1]  the caller's fingerprint
 -- ARGV[2]  a new random owner token
 -- ARGV[3]  in-flight expiry, in milliseconds (PEXPIRE)
--- Returns {0} free and now claimed with ARGV[2]; {1} in flight; {2} in
--- flight after an uncertain outcome; {3, r} completed, r nil when no
+-- Returns {0} free and now claimed with ARGV[2]; {1} in flight; {2, t} in
+-- flight after an uncertain outcome, t the token that may end it once the
+-- outcome is known; {3, r} completed, r nil when no
 -- result is stored; {4} conflict: another fingerprint, whatever the state.
 --
 -- An expired record is gone (PEXPIRE), so the key is simply free.
@@ -28,5 +29,5 @@ if s == 'f' then
   if t == ARGV[2] then return {0} end -- this very claim, sent again by the client
   return {1}
 end
-if s == 'u' then return {2} end
+if s == 'u' then return {2, t} end
 return {3, r}

@@ -8,14 +8,16 @@
 -- ARGV[4]  optional, with "complete": the result to store, encoded
 -- Returns 1 when the claim was ended (or, for complete and uncertain, had
 -- already been ended so by this token: the client sent it again), 0 when
--- the token does not own the key: wrong, already used, or expired.
+-- the token does not own the key: wrong, already used, or expired. An
+-- uncertain claim may still be completed or released with its token, once
+-- its outcome is known.
 local v = redis.call('HMGET', KEYS[1], 's', 't')
 local s, t = v[1], v[2]
 local op = ARGV[1]
 if t ~= ARGV[2] then return 0 end
 if s ~= 'f' then
   if (op == 'complete' and s == 'c') or (op == 'uncertain' and s == 'u') then return 1 end
-  return 0
+  if s ~= 'u' or op == 'uncertain' then return 0 end
 end
 if op == 'release' then
   redis.call('DEL', KEYS[1])

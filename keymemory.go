@@ -1,0 +1,86 @@
+package retryfuse
+
+import (
+	"sync"
+	"time"
+)
+
+// This file is a Transport's memory of keys when it has no Ledger: the
+// idempotency keys whose writes it left uncertain, or whose writes the
+// caller has since learnt were applied (ReconcileRequiredError.Resolve). A
+// later call under such a key is told to reconcile instead of being sent.
+// No fingerprint, no stored result: one map lookup, for keyed requests
+// only.
+
+// The bounds of the memory: how many keys, and for how long. A key is
+// dropped after keyMemoryTTL, like a MemoryLedger's, or to make room for a
+// new one when keyMemoryMax are held (the one that would expire first).
+const (
+	keyMemoryMax = 10000
+	keyMemoryTTL = 24 * time.Hour
+)
+
+// keyMemory is safe for concurrent use. Its zero value is empty.
+type keyMemory struct {
+	mu sync.Mutex
+	m  map[string]keyMemo
+}
+
+type keyMemo struct {
+	applied bool // learnt to have been applied; else uncertain
+	expires time.Time
+}
+
+// lookup reports whether key is remembered at now, and whether as applied.
+func (k *keyMemory) lookup(key string, now time.Time) (found, applied bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok := k.m[key]
+	if !ok {
+		return false, false
+	}
+	if !now.Before(m.expires) {
+		delete(k.m, key)
+		return false, false
+	}
+	return true, m.applied
+}
+
+// remember holds key from now for keyMemoryTTL.
+func (k *keyMemory) remember(key string, applied bool, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = make(map[string]keyMemo)
+	}
+	if _, ok := k.m[key]; !ok && len(k.m) >= keyMemoryMax {
+		k.makeRoom(now)
+	}
+	k.m[key] = keyMemo{applied: applied, expires: now.Add(keyMemoryTTL)}
+}
+
+// forget frees key.
+func (k *keyMemory) forget(key string) {
+	k.mu.Lock()
+	delete(k.m, key)
+	k.mu.Unlock()
+}
+
+// makeRoom drops the expired keys or, when none has expired, the one that
+// expires first. k.mu is held.
+func (k *keyMemory) makeRoom(now time.Time) {
+	var first string
+	var firstAt time.Time
+	for key, m := range k.m {
+		if !now.Before(m.expires) {
+			delete(k.m, key)
+			continue
+		}
+		if first == "" || m.expires.Before(firstAt) {
+			first, firstAt = key, m.expires
+		}
+	}
+	if len(k.m) >= keyMemoryMax {
+		delete(k.m, first)
+	}
+}

@@ -1,0 +1,136 @@
+package retryfuse
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stallOnce applies the first request and never answers it; it answers
+// the others at once.
+func stallOnce(n int, w http.ResponseWriter, r *http.Request) {
+	if n == 1 {
+		<-r.Context().Done()
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+}
+
+// uncertainPOST sends a keyed POST through tr and returns its reconcile
+// error, which it requires.
+func uncertainPOST(t *testing.T, tr *Transport, url, key string) *ReconcileRequiredError {
+	t.Helper()
+	req := newRequest(t, testCtx(t), http.MethodPost, url, "order")
+	req.Header.Set("Idempotency-Key", key)
+	_, _, err := do(tr, req)
+	var rec *ReconcileRequiredError
+	require.ErrorAs(t, err, &rec)
+	return rec
+}
+
+// Without a Ledger, a Transport remembers the keys whose writes it left
+// uncertain: a later call under one is told to reconcile, not sent, until
+// the caller resolves it.
+func TestUncertainKeyRememberedWithoutALedger(t *testing.T) {
+	for _, applied := range []bool{false, true} {
+		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
+			srv := newTestServer(t, stallOnce)
+			tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 20 * time.Millisecond, Budget: UnlimitedBudget()})
+			first := uncertainPOST(t, tr, srv.URL, "order-5")
+			assert.ErrorIs(t, first.Cause, ErrAttemptTimeout)
+
+			again := uncertainPOST(t, tr, srv.URL, "order-5")
+			assert.ErrorIs(t, again.Cause, ErrEarlierUncertain, "a call under the uncertain key is told to reconcile")
+			assert.Equal(t, 1, srv.count(), "and not sent")
+
+			other := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
+			other.Header.Set("Idempotency-Key", "order-6")
+			resp, _, err := do(tr, other)
+			require.NoError(t, err, "another key is not held")
+			assert.Equal(t, http.StatusCreated, resp.StatusCode)
+
+			require.NoError(t, again.Resolve(context.Background(), applied)) // the later call's error resolves the key too
+			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
+			req.Header.Set("Idempotency-Key", "order-5")
+			resp, _, err = do(tr, req)
+			if applied {
+				var rec *ReconcileRequiredError
+				require.ErrorAs(t, err, &rec, "an applied key is still not sent")
+				assert.ErrorIs(t, rec.Cause, ErrResultNotStored)
+				assert.Equal(t, 2, srv.count())
+				return
+			}
+			require.NoError(t, err, "a key resolved as not applied is free")
+			assert.Equal(t, http.StatusCreated, resp.StatusCode)
+			assert.Equal(t, 3, srv.count())
+		})
+	}
+}
+
+// With a Ledger, Resolve ends the ledger's uncertain claim with what the
+// caller learnt.
+func TestResolveWithALedger(t *testing.T) {
+	for _, applied := range []bool{false, true} {
+		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
+			srv := newTestServer(t, stallOnce)
+			ledger := &MemoryLedger{}
+			tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 20 * time.Millisecond, Budget: UnlimitedBudget(), Ledger: ledger})
+			first := uncertainPOST(t, tr, srv.URL, "order-8")
+			again := uncertainPOST(t, tr, srv.URL, "order-8")
+			assert.ErrorIs(t, again.Cause, ErrEarlierUncertain)
+			require.NoError(t, first.Resolve(context.Background(), applied))
+			assert.ErrorIs(t, first.Resolve(context.Background(), applied), ErrLedgerToken, "a claim is resolved once")
+
+			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
+			req.Header.Set("Idempotency-Key", "order-8")
+			resp, _, err := do(tr, req)
+			if applied {
+				var rec *ReconcileRequiredError
+				require.ErrorAs(t, err, &rec)
+				assert.ErrorIs(t, rec.Cause, ErrResultNotStored)
+				assert.Equal(t, 1, srv.count())
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusCreated, resp.StatusCode)
+			assert.Equal(t, 2, srv.count())
+		})
+	}
+}
+
+// A write without a key of its own holds nothing: nothing is remembered,
+// and Resolve does nothing.
+func TestUnkeyedAndGeneratedKeysAreNotRemembered(t *testing.T) {
+	srv := newTestServer(t, stallUntilGone)
+	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 20 * time.Millisecond, GenerateIdempotencyKeys: true})
+	for range 2 {
+		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order"))
+		var rec *ReconcileRequiredError
+		require.ErrorAs(t, err, &rec)
+		assert.ErrorIs(t, rec.Cause, ErrAttemptTimeout, "each call is sent: a generated key is new")
+		assert.NoError(t, rec.Resolve(context.Background(), false))
+	}
+	assert.Equal(t, 2, srv.count())
+	assert.Empty(t, tr.keys.m)
+}
+
+func TestKeyMemoryBoundAndExpiry(t *testing.T) {
+	var k keyMemory
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i := range keyMemoryMax {
+		k.remember(fmt.Sprint("k", i), false, now.Add(time.Duration(i)))
+	}
+	k.remember("new", false, now.Add(keyMemoryMax))
+	assert.Len(t, k.m, keyMemoryMax, "the memory stays within its bound")
+	found, _ := k.lookup("k0", now.Add(keyMemoryMax))
+	assert.False(t, found, "the key that would expire first made room")
+	found, _ = k.lookup("new", now.Add(keyMemoryMax))
+	assert.True(t, found)
+	found, _ = k.lookup("new", now.Add(keyMemoryMax+keyMemoryTTL))
+	assert.False(t, found, "a key expires after keyMemoryTTL")
+}
