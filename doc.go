@@ -79,7 +79,14 @@
 //
 // Each sentinel survives the *url.Error wrapping of http.Client, and the
 // error of the last attempt stays reachable through errors.Is and
-// errors.As.
+// errors.As. A call that ended on a timeout reports Timeout() == true, so
+// that url.Error.Timeout and os.IsTimeout see it.
+//
+// Until the caller says what it learnt about an uncertain write, the
+// transport holds its key (in the Ledger, or without one in a bounded
+// memory of its own) and tells later calls under it to reconcile rather
+// than send: ReconcileRequiredError.Resolve records whether it was
+// applied.
 //
 // # One retry owner
 //
@@ -93,6 +100,9 @@
 // IdempotencyKeyOf rather than Header.Get. A retryfuse Transport beneath
 // another one (or called again beneath one through the request context)
 // passes each attempt through and only reports it: the outermost repeats.
+// A retry layer above the transport (an SDK's, a loop of the caller's)
+// should retry only when MayRetry says so, and a logical operation's key
+// fixed with WithIdempotencyKey survives its retries.
 //
 // # Budgets, the breaker and the key ledger
 //
