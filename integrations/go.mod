@@ -8,7 +8,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.10
 	github.com/aws/smithy-go v1.28.9
 	github.com/go-resty/resty/v2 v2.17.2
-	github.com/retryfuse/retryfuse v0.0.0
+	github.com/retryfuse/retryfuse v0.1.0
 	github.com/stretchr/testify v1.12.1
 	github.com/stripe/stripe-go/v82 v82.5.1
 	go.uber.org/goleak v1.3.0
@@ -27,5 +27,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.43.0 // indirect
 )
-
-replace github.com/retryfuse/retryfuse => ../
