@@ -3,7 +3,7 @@ module github.com/retryfuse/retryfuse/otel
 go 1.26.0
 
 require (
-	github.com/retryfuse/retryfuse v0.0.0
+	github.com/retryfuse/retryfuse v0.1.0
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -24,5 +24,3 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/retryfuse/retryfuse => ../
