@@ -24,8 +24,16 @@ import (
 // (ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit), and
 // the caller's own cancellation or deadline. Sending again after any of
 // these would multiply attempts the Transport has bounded, or replay a
-// write it refused to replay. For any other error it is true: the layer
-// above may apply its own judgement.
+// write it refused to replay.
+//
+// It is false too for a transient network error as it is (a reset, an
+// EOF, a timeout): the Transport never returns one bare — it retries it or
+// wraps it in one of the errors above — so such an error comes from
+// reading a response's body, after the request was answered and perhaps
+// applied (resty, for one, hands its retry conditions the error of a body
+// cut short). For any other error — one the Transport judged final and
+// returned as it was, such as a certificate failure — it is true: the
+// layer above may apply its own judgement.
 //
 // A response the Transport returns, even a final 503, was already retried
 // as far as the budget and the policy allow; a layer above should not
@@ -39,7 +47,7 @@ func MayRetry(err error) bool {
 			return false
 		}
 	}
-	return true
+	return !transientError(err)
 }
 
 // finalErrors are the errors after which MayRetry says no.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,6 +138,11 @@ func TestMayRetry(t *testing.T) {
 	}
 	for _, err := range no {
 		assert.False(t, MayRetry(err), "MayRetry(%v): got true, want false", err)
+	}
+	// A bare transient error was never returned by the Transport: it comes
+	// from reading a body, after the request was answered.
+	for _, err := range []error{io.ErrUnexpectedEOF, fmt.Errorf("read body: %w", syscall.ECONNRESET), io.EOF} {
+		assert.False(t, MayRetry(err), "MayRetry(%v): got true, want false (an error reading a response)", err)
 	}
 	for _, err := range []error{errors.New("x509: certificate signed by unknown authority"), &url.Error{Op: "Get", URL: "http://x", Err: errors.New("malformed HTTP response")}} {
 		assert.True(t, MayRetry(err), "MayRetry(%v): got false, want true", err)
