@@ -85,7 +85,7 @@ func TestTimedOutCallsReportTimeout(t *testing.T) {
 			func(t *testing.T, err error) { assert.ErrorIs(t, err, ErrAttemptsExhausted) }},
 		{"reconcile error after the caller's deadline", &Transport{},
 			func(t *testing.T) *http.Request {
-				ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+				ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond) // time to write the POST before it strikes
 				t.Cleanup(cancel)
 				req := newRequest(t, ctx, http.MethodPost, stall.URL, "order")
 				req.Header.Set("Idempotency-Key", "order-1")
