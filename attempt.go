@@ -182,10 +182,16 @@ type bodyWatcher struct {
 func (b *bodyWatcher) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
-		b.err.Store(&err)
+		b.fail(err)
 	}
 	return n, err
 }
+
+// fail remembers err. It is apart from Read, and not inlined, so that
+// only a failing read moves an error to the heap, not every read.
+//
+//go:noinline
+func (b *bodyWatcher) fail(err error) { b.err.Store(&err) }
 
 // failed reports whether err comes from the body reader.
 func (b *bodyWatcher) failed(err error) bool {
