@@ -98,11 +98,9 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 	case c.confirmed && resp != nil:
 		rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, resp: resp}
 		rec.done = func(body []byte, whole bool) {
-			res := &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone()}
+			var res *StoredResponse // nil: completed, but without a result to replay
 			if whole && !c.notStored && storableHeader(resp.Header) {
-				res.Body = body
-			} else {
-				res = nil // completed, but without a result to replay
+				res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
 			}
 			if err := l.Complete(ctx, key, token, res); err != nil {
 				emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
