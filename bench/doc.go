@@ -6,6 +6,8 @@
 // process.
 //
 // The package has no code of its own: the benchmarks and the test that
-// pins the clients' configuration are in bench_test.go. This module is
-// never tagged.
+// pins the clients' configuration are in bench_test.go; the script ./run
+// runs the benchmarks and prints each client's medians and ratios to bare
+// net/http. The results are in the repository's BENCHMARKS.md. This module
+// is never tagged.
 package bench
