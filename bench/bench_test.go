@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -272,16 +273,25 @@ func BenchmarkKeyedPOSTAllocs(b *testing.B) {
 	separate(b, postClients(), srv, func() *http.Request { return newPOST(srv.URL) }, http.StatusCreated)
 }
 
+// reversed runs the sub-benchmarks of BenchmarkGETParallel256 in reverse
+// order. ./run sets it every other round, so that neither client always
+// runs first.
+var reversed = flag.Bool("reversed", false, "run BenchmarkGETParallel256's sub-benchmarks in reverse order")
+
 // BenchmarkGETParallel256 measures the throughput of loopback GETs from
 // about 256 goroutines sharing one client, bare net/http against
 // retryfuse's defaults. The pooled base keeps GOMAXPROCS+1 idle
 // connections per host, so most calls open a connection of their own:
 // new-conns/call reports how many.
 func BenchmarkGETParallel256(b *testing.B) {
-	for _, bc := range []struct {
+	subs := []struct {
 		name      string
 		newClient func() client
-	}{{"bare", bareClient}, {"retryfuse", retryfuseClient}} {
+	}{{"bare", bareClient}, {"retryfuse", retryfuseClient}}
+	if *reversed {
+		subs[0], subs[1] = subs[1], subs[0]
+	}
+	for _, bc := range subs {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := newServer(b)
 			c := bc.newClient()
