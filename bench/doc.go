@@ -1,0 +1,13 @@
+// Package bench holds side-by-side benchmarks of the success path (a first
+// attempt that answers 200 or 201) through retryfuse's Transport, the bare
+// net/http transport it wraps, and two peers: hashicorp/go-retryablehttp and
+// failsafe-go's failsafehttp. Every client sends over a fresh
+// cleanhttp.DefaultPooledTransport to one loopback server in the same
+// process.
+//
+// The package has no code of its own: the benchmarks and the test that
+// pins the clients' configuration are in bench_test.go; the script ./run
+// runs the benchmarks and prints each client's medians and ratios to bare
+// net/http. The results are in the repository's BENCHMARKS.md. This module
+// is never tagged.
+package bench

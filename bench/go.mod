@@ -1,0 +1,15 @@
+module github.com/retryfuse/retryfuse/bench
+
+go 1.26.0
+
+require (
+	github.com/failsafe-go/failsafe-go v0.9.8
+	github.com/hashicorp/go-cleanhttp v0.5.2
+	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/retryfuse/retryfuse v0.1.0
+)
+
+require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/influxdata/tdigest v0.0.1 // indirect
+)
