@@ -21,17 +21,17 @@ type attempt struct {
 	result
 }
 
-// send makes the next attempt, which the breaker admitted with ticket, and
-// tells the breaker what it showed. It returns an error, and makes no
+// send makes the next attempt, which the gates admitted with pass, and
+// tells the gates what it showed. It returns an error, and makes no
 // attempt, when the request's body cannot be had again (GetBody failed).
-// Should the attempt panic (in the base), the ticket is given back on the
-// way up: a probe that never returned its slot would keep a half-open
-// scope refusing every request for good.
-func (c *call) send(ticket breakerTicket) (a attempt, err error) {
-	observed := false
+// Should the attempt panic (in the base), the pass is given back on the
+// way up: a probe that never returned its breaker slot would keep a
+// half-open scope refusing every request for good.
+func (c *call) send(ps pass) (a attempt, err error) {
+	left := false
 	defer func() {
-		if !observed {
-			c.observe(ticket, attempt{result: result{ignored: true}})
+		if !left {
+			c.leave(ps, attempt{result: result{ignored: true}})
 		}
 	}()
 	body, err := c.body()
@@ -39,9 +39,13 @@ func (c *call) send(ticket breakerTicket) (a attempt, err error) {
 		return attempt{}, err
 	}
 	c.attempt++
-	a = c.roundTrip(body)
-	c.observe(ticket, a)
-	observed = true
+	var f flight
+	c.prepare(&f, c.ctx, &c.trace, body, false)
+	c.started(&f)
+	resp, err := f.exchange(c.p.base)
+	a = c.finish(&f, resp, err)
+	c.leave(ps, a)
+	left = true
 	return a, nil
 }
 
@@ -56,84 +60,112 @@ func (c *call) body() (io.ReadCloser, error) {
 	return c.req.GetBody()
 }
 
-// roundTrip sends one attempt with body through the base, under the
-// attempt's trace and timeout, and classifies its result.
-func (c *call) roundTrip(body io.ReadCloser) attempt {
-	t, p := c.t, c.p
-	at := &c.trace
-	ctx := at.context(c.ctx, !p.tracing)
-	timeout := c.attemptTimeout()
-	var (
-		cancel context.CancelFunc
-		timer  *time.Timer
-	)
-	if timeout > 0 {
-		ctx, cancel = context.WithCancel(ctx)
-		timer = time.AfterFunc(timeout, cancel)
-	}
-	r2 := c.req.WithContext(ctx) // a shallow copy: the caller's request is never modified
-	if c.header != nil {
-		r2.Header = c.header
-	}
-	r2.Body = body
-	var watched *bodyWatcher
-	if r2.Body != nil && r2.Body != http.NoBody {
-		watched = &bodyWatcher{ReadCloser: r2.Body}
-		r2.Body = watched
-	}
+// flight is one attempt on its way: its request, trace and timeout.
+type flight struct {
+	req     *http.Request // a shallow copy of the caller's, never the caller's own
+	trace   *attemptTrace
+	number  int // the attempt's number in the call, from 1
+	branch  int // its branch within a hedged group; 0 for the first
+	timeout time.Duration
+	cancel  context.CancelFunc // nil when nothing needs cancelling
+	timer   *time.Timer        // strikes at timeout
+	watched *bodyWatcher
+	began   time.Time
+}
 
+// prepare makes f the next attempt's, on ctx, under the trace at and the
+// attempt's timeout. cancellable makes its context cancellable even
+// without a timeout (a hedged branch, which its group may cancel).
+func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io.ReadCloser, cancellable bool) {
+	p := c.p
+	*f = flight{trace: at, number: c.attempt, timeout: c.attemptTimeout()}
+	ctx = at.context(ctx, !p.tracing)
+	if f.timeout > 0 || cancellable {
+		ctx, f.cancel = context.WithCancel(ctx)
+	}
+	if f.timeout > 0 {
+		f.timer = time.AfterFunc(f.timeout, f.cancel)
+	}
+	f.req = c.req.WithContext(ctx)
+	if c.header != nil {
+		f.req.Header = c.header
+	}
+	f.req.Body = body
+	if body != nil && body != http.NoBody {
+		f.watched = &bodyWatcher{ReadCloser: body}
+		f.req.Body = f.watched
+	}
+}
+
+// started reports an attempt about to be sent.
+func (c *call) started(f *flight) {
+	t := c.t
 	if h := t.Hooks.AttemptStart; h != nil {
 		c.phase = decide.PhaseUnknown
-		emit(h, AttemptStartInfo{CallInfo: c.info(), Timeout: timeout})
+		emit(h, AttemptStartInfo{CallInfo: c.infoOf(f, decide.PhaseUnknown), Timeout: f.timeout})
 	}
-	var began time.Time
-	if t.Hooks.AttemptDone != nil {
-		began = p.clock.Now()
+	if t.Hooks.AttemptDone != nil || t.Hooks.HiddenResend != nil {
+		f.began = c.p.clock.Now()
 	}
-	resp, err := p.base.RoundTrip(r2)
-	if timer != nil {
-		stopped := timer.Stop()
+}
+
+// exchange sends the attempt through base and applies its timeout: an
+// error after the timer struck is the timeout's doing, and a response's
+// body keeps the attempt's context alive until it is closed.
+func (f *flight) exchange(base http.RoundTripper) (*http.Response, error) {
+	resp, err := base.RoundTrip(f.req)
+	if f.cancel != nil {
+		stopped := f.timer == nil || f.timer.Stop()
 		switch {
 		case err != nil:
-			cancel()
+			f.cancel()
 			if !stopped { // the timer struck: the error is its doing
-				err = &attemptTimeoutError{after: timeout, err: err}
+				err = &attemptTimeoutError{after: f.timeout, err: err}
 			}
 		case !stopped:
 			// The timer struck as the headers arrived: the body is already
 			// cut off, so the attempt counts as timed out.
 			drain(resp, 0)
-			cancel()
-			resp, err = nil, &attemptTimeoutError{after: timeout, err: context.Canceled}
+			f.cancel()
+			resp, err = nil, &attemptTimeoutError{after: f.timeout, err: context.Canceled}
 		case resp.Body == nil || resp.Body == http.NoBody:
-			cancel() // no body to read: the attempt is over, and nil or NoBody stays as it is
+			f.cancel() // no body to read: the attempt is over, and nil or NoBody stays as it is
 		default:
-			resp.Body = cancelOnClose(resp.Body, cancel)
+			resp.Body = cancelOnClose(resp.Body, f.cancel)
 		}
 	}
 	if resp == nil && err == nil {
 		err = errNilResponse
 	}
-	callerDone := c.req.Context().Err() != nil
-	bodyErr := watched != nil && watched.failed(err)
-	a := attempt{resp: resp, err: err, result: classify(p.classifier, resp, err, at.phase(resp, p.tracing), callerDone, bodyErr)}
+	return resp, err
+}
 
-	if n := at.conns.Load(); n > 1 {
-		a.resends = int(n) - 1
-		c.phase = a.phase
-		emit(t.Hooks.HiddenResend, HiddenResendInfo{CallInfo: c.info(), Connections: int(n)})
+// finish classifies an attempt's result and reports it.
+func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
+	t, p := c.t, c.p
+	callerDone := c.req.Context().Err() != nil
+	bodyErr := f.watched != nil && f.watched.failed(err)
+	a := attempt{resp: resp, err: err, result: classify(p.classifier, resp, err, f.trace.phase(resp, p.tracing), callerDone, bodyErr)}
+	n := int(f.trace.conns.Load())
+	if n > 1 {
+		a.resends = n - 1
 	}
-	if h := t.Hooks.AttemptDone; h != nil {
-		c.phase = a.phase
-		info := AttemptDoneInfo{CallInfo: c.info(), Err: err, Outcome: a.outcome, Retryable: a.retryable, Duration: p.clock.Now().Sub(began)}
-		if resp != nil {
-			info.StatusCode = resp.StatusCode
-			if a.retryable {
-				info.Err = statusError(resp, p.clock.Now())
-			}
+	if t.Hooks.AttemptDone == nil && (a.resends == 0 || t.Hooks.HiddenResend == nil) {
+		return a
+	}
+	c.phase = a.phase
+	info := AttemptDoneInfo{CallInfo: c.infoOf(f, a.phase), Err: err, Outcome: a.outcome, Retryable: a.retryable,
+		Duration: p.clock.Now().Sub(f.began), Connections: n}
+	if resp != nil {
+		info.StatusCode = resp.StatusCode
+		if a.retryable {
+			info.Err = statusError(resp, p.clock.Now())
 		}
-		emit(h, info)
 	}
+	if a.resends > 0 {
+		emit(t.Hooks.HiddenResend, info)
+	}
+	emit(t.Hooks.AttemptDone, info)
 	return a
 }
 

@@ -66,7 +66,7 @@ func panickingHooks() Hooks {
 		Retry:         func(RetryInfo) { panic("Retry") },
 		Reconcile:     func(ReconcileInfo) { panic("Reconcile") },
 		GiveUp:        func(GiveUpInfo) { panic("GiveUp") },
-		HiddenResend:  func(HiddenResendInfo) { panic("HiddenResend") },
+		HiddenResend:  func(AttemptDoneInfo) { panic("HiddenResend") },
 		BreakerChange: func(BreakerChangeInfo) { panic("BreakerChange") },
 	}
 }
@@ -83,7 +83,7 @@ func openBreaker(t *testing.T) *Breaker {
 		t.Fatalf("Allow: %v", err)
 	}
 	ticket.done(observeFailure, errors.New("down"), time.Now())
-	if got := b.State("dep"); got != BreakerOpen {
+	if got := b.stateAt("dep", time.Now()); got != BreakerOpen {
 		t.Fatalf("breaker state: got %v, want open", got)
 	}
 	return b

@@ -163,11 +163,9 @@ func (b *Breaker) initLocked() {
 	}
 }
 
-// State returns the state of scope now: closed for a scope it does not
-// remember. An open scope whose OpenTimeout has elapsed is reported
+// stateAt returns the state of scope at now: closed for a scope it does
+// not remember. An open scope whose OpenTimeout has elapsed is reported
 // half-open, since only a successful probe can close it.
-func (b *Breaker) State(scope string) BreakerState { return b.stateAt(scope, time.Now()) }
-
 func (b *Breaker) stateAt(scope string, now time.Time) BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -182,7 +182,7 @@ func TestBreakerSettingsDefaults(t *testing.T) {
 		tk, _, _ := zero.allow("api", time.Now())
 		tk.done(observeFailure, nil, time.Now())
 	}
-	if got := zero.State("api"); got != BreakerOpen {
+	if got := zero.stateAt("api", time.Now()); got != BreakerOpen {
 		t.Errorf("zero Breaker after 5 failures: State = %v, want open", got)
 	}
 	b, _ = NewBreaker(BreakerSettings{FailureThreshold: 3, MinObservations: 8})

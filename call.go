@@ -32,6 +32,7 @@ type call struct {
 	url    string      // redacted, computed on first use
 	scope  string      // the dependency, for the breaker and the ledger; see scopeName
 	budget Budget
+	lim    *limits // the scope's rate limiter, bulkhead and latencies; see limits
 	owned  ownedContext
 	trace  attemptTrace
 
@@ -53,6 +54,7 @@ type call struct {
 	notStored        bool   // ... whose response is not to be stored for replay
 	uncertain        bool   // the call ends with an uncertain write
 	settled          bool   // settle has run
+	gaveUp           error  // the reason the call gave up, if it did
 }
 
 // run reads the facts about the request, passes the gates that come before
@@ -151,11 +153,16 @@ func (c *call) loop() (*http.Response, error) {
 		if err := c.req.Context().Err(); err != nil {
 			return c.stopBefore(err, err)
 		}
-		ticket, err := c.admit()
+		ps, err := c.enter(false)
 		if err != nil {
-			return c.stopBefore(err, ErrCircuitOpen)
+			return c.stopBefore(err, err)
 		}
-		a, err := c.send(ticket)
+		var a attempt
+		if c.hedges() {
+			a, err = c.sendHedged(ps)
+		} else {
+			a, err = c.send(ps)
+		}
 		if err != nil {
 			// The body cannot be sent again. Last stays the last attempt's
 			// error, and GetBody's goes beside it.
@@ -183,14 +190,14 @@ func (c *call) loop() (*http.Response, error) {
 			return a.resp, a.err
 		case v.Decision == decide.ReconcileRequired:
 			rec := c.reconcileError(a.err)
-			switch res := c.reconcile(rec); res.Resolution {
-			case Applied:
+			switch res := c.reconcile(rec); res.resolution {
+			case resolutionApplied:
 				// Completed — but the authoritative response is the
 				// Reconciler's lookup, not this request's own answer: it is
 				// not stored to replay as if it were.
 				c.confirmed, c.notStored = true, true
-				return res.Response, nil
-			case NotApplied:
+				return res.resp, nil
+			case resolutionNotApplied:
 				// The effect is known not to have happened: a definite
 				// failure, which may be sent again through the usual gates.
 				c.history[len(c.history)-1].Outcome = decide.OutcomeFailure
@@ -315,6 +322,7 @@ func (c *call) finalReason() error {
 }
 
 func (c *call) giveUp(reason error, v decide.Verdict) {
+	c.gaveUp = reason
 	h := c.t.Hooks.GiveUp
 	if h == nil {
 		return
@@ -354,4 +362,11 @@ func (c *call) info() CallInfo {
 		Phase:          c.phase,
 		Elapsed:        c.p.clock.Now().Sub(c.start),
 	}
+}
+
+// infoOf returns the CallInfo of attempt f at phase.
+func (c *call) infoOf(f *flight, phase decide.Phase) CallInfo {
+	ci := c.info()
+	ci.Attempt, ci.Branch, ci.Phase = f.number, f.branch, phase
+	return ci
 }

@@ -13,6 +13,25 @@ import (
 // Sentinel errors. Test for them with errors.Is; each survives the *url.Error
 // wrapping that http.Client adds.
 var (
+	// ErrDeclined is matched by every error where the Transport held back:
+	// it refused to send, or to send again, or stopped waiting, on its own
+	// limits — ErrBudgetExhausted, ErrCircuitOpen (and *CircuitOpenError),
+	// *BulkheadFullError, *RateLimitError, ErrDeadline, and the ledger's
+	// refusals ErrDuplicateInFlight, ErrIdempotencyConflict and
+	// ErrLedgerUnavailable. It is not matched by the dependency's own
+	// failures (an error, or a retryable status, on every attempt:
+	// ErrAttemptsExhausted, ErrNotRepeatable, ErrFailureThreshold,
+	// ErrCostBudget), by a *ReconcileRequiredError, by the caller's own
+	// cancellation, nor by invalid settings or input. One check tells "we
+	// held back" from "it broke":
+	//
+	//	if errors.Is(err, retryfuse.ErrDeclined) { // not sent: try later, or elsewhere
+	//	}
+	//
+	// A *RetryError whose Reason is declined matches it even though its
+	// Last attempt failed: the Transport declined to try again.
+	ErrDeclined = errors.New("retryfuse: declined")
+
 	// ErrInvalidPolicy is wrapped by every error about an invalid setting.
 	ErrInvalidPolicy = errors.New("retryfuse: invalid policy")
 
@@ -23,19 +42,19 @@ var (
 	ErrAttemptsExhausted = errors.New("retryfuse: attempts exhausted")
 
 	// ErrBudgetExhausted: a shared retry budget refused a retry.
-	ErrBudgetExhausted = errors.New("retryfuse: retry budget exhausted")
+	ErrBudgetExhausted = declined("retryfuse: retry budget exhausted")
 
 	// ErrCircuitOpen: the brake of the request's scope is open; the request
 	// was not sent, or (after earlier attempts, in a *RetryError) not sent again.
-	ErrCircuitOpen = errors.New("retryfuse: circuit open")
+	ErrCircuitOpen = declined("retryfuse: circuit open")
 
 	// ErrDuplicateInFlight: another call holds the same idempotency key now;
 	// nothing was sent.
-	ErrDuplicateInFlight = errors.New("retryfuse: duplicate request in flight")
+	ErrDuplicateInFlight = declined("retryfuse: duplicate request in flight")
 
 	// ErrIdempotencyConflict: the idempotency key was used before with a
 	// different body; nothing was sent.
-	ErrIdempotencyConflict = errors.New("retryfuse: idempotency key reused with a different body")
+	ErrIdempotencyConflict = declined("retryfuse: idempotency key reused with a different body")
 
 	// ErrReconcileRequired: a write may have been applied; it was not replayed.
 	// The error is a *ReconcileRequiredError.
@@ -61,7 +80,7 @@ var (
 
 	// ErrDeadline: the next wait or attempt could not finish before the
 	// caller's deadline, so it was not started.
-	ErrDeadline = errors.New("retryfuse: no time left before the deadline")
+	ErrDeadline = declined("retryfuse: no time left before the deadline")
 
 	// errFinal: the attempt failed with an error that is not retryable
 	// (the caller's cancellation, a certificate failure, a malformed
@@ -76,7 +95,7 @@ var (
 	// ErrLedgerUnavailable: the key ledger could not say whether the key
 	// is free, so the request was not sent: a key is never treated as free
 	// without evidence.
-	ErrLedgerUnavailable = errors.New("retryfuse: idempotency ledger unavailable")
+	ErrLedgerUnavailable = declined("retryfuse: idempotency ledger unavailable")
 
 	// ErrResultNotStored: an earlier call under the key completed, but no
 	// result of it is kept to replay: it was too large for the ledger, or its
@@ -94,6 +113,62 @@ var (
 	// safely (empty, control characters, longer than 255 bytes).
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
 )
+
+// declinedError is a sentinel that matches ErrDeclined.
+type declinedError struct{ msg string }
+
+func declined(msg string) error { return &declinedError{msg} }
+
+func (e *declinedError) Error() string { return e.msg }
+func (e *declinedError) Unwrap() error { return ErrDeclined }
+
+// The sentinels behind *BulkheadFullError and *RateLimitError, so that
+// ReasonName names them.
+var (
+	errBulkheadFull = declined("retryfuse: bulkhead full")
+	errRateLimited  = declined("retryfuse: rate limited")
+)
+
+// BulkheadFullError is returned when the bulkhead of the request's scope
+// (Transport.MaxInFlight) had no slot for an attempt, and its queue
+// (MaxQueued) no room or no time: the attempt was not sent.
+// errors.Is(err, ErrDeclined) holds.
+type BulkheadFullError struct {
+	Scope       string
+	MaxInFlight int
+	// Queued is how long the attempt waited in the queue before it gave
+	// up; zero when the queue was full too.
+	Queued time.Duration
+}
+
+func (e *BulkheadFullError) Error() string {
+	s := fmt.Sprintf("retryfuse: bulkhead full: %d attempts in flight to %s", e.MaxInFlight, e.Scope)
+	if e.Queued > 0 {
+		s += " (queued " + e.Queued.String() + ")"
+	}
+	return s
+}
+
+// Unwrap makes errors.Is match ErrDeclined.
+func (e *BulkheadFullError) Unwrap() error { return errBulkheadFull }
+
+// RateLimitError is returned when the rate limiter of the request's scope
+// (Transport.RateLimit) would have made an attempt wait past MaxLimitWait
+// or the caller's deadline: the attempt was not sent, and no token was
+// taken. errors.Is(err, ErrDeclined) holds.
+type RateLimitError struct {
+	Scope string
+	// RetryAfter is how long until the limiter would admit the attempt,
+	// as it stood when the attempt was refused.
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("retryfuse: rate limited: %s admits the next attempt in %s", e.Scope, e.RetryAfter)
+}
+
+// Unwrap makes errors.Is match ErrDeclined.
+func (e *RateLimitError) Unwrap() error { return errRateLimited }
 
 // RetryError is returned when a call stops without a response to give back.
 // Reason is one of the sentinel errors above (ErrAttemptsExhausted,

@@ -1,6 +1,6 @@
 module github.com/retryfuse/retryfuse
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/hashicorp/go-cleanhttp v0.5.2
@@ -9,4 +9,7 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)

@@ -157,7 +157,7 @@ type hookLog struct {
 	retries    []RetryInfo
 	reconciles []ReconcileInfo
 	giveUps    []GiveUpInfo
-	hidden     []HiddenResendInfo
+	hidden     []AttemptDoneInfo
 	callIDs    []uint64 // the CallID of every event, in order
 }
 
@@ -178,7 +178,7 @@ func (l *hookLog) hooks() Hooks {
 		Retry:        record(l, &l.retries, func(v RetryInfo) uint64 { return v.CallID }),
 		Reconcile:    record(l, &l.reconciles, func(v ReconcileInfo) uint64 { return v.CallID }),
 		GiveUp:       record(l, &l.giveUps, func(v GiveUpInfo) uint64 { return v.CallID }),
-		HiddenResend: record(l, &l.hidden, func(v HiddenResendInfo) uint64 { return v.CallID }),
+		HiddenResend: record(l, &l.hidden, func(v AttemptDoneInfo) uint64 { return v.CallID }),
 	}
 }
 

@@ -36,11 +36,12 @@ type Hooks struct {
 	// (any response that is not retryable) nor for an uncertain write
 	// (see Reconcile).
 	GiveUp func(GiveUpInfo)
-	// HiddenResend is called when the base transport obtained more than
-	// one connection within one attempt: it re-sent the request by itself
-	// (net/http does so when nothing was written, or, for requests it
-	// judges replayable, after a failure on a reused connection).
-	HiddenResend func(HiddenResendInfo)
+	// HiddenResend is called, before AttemptDone, when the base transport
+	// obtained more than one connection within one attempt (Connections):
+	// it re-sent the request by itself (net/http does so when nothing was
+	// written, or, for requests it judges replayable, after a failure on a
+	// reused connection).
+	HiddenResend func(AttemptDoneInfo)
 	// BreakerChange is called when a breaker scope changes state.
 	BreakerChange func(BreakerChangeInfo)
 	// EvidenceUnavailable is called when a budget or ledger could not
@@ -50,6 +51,10 @@ type Hooks struct {
 	// that reads or closes a response body: when the ledger fails to record
 	// the call's completed result.
 	EvidenceUnavailable func(EvidenceUnavailableInfo)
+	// Policy is called when a hedge is sent or refused, when the bulkhead
+	// queues or rejects an attempt, when the rate limiter makes one wait or
+	// rejects it, and when the Fallback answers or fails. See PolicyInfo.
+	Policy func(PolicyInfo)
 }
 
 // CallInfo is carried by every event of one RoundTrip.
@@ -64,7 +69,10 @@ type CallInfo struct {
 	// Attempt is the number of the attempt the event is about, from 1; 0
 	// before the first attempt.
 	Attempt int
-	Method  string
+	// Branch numbers the attempt within a hedged group: 0 for the first,
+	// 1 for the first hedge, and so on. Always 0 without hedging.
+	Branch int
+	Method string
 	// URL is the request URL without user information and with redacted
 	// query parameters.
 	URL string
@@ -97,6 +105,10 @@ type AttemptDoneInfo struct {
 	// then requires reconciliation (see Decision and Reconcile).
 	Retryable bool
 	Duration  time.Duration
+	// Connections is the number of connections the base obtained within
+	// the attempt, when it reports them (net/http does): more than one
+	// means it re-sent the request by itself. Zero when unknown.
+	Connections int
 }
 
 // DecisionInfo carries a verdict of the decision core.
@@ -120,11 +132,14 @@ type RetryInfo struct {
 }
 
 // ReconcileInfo carries a reconcile error and, when a Reconciler is set,
-// its answer (StillUnknown without one).
+// its answer.
 type ReconcileInfo struct {
 	CallInfo
-	Err        *ReconcileRequiredError
-	Resolution Resolution
+	Err *ReconcileRequiredError
+	// Resolution is what the Reconciler established: "applied",
+	// "not_applied" or "still_unknown" (also without a Reconciler, and for
+	// a key left uncertain by an earlier call).
+	Resolution string
 }
 
 // GiveUpInfo says why a call stopped repeating.
@@ -147,6 +162,48 @@ type GiveUpInfo struct {
 	Err        error // the last error, if any
 }
 
+// PolicyInfo reports an action of the hedge, the bulkhead, the rate
+// limiter or the fallback (see Transport). Policy and Action name it:
+//
+//	Policy        Action
+//	"hedge"       "sent": a hedge was sent after Wait (Branch numbers it)
+//	              "refused": a hedge was due but not sent (Err says why:
+//	              the budget, the breaker, the rate limiter, the bulkhead)
+//	"bulkhead"    "queued": the attempt waited Wait for a slot
+//	              "rejected": the attempt was not sent (Err, a *BulkheadFullError)
+//	"rate_limit"  "waited": the attempt waited Wait for the limiter
+//	              "rejected": the attempt was not sent (Err, a *RateLimitError)
+//	"fallback"    "answered": the Fallback answered a failed call
+//	              "failed": it panicked or returned neither a response nor
+//	              an error (Err); the call's own outcome was returned
+//
+// The names are a compatibility promise; names may be added.
+type PolicyInfo struct {
+	CallInfo
+	Policy string
+	Action string
+	// Wait is how long the attempt waited, or, for a hedge, how long its
+	// group had waited for an answer before it was sent.
+	Wait time.Duration
+	Err  error
+}
+
+// The names of PolicyInfo.Policy and PolicyInfo.Action.
+const (
+	policyHedge     = "hedge"
+	policyBulkhead  = "bulkhead"
+	policyRateLimit = "rate_limit"
+	policyFallback  = "fallback"
+
+	actionSent     = "sent"
+	actionRefused  = "refused"
+	actionQueued   = "queued"
+	actionRejected = "rejected"
+	actionWaited   = "waited"
+	actionAnswered = "answered"
+	actionFailed   = "failed"
+)
+
 // reasonNames name the reasons a call gives up with, in the order they
 // are matched.
 var reasonNames = [...]struct {
@@ -161,6 +218,9 @@ var reasonNames = [...]struct {
 	{errRetryAfterTooLong, "retry_after_too_long"},
 	{ErrDeadline, "deadline"},
 	{ErrCircuitOpen, "circuit_open"},
+	{errBulkheadFull, "bulkhead_full"},
+	{errRateLimited, "rate_limited"},
+	{ErrLedgerUnavailable, "ledger_unavailable"},
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},
 	{errFinal, "final"},
@@ -171,7 +231,8 @@ var reasonNames = [...]struct {
 // ReasonName returns a stable snake_case name for a GiveUpInfo.Reason,
 // for logs and metrics: attempts_exhausted, budget_exhausted,
 // not_repeatable, failure_threshold, cost_budget, retry_after_too_long,
-// deadline, circuit_open, duplicate_in_flight, idempotency_conflict,
+// deadline, circuit_open, bulkhead_full, rate_limited,
+// ledger_unavailable, duplicate_in_flight, idempotency_conflict,
 // final, canceled or deadline_exceeded, matched with errors.Is; "other"
 // for any other error, which keeps the set of names bounded; "" for nil.
 // The names are a compatibility promise; names may be added.
@@ -185,12 +246,6 @@ func ReasonName(err error) string {
 		}
 	}
 	return "other"
-}
-
-// HiddenResendInfo reports that the base re-sent a request by itself.
-type HiddenResendInfo struct {
-	CallInfo
-	Connections int // connections obtained within the attempt
 }
 
 // BreakerChangeInfo reports a change of a breaker scope's state. It is
@@ -217,7 +272,8 @@ type EvidenceUnavailableInfo struct {
 func (h Hooks) any() bool {
 	return h.AttemptStart != nil || h.AttemptDone != nil || h.Decision != nil ||
 		h.Retry != nil || h.Reconcile != nil || h.GiveUp != nil ||
-		h.HiddenResend != nil || h.BreakerChange != nil || h.EvidenceUnavailable != nil
+		h.HiddenResend != nil || h.BreakerChange != nil || h.EvidenceUnavailable != nil ||
+		h.Policy != nil
 }
 
 // JoinHooks returns Hooks that call each of hs in order.
@@ -229,9 +285,10 @@ func JoinHooks(hs ...Hooks) Hooks {
 		Retry:               join(hs, func(h Hooks) func(RetryInfo) { return h.Retry }),
 		Reconcile:           join(hs, func(h Hooks) func(ReconcileInfo) { return h.Reconcile }),
 		GiveUp:              join(hs, func(h Hooks) func(GiveUpInfo) { return h.GiveUp }),
-		HiddenResend:        join(hs, func(h Hooks) func(HiddenResendInfo) { return h.HiddenResend }),
+		HiddenResend:        join(hs, func(h Hooks) func(AttemptDoneInfo) { return h.HiddenResend }),
 		BreakerChange:       join(hs, func(h Hooks) func(BreakerChangeInfo) { return h.BreakerChange }),
 		EvidenceUnavailable: join(hs, func(h Hooks) func(EvidenceUnavailableInfo) { return h.EvidenceUnavailable }),
+		Policy:              join(hs, func(h Hooks) func(PolicyInfo) { return h.Policy }),
 	}
 }
 

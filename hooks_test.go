@@ -268,9 +268,9 @@ func TestHiddenResendsCountAgainstAttemptsAndBudget(t *testing.T) {
 	})
 	budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 10})
 	require.NoError(t, err)
-	var hidden []HiddenResendInfo
+	var hidden []AttemptDoneInfo
 	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxAttempts: 5, Budget: budget,
-		Hooks: Hooks{HiddenResend: func(i HiddenResendInfo) { hidden = append(hidden, i) }}})
+		Hooks: Hooks{HiddenResend: func(i AttemptDoneInfo) { hidden = append(hidden, i) }}})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://api.example/items", ""))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)

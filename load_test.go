@@ -140,7 +140,7 @@ func runLoad(t *testing.T, n int) {
 		Breaker:        breaker,
 		Hooks: Hooks{
 			Retry:        func(RetryInfo) { retries.Add(1) },
-			HiddenResend: func(h HiddenResendInfo) { resends.Add(int64(h.Connections - 1)) },
+			HiddenResend: func(h AttemptDoneInfo) { resends.Add(int64(h.Connections - 1)) },
 			GiveUp: func(g GiveUpInfo) {
 				mu.Lock()
 				defer mu.Unlock()

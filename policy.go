@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -28,6 +29,7 @@ const (
 	defaultMaxStoredBody       = 64 << 10
 	defaultMaxScopes           = 1024
 	defaultMaxDrainBytes       = 64 << 10
+	defaultMaxLimitWait        = time.Second
 	// defaultMaxDrainTime bounds how long a discarded response body is read
 	// before it is closed. No field sets it.
 	defaultMaxDrainTime = time.Second
@@ -59,6 +61,13 @@ type policy struct {
 	maxDrainTime   time.Duration
 	maxFP          int64
 	maxStored      int64
+	hedge          hedgePolicy
+	maxInFlight    int
+	maxQueued      int
+	rateLimit      float64
+	rateBurst      int
+	maxLimitWait   time.Duration // negative: no waiting
+	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
 
 	clock clock
 	randN func(n int64) int64 // a uniform draw from [0, n)
@@ -120,8 +129,23 @@ func (t *Transport) resolve() (policy, error) {
 		maxDrainTime: e.maxDrainTime,
 		maxFP:        orDefault(t.MaxFingerprintBytes, defaultMaxFingerprintBytes),
 		maxStored:    orDefault(t.MaxStoredBody, defaultMaxStoredBody),
+		hedge: hedgePolicy{
+			max:      t.MaxHedges,
+			delay:    t.HedgeDelay,
+			quantile: t.HedgeQuantile,
+			methods:  t.HedgeMethods,
+		},
+		maxInFlight:  t.MaxInFlight,
+		maxQueued:    t.MaxQueued,
+		rateLimit:    t.RateLimit,
+		rateBurst:    t.RateBurst,
+		maxLimitWait: orDefault(t.MaxLimitWait, defaultMaxLimitWait),
+		fallback:     t.Fallback,
 		clock:        e.clock,
 		randN:        e.randN,
+	}
+	if p.hedge.methods == nil {
+		p.hedge.methods = defaultHedgeMethods
 	}
 	if p.budget != nil {
 		p.budget = budgetOn(p.budget, p.clock)
@@ -159,6 +183,33 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("MaxScopes", "must not be negative")
 	case t.MaxDrainBytes < 0:
 		return p, invalidPolicy("MaxDrainBytes", "must not be negative")
+	case t.MaxHedges < 0:
+		return p, invalidPolicy("MaxHedges", "must not be negative")
+	case t.HedgeDelay < 0:
+		return p, invalidPolicy("HedgeDelay", "must not be negative")
+	case t.HedgeQuantile != 0 && !(t.HedgeQuantile > 0 && t.HedgeQuantile < 1):
+		return p, invalidPolicy("HedgeQuantile", "must be above 0 and below 1")
+	case t.MaxHedges > 0 && t.HedgeDelay == 0 && t.HedgeQuantile == 0:
+		return p, invalidPolicy("HedgeDelay", "must be set with MaxHedges, unless HedgeQuantile derives it")
+	case t.MaxInFlight < 0:
+		return p, invalidPolicy("MaxInFlight", "must not be negative")
+	case t.MaxQueued < 0:
+		return p, invalidPolicy("MaxQueued", "must not be negative")
+	case t.MaxQueued > 0 && t.MaxInFlight == 0:
+		return p, invalidPolicy("MaxQueued", "needs a MaxInFlight to queue for")
+	case t.RateLimit < 0 || math.IsNaN(t.RateLimit) || math.IsInf(t.RateLimit, 0):
+		return p, invalidPolicy("RateLimit", "must be a finite, non-negative number")
+	case t.RateBurst < 0:
+		return p, invalidPolicy("RateBurst", "must not be negative")
+	case t.RateLimit > 0 && t.RateBurst == 0:
+		return p, invalidPolicy("RateBurst", "must be at least 1 with a RateLimit")
+	case t.RateBurst > 0 && t.RateLimit == 0:
+		return p, invalidPolicy("RateBurst", "needs a RateLimit")
+	}
+	for _, m := range t.HedgeMethods {
+		if !validMethod(m) {
+			return p, invalidPolicy("HedgeMethods", "holds an invalid method "+strconv.Quote(m))
+		}
 	}
 	if p.base == nil {
 		p.base = cleanhttp.DefaultPooledTransport()

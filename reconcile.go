@@ -2,46 +2,8 @@ package retryfuse
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 )
-
-// Resolution is a Reconciler's answer about an uncertain write.
-type Resolution uint8
-
-const (
-	// StillUnknown: the effect could not be established; the
-	// *ReconcileRequiredError goes back to the caller.
-	StillUnknown Resolution = iota
-	// Applied: the effect happened. The Reconciliation's Response is the
-	// authoritative result and is returned to the caller.
-	Applied
-	// NotApplied: the effect did not happen. The request may be sent
-	// again, through the usual gates (request safety, attempts, budget,
-	// breaker, deadline).
-	NotApplied
-)
-
-func (r Resolution) String() string {
-	switch r {
-	case StillUnknown:
-		return "still_unknown"
-	case Applied:
-		return "applied"
-	case NotApplied:
-		return "not_applied"
-	}
-	return fmt.Sprintf("Resolution(%d)", uint8(r))
-}
-
-// Reconciliation is what a Reconciler found.
-type Reconciliation struct {
-	Resolution Resolution
-	// Response is the authoritative result when Resolution is Applied (for
-	// example the resource looked up by its idempotency key). It must not
-	// be nil then. The caller of RoundTrip receives it and closes its body.
-	Response *http.Response
-}
 
 // A Reconciler is asked, when the decision core requires reconciliation,
 // whether an uncertain write took effect — typically by looking the effect
@@ -51,8 +13,20 @@ type Reconciliation struct {
 // carries no retry ownership, but keep lookups idempotent: a GET). A type
 // with a method of this shape is passed as a method value.
 //
-// An error, a panic, or an Applied without a Response counts as
-// StillUnknown: the reconcile error goes back, never a replay.
+// It answers one of three ways:
+//
+//   - applied true, with resp the authoritative result (for example the
+//     resource looked up by its idempotency key): the caller receives resp
+//     and closes its body;
+//   - applied false, with a nil resp and a nil error: the effect is known
+//     not to have happened, and the request may be sent again through the
+//     usual gates (request safety, attempts, budget, breaker, deadline);
+//   - an error: the effect could not be established, and the
+//     *ReconcileRequiredError goes back to the caller.
+//
+// Anything else — an error, a panic, applied without a response, a
+// response without applied — counts as not established: the reconcile
+// error goes back, never a replay.
 //
 // With a Ledger, an Applied call completes its key without a stored result
 // (the lookup's response is not the write's own answer): later calls under
@@ -60,7 +34,7 @@ type Reconciliation struct {
 // lookup sent through a Transport with the same Ledger must not carry the
 // write's idempotency key: it would be refused as a conflict (another
 // method and path); look the effect up by a query or a path instead.
-type Reconciler func(ctx context.Context, err *ReconcileRequiredError) (Reconciliation, error)
+type Reconciler func(ctx context.Context, rec *ReconcileRequiredError) (resp *http.Response, applied bool, err error)
 
 // reconcileError builds the error for an uncertain write. The Reconcile
 // hook reports it: reconcile, for a write of this call; refuseUncertain,
@@ -117,42 +91,55 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 func (c *call) refuseUncertain(cause error) *ReconcileRequiredError {
 	e := c.reconcileError(cause)
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: StillUnknown})
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
 	}
 	return e
+}
+
+// The answers a reconciliation reports (ReconcileInfo.Resolution).
+const (
+	resolutionUnknown    = "still_unknown"
+	resolutionApplied    = "applied"
+	resolutionNotApplied = "not_applied"
+)
+
+// reconciliation is what the Reconciler established.
+type reconciliation struct {
+	resolution string // one of the resolution constants
+	resp       *http.Response
 }
 
 // reconcile asks the Reconciler, if any, about an uncertain write, with the
 // caller's own context (its time counts against the caller's deadline; it
 // carries no retry ownership, so its own requests are not passed through).
-func (c *call) reconcile(e *ReconcileRequiredError) Reconciliation {
-	var res Reconciliation
+func (c *call) reconcile(e *ReconcileRequiredError) reconciliation {
+	res := reconciliation{resolution: resolutionUnknown}
 	if c.p.reconciler != nil {
 		res = askReconciler(c.req.Context(), c.p.reconciler, e)
 	}
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.Resolution})
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.resolution})
 	}
 	return res
 }
 
 // askReconciler consults r, recovering a panic; anything but a usable
-// answer is StillUnknown.
-func askReconciler(ctx context.Context, r Reconciler, e *ReconcileRequiredError) (rec Reconciliation) {
+// answer leaves the outcome unknown.
+func askReconciler(ctx context.Context, r Reconciler, e *ReconcileRequiredError) (res reconciliation) {
+	var resp *http.Response
 	defer func() {
 		if recover() != nil {
-			rec = Reconciliation{}
+			drain(resp, 0)
+			res = reconciliation{resolution: resolutionUnknown}
 		}
 	}()
-	rec, err := r(ctx, e)
+	resp, applied, err := r(ctx, e)
 	switch {
-	case err != nil:
-		return Reconciliation{}
-	case rec.Resolution == Applied && rec.Response == nil:
-		return Reconciliation{}
-	case rec.Resolution != Applied && rec.Response != nil:
-		drain(rec.Response, 0) // not the caller's result: release it
-		rec.Response = nil
+	case err == nil && applied && resp != nil:
+		return reconciliation{resolution: resolutionApplied, resp: resp}
+	case err == nil && !applied && resp == nil:
+		return reconciliation{resolution: resolutionNotApplied}
 	}
-	return rec
+	drain(resp, 0) // not a usable answer: release it
+	return reconciliation{resolution: resolutionUnknown}
 }

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -27,29 +28,29 @@ func plainClient(t *testing.T) *http.Client {
 }
 
 // lookupReconciler is a Reconciler that looks the order up with GET
-// /orders?key=K through *c: Applied with the order (200), NotApplied when
-// there is none (404), StillUnknown otherwise. calls counts its uses.
+// /orders?key=K through *c: applied with the order (200), not applied when
+// there is none (404), an error otherwise. calls counts its uses.
 func lookupReconciler(c **http.Client, srv *ordersServer, calls *atomic.Int32) Reconciler {
-	return Reconciler(func(ctx context.Context, e *ReconcileRequiredError) (Reconciliation, error) {
+	return Reconciler(func(ctx context.Context, e *ReconcileRequiredError) (*http.Response, bool, error) {
 		calls.Add(1)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.url()+"?key="+url.QueryEscape(e.IdempotencyKey), nil)
 		if err != nil {
-			return Reconciliation{}, err
+			return nil, false, err
 		}
 		resp, err := (*c).Do(req)
 		if err != nil {
-			return Reconciliation{}, err
+			return nil, false, err
 		}
 		switch resp.StatusCode {
 		case http.StatusOK:
-			return Reconciliation{Resolution: Applied, Response: resp}, nil
+			return resp, true, nil
 		case http.StatusNotFound:
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
-			return Reconciliation{Resolution: NotApplied}, nil
+			return nil, false, nil
 		}
 		_ = resp.Body.Close()
-		return Reconciliation{}, nil
+		return nil, false, fmt.Errorf("order lookup: status %d", resp.StatusCode)
 	})
 }
 
@@ -66,13 +67,13 @@ func (r *reconcileRecorder) hook(i ReconcileInfo) {
 }
 
 // one asserts that the hook fired once, with res, and returns the event.
-func (r *reconcileRecorder) one(t *testing.T, res Resolution) ReconcileInfo {
+func (r *reconcileRecorder) one(t *testing.T, res string) ReconcileInfo {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	require.Lenf(t, r.seen, 1, "got %d Reconcile events, want 1", len(r.seen))
 	got := r.seen[0]
-	assert.Equalf(t, res, got.Resolution, "got Resolution %v, want %v", got.Resolution, res)
+	assert.Equalf(t, res, got.Resolution, "got Resolution %q, want %q", got.Resolution, res)
 	require.NotNil(t, got.Err, "got a Reconcile event without its error")
 	return got
 }
@@ -98,7 +99,7 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1: an uncertain write is never replayed", srv.posts.Load())
 	assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
-	ev := hooks.one(t, Applied)
+	ev := hooks.one(t, resolutionApplied)
 	assert.Equalf(t, key, ev.Err.IdempotencyKey, "got key %q in the hook, want %q", ev.Err.IdempotencyKey, key)
 
 	// The reconciliation completed the key, but the lookup's response is not
@@ -132,7 +133,7 @@ func TestReconcilerNotAppliedSendsAgain(t *testing.T) {
 	assert.Equalf(t, int32(2), srv.posts.Load(), "got %d POSTs at the server, want 2", srv.posts.Load())
 	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
 	assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
-	hooks.one(t, NotApplied)
+	hooks.one(t, resolutionNotApplied)
 }
 
 // strayBody reports whether it was closed.
@@ -145,26 +146,26 @@ func (b *strayBody) Close() error { b.closed.Store(true); return nil }
 
 func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 	t.Parallel()
-	type answer func(stray *strayBody) (Reconciliation, error)
+	type answer func(stray *strayBody) (*http.Response, bool, error)
 	cases := []struct {
 		name        string
 		answer      answer
 		closesStray bool // the transport must close the response it is given
 	}{
-		{"still_unknown", func(*strayBody) (Reconciliation, error) {
-			return Reconciliation{Resolution: StillUnknown}, nil
+		{"error", func(*strayBody) (*http.Response, bool, error) {
+			return nil, false, errors.New("cannot tell")
 		}, false},
-		{"error", func(*strayBody) (Reconciliation, error) {
-			return Reconciliation{Resolution: Applied, Response: &http.Response{StatusCode: 200, Body: http.NoBody}}, errors.New("lookup failed")
-		}, false},
-		{"panic", func(*strayBody) (Reconciliation, error) {
+		{"error_with_applied_response", func(stray *strayBody) (*http.Response, bool, error) {
+			return &http.Response{StatusCode: 200, Body: stray}, true, errors.New("lookup failed")
+		}, true},
+		{"panic", func(*strayBody) (*http.Response, bool, error) {
 			panic("reconciler bug")
 		}, false},
-		{"applied_without_response", func(*strayBody) (Reconciliation, error) {
-			return Reconciliation{Resolution: Applied}, nil
+		{"applied_without_response", func(*strayBody) (*http.Response, bool, error) {
+			return nil, true, nil
 		}, false},
-		{"still_unknown_with_response", func(stray *strayBody) (Reconciliation, error) {
-			return Reconciliation{Resolution: StillUnknown, Response: &http.Response{StatusCode: 200, Body: stray}}, nil
+		{"response_without_applied", func(stray *strayBody) (*http.Response, bool, error) {
+			return &http.Response{StatusCode: 200, Body: stray}, false, nil
 		}, true},
 	}
 	for _, tc := range cases {
@@ -178,7 +179,7 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			var hooks reconcileRecorder
 			client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
 				tr.AttemptTimeout = heldAttemptTimeout
-				tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+				tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) {
 					calls.Add(1)
 					return tc.answer(stray)
 				})
@@ -191,7 +192,7 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			assert.Truef(t, errors.Is(rec.Cause, ErrAttemptTimeout), "got Cause %v, want ErrAttemptTimeout", rec.Cause)
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 			assert.Equalf(t, int32(1), calls.Load(), "got %d reconciler calls, want 1", calls.Load())
-			hooks.one(t, StillUnknown)
+			hooks.one(t, resolutionUnknown)
 			if tc.closesStray {
 				assert.True(t, stray.closed.Load(), "the response of an unresolved reconciliation was not closed")
 			}
@@ -221,15 +222,15 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 	var hooks reconcileRecorder
 	client, _ := newLedgerClient(t, nil, func(tr *Transport) {
 		tr.AttemptTimeout = heldAttemptTimeout
-		tr.Reconciler = Reconciler(func(ctx context.Context, _ *ReconcileRequiredError) (Reconciliation, error) {
+		tr.Reconciler = Reconciler(func(ctx context.Context, _ *ReconcileRequiredError) (*http.Response, bool, error) {
 			_, hadDeadline = ctx.Deadline()
 			select {
 			case <-ctx.Done():
 				ctxErr = ctx.Err()
-				return Reconciliation{}, ctxErr
+				return nil, false, ctxErr
 			case <-time.After(callWait):
 				escaped.Store(true)
-				return Reconciliation{}, nil
+				return nil, false, errors.New("cannot tell")
 			}
 		})
 		tr.Hooks.Reconcile = hooks.hook
@@ -249,7 +250,7 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 	assert.True(t, hadDeadline, "the reconciler's context has no deadline, want the caller's")
 	assert.Truef(t, errors.Is(ctxErr, context.DeadlineExceeded), "the reconciler's context ended with %v, want context.DeadlineExceeded", ctxErr)
 	assert.Lessf(t, elapsed, callWait/2, "the call took %v, want it to end at the caller's deadline (%v)", elapsed, deadline)
-	hooks.one(t, StillUnknown)
+	hooks.one(t, resolutionUnknown)
 }
 
 func TestReconcilerLookupThroughSameClient(t *testing.T) {
@@ -302,7 +303,7 @@ func TestReconcilerLookupThroughSameClient(t *testing.T) {
 	assert.Equalf(t, int32(2), srv.gets.Load(), "got %d lookups at the server, want 2 (the 503 repeated)", srv.gets.Load())
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1", srv.effects(key))
-	hooks.one(t, Applied)
+	hooks.one(t, resolutionApplied)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -324,7 +325,7 @@ func TestReconcileHookWithoutReconciler(t *testing.T) {
 	})
 	_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	rec := reconcileErrOf(t, err, key)
-	ev := hooks.one(t, StillUnknown)
+	ev := hooks.one(t, resolutionUnknown)
 	assert.Samef(t, rec, ev.Err, "the hook's error %v is not the one returned, %v", ev.Err, rec)
 }
 
@@ -339,9 +340,9 @@ func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
 	var hooks reconcileRecorder
 	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
 		tr.AttemptTimeout = heldAttemptTimeout
-		tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (Reconciliation, error) {
+		tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) {
 			asked.Add(1)
-			return Reconciliation{Resolution: StillUnknown}, nil
+			return nil, false, errors.New("cannot tell")
 		})
 		tr.Hooks.Reconcile = hooks.hook
 	})

@@ -43,7 +43,7 @@ func (e *renderedEvents) hooks() Hooks {
 	return Hooks{
 		AttemptStart: addRendered[AttemptStartInfo](e), AttemptDone: addRendered[AttemptDoneInfo](e),
 		Decision: addRendered[DecisionInfo](e), Retry: addRendered[RetryInfo](e), Reconcile: addRendered[ReconcileInfo](e),
-		GiveUp: addRendered[GiveUpInfo](e), HiddenResend: addRendered[HiddenResendInfo](e),
+		GiveUp: addRendered[GiveUpInfo](e), HiddenResend: addRendered[AttemptDoneInfo](e),
 		BreakerChange: addRendered[BreakerChangeInfo](e), EvidenceUnavailable: addRendered[EvidenceUnavailableInfo](e),
 	}
 }

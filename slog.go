@@ -24,6 +24,9 @@ import (
 //     7); a call giving up; a hidden re-send by the base of a method that
 //     is not idempotent (of an idempotent one: Debug); a breaker scope
 //     opening; a budget or ledger applying its fail-safe.
+//   - Policy events (hedge, bulkhead, rate limiter, fallback): Info for a
+//     refusal or a rejection, or a fallback answering or failing; Debug
+//     for a hedge sent or an attempt that waited.
 //
 // Messages ("retryfuse: retry", ...) and attribute names are a
 // compatibility promise; new attributes may be added. Attributes, each
@@ -36,6 +39,7 @@ import (
 //	phase            string how far the attempt got: pre_write, post_write (a response, too), unknown
 //	idempotency_key  string the key's value
 //	key_generated    bool   true when the transport generated the key
+//	branch           int    the attempt's branch in a hedged group, when above 0
 //	elapsed          dur    time since RoundTrip was called
 //	timeout          dur    the attempt's timeout (attempt start)
 //	status           int    HTTP status of the attempt or of the response handed back
@@ -53,12 +57,15 @@ import (
 //	                        give-up one of attempts_exhausted, budget_exhausted,
 //	                        not_repeatable, failure_threshold, cost_budget,
 //	                        retry_after_too_long, deadline, circuit_open,
+//	                        bulkhead_full, rate_limited, ledger_unavailable,
 //	                        duplicate_in_flight, idempotency_conflict, final,
 //	                        canceled, deadline_exceeded, else other (ReasonName)
 //	error            string the error's text
 //	connections      int    connections obtained within one attempt (hidden re-send)
 //	source           string budget or ledger (evidence unavailable)
 //	scope, from, to  string breaker scope and states (closed, open, half_open)
+//	policy, action   string hedge, bulkhead, rate_limit or fallback, and what it did (see PolicyInfo)
+//	wait             dur    how long the attempt waited (policy)
 //
 // Durations are slog Duration values (the JSON handler writes nanoseconds).
 //
@@ -88,6 +95,7 @@ func SlogHooks(logger *slog.Logger) Hooks {
 		HiddenResend:        l.hiddenResend,
 		BreakerChange:       l.breakerChange,
 		EvidenceUnavailable: l.evidenceUnavailable,
+		Policy:              l.policy,
 	}
 }
 
@@ -122,6 +130,9 @@ func (a *slogAttrs) call(ci CallInfo, phase bool) {
 	}
 	if ci.KeyGenerated {
 		a.add(slog.Bool("key_generated", true))
+	}
+	if ci.Branch > 0 {
+		a.add(slog.Int("branch", ci.Branch))
 	}
 	a.add(slog.Duration("elapsed", ci.Elapsed))
 }
@@ -251,7 +262,7 @@ func (h slogHooks) giveUp(i GiveUpInfo) {
 // hiddenResend warns of a re-send that may have applied a write twice: one
 // of a method that is not idempotent. net/http's re-sends of a GET whose
 // idle connection had died, say, are harmless, and logged at Debug.
-func (h slogHooks) hiddenResend(i HiddenResendInfo) {
+func (h slogHooks) hiddenResend(i AttemptDoneInfo) {
 	level := slog.LevelWarn
 	if decide.IdempotentMethod(i.Method) {
 		level = slog.LevelDebug
@@ -290,4 +301,26 @@ func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
 	a.add(slog.String("source", i.Source))
 	a.err(i.Err)
 	h.log(i.Context, slog.LevelWarn, "retryfuse: evidence unavailable", &a)
+}
+
+// policy logs an action of the hedge, the bulkhead, the rate limiter or
+// the fallback: a refusal at Info, the rest at Debug.
+func (h slogHooks) policy(i PolicyInfo) {
+	level := slog.LevelDebug
+	switch i.Action {
+	case actionRefused, actionRejected, actionAnswered, actionFailed:
+		level = slog.LevelInfo
+	}
+	if !h.enabled(i.Context, level) {
+		return
+	}
+	var a slogAttrs
+	a.call(i.CallInfo, false)
+	a.add(slog.String("policy", i.Policy))
+	a.add(slog.String("action", i.Action))
+	if i.Wait > 0 {
+		a.add(slog.Duration("wait", i.Wait))
+	}
+	a.err(i.Err)
+	h.log(i.Context, level, "retryfuse: "+i.Policy+" "+i.Action, &a)
 }

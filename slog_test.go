@@ -206,10 +206,10 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
 	ci := CallInfo{CallID: 7, Attempt: 2, Method: "PUT", URL: "http://x/y", IdempotencyKey: "k1", KeyGenerated: true, Phase: decide.PhasePostWrite, Elapsed: time.Second}
-	h.HiddenResend(HiddenResendInfo{CallInfo: ci, Connections: 2}) // a PUT, idempotent: debug, dropped
+	h.HiddenResend(AttemptDoneInfo{CallInfo: ci, Connections: 2}) // a PUT, idempotent: debug, dropped
 	post := ci
 	post.Method = "POST"
-	h.HiddenResend(HiddenResendInfo{CallInfo: post, Connections: 2}) // a write that may have gone twice: warn
+	h.HiddenResend(AttemptDoneInfo{CallInfo: post, Connections: 2}) // a write that may have gone twice: warn
 	h.EvidenceUnavailable(EvidenceUnavailableInfo{CallInfo: ci, Source: "budget", Err: errors.New("store down")})
 	h.GiveUp(GiveUpInfo{CallInfo: ci, Reason: ErrBudgetExhausted, Err: errors.New("boom")})
 	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: decide.RuleFailureThreshold, Reason: "streak"}})

@@ -144,6 +144,87 @@ type Transport struct {
 	// fresh budget when it returns. Zero means 1024.
 	MaxScopes int
 
+	// MaxHedges, when above zero, hedges requests for tail latency: when
+	// an attempt has not answered after the hedge delay, another is sent
+	// beside it, up to MaxHedges more per attempt, and the first good
+	// answer wins; the others are cancelled and their bodies closed. Each
+	// hedge counts as an attempt (against MaxAttempts) and takes a retry
+	// from the budget; it passes the breaker, the rate limiter and the
+	// bulkhead without waiting, and is not sent when any of them refuses.
+	// A retry may hedge again. Only requests of HedgeMethods that may be
+	// repeated at all (see Transport) are hedged. Zero means no hedging.
+	MaxHedges int
+
+	// HedgeDelay is how long an attempt runs before a hedge is sent beside
+	// it. With HedgeQuantile set, it is used only until the scope has a
+	// latency estimate (zero: no hedge until then).
+	HedgeDelay time.Duration
+
+	// HedgeQuantile, when set (above 0, below 1), derives the hedge delay
+	// from the scope's observed latency: the delay is this quantile of the
+	// time to response headers of the scope's recent attempts (0.95: hedge
+	// the slowest 5%), kept in a small histogram per scope. Hedging begins
+	// once the scope has 20 observations, or with HedgeDelay before that.
+	HedgeQuantile float64
+
+	// HedgeMethods are the methods that may be hedged. Nil means GET, HEAD
+	// and OPTIONS. Listing another method is a risk taken knowingly: the
+	// same request is then sent twice at once, so the server sees two
+	// concurrent copies (a PUT or DELETE applied twice, a keyed POST whose
+	// second copy finds the first still in progress). A POST or PATCH is
+	// hedged only when it may be repeated at all: with an idempotency key
+	// and a replayable body.
+	HedgeMethods []string
+
+	// MaxInFlight, when above zero, is the bulkhead of each scope: at most
+	// this many attempts of this Transport to one scope are in flight (from
+	// the attempt's send until its response headers, or its error). An
+	// attempt beyond it waits in the scope's queue, for at most
+	// MaxLimitWait and never past the caller's deadline; when the queue is
+	// full (MaxQueued) or the wait runs out, the attempt is not sent, and
+	// the call gets a *BulkheadFullError (or, after earlier attempts, its
+	// last result). Zero means no bulkhead.
+	MaxInFlight int
+
+	// MaxQueued bounds the attempts waiting for a slot of a scope's
+	// bulkhead. Zero means none wait: a full bulkhead rejects at once.
+	MaxQueued int
+
+	// RateLimit, when above zero, is the rate limiter of each scope: at
+	// most this many attempts per second to one scope, with bursts of
+	// RateBurst (a token bucket, golang.org/x/time/rate). Retries and hedges
+	// draw from it too. An attempt the limiter cannot admit at once waits
+	// for it, for at most MaxLimitWait and never past the caller's
+	// deadline; one that would have to wait longer is not sent, and the
+	// call gets a *RateLimitError (or, after earlier attempts, its last
+	// result). Zero means no limit.
+	RateLimit float64
+
+	// RateBurst is the size of the rate limiter's bucket: the attempts it
+	// admits at once after a quiet spell. Required (at least 1) with a
+	// RateLimit.
+	RateBurst int
+
+	// MaxLimitWait bounds the wait of an attempt for the bulkhead's queue
+	// or the rate limiter. Zero means one second; a negative value means
+	// no waiting: an attempt is admitted at once or refused.
+	MaxLimitWait time.Duration
+
+	// Fallback, when set, may answer for a call that failed all the way:
+	// an error (a refusal included: budget, breaker, bulkhead, rate
+	// limiter), or a retryable response the Transport stopped repeating.
+	// It gets the caller's request and the call's last response or error
+	// (a response's body is unread; the Fallback closes it, or returns
+	// it), and returns the answer: a response (a cached copy, say) or an
+	// error. It is never asked for a write whose outcome is uncertain (a
+	// *ReconcileRequiredError goes back as it is), for a final response
+	// (a 404 is the dependency's answer, not a failure), nor once the
+	// caller's context is done. A Fallback that panics, or returns neither
+	// a response nor an error, is reported (Hooks.Policy) and the call's
+	// own outcome is returned. It runs on the caller's goroutine, within
+	// the caller's deadline.
+	Fallback func(req *http.Request, resp *http.Response, err error) (*http.Response, error)
+
 	// Hooks observe every decision. See Hooks.
 	Hooks Hooks
 
@@ -168,7 +249,8 @@ type Transport struct {
 	p       policy // the settings, resolved once
 	initErr error
 	budgets budgets
-	keys    keyMemory // without a Ledger, the keys left uncertain
+	limits  scopeLimits // the bulkheads, rate limiters and latencies of the scopes
+	keys    keyMemory   // without a Ledger, the keys left uncertain
 	calls   atomic.Uint64
 }
 
@@ -251,7 +333,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.start = t.p.clock.Now() // only hooks report elapsed time
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
-	return c.run()
+	resp, err := c.run()
+	if c.p.fallback != nil {
+		return c.fallback(resp, err)
+	}
+	return resp, err
 }
 
 func closeRequestBody(req *http.Request) {

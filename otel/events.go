@@ -151,7 +151,7 @@ func reconcileEvent(i retryfuse.ReconcileInfo) {
 	if i.IdempotencyKey != "" {
 		a.add(keyKeyValue.String(i.IdempotencyKey))
 	}
-	a.add(keyResolution.String(i.Resolution.String()))
+	a.add(keyResolution.String(i.Resolution))
 	addEvent(s, EventReconcileRequired, &a)
 }
 
@@ -169,7 +169,7 @@ func giveUpEvent(i retryfuse.GiveUpInfo) {
 	addEvent(s, EventGiveUp, &a)
 }
 
-func hiddenResendEvent(i retryfuse.HiddenResendInfo) {
+func hiddenResendEvent(i retryfuse.AttemptDoneInfo) {
 	s := span(i.CallInfo)
 	if s == nil {
 		return

@@ -219,7 +219,7 @@ func (ins *instruments) giveUp(i retryfuse.GiveUpInfo) {
 	}
 }
 
-func (ins *instruments) hiddenResend(i retryfuse.HiddenResendInfo) {
+func (ins *instruments) hiddenResend(i retryfuse.AttemptDoneInfo) {
 	hiddenResendEvent(i)
 	if n := i.Connections - 1; n > 0 {
 		ins.hiddenResends.Add(ctxOf(i.CallInfo), int64(n), metric.WithAttributes(method(i.Method)))

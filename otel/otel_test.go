@@ -303,7 +303,7 @@ func TestHooksDirectEvents(t *testing.T) {
 	h := newHarness(t)
 	ctx, span := h.tp.Tracer("test").Start(context.Background(), "call")
 	ci := retryfuse.CallInfo{Context: ctx, CallID: 1, Attempt: 1, Method: "PURGE", URL: "http://x/", IdempotencyKey: "k-1", KeyGenerated: true, Phase: decide.PhasePostWrite}
-	h.hooks.HiddenResend(retryfuse.HiddenResendInfo{CallInfo: ci, Connections: 3})
+	h.hooks.HiddenResend(retryfuse.AttemptDoneInfo{CallInfo: ci, Connections: 3})
 	h.hooks.EvidenceUnavailable(retryfuse.EvidenceUnavailableInfo{CallInfo: ci, Source: "ledger", Err: errors.New("down")})
 	h.hooks.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrBudgetExhausted})
 	h.hooks.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: errors.New("something new")})
@@ -312,7 +312,7 @@ func TestHooksDirectEvents(t *testing.T) {
 	h.hooks.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: 4}, KeyState: decide.KeyInFlight})
 	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 2500 * time.Millisecond, Source: "retry_after", RetryAfter: 2 * time.Second,
 		Err: &retryfuse.StatusError{StatusCode: 429}})
-	h.hooks.Reconcile(retryfuse.ReconcileInfo{CallInfo: ci, Resolution: retryfuse.NotApplied})
+	h.hooks.Reconcile(retryfuse.ReconcileInfo{CallInfo: ci, Resolution: "not_applied"})
 	span.End()
 	assertEvents(t, events(t, h.spans.Ended()[0]), []string{
 		"retryfuse.hidden_resend{retryfuse.attempt.number=1,retryfuse.connections=3}",

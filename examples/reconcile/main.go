@@ -121,18 +121,18 @@ func transportReconciles(ctx context.Context, out io.Writer, base string, api *o
 	tr := &retryfuse.Transport{AttemptTimeout: attemptTimeout}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	tr.Reconciler = retryfuse.Reconciler(func(ctx context.Context, rerr *retryfuse.ReconcileRequiredError) (retryfuse.Reconciliation, error) {
+	tr.Reconciler = retryfuse.Reconciler(func(ctx context.Context, rerr *retryfuse.ReconcileRequiredError) (*http.Response, bool, error) {
 		fmt.Fprintf(out, "reconciler: no response for %s %s; GET /orders?key=%s\n", rerr.Method, rerr.URL, rerr.IdempotencyKey)
 		resp, err := lookupOrder(ctx, client, base, rerr.IdempotencyKey)
 		switch {
 		case err != nil:
-			return retryfuse.Reconciliation{}, err // still unknown: the error goes back
+			return nil, false, err // still unknown: the error goes back
 		case resp == nil:
 			fmt.Fprintln(out, "reconciler: not applied: the Transport may send it again")
-			return retryfuse.Reconciliation{Resolution: retryfuse.NotApplied}, nil
+			return nil, false, nil
 		}
 		fmt.Fprintln(out, "reconciler: applied")
-		return retryfuse.Reconciliation{Resolution: retryfuse.Applied, Response: resp}, nil
+		return resp, true, nil
 	})
 
 	fmt.Fprintf(out, "client: POST /orders (Idempotency-Key %s)\n", key)

@@ -1,0 +1,284 @@
+package retryfuse
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
+)
+
+// This file sends a hedged attempt: a group of branches of the same
+// request, the first sent at once and each other after the hedge delay
+// while none has answered well; the first good answer wins, and the others
+// are cancelled. Each branch runs on a goroutine of its own; everything
+// else (the gates, the hooks, the decisions) stays on the caller's, and no
+// branch outlives the group.
+
+// hedgePolicy is the resolved hedging of a Transport.
+type hedgePolicy struct {
+	max      int
+	delay    time.Duration
+	quantile float64
+	methods  []string
+}
+
+var defaultHedgeMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions}
+
+// errHedgeLost is the error a branch is reported with when another
+// branch's answer won and it was cancelled.
+var errHedgeLost = errors.New("retryfuse: hedge lost: another branch answered first")
+
+// hedges reports whether the call's attempts are hedged: hedging is on,
+// the method is one of HedgeMethods, and the request may be sent again at
+// all (the decision core's request-safety rule).
+func (c *call) hedges() bool {
+	h := &c.p.hedge
+	if h.max <= 0 || c.passThrough || !slices.Contains(h.methods, c.method) {
+		return false
+	}
+	return c.facts.ReplayableBody && (decide.IdempotentMethod(c.method) || c.facts.IdempotencyKey)
+}
+
+// hedgeDelay is how long the group waits before its next hedge, and false
+// when no hedge is to be sent (no estimate yet and no HedgeDelay).
+func (c *call) hedgeDelay() (time.Duration, bool) {
+	h := &c.p.hedge
+	if h.quantile > 0 {
+		if d, ok := c.limits().latency.quantile(h.quantile); ok {
+			return d, true
+		}
+	}
+	return h.delay, h.delay > 0
+}
+
+// branch is one branch's result, sent back by its goroutine.
+type branch struct {
+	f     *flight
+	resp  *http.Response
+	err   error
+	ps    pass
+	panic any // what the base panicked with, to re-panic on the caller's goroutine
+	took  time.Duration
+	lost  bool // cancelled because another branch won
+	ended bool
+}
+
+// sendHedged sends the call's next attempt as a hedged group, its first
+// branch admitted with first. It returns the winning branch's attempt, or,
+// when every branch failed, the last failure; the other branches' results
+// are recorded in the call's history before it (a failed branch is a
+// failed attempt) or, when cancelled, reported and dropped.
+func (c *call) sendHedged(first pass) (attempt, error) {
+	h := &c.p.hedge
+	results := make(chan *branch, 1+h.max)
+	var (
+		inFlight []*branch
+		winner   *attempt
+		failed   []attempt
+		panicked any
+		began    = c.p.clock.Now()
+	)
+	launch := func(ps pass, n int) error {
+		body, err := c.body()
+		if err != nil {
+			c.leave(ps, attempt{result: result{ignored: true}})
+			return err
+		}
+		c.attempt++
+		b := &branch{f: new(flight), ps: ps}
+		c.prepare(b.f, c.ctx, new(attemptTrace), body, true)
+		b.f.branch = n
+		c.started(b.f)
+		inFlight = append(inFlight, b)
+		base, clk := c.p.base, c.p.clock
+		go func() {
+			defer func() {
+				if v := recover(); v != nil {
+					b.panic = v
+					b.f.cancel()
+				}
+				results <- b
+			}()
+			start := clk.Now()
+			b.resp, b.err = b.f.exchange(base)
+			b.took = clk.Now().Sub(start)
+		}()
+		return nil
+	}
+	if err := launch(first, 0); err != nil {
+		return attempt{}, err
+	}
+
+	delay, hedging := c.hedgeDelay()
+	var (
+		timer <-chan struct{}
+		stop  = func() {}
+	)
+	if hedging {
+		timer, stop = after(c.p.clock, delay)
+	}
+	defer func() { stop() }()
+
+	pending := 1
+	for pending > 0 {
+		select {
+		case <-timer:
+			stop()
+			timer = nil
+			if winner != nil || len(inFlight) > h.max {
+				continue
+			}
+			ps, err := c.enterHedge()
+			if err != nil {
+				c.policyEventBranch(len(inFlight), actionRefused, c.p.clock.Now().Sub(began), err)
+				continue // no more hedges in this group
+			}
+			c.policyEventBranch(len(inFlight), actionSent, c.p.clock.Now().Sub(began), nil)
+			if err := launch(ps, len(inFlight)); err != nil {
+				continue
+			}
+			pending++
+			if len(inFlight) <= h.max {
+				timer, stop = after(c.p.clock, delay)
+			}
+		case b := <-results:
+			pending--
+			b.ended = true
+			if b.panic != nil {
+				c.leave(b.ps, attempt{result: result{ignored: true}})
+				panicked = b.panic
+				c.cancelBranches(inFlight)
+				continue
+			}
+			if winner != nil || panicked != nil {
+				c.lose(b)
+				continue
+			}
+			a := c.finish(b.f, b.resp, b.err)
+			c.leave(b.ps, a)
+			if !a.ignored {
+				// Only the dependency's own doing tells its latency.
+				c.lim.latency.observe(b.took)
+			}
+			if !a.retryable || a.outcome == decide.OutcomeSuccess {
+				winner = &a
+				c.cancelBranches(inFlight)
+				continue
+			}
+			failed = append(failed, a)
+		}
+	}
+	if panicked != nil {
+		for _, a := range failed {
+			drain(a.resp, 0)
+		}
+		if winner != nil {
+			drain(winner.resp, 0)
+		}
+		panic(panicked)
+	}
+	if winner == nil {
+		// Every branch failed: the last failure stands for the group, the
+		// others are recorded before it.
+		last := failed[len(failed)-1]
+		for _, a := range failed[:len(failed)-1] {
+			c.record(a)
+			c.chargeResends(a.resends)
+			drain(a.resp, 0)
+		}
+		return last, nil
+	}
+	for _, a := range failed {
+		c.record(a)
+		c.chargeResends(a.resends)
+		drain(a.resp, 0)
+	}
+	return *winner, nil
+}
+
+// enterHedge admits a hedge: attempts left, the caller still waiting, the
+// budget's retry, then the breaker, the rate limiter and the bulkhead
+// without waiting.
+func (c *call) enterHedge() (pass, error) {
+	if c.attempt+c.resent >= c.p.maxAttempts {
+		return pass{}, ErrAttemptsExhausted
+	}
+	if err := c.ctx.Err(); err != nil {
+		return pass{}, err
+	}
+	if c.budget != nil && !c.allowRetry() {
+		return pass{}, ErrBudgetExhausted
+	}
+	return c.enter(true)
+}
+
+// cancelBranches cancels the branches still in flight.
+func (c *call) cancelBranches(bs []*branch) {
+	for _, b := range bs {
+		if !b.ended {
+			b.f.cancel()
+		}
+	}
+}
+
+// lose reports a branch cancelled because another answered first (or
+// that answered after): its response is closed, and its result is no
+// evidence about the dependency.
+func (c *call) lose(b *branch) {
+	b.lost = true
+	drain(b.resp, 0)
+	c.leave(b.ps, attempt{result: result{ignored: true}})
+	if c.t.Hooks.AttemptDone == nil {
+		return
+	}
+	err := b.err
+	if err == nil {
+		err = errHedgeLost
+	} else {
+		err = fmt.Errorf("%w: %w", errHedgeLost, err)
+	}
+	info := AttemptDoneInfo{CallInfo: c.infoOf(b.f, b.f.trace.phase(b.resp, c.p.tracing)), Err: err,
+		Outcome: decide.OutcomeUnknown, Duration: b.took, Connections: int(b.f.trace.conns.Load())}
+	if b.resp != nil {
+		info.StatusCode = b.resp.StatusCode
+	}
+	emit(c.t.Hooks.AttemptDone, info)
+}
+
+// policyEventBranch reports a hedge of branch n, sent or refused after
+// the group waited wait.
+func (c *call) policyEventBranch(n int, action string, wait time.Duration, err error) {
+	if h := c.t.Hooks.Policy; h != nil {
+		ci := c.info()
+		ci.Branch = n
+		emit(h, PolicyInfo{CallInfo: ci, Policy: policyHedge, Action: action, Wait: wait, Err: err})
+	}
+}
+
+// validMethod reports whether m is an HTTP method token.
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		b := m[i]
+		switch {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case b < 0x80 && b > 0x20 && !isSeparator(b):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func isSeparator(b byte) bool {
+	switch b {
+	case '(', ')', '<', '>', '@', ',', ';', ':', '\\', '"', '/', '[', ']', '?', '=', '{', '}', 0x7f:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,178 @@
+package retryfuse
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// This file holds the limits an attempt passes after the breaker, in the
+// order of the stack (see Transport): the rate limiter, then the bulkhead.
+// Each scope has its own, with the latencies that derive the hedge delay.
+
+// limits are one scope's.
+type limits struct {
+	scope    string
+	rate     *rate.Limiter // nil without a RateLimit
+	bulkhead *bulkhead     // nil without a MaxInFlight
+	latency  latencies
+}
+
+// scopeLimits keeps the limits of each scope, created on first use, at
+// most max of them; when full, an arbitrary scope's are dropped to make
+// room (its attempts in flight still release their slots, to the dropped
+// bulkhead).
+type scopeLimits struct {
+	mu sync.Mutex
+	m  map[string]*limits
+}
+
+// get returns the limits of scope.
+func (s *scopeLimits) get(scope string, p *policy) *limits {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.m[scope]; ok {
+		return l
+	}
+	if s.m == nil {
+		s.m = make(map[string]*limits)
+	}
+	if len(s.m) >= p.maxScopes {
+		for k := range s.m {
+			delete(s.m, k)
+			break
+		}
+	}
+	l := &limits{scope: scope}
+	if p.rateLimit > 0 {
+		l.rate = rate.NewLimiter(rate.Limit(p.rateLimit), p.rateBurst)
+	}
+	if p.maxInFlight > 0 {
+		l.bulkhead = &bulkhead{limit: p.maxInFlight, maxQueue: p.maxQueued}
+	}
+	s.m[scope] = l
+	return l
+}
+
+// usesLimits reports whether attempts pass per-scope limits at all.
+func (p *policy) usesLimits() bool {
+	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0
+}
+
+// pass is what an admitted attempt holds until it is over: the breaker's
+// ticket and the bulkhead's slot.
+type pass struct {
+	ticket breakerTicket
+	slot   *bulkhead // nil without a slot
+}
+
+// enter lets the next attempt through the breaker, the rate limiter and
+// the bulkhead, in that order. A hedge waits for none of them. A refusal
+// gives back what the gates before it granted.
+func (c *call) enter(hedge bool) (pass, error) {
+	ticket, err := c.admit()
+	if err != nil {
+		return pass{}, err
+	}
+	ps := pass{ticket: ticket}
+	if l := c.limits(); l != nil {
+		if err := c.rateLimit(l, hedge); err != nil {
+			c.leave(ps, attempt{result: result{ignored: true}})
+			return pass{}, err
+		}
+		if l.bulkhead != nil {
+			if err := c.bulkhead(l, hedge); err != nil {
+				c.leave(ps, attempt{result: result{ignored: true}})
+				return pass{}, err
+			}
+			ps.slot = l.bulkhead
+		}
+	}
+	return ps, nil
+}
+
+// leave ends an attempt's pass: the breaker hears what it showed, and its
+// bulkhead slot is free again.
+func (c *call) leave(ps pass, a attempt) {
+	if ps.slot != nil {
+		ps.slot.release()
+	}
+	c.observe(ps.ticket, a)
+}
+
+// limits returns the limits of the call's scope, nil when none apply.
+func (c *call) limits() *limits {
+	if c.lim == nil && c.p.usesLimits() {
+		c.lim = c.t.limits.get(c.scopeName(), c.p)
+	}
+	return c.lim
+}
+
+// rateLimit takes a token from the scope's limiter, waiting for it when
+// that fits within MaxLimitWait and the caller's deadline (a hedge never
+// waits); otherwise it takes none and refuses with a *RateLimitError.
+func (c *call) rateLimit(l *limits, hedge bool) error {
+	if l.rate == nil {
+		return nil
+	}
+	now := c.p.clock.Now()
+	r := l.rate.ReserveN(now, 1)
+	if !r.OK() {
+		return &RateLimitError{Scope: l.scope, RetryAfter: rate.InfDuration}
+	}
+	d := r.DelayFrom(now)
+	if d == 0 {
+		return nil
+	}
+	limit := c.p.maxLimitWait
+	if dl, ok := c.ctx.Deadline(); ok {
+		limit = min(limit, dl.Sub(now))
+	}
+	if hedge || d > limit {
+		r.CancelAt(now)
+		err := &RateLimitError{Scope: l.scope, RetryAfter: d}
+		if !hedge {
+			c.policyEvent(policyRateLimit, actionRejected, 0, err)
+		}
+		return err
+	}
+	if err := c.wait(d); err != nil {
+		r.CancelAt(c.p.clock.Now())
+		return err
+	}
+	c.policyEvent(policyRateLimit, actionWaited, d, nil)
+	return nil
+}
+
+// bulkhead takes a slot of the scope's bulkhead, waiting in its queue
+// unless the attempt is a hedge.
+func (c *call) bulkhead(l *limits, hedge bool) error {
+	maxWait := c.p.maxLimitWait
+	if hedge {
+		maxWait = -1
+	}
+	waited, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait)
+	if ok {
+		if waited > 0 {
+			c.policyEvent(policyBulkhead, actionQueued, waited, nil)
+		}
+		return nil
+	}
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	err := &BulkheadFullError{Scope: l.scope, MaxInFlight: l.bulkhead.limit, Queued: waited}
+	if !hedge {
+		c.policyEvent(policyBulkhead, actionRejected, waited, err)
+	}
+	return err
+}
+
+// policyEvent reports an action of the hedge, the bulkhead, the rate
+// limiter or the fallback.
+func (c *call) policyEvent(policy, action string, wait time.Duration, err error) {
+	if h := c.t.Hooks.Policy; h != nil {
+		emit(h, PolicyInfo{CallInfo: c.info(), Policy: policy, Action: action, Wait: wait, Err: err})
+	}
+}
