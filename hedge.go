@@ -48,6 +48,11 @@ func (c *call) hedgeDelay() (time.Duration, bool) {
 	h := &c.p.hedge
 	if h.quantile > 0 {
 		if d, ok := c.limits().latency.quantile(h.quantile); ok {
+			if h.delay > 0 {
+				// HedgeDelay bounds the estimate: a few slow answers
+				// recorded never make hedging later than configured.
+				d = min(d, h.delay)
+			}
 			return d, true
 		}
 	}

@@ -64,7 +64,9 @@ func (l *latencies) quantile(q float64) (time.Duration, bool) {
 	if l.n < latencyMinimum {
 		return 0, false
 	}
-	rank := uint32(math.Ceil(q * float64(l.n)))
+	// The rank never reaches the largest observation: one outlier among
+	// few observations does not make the estimate.
+	rank := min(uint32(math.Ceil(q*float64(l.n))), l.n-1)
 	var seen uint32
 	for i, c := range l.buckets {
 		seen += c

@@ -156,15 +156,18 @@ type Transport struct {
 	MaxHedges int
 
 	// HedgeDelay is how long an attempt runs before a hedge is sent beside
-	// it. With HedgeQuantile set, it is used only until the scope has a
-	// latency estimate (zero: no hedge until then).
+	// it. With HedgeQuantile set, it is the delay until the scope has a
+	// latency estimate (zero: no hedge until then), and the longest delay
+	// after: a few slow answers never make hedging later than this.
 	HedgeDelay time.Duration
 
 	// HedgeQuantile, when set (above 0, below 1), derives the hedge delay
 	// from the scope's observed latency: the delay is this quantile of the
-	// time to response headers of the scope's recent attempts (0.95: hedge
-	// the slowest 5%), kept in a small histogram per scope. Hedging begins
-	// once the scope has 20 observations, or with HedgeDelay before that.
+	// time to response headers of the scope's recent answers (0.95: hedge
+	// the slowest 5%), kept in a small histogram per scope (quarter-octave
+	// buckets, recent answers weighing most). A branch cancelled because
+	// another answered first is not an answer, and is not counted. The
+	// estimate needs 20 answers; HedgeDelay applies before that.
 	HedgeQuantile float64
 
 	// HedgeMethods are the methods that may be hedged. Nil means GET, HEAD

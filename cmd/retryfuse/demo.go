@@ -37,6 +37,7 @@ type demoConfig struct {
 	downFor     time.Duration // brake: how long the dependency fails
 	runFor      time.Duration // brake: how long calls arrive
 	every       time.Duration // brake: one call arrives every so often
+	tailCalls   int           // tail latency: sequential calls per side
 	listen      func() (net.Listener, error)
 }
 
@@ -48,6 +49,7 @@ func defaultDemoConfig() demoConfig {
 		downFor:     500 * time.Millisecond,
 		runFor:      time.Second,
 		every:       5 * time.Millisecond,
+		tailCalls:   tailCalls,
 		listen:      listenLoopback,
 	}
 }
@@ -58,6 +60,7 @@ type demoResults struct {
 	Lost       lostResults
 	RetryAfter retryAfterResults
 	Brake      brakeResults
+	Tail       tailResults
 }
 
 // runDemo runs the demo and prints its table to stdout. It returns the
@@ -93,7 +96,7 @@ func demoMain(cfg demoConfig, args []string, stdout, stderr io.Writer) (demoResu
 	return res, 0
 }
 
-// measure runs the four scenarios one after the other.
+// measure runs the five scenarios one after the other.
 func measure(cfg demoConfig) (demoResults, error) {
 	srv := &servers{listen: cfg.listen}
 	defer srv.close()
@@ -111,6 +114,9 @@ func measure(cfg demoConfig) (demoResults, error) {
 		return res, err
 	}
 	if res.Brake, err = runBrake(srv, cfg); err != nil {
+		return res, err
+	}
+	if res.Tail, err = runTail(srv, cfg.tailCalls); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -61,8 +61,21 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	for _, tr := range k.Transitions {
 		t.note("  %-9s %-9s -> %-9s  %s", at(tr.At), tr.From, tr.To, why(tr))
 	}
+	h := r.Tail
+	t.section(fmt.Sprintf("5. Tail latency: %d sequential GETs; %.0f%% of requests (seeded) are held %s, the rest answered at once",
+		h.Calls, 100*tailSlowShare, dur(tailSlowFor)),
+		"plain client", "hedge after 20ms", "hedge at observed p95")
+	t.row("p50 latency", dur(h.Plain.P50), dur(h.Fixed.P50), dur(h.Derived.P50))
+	t.row("p99 latency", dur(h.Plain.P99), dur(h.Fixed.P99), dur(h.Derived.P99))
+	t.row("requests the dependency received", h.Plain.Sent, h.Fixed.Sent, h.Derived.Sent)
+	t.row("extra requests", pct(h.Plain.Extra(h.Calls)), pct(h.Fixed.Extra(h.Calls)), pct(h.Derived.Extra(h.Calls)))
+	t.row("calls without a 200", h.Plain.Failed, h.Fixed.Failed, h.Derived.Failed)
+	t.note("retryfuse: MaxHedges 1, HedgeDelay %s; then HedgeQuantile %.2f: once the scope has 20 answers, the delay is their p95 (at most 20ms)", dur(tailHedgeDelay), tailQuantile)
+	t.note("each hedge takes a retry from the budget; the slower copy is cancelled and its connection closed")
 	return t.err
 }
+
+func pct(f float64) string { return fmt.Sprintf("%+.1f%%", 100*f) }
 
 // why explains a breaker transition.
 func why(tr brakeTransition) string {
