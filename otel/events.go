@@ -19,6 +19,7 @@ const (
 	EventGiveUp              = "retryfuse.give_up"
 	EventHiddenResend        = "retryfuse.hidden_resend"
 	EventEvidenceUnavailable = "retryfuse.evidence_unavailable"
+	EventPolicy              = "retryfuse.policy"
 )
 
 // Attribute keys found on span events only.
@@ -32,6 +33,8 @@ const (
 	keyKeyValue        = attribute.Key("retryfuse.idempotency_key.value")
 	keyResolution      = attribute.Key("retryfuse.reconcile.resolution")
 	keyConnections     = attribute.Key("retryfuse.connections")
+	keyBranch          = attribute.Key("retryfuse.attempt.branch")
+	keyWait            = attribute.Key("retryfuse.policy.wait")
 )
 
 // maxEventAttrs bounds the attributes of one event; an array of this size
@@ -92,6 +95,9 @@ func attemptEvent(i retryfuse.AttemptDoneInfo) {
 	}
 	var a eventAttrs
 	a.start(i.CallInfo)
+	if i.Branch > 0 {
+		a.add(keyBranch.Int(i.Branch))
+	}
 	a.add(keyOutcome.String(i.Outcome.String()))
 	a.add(keyPhase.String(i.Phase.String()))
 	if i.StatusCode != 0 {
@@ -189,4 +195,25 @@ func evidenceUnavailableEvent(i retryfuse.EvidenceUnavailableInfo) {
 	a.start(i.CallInfo)
 	a.add(keySource.String(i.Source))
 	addEvent(s, EventEvidenceUnavailable, &a)
+}
+
+func policyEvent(i retryfuse.PolicyInfo) {
+	s := span(i.CallInfo)
+	if s == nil {
+		return
+	}
+	var a eventAttrs
+	a.start(i.CallInfo)
+	if i.Branch > 0 {
+		a.add(keyBranch.Int(i.Branch))
+	}
+	a.add(keyPolicy.String(i.Policy))
+	a.add(keyAction.String(i.Action))
+	if i.Wait > 0 {
+		a.add(keyWait.Float64(i.Wait.Seconds()))
+	}
+	if i.Err != nil {
+		a.add(keyReason.String(retryfuse.ReasonName(i.Err)))
+	}
+	addEvent(s, EventPolicy, &a)
 }

@@ -55,6 +55,7 @@ type instruments struct {
 	breakerTransitions metric.Int64Counter
 	breakerState       metric.Int64Gauge
 	evidenceUnavail    metric.Int64Counter
+	policyActions      metric.Int64Counter
 }
 
 // NewHooks returns Hooks that record retryfuse's metrics and add an event
@@ -94,6 +95,7 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 	ins.hiddenResends = counter("retryfuse.hidden_resends", "{resend}", "Requests the base transport re-sent by itself within one attempt.")
 	ins.breakerTransitions = counter("retryfuse.breaker.transitions", "{transition}", "Breaker state changes, by scope.")
 	ins.evidenceUnavail = counter("retryfuse.evidence_unavailable", "{event}", "Fail-safes applied because a budget or ledger could not answer.")
+	ins.policyActions = counter("retryfuse.policy.actions", "{event}", "Actions of the hedge, bulkhead, rate limiter and fallback, by policy and action.")
 	var err error
 	ins.attemptDuration, err = m.Float64Histogram("retryfuse.attempt.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of one attempt, until its response headers or its error."),
@@ -123,6 +125,7 @@ func (ins *instruments) hooks() retryfuse.Hooks {
 		HiddenResend:        ins.hiddenResend,
 		BreakerChange:       ins.breakerChange,
 		EvidenceUnavailable: ins.evidenceUnavailable,
+		Policy:              ins.policy,
 	}
 }
 
@@ -141,6 +144,8 @@ const (
 	keyFrom        = attribute.Key("retryfuse.breaker.from")
 	keyTo          = attribute.Key("retryfuse.breaker.to")
 	keyState       = attribute.Key("retryfuse.breaker.state")
+	keyPolicy      = attribute.Key("retryfuse.policy")
+	keyAction      = attribute.Key("retryfuse.policy.action")
 )
 
 // ctxOf is the context to record a measurement with: the request's, so that
@@ -239,4 +244,11 @@ func (ins *instruments) breakerChange(i retryfuse.BreakerChangeInfo) {
 func (ins *instruments) evidenceUnavailable(i retryfuse.EvidenceUnavailableInfo) {
 	evidenceUnavailableEvent(i)
 	ins.evidenceUnavail.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method), keySource.String(i.Source)))
+}
+
+// policy counts an action of the hedge, the bulkhead, the rate limiter or
+// the fallback, and adds it to the call's span.
+func (ins *instruments) policy(i retryfuse.PolicyInfo) {
+	policyEvent(i)
+	ins.policyActions.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method), keyPolicy.String(i.Policy), keyAction.String(i.Action)))
 }

@@ -313,6 +313,10 @@ func TestHooksDirectEvents(t *testing.T) {
 	h.hooks.Retry(retryfuse.RetryInfo{CallInfo: ci, Delay: 2500 * time.Millisecond, Source: "retry_after", RetryAfter: 2 * time.Second,
 		Err: &retryfuse.StatusError{StatusCode: 429}})
 	h.hooks.Reconcile(retryfuse.ReconcileInfo{CallInfo: ci, Resolution: "not_applied"})
+	hedge := ci
+	hedge.Branch = 1
+	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "sent", Wait: 20 * time.Millisecond})
+	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Policy: "bulkhead", Action: "rejected", Err: &retryfuse.BulkheadFullError{Scope: "http://x:80", MaxInFlight: 8}})
 	span.End()
 	assertEvents(t, events(t, h.spans.Ended()[0]), []string{
 		"retryfuse.hidden_resend{retryfuse.attempt.number=1,retryfuse.connections=3}",
@@ -324,6 +328,8 @@ func TestHooksDirectEvents(t *testing.T) {
 		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.idempotency_key.state=in_flight,retryfuse.rule=4}",
 		"retryfuse.retry{http.response.status_code=429,retryfuse.attempt.number=1,retryfuse.delay.duration=*,retryfuse.delay.retry_after=2,retryfuse.delay.source=retry_after}",
 		"retryfuse.reconcile_required{retryfuse.attempt.number=1,retryfuse.idempotency_key.source=generated,retryfuse.idempotency_key.value=k-1,retryfuse.phase=post_write,retryfuse.reconcile.resolution=not_applied}",
+		"retryfuse.policy{retryfuse.attempt.branch=1,retryfuse.attempt.number=1,retryfuse.policy.action=sent,retryfuse.policy.wait=0.02,retryfuse.policy=hedge}",
+		"retryfuse.policy{retryfuse.attempt.number=1,retryfuse.policy.action=rejected,retryfuse.policy=bulkhead,retryfuse.reason=bulkhead_full}",
 	})
 	assertLines(t, "metrics", h.metrics(), []string{
 		"retryfuse.hidden_resends{http.request.method=_OTHER} 2",
@@ -336,6 +342,8 @@ func TestHooksDirectEvents(t *testing.T) {
 		"retryfuse.retries{http.request.method=_OTHER,retryfuse.delay.source=retry_after} 1",
 		"retryfuse.retry.delay{http.request.method=_OTHER,retryfuse.delay.source=retry_after} count=1",
 		"retryfuse.reconcile_required{http.request.method=_OTHER,retryfuse.idempotency_key.source=generated,retryfuse.phase=post_write} 1",
+		"retryfuse.policy.actions{http.request.method=_OTHER,retryfuse.policy.action=sent,retryfuse.policy=hedge} 1",
+		"retryfuse.policy.actions{http.request.method=_OTHER,retryfuse.policy.action=rejected,retryfuse.policy=bulkhead} 1",
 	})
 }
 
