@@ -342,8 +342,8 @@ func TestHooksDirectEvents(t *testing.T) {
 		"retryfuse.retries{http.request.method=_OTHER,retryfuse.delay.source=retry_after} 1",
 		"retryfuse.retry.delay{http.request.method=_OTHER,retryfuse.delay.source=retry_after} count=1",
 		"retryfuse.reconcile_required{http.request.method=_OTHER,retryfuse.idempotency_key.source=generated,retryfuse.phase=post_write} 1",
-		"retryfuse.policy.actions{http.request.method=_OTHER,retryfuse.policy.action=sent,retryfuse.policy=hedge} 1",
-		"retryfuse.policy.actions{http.request.method=_OTHER,retryfuse.policy.action=rejected,retryfuse.policy=bulkhead} 1",
+		"retryfuse.policy.actions{http.request.method=_OTHER,retryfuse.policy=hedge,retryfuse.policy.action=sent} 1",
+		"retryfuse.policy.actions{http.request.method=_OTHER,retryfuse.policy=bulkhead,retryfuse.policy.action=rejected} 1",
 	})
 }
 
