@@ -30,6 +30,12 @@ import (
 // call. An invalid value makes every RoundTrip return an error wrapping
 // ErrInvalidPolicy.
 //
+// Besides retrying, a Transport can hedge requests, limit the attempts in
+// flight (bulkhead) and their rate per dependency, and fall back to an
+// answer of the caller's. The order of these policies is fixed, outermost
+// first: Fallback, retry, hedge, circuit breaker, rate limiter, bulkhead,
+// per-attempt timeout. Each refusal matches ErrDeclined.
+//
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
 	// Base sends each attempt. Nil means one
