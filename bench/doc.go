@@ -8,6 +8,8 @@
 // The package has no code of its own: the benchmarks and the test that
 // pins the clients' configuration are in bench_test.go; the script ./run
 // runs the benchmarks and prints each client's medians and ratios to bare
-// net/http. The results are in the repository's BENCHMARKS.md. This module
-// is never tagged.
+// net/http. hedge_test.go compares hedged requests against a dependency
+// with a slow tail (retryfuse beside failsafe-go's hedge policy); the script
+// ./hedge runs it. The results are in the repository's BENCHMARKS.md. This
+// module is never tagged.
 package bench
