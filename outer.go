@@ -16,9 +16,9 @@ import (
 // It is false for nil, and for every error by which the Transport has
 // already decided the request: a write whose outcome is uncertain
 // (ErrReconcileRequired), a request that may not be repeated
-// (ErrNotRepeatable), a refusal of the retry budget, the breaker or the
-// ledger (ErrBudgetExhausted, ErrCircuitOpen, ErrDuplicateInFlight,
-// ErrIdempotencyConflict, ErrLedgerUnavailable), a call that used its
+// (ErrNotRepeatable), a refusal of the retry budget, the breaker, the
+// bulkhead, the rate limiter or the ledger (every error matching
+// ErrDeclined), a call that used its
 // attempts or its cost (ErrAttemptsExhausted, ErrFailureThreshold,
 // ErrCostBudget, ErrDeadline), an invalid request or setting
 // (ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit), and
@@ -52,8 +52,7 @@ func MayRetry(err error) bool {
 
 // finalErrors are the errors after which MayRetry says no.
 var finalErrors = [...]error{
-	ErrReconcileRequired, ErrNotRepeatable, ErrBudgetExhausted, ErrCircuitOpen,
-	ErrDuplicateInFlight, ErrIdempotencyConflict, ErrLedgerUnavailable,
+	ErrReconcileRequired, ErrNotRepeatable, ErrDeclined,
 	ErrAttemptsExhausted, ErrFailureThreshold, ErrCostBudget, ErrDeadline,
 	ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit,
 	context.Canceled, context.DeadlineExceeded,
