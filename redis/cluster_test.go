@@ -26,17 +26,13 @@ func TestClusterSmoke(t *testing.T) {
 	if n := masters.Load(); n < 3 {
 		t.Fatalf("cluster has %d masters, want at least 3", n)
 	}
-	b, err := NewTokenBucket(c, "smoke", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1e-9}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newTokenBucket(c, "smoke", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1e-9}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []bool{true, true, false} {
-		ok, err := b.AllowRetry(ctx)
-		if err != nil {
-			t.Fatalf("retry %d: %v", i, err)
-		}
-		if ok != want {
-			t.Fatalf("retry %d: ok = %v, want %v", i, ok, want)
+		if ok := leaseOne(t, b.s); ok != want {
+			t.Fatalf("lease %d: got %v, want %v", i, ok, want)
 		}
 	}
 }
