@@ -70,4 +70,3 @@ func BenchmarkLedgerBeginRelease(b *testing.B) {
 		}
 	}
 }
-

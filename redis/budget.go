@@ -2,6 +2,7 @@ package retryfuseredis
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -69,11 +70,7 @@ type BudgetOptions struct {
 // ErrRecovered is wrapped by the error of the first AllowRetry after Redis
 // answers again, once an earlier AllowRetry reported it unavailable: the
 // shared budget is back, and ok is its real answer.
-var ErrRecovered = errorString("retryfuseredis: redis available again")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var ErrRecovered = errors.New("retryfuseredis: redis available again")
 
 // kind is what tells a ratio budget from a token bucket: its script call,
 // and its local fallback.

@@ -21,6 +21,7 @@ func (c *testClock) now() time.Time      { return c.t }
 func (c *testClock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newTestClock() *testClock           { return &testClock{t: time.UnixMicro(1_700_000_000_000_000)} }
 func bg() context.Context                { return context.Background() }
+
 // leaseOne runs b's sync script by hand, as a retry asked for: it leases
 // one retry, or none.
 func leaseOne(t *testing.T, s *shared) bool {

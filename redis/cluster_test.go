@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
@@ -63,5 +64,54 @@ func TestClusterAndRingClientsChecked(t *testing.T) {
 		if _, err := NewLedger(c, LedgerConfig{}); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
 			t.Errorf("NewLedger, %s: got %v, want an error wrapping ErrInvalidPolicy", name, err)
 		}
+	}
+}
+
+// TestClusterBudgetsShare runs two processes' ratio budgets, and a token
+// bucket, on the cluster: deposits made through one are leased through the
+// other, and Close flushes.
+func TestClusterBudgetsShare(t *testing.T) {
+	prefix := uniq(t)
+	cfg := retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second}
+	opts := BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: time.Hour}
+	a, err := NewRatioBudget(clusterClient(t), "shared", cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newRatioBudget(clusterClient(t), "shared", cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 7 {
+		a.RecordRequest(bg())
+	}
+	if err := a.Close(bg()); err != nil { // deposits the seven
+		t.Fatalf("Close: %v", err)
+	}
+	leased, _, err := b.s.kind.sync(bg(), b.s.client, b.Key(), 0, 0, 0, 0, 100)
+	if err != nil || leased != 7 {
+		t.Fatalf("lease on the cluster after 7 deposits at ratio 1: got (%d, %v), want 7", leased, err)
+	}
+
+	tb, err := newTokenBucket(clusterClient(t), "bucket", retryfuse.TokenBucketConfig{Capacity: 3, Refill: 1e-9}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leased, _, err = tb.s.kind.sync(bg(), tb.s.client, tb.Key(), 0, 0, 0, 0, 100)
+	if err != nil || leased != 3 {
+		t.Fatalf("lease of a full bucket of 3 on the cluster: got (%d, %v), want 3", leased, err)
+	}
+}
+
+// TestBudgetKeysHashTagged pins the key layout: the name is the key's hash
+// tag, so that a budget's key has the slot of its name.
+func TestBudgetKeysHashTagged(t *testing.T) {
+	c := newClient(t, "127.0.0.1:1")
+	b, err := newRatioBudget(c, "payments", retryfuse.RatioBudgetConfig{}, BudgetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Key(), "retryfuse:budget:{payments}"; got != want {
+		t.Fatalf("key: got %q, want %q", got, want)
 	}
 }
