@@ -25,7 +25,7 @@ const DefaultSyncInterval = 100 * time.Millisecond
 
 // DefaultMaxLease is the most retries a budget leases at once when
 // BudgetOptions.MaxLease is zero.
-const DefaultMaxLease = 16
+const DefaultMaxLease = 256
 
 // BudgetOptions configures how a Redis budget talks to Redis. The zero
 // value is valid.
@@ -53,7 +53,7 @@ type BudgetOptions struct {
 	// Each lease is sized to the local rate of retries asked for (enough
 	// for two intervals), between 1 and MaxLease. It is the error term of
 	// the fleet's bound: each process may hold up to MaxLease retries
-	// leased in an earlier window. Zero means DefaultMaxLease (16). Must
+	// leased in an earlier window. Zero means DefaultMaxLease (256). Must
 	// not be negative.
 	MaxLease int
 	// RedisLogger, when not nil, receives go-redis's own log lines (such
