@@ -216,6 +216,11 @@ func (s *shared) allowRetry(ctx context.Context) (bool, error) {
 	}
 	empty := s.held == 0
 	s.mu.Unlock()
+	if ok && s.local != nil {
+		// The fallback counts this process's retries too, so that when it
+		// answers it grants what a budget without Redis would have left.
+		_, _ = s.local.AllowRetry(ctx)
+	}
 	if empty {
 		select {
 		case s.wake <- struct{}{}:

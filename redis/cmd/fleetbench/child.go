@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +27,10 @@ type report struct {
 	P99us  float64 `json:"p99_us"`
 	// Measured counts only the calls started after -measure-from.
 	Measured int `json:"measured"`
+	// Unavailable and Recovered count the budget's reports of Redis's
+	// state (Hooks.EvidenceUnavailable).
+	Unavailable int64 `json:"unavailable"`
+	Recovered   int64 `json:"recovered"`
 }
 
 // child runs callers GETs against url for d, through one Transport with a
@@ -55,7 +61,17 @@ func child(cfg config) error {
 	default:
 		return fmt.Errorf("unknown budget %q", cfg.budget)
 	}
-	tr := &retryfuse.Transport{MaxAttempts: cfg.attempts, NewBudget: newBudget, InitialBackoff: time.Microsecond, MaxBackoff: time.Microsecond}
+	var unavailable, recovered atomic.Int64
+	tr := &retryfuse.Transport{
+		MaxAttempts: cfg.attempts, NewBudget: newBudget, InitialBackoff: time.Microsecond, MaxBackoff: time.Microsecond,
+		Hooks: retryfuse.Hooks{EvidenceUnavailable: func(i retryfuse.EvidenceUnavailableInfo) {
+			if errors.Is(i.Err, retryfuseredis.ErrRecovered) {
+				recovered.Add(1)
+			} else {
+				unavailable.Add(1)
+			}
+		}},
+	}
 	if err := tr.Validate(); err != nil {
 		return err
 	}
@@ -96,9 +112,10 @@ func child(cfg config) error {
 		})
 	}
 	wg.Wait()
-	if err := closeBudgets(); err != nil {
+	if err := closeBudgets(); err != nil && !errors.Is(err, retryfuseredis.ErrUnavailable) {
 		fmt.Fprintln(os.Stderr, "fleetbench: Close:", err)
 	}
+	rep.Unavailable, rep.Recovered = unavailable.Load(), recovered.Load()
 	slices.Sort(samples)
 	rep.Measured = len(samples)
 	rep.P50us = micros(quantile(samples, 0.50))

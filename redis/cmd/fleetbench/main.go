@@ -152,6 +152,8 @@ func sum(reps []report) report {
 		t.Calls += r.Calls
 		t.Errors += r.Errors
 		t.Measured += r.Measured
+		t.Unavailable += r.Unavailable
+		t.Recovered += r.Recovered
 		t.P50us = max(t.P50us, r.P50us)
 		t.P99us = max(t.P99us, r.P99us)
 	}
@@ -219,7 +221,8 @@ func parent(cfg config) error {
 	fmt.Printf("  amplification %.4f; bound %.4f (1 + (Ratio·Q + reserve + P·(MaxLease+1))/Q); without the lease term %.4f\n",
 		amp, 1+bound/float64(t.Calls), 1+ideal/float64(t.Calls))
 	fmt.Printf("  retries / bound %.3f; retries / (Ratio·Q + reserve) %.3f\n", float64(requests-t.Calls)/bound, float64(requests-t.Calls)/ideal)
-	fmt.Printf("  Redis scripts %d: %.1f per second per process\n", after-before, float64(after-before)/cfg.duration.Seconds()/float64(cfg.procs))
+	fmt.Printf("  Redis scripts %d: %.1f per second per process; Redis reported unavailable %d times, recovered %d\n",
+		after-before, float64(after-before)/cfg.duration.Seconds()/float64(cfg.procs), t.Unavailable, t.Recovered)
 	fmt.Printf("  with an in-memory budget per process the bound would be %.4f\n\n",
 		1+(ratio*float64(t.Calls)+windows*reserve*float64(cfg.procs))/float64(t.Calls))
 
