@@ -93,7 +93,8 @@ type shared struct {
 	failSafe FailSafe
 	local    retryfuse.Budget // the FailSafeLocal fallback; nil for the other modes
 	// leaseTTL is how long leased retries may be spent (0: for ever);
-	// quiet is how long without a retry asked for makes a process quiet.
+	// quiet is how long without a retry asked for makes a process quiet,
+	// so that its next retry is granted on credit (at least an interval).
 	leaseTTL, quiet time.Duration
 	now             func() time.Time
 
@@ -208,7 +209,7 @@ func (s *shared) allowRetry(ctx context.Context) (bool, error) {
 	case s.held > 0 && (s.leaseTTL == 0 || now.Sub(s.leasedAt) < s.leaseTTL):
 		s.held--
 		ok = true
-	case quiet:
+	case quiet && s.credit == 0:
 		// The first retry of a quiet process is granted on credit, and
 		// charged at the next sync: it could not have a lease yet.
 		s.credit++

@@ -38,10 +38,11 @@ const (
 // process, and counts the lease as retries at once. AllowRetry spends the
 // lease. A lease is sized to the local rate of retries asked for (enough
 // for two intervals, at most MaxLease); half-way to its expiry (0.8·Window)
-// or once the process stops asking, what is left is given back. The first
-// retry of a process that asked for none in the last Window is granted on
-// credit, and charged at the next sync. A retry asked for with no lease
-// left is refused, and brings the next sync forward.
+// or once the process has asked for no retry for two intervals, what is
+// left is given back. The first retry of a process that asked for none in
+// the last Window is granted on credit, and charged at the next sync. A
+// retry asked for with no lease left is refused, and brings the next sync
+// forward.
 //
 // So over any Window, with P processes, the retries granted by the fleet
 // are at most
@@ -50,7 +51,10 @@ const (
 //
 // where Q' counts the requests deposited in the window: those recorded
 // in it and in the SyncInterval before it. MaxLease + 1 is what one
-// process may hold, or owe, from an earlier window.
+// process may hold, or owe, from an earlier window; in practice a process
+// holds about two intervals of its own retries, so the term is near
+// 2·SyncInterval/Window of the budget when every process is busy
+// (2% with the defaults), and near zero when few are.
 //
 // While Redis does not answer, AllowRetry answers from the fail-safe (see
 // AllowRetry) and the goroutine probes Redis with backoff (from
@@ -112,7 +116,7 @@ func newRatioBudget(client redis.UniversalClient, name string, cfg retryfuse.Rat
 	width := window / ratioBuckets
 	s.kind = &ratioKind{args: []any{formatFloat(ratio), formatFloat(reserve), fmt.Sprint(int64(width)), ceilMillis(addSat(window, width))}}
 	s.leaseTTL = window - 2*width
-	s.quiet = window
+	s.quiet = max(window, s.interval)
 	return &RatioBudget{s: s}, nil
 }
 

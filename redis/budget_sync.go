@@ -74,10 +74,14 @@ func (s *shared) close(ctx context.Context) error {
 	return err
 }
 
+// idleAfter is how many sync intervals without a retry asked for make a
+// process give its lease back, for other processes to use.
+const idleAfter = 2
+
 // sync runs one script call: it deposits the requests recorded since the
 // last, charges the retries granted on credit, gives back a lease that is
 // half-way to its expiry (or every lease when final, or when the process
-// has gone quiet), and tops the lease up to the local rate of retries
+// has asked for no retry for idleAfter intervals), and tops the lease up to the local rate of retries
 // asked for. With nothing to send and Redis up, it sends nothing. A
 // failure puts the budget in its fail-safe until a later sync succeeds.
 func (s *shared) sync(ctx context.Context, final bool) error {
@@ -87,7 +91,7 @@ func (s *shared) sync(ctx context.Context, final bool) error {
 	credit := s.credit
 	s.credit = 0
 	var back, backTick int64
-	if s.held > 0 && (final || now.Sub(s.askedAt) >= s.quiet || s.leaseTTL > 0 && now.Sub(s.leasedAt) >= s.leaseTTL/2) {
+	if s.held > 0 && (final || now.Sub(s.askedAt) >= idleAfter*s.interval || s.leaseTTL > 0 && now.Sub(s.leasedAt) >= s.leaseTTL/2) {
 		back, backTick = s.held, s.tick
 		s.held = 0
 	}

@@ -32,10 +32,10 @@ const (
 // constructor starts and Close stops, in one script call (EVALSHA) at most
 // every SyncInterval, and only while retries are asked for. A lease is
 // sized to the local rate of retries asked for (enough for two intervals,
-// at most MaxLease); once the process asks for none during the time the
-// bucket takes to earn one token, what is left is given back. The first
-// retry of such a quiet process is granted on credit, and charged at the
-// next sync (the bucket may go below zero: refills pay it back). A retry
+// at most MaxLease); once the process has asked for none for two
+// intervals, what is left is given back. The first retry of a quiet
+// process (one that asked for none during the time the bucket takes to
+// earn a token) is granted on credit, and charged at the next sync (the bucket may go below zero: refills pay it back). A retry
 // asked for with no lease left is refused, and brings the next sync
 // forward. RecordRequest costs nothing: a token bucket adds no credit per
 // request.
