@@ -4,17 +4,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/retryfuse/retryfuse"
 )
 
 // BenchmarkSuccessPath is a GET through a retryfuse.Transport to a healthy
 // loopback server, with an in-memory ratio budget per scope and with the
-// Redis one. Each round runs both, memory first then Redis, and -count
-// repeats the rounds: so the two alternate, and their ratio within one
-// round is the figure. The parallel variant is several callers on one
-// Transport.
+// Redis one, interleaved: each iteration makes one call through each
+// Transport, the two in turn first, and times each. It reports ns/op of
+// each (memory-ns/call, redis-ns/call) and their ratio (redis/memory), so
+// that a busy machine slows both alike. The parallel variant is several
+// callers, each interleaving the same way.
 func BenchmarkSuccessPath(b *testing.B) {
 	benchSuccess(b, false)
 }
@@ -28,41 +31,71 @@ func benchSuccess(b *testing.B, parallel bool) {
 		io.WriteString(w, "ok")
 	}))
 	b.Cleanup(srv.Close)
-	memory := func(string) (retryfuse.Budget, error) { return retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{}) }
-	b.Run("memory", func(b *testing.B) { runGets(b, srv.URL, memory, parallel) })
-	b.Run("redis", func(b *testing.B) {
-		f, err := RatioBudgets(sharedClient(b), retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = f.Close(bg()) })
-		runGets(b, srv.URL, f.New, parallel)
+	f, err := RatioBudgets(sharedClient(b), retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Close(bg()) })
+	memory := newGetter(b, srv.URL, func(string) (retryfuse.Budget, error) {
+		return retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{})
 	})
-}
-
-func runGets(b *testing.B, url string, newBudget func(string) (retryfuse.Budget, error), parallel bool) {
-	tr := &retryfuse.Transport{NewBudget: newBudget}
-	b.Cleanup(tr.CloseIdleConnections)
-	c := &http.Client{Transport: tr}
-	get := func() {
-		resp, err := c.Get(url)
-		if err != nil {
-			b.Error(err)
-			return
+	redisBudget := newGetter(b, srv.URL, f.New)
+	var memNs, redisNs atomic.Int64
+	pair := func(i int) {
+		first, second := memory, redisBudget
+		firstNs, secondNs := &memNs, &redisNs
+		if i%2 == 1 {
+			first, second, firstNs, secondNs = second, first, secondNs, firstNs
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		firstNs.Add(int64(first.get(b)))
+		secondNs.Add(int64(second.get(b)))
 	}
 	b.ReportAllocs()
+	var calls atomic.Int64
 	if parallel {
 		b.RunParallel(func(pb *testing.PB) {
+			i := 0
 			for pb.Next() {
-				get()
+				pair(i)
+				i++
 			}
+			calls.Add(int64(i))
 		})
-		return
+	} else {
+		i := 0
+		for b.Loop() {
+			pair(i)
+			i++
+		}
+		calls.Store(int64(i))
 	}
-	for b.Loop() {
-		get()
+	n := float64(max(calls.Load(), 1))
+	b.ReportMetric(float64(memNs.Load())/n, "memory-ns/call")
+	b.ReportMetric(float64(redisNs.Load())/n, "redis-ns/call")
+	b.ReportMetric(float64(redisNs.Load())/float64(max(memNs.Load(), 1)), "redis/memory")
+}
+
+// getter makes GETs through its own Transport.
+type getter struct {
+	c   *http.Client
+	url string
+}
+
+func newGetter(b *testing.B, url string, newBudget func(string) (retryfuse.Budget, error)) *getter {
+	tr := &retryfuse.Transport{NewBudget: newBudget}
+	b.Cleanup(tr.CloseIdleConnections)
+	return &getter{c: &http.Client{Transport: tr}, url: url}
+}
+
+// get makes one GET and returns how long it took.
+func (g *getter) get(b *testing.B) time.Duration {
+	start := time.Now()
+	resp, err := g.c.Get(g.url)
+	if err != nil {
+		b.Error(err)
+		return time.Since(start)
 	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return time.Since(start)
 }
