@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,7 @@ import (
 
 type config struct {
 	procs, callers, attempts int
+	rounds                   int
 	duration, interval       time.Duration
 	maxLease                 int
 	redisAddr                string
@@ -61,6 +63,7 @@ func main() {
 	flag.IntVar(&cfg.procs, "procs", 8, "processes in the fleet")
 	flag.IntVar(&cfg.callers, "callers", 4, "concurrent callers per process")
 	flag.IntVar(&cfg.attempts, "attempts", 4, "Transport.MaxAttempts")
+	flag.IntVar(&cfg.rounds, "rounds", 4, "rounds of the healthy and paused phases")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "length of each run")
 	flag.DurationVar(&cfg.interval, "interval", 0, "BudgetOptions.SyncInterval (0: the default)")
 	flag.IntVar(&cfg.maxLease, "max-lease", 0, "BudgetOptions.MaxLease (0: the default)")
@@ -213,24 +216,27 @@ func parent(cfg config) error {
 	requests := failing.hits.Load()
 	const ratio, reserve, window = 0.1, 10.0, 10 * time.Second
 	windows := math.Ceil(float64(cfg.duration) / float64(window))
-	ideal := ratio*float64(t.Calls) + windows*reserve
-	bound := ideal + windows*float64(cfg.procs*(lease+1))
-	amp := float64(requests) / float64(t.Calls)
+	q := float64(t.Calls)
+	retries := float64(requests - t.Calls)
+	ideal := ratio*q + windows*reserve                      // one shared budget, answered synchronously
+	fresh := ideal + float64(cfg.procs)                     // plus one retry on credit per process
+	general := ideal + windows*float64(cfg.procs*(lease+1)) // plus what each process may hold from an earlier window
+	amp := func(retries float64) float64 { return 1 + retries/q }
 	fmt.Println("always-503, Redis budgets:")
-	fmt.Printf("  calls %d, requests %d, retries %d\n", t.Calls, requests, requests-t.Calls)
-	fmt.Printf("  amplification %.4f; bound %.4f (1 + (Ratio·Q + reserve + P·(MaxLease+1))/Q); without the lease term %.4f\n",
-		amp, 1+bound/float64(t.Calls), 1+ideal/float64(t.Calls))
-	fmt.Printf("  retries / bound %.3f; retries / (Ratio·Q + reserve) %.3f\n", float64(requests-t.Calls)/bound, float64(requests-t.Calls)/ideal)
-	fmt.Printf("  Redis scripts %d: %.1f per second per process; Redis reported unavailable %d times, recovered %d\n",
+	fmt.Printf("  calls Q %d, requests %d, retries %d\n", t.Calls, requests, requests-t.Calls)
+	fmt.Printf("  amplification %.4f (requests per call)\n", amp(retries))
+	fmt.Printf("  bound, one window from a fresh key: %.4f (1 + (Ratio·Q + reserve + P)/Q): measured/bound %.4f\n", amp(fresh), amp(retries)/amp(fresh))
+	fmt.Printf("  bound, general: %.4f (1 + (Ratio·Q + reserve + P·(MaxLease+1))/Q per window)\n", amp(general))
+	fmt.Printf("  one budget answered synchronously: %.4f (1 + (Ratio·Q + reserve)/Q): retries/(Ratio·Q + reserve) %.4f\n", amp(ideal), retries/ideal)
+	fmt.Printf("  an in-memory budget per process instead: %.4f (1 + (Ratio·Q + P·reserve)/Q)\n", amp(ratio*q+windows*reserve*float64(cfg.procs)))
+	fmt.Printf("  Redis scripts %d: %.1f per second per process; Redis reported unavailable %d times, recovered %d\n\n",
 		after-before, float64(after-before)/cfg.duration.Seconds()/float64(cfg.procs), t.Unavailable, t.Recovered)
-	fmt.Printf("  with an in-memory budget per process the bound would be %.4f\n\n",
-		1+(ratio*float64(t.Calls)+windows*reserve*float64(cfg.procs))/float64(t.Calls))
 
 	// Phase 2: healthy, memory and Redis in turn.
-	fmt.Println("healthy server, success path (rounds alternate):")
+	fmt.Println("healthy server, success path (rounds alternate, and so does which budget runs first):")
 	rates := map[string][]float64{}
-	for round := range 2 {
-		for _, budget := range []string{"memory", "redis"} {
+	for round := range cfg.rounds {
+		for _, budget := range order(round) {
 			before, err := scriptCalls(rdb)
 			if err != nil {
 				return err
@@ -251,6 +257,11 @@ func parent(cfg config) error {
 		}
 		fmt.Printf("  round %d: Redis budget costs %.3f× the in-memory one (calls/s memory ÷ redis)\n", round+1, rates["memory"][round]/rates["redis"][round])
 	}
+	var costs []float64
+	for i := range rates["memory"] {
+		costs = append(costs, rates["memory"][i]/rates["redis"][i])
+	}
+	fmt.Printf("  median cost over %d rounds: %.3f×\n", len(costs), median(costs))
 
 	// Phase 3: Redis paused.
 	if own == nil {
@@ -258,9 +269,10 @@ func parent(cfg config) error {
 		return nil
 	}
 	fmt.Println("\nRedis paused (SIGSTOP) from 1s in, in the redis rounds; latency measured from 1.5s on (rounds alternate):")
-	for round := range 2 {
-		var p99 [2]float64
-		for i, budget := range []string{"memory", "redis"} {
+	var added []float64
+	for round := range cfg.rounds {
+		p99 := map[string]float64{}
+		for _, budget := range order(round) {
 			var during func()
 			if budget == "redis" {
 				during = func() {
@@ -274,11 +286,34 @@ func parent(cfg config) error {
 				return err
 			}
 			t := sum(reps)
-			p99[i] = t.P99us
+			p99[budget] = t.P99us
 			fmt.Printf("  round %d %-6s %8.0f calls/s, p50 %6.0fµs, p99 %6.0fµs, errors %d\n",
 				round+1, budget, float64(t.Calls)/cfg.duration.Seconds(), t.P50us, t.P99us, t.Errors)
 		}
-		fmt.Printf("  round %d: p99 added while paused %+.0fµs\n", round+1, p99[1]-p99[0])
+		added = append(added, p99["redis"]-p99["memory"])
+		fmt.Printf("  round %d: p99 added while paused %+.0fµs\n", round+1, added[round])
 	}
+	fmt.Printf("  median p99 added over %d rounds: %+.0fµs\n", len(added), median(added))
 	return nil
+}
+
+// order is the order of the budgets in a round: memory first in even
+// rounds, Redis first in odd ones.
+func order(round int) []string {
+	if round%2 == 0 {
+		return []string{"memory", "redis"}
+	}
+	return []string{"redis", "memory"}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
