@@ -54,6 +54,34 @@ func BenchmarkRecordRequest(b *testing.B) {
 	})
 }
 
+// BenchmarkRatioSync is one background sync of a ratio budget: one script
+// that deposits requests and leases a retry.
+func BenchmarkRatioSync(b *testing.B) {
+	rb, err := newRatioBudget(sharedClient(b), "bench", retryfuse.RatioBudgetConfig{MinPerSecond: 1e9}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchSync(b, rb.s)
+}
+
+// BenchmarkTokenBucketSync is one background sync of a token bucket.
+func BenchmarkTokenBucketSync(b *testing.B) {
+	tb, err := newTokenBucket(sharedClient(b), "bench", retryfuse.TokenBucketConfig{Capacity: 1e9, Refill: 1e9}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchSync(b, tb.s)
+}
+
+func benchSync(b *testing.B, s *shared) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := s.kind.sync(bg(), s.client, s.key, 10, 0, 0, 0, 4); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkLedgerBeginRelease(b *testing.B) {
 	l, err := NewLedger(sharedClient(b), LedgerConfig{Prefix: uniq(b), InFlightTTL: time.Minute, Timeout: benchTimeout})
 	if err != nil {
