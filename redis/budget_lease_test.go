@@ -131,3 +131,23 @@ func TestCloseFlushes(t *testing.T) {
 		t.Fatalf("after Close: leased (%d, %v), want 5: the five requests deposited", leased, err)
 	}
 }
+
+// TestBudgetsClose: Budgets.Close closes every budget New made (goleak
+// checks their goroutines are gone), and New fails afterwards.
+func TestBudgetsClose(t *testing.T) {
+	f, err := TokenBuckets(sharedClient(t), retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []string{"a", "b", "c"} {
+		if _, err := f.New(scope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(bg()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := f.New("d"); err == nil {
+		t.Fatal("New after Close: got a budget, want an error")
+	}
+}

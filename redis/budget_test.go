@@ -50,8 +50,9 @@ func mustAllow(t *testing.T, b retryfuse.Budget) bool {
 	return ok
 }
 
-func TestTokenBucketScriptSteps(t *testing.T) {
-	c := sharedClient(t)
+func TestTokenBucketScriptSteps(t *testing.T) { onSingleAndCluster(t, testTokenBucketScriptSteps) }
+
+func testTokenBucketScriptSteps(t *testing.T, c redis.UniversalClient) {
 	b, err := newTokenBucket(c, "steps", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
@@ -81,8 +82,9 @@ func TestTokenBucketScriptSteps(t *testing.T) {
 	}
 }
 
-func TestRatioScriptSteps(t *testing.T) {
-	c := sharedClient(t)
+func TestRatioScriptSteps(t *testing.T) { onSingleAndCluster(t, testRatioScriptSteps) }
+
+func testRatioScriptSteps(t *testing.T, c redis.UniversalClient) {
 	b, err := newRatioBudget(c, "steps", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1, Window: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +157,9 @@ func memoryRetries(t *testing.T, newBudget func() (retryfuse.Budget, error), ste
 
 // TestTokenBucketMatchesMemory drives the Redis bucket and
 // retryfuse.TokenBucket with the same times and checks every answer.
-func TestTokenBucketMatchesMemory(t *testing.T) {
-	c := sharedClient(t)
+func TestTokenBucketMatchesMemory(t *testing.T) { onSingleAndCluster(t, testTokenBucketMatchesMemory) }
+
+func testTokenBucketMatchesMemory(t *testing.T, c redis.UniversalClient) {
 	cfgs := []retryfuse.TokenBucketConfig{
 		{},
 		{Capacity: 3, Refill: 0.5, Interval: 100 * time.Millisecond},
@@ -189,8 +192,9 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 
 // TestRatioMatchesMemory drives the Redis ratio budget and
 // retryfuse.RatioBudget with the same times and operations.
-func TestRatioMatchesMemory(t *testing.T) {
-	c := sharedClient(t)
+func TestRatioMatchesMemory(t *testing.T) { onSingleAndCluster(t, testRatioMatchesMemory) }
+
+func testRatioMatchesMemory(t *testing.T, c redis.UniversalClient) {
 	cfgs := []retryfuse.RatioBudgetConfig{
 		{Window: time.Second},
 		{Ratio: 0.5, MinPerSecond: -1, Window: time.Second},

@@ -115,3 +115,10 @@ func TestBudgetKeysHashTagged(t *testing.T) {
 		t.Fatalf("key: got %q, want %q", got, want)
 	}
 }
+
+// onSingleAndCluster runs f on the shared server and on the shared
+// cluster.
+func onSingleAndCluster(t *testing.T, f func(*testing.T, redis.UniversalClient)) {
+	t.Run("single", func(t *testing.T) { f(t, sharedClient(t)) })
+	t.Run("cluster", func(t *testing.T) { f(t, clusterClient(t)) })
+}
