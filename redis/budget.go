@@ -204,18 +204,19 @@ func (s *shared) allowRetry(ctx context.Context) (bool, error) {
 		s.state.upToReport = false
 		err = ErrRecovered
 	}
-	ok := false
+	ok, fromLease := false, false
 	switch {
 	case s.held > 0 && (s.leaseTTL == 0 || now.Sub(s.leasedAt) < s.leaseTTL):
 		s.held--
-		ok = true
+		ok, fromLease = true, true
 	case quiet && s.credit == 0:
 		// The first retry of a quiet process is granted on credit, and
 		// charged at the next sync: it could not have a lease yet.
 		s.credit++
 		ok = true
 	}
-	empty := s.held == 0
+	// No lease left (or an expired one): ask for the next sync sooner.
+	empty := !fromLease || s.held == 0
 	s.mu.Unlock()
 	if ok && s.local != nil {
 		// The fallback counts this process's retries too, so that when it
