@@ -24,36 +24,72 @@ const (
 )
 
 // RatioBudget is a retryfuse.RatioBudget kept in Redis, shared by every
-// process that uses the same client, key prefix and name: each request
+// process that uses the same Redis, key prefix and name: each request
 // deposits Ratio of a retry for Window, each retry withdraws one, and a
 // reserve of MinPerSecond·Window retries per window lets a quiet service
-// retry at all. With Q requests and G retries in the last Window, summed
-// over every process, a retry is granted when G + 1 ≤ Ratio·Q + reserve.
+// retry at all.
 //
-// Both RecordRequest and AllowRetry are one round trip each: one script
-// (EVALSHA) that slides the window (ten buckets) by the server's clock,
-// counts, and refreshes the key's expiry. So a call that is not retried
-// costs one round trip, and each retry one more.
+// Every RecordRequest and AllowRetry is answered in memory, never waiting
+// on Redis. Requests are counted locally and deposited once per
+// SyncInterval, by a goroutine that the constructor starts and Close
+// stops, in one script call (EVALSHA) that also leases retries: Redis
+// grants a lease while R + lease ≤ Ratio·Q + reserve, with Q requests and
+// R retries (leased or charged) in the last Window, summed over every
+// process, and counts the lease as retries at once. AllowRetry spends the
+// lease. A lease is sized to the local rate of retries asked for (enough
+// for two intervals, at most MaxLease); half-way to its expiry (0.8·Window)
+// or once the process has asked for no retry for two intervals, what is
+// left is given back. The first retry of a process that asked for none in
+// the last Window is granted on credit, and charged at the next sync. A
+// retry asked for with no lease left is refused, and brings the next sync
+// forward.
 //
-// The key expires after Window (plus one bucket) without use: by then
+// So over any Window, with P processes, the retries granted by the fleet
+// are at most
+//
+//	Ratio·Q' + reserve + P·(MaxLease + 1)
+//
+// where Q' counts the requests deposited in the window: those recorded
+// in it and in the SyncInterval before it. MaxLease + 1 is what one
+// process may hold, or owe, from an earlier window; in practice a process
+// holds about two intervals of its own retries, so the term is near
+// 2·SyncInterval/Window of the budget when every process is busy
+// (2% with the defaults), and near zero when few are.
+//
+// While Redis does not answer, AllowRetry answers from the fail-safe (see
+// AllowRetry) and the goroutine probes Redis with backoff (from
+// SyncInterval, doubling, up to a second); the shared budget is back with
+// the first sync that succeeds.
+//
+// The key expires after Window (plus one bucket) without a sync: by then
 // every count in it has left the window.
 //
-// Create it with NewRatioBudget. This type is concurrency safe.
+// Create it with NewRatioBudget, and Close it. This type is concurrency
+// safe.
 type RatioBudget struct {
-	r         remote
-	local     *retryfuse.RatioBudget // also records requests, to be warm when it is needed
-	reqArgs   []any
-	retryArgs []any
+	s *shared
 }
 
 var _ retryfuse.Budget = (*RatioBudget)(nil)
 
-// NewRatioBudget returns the ratio budget called name. cfg is validated as
+// NewRatioBudget returns the ratio budget called name, and starts its
+// sync goroutine: Close stops it. cfg is validated as
 // retryfuse.NewRatioBudget does, and its Window must also be at least 10µs
-// (the scripts count time in microseconds). A nil client, a client without
-// ContextTimeoutEnabled, an empty name or an invalid option gives an error
-// wrapping retryfuse.ErrInvalidPolicy.
-func NewRatioBudget(client redis.Scripter, name string, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*RatioBudget, error) {
+// (the scripts count time in microseconds). A nil client, a client
+// without ContextTimeoutEnabled, an empty name or an invalid option
+// (negative Timeout, SyncInterval or MaxLease, unknown FailSafe) gives an
+// error wrapping retryfuse.ErrInvalidPolicy.
+func NewRatioBudget(client redis.UniversalClient, name string, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*RatioBudget, error) {
+	b, err := newRatioBudget(client, name, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	b.s.start()
+	return b, nil
+}
+
+// newRatioBudget returns the budget without starting its goroutine.
+func newRatioBudget(client redis.UniversalClient, name string, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*RatioBudget, error) {
 	local, err := retryfuse.NewRatioBudget(cfg) // validates cfg
 	if err != nil {
 		return nil, err
@@ -61,13 +97,12 @@ func NewRatioBudget(client redis.Scripter, name string, cfg retryfuse.RatioBudge
 	if cfg.Window > 0 && cfg.Window < ratioBuckets*time.Microsecond {
 		return nil, invalid("RatioBudgetConfig.Window", "is shorter than 10µs, the least the Redis budget can count")
 	}
-	r, err := newRemote(client, name, opts)
+	s, err := newShared(client, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	b := &RatioBudget{r: r}
-	if r.failSafe == FailSafeLocal {
-		b.local, b.r.local = local, local
+	if s.failSafe == FailSafeLocal {
+		s.local = local
 	}
 	ratio := orDefault(cfg.Ratio, defaultRatio)
 	window := orDefault(cfg.Window, defaultWindow)
@@ -79,54 +114,70 @@ func NewRatioBudget(client redis.Scripter, name string, cfg retryfuse.RatioBudge
 		reserve = cfg.MinPerSecond * window.Seconds()
 	}
 	width := window / ratioBuckets
-	common := []any{formatFloat(ratio), formatFloat(reserve), fmt.Sprint(int64(width)), ceilMillis(addSat(window, width))}
-	b.reqArgs = append([]any{"request"}, common...)
-	b.retryArgs = append([]any{"retry"}, common...)
-	return b, nil
+	s.kind = &ratioKind{args: []any{formatFloat(ratio), formatFloat(reserve), fmt.Sprint(int64(width)), ceilMillis(addSat(window, width))}}
+	s.leaseTTL = window - 2*width
+	s.quiet = max(window, s.interval)
+	return &RatioBudget{s: s}, nil
 }
 
-// Key returns the budget's Redis key.
-func (b *RatioBudget) Key() string { return b.r.key() }
+// Key returns the budget's Redis key: Prefix + "{" + name + "}".
+func (b *RatioBudget) Key() string { return b.s.key }
 
-// RecordRequest deposits one request's credit. When Redis cannot answer,
-// the deposit is lost to the shared budget (which then grants fewer
-// retries, never more); the local fallback budget records every request
-// either way, so that it is ready when it is needed. RecordRequest has no
-// error to return: the failure shows at the next AllowRetry, which will
-// most likely meet it too.
-func (b *RatioBudget) RecordRequest(ctx context.Context) {
-	if b.local != nil {
-		b.local.RecordRequest(ctx)
-	}
-	_, _ = b.r.call(ctx, ratioScript, b.reqArgs)
-}
+// RecordRequest counts one request, in memory: it is deposited in Redis
+// at the next sync (and counted by the local fallback budget too, so that
+// it is warm when it is needed).
+func (b *RatioBudget) RecordRequest(ctx context.Context) { b.s.recordRequest(ctx) }
 
-// AllowRetry withdraws one retry. A non-nil error (wrapping
-// ErrUnavailable) means Redis could not answer within the timeout, and ok
-// is the fail-safe's answer.
+// AllowRetry takes one retry from the local lease, never waiting on Redis.
+//
+// While Redis does not answer (since a sync failed, until one succeeds)
+// ok is the fail-safe's answer. The change is reported once each way: the
+// first AllowRetry after a failed sync returns an error wrapping
+// ErrUnavailable (the transport reports it through
+// Hooks.EvidenceUnavailable), the next ones a nil error; and the first
+// AllowRetry after Redis answers again returns an error wrapping
+// ErrRecovered, with ok the shared budget's answer. After Close, ok is
+// the fail-safe's answer.
 func (b *RatioBudget) AllowRetry(ctx context.Context) (ok bool, err error) {
-	return b.r.allowRetry(ctx, ratioScript, b.retryArgs)
+	return b.s.allowRetry(ctx)
 }
 
-// RatioBudgets returns a function for retryfuse.Transport.NewBudget that
-// gives each scope the RatioBudget named after it, so that every process
-// using the same Redis shares one budget per dependency.
-func RatioBudgets(client redis.Scripter, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (func(scope string) (retryfuse.Budget, error), error) {
-	if _, err := NewRatioBudget(client, "check", cfg, opts); err != nil {
-		return nil, err
-	}
-	return func(scope string) (retryfuse.Budget, error) {
-		return NewRatioBudget(client, scope, cfg, opts)
-	}, nil
+// Close stops the sync goroutine, then deposits the requests not yet
+// deposited and gives back the unused lease, within ctx's deadline and the
+// Timeout. Its error wraps ErrUnavailable when Redis did not answer.
+// Later calls do nothing.
+func (b *RatioBudget) Close(ctx context.Context) error { return b.s.close(ctx) }
+
+// ratioKind is the script call of a ratio budget.
+type ratioKind struct {
+	args []any // ratio, reserve, bucket width, expiry
+	// now, when set, is passed to the script as the time (a test seam);
+	// nil means the server's clock.
+	now func() time.Time
 }
 
-// TokenBuckets returns a function for retryfuse.Transport.NewBudget that
-// gives each scope the TokenBucket named after it.
-func TokenBuckets(client redis.Scripter, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (func(scope string) (retryfuse.Budget, error), error) {
-	if _, err := NewTokenBucket(client, "check", cfg, opts); err != nil {
-		return nil, err
+func (k *ratioKind) sync(ctx context.Context, c redis.UniversalClient, key string, n, credit, back, backTick, want int64) (int64, int64, error) {
+	args := append([]any{n, credit, back, backTick, want}, k.args...)
+	if k.now != nil {
+		args = append(args, micros(k.now()))
 	}
-	return func(scope string) (retryfuse.Budget, error) {
-		return NewTokenBucket(client, scope, cfg, opts)
-	}, nil
+	return runSync(ctx, c, ratioScript, key, args)
+}
+
+// runSync runs a sync script and reads its reply, {leased, tick}.
+func runSync(ctx context.Context, c redis.UniversalClient, s *redis.Script, key string, args []any) (int64, int64, error) {
+	v, err := s.Run(ctx, c, []string{key}, args...).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	pair, ok := v.([]any)
+	if !ok || len(pair) != 2 {
+		return 0, 0, unexpected(v)
+	}
+	leased, ok1 := pair[0].(int64)
+	tick, ok2 := pair[1].(int64)
+	if !ok1 || !ok2 || leased < 0 {
+		return 0, 0, unexpected(v)
+	}
+	return leased, tick, nil
 }

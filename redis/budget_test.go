@@ -21,6 +21,26 @@ func (c *testClock) now() time.Time      { return c.t }
 func (c *testClock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newTestClock() *testClock           { return &testClock{t: time.UnixMicro(1_700_000_000_000_000)} }
 func bg() context.Context                { return context.Background() }
+
+// leaseOne runs b's sync script by hand, as a retry asked for: it leases
+// one retry, or none.
+func leaseOne(t *testing.T, s *shared) bool {
+	t.Helper()
+	leased, _, err := s.kind.sync(bg(), s.client, s.key, 0, 0, 0, 0, 1)
+	if err != nil {
+		t.Fatalf("sync: unexpected error %v", err)
+	}
+	return leased == 1
+}
+
+// deposit runs b's sync script by hand, as one request recorded.
+func deposit(t *testing.T, s *shared) {
+	t.Helper()
+	if _, _, err := s.kind.sync(bg(), s.client, s.key, 1, 0, 0, 0, 0); err != nil {
+		t.Fatalf("sync: unexpected error %v", err)
+	}
+}
+
 func mustAllow(t *testing.T, b retryfuse.Budget) bool {
 	t.Helper()
 	ok, err := b.AllowRetry(bg())
@@ -30,14 +50,15 @@ func mustAllow(t *testing.T, b retryfuse.Budget) bool {
 	return ok
 }
 
-func TestTokenBucketScriptSteps(t *testing.T) {
-	c := sharedClient(t)
-	b, err := NewTokenBucket(c, "steps", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+func TestTokenBucketScriptSteps(t *testing.T) { onSingleAndCluster(t, testTokenBucketScriptSteps) }
+
+func testTokenBucketScriptSteps(t *testing.T, c redis.UniversalClient) {
+	b, err := newTokenBucket(c, "steps", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := newTestClock()
-	b.r.now = clk.now
+	b.s.kind.(*bucketKind).now = clk.now
 	steps := []struct {
 		advance time.Duration
 		want    bool
@@ -55,38 +76,39 @@ func TestTokenBucketScriptSteps(t *testing.T) {
 	}
 	for i, s := range steps {
 		clk.add(s.advance)
-		if got := mustAllow(t, b); got != s.want {
+		if got := leaseOne(t, b.s); got != s.want {
 			t.Fatalf("step %d (%s): got %v, want %v", i, s.why, got, s.want)
 		}
 	}
 }
 
-func TestRatioScriptSteps(t *testing.T) {
-	c := sharedClient(t)
-	b, err := NewRatioBudget(c, "steps", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1, Window: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+func TestRatioScriptSteps(t *testing.T) { onSingleAndCluster(t, testRatioScriptSteps) }
+
+func testRatioScriptSteps(t *testing.T, c redis.UniversalClient) {
+	b, err := newRatioBudget(c, "steps", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1, Window: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := newTestClock()
-	b.r.now = clk.now
-	if mustAllow(t, b) {
+	b.s.kind.(*ratioKind).now = clk.now
+	if leaseOne(t, b.s) {
 		t.Fatal("no reserve, no request: got a retry, want none")
 	}
-	b.RecordRequest(bg())
-	if mustAllow(t, b) {
+	deposit(t, b.s)
+	if leaseOne(t, b.s) {
 		t.Fatal("one request at ratio 0.5: got a retry, want none (half a retry)")
 	}
-	b.RecordRequest(bg())
-	if !mustAllow(t, b) {
+	deposit(t, b.s)
+	if !leaseOne(t, b.s) {
 		t.Fatal("two requests at ratio 0.5: got no retry, want one")
 	}
-	if mustAllow(t, b) {
+	if leaseOne(t, b.s) {
 		t.Fatal("credit spent: got a second retry, want none")
 	}
 	clk.add(time.Second)
-	b.RecordRequest(bg())
-	b.RecordRequest(bg())
-	if !mustAllow(t, b) {
+	deposit(t, b.s)
+	deposit(t, b.s)
+	if !leaseOne(t, b.s) {
 		t.Fatal("after the window the old retry has left: got no retry, want one")
 	}
 }
@@ -135,15 +157,16 @@ func memoryRetries(t *testing.T, newBudget func() (retryfuse.Budget, error), ste
 
 // TestTokenBucketMatchesMemory drives the Redis bucket and
 // retryfuse.TokenBucket with the same times and checks every answer.
-func TestTokenBucketMatchesMemory(t *testing.T) {
-	c := sharedClient(t)
+func TestTokenBucketMatchesMemory(t *testing.T) { onSingleAndCluster(t, testTokenBucketMatchesMemory) }
+
+func testTokenBucketMatchesMemory(t *testing.T, c redis.UniversalClient) {
 	cfgs := []retryfuse.TokenBucketConfig{
 		{},
 		{Capacity: 3, Refill: 0.5, Interval: 100 * time.Millisecond},
 		{Capacity: 1.5, Refill: 3, Interval: 7 * time.Millisecond},
 	}
 	for ci, cfg := range cfgs {
-		rb, err := NewTokenBucket(c, "diff", cfg, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+		rb, err := newTokenBucket(c, "diff", cfg, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,11 +178,12 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 		want := memoryRetries(t, func() (retryfuse.Budget, error) { return retryfuse.NewTokenBucket(cfg) }, steps)
 
 		clk := newTestClock()
-		rb.r.now = clk.now
-		rb.args[2] = keepForTest
+		k := rb.s.kind.(*bucketKind)
+		k.now = clk.now
+		k.args[2] = keepForTest
 		for i, s := range steps {
 			clk.add(s.d)
-			if got := mustAllow(t, rb); got != want[i] {
+			if got := leaseOne(t, rb.s); got != want[i] {
 				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want[i])
 			}
 		}
@@ -168,8 +192,9 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 
 // TestRatioMatchesMemory drives the Redis ratio budget and
 // retryfuse.RatioBudget with the same times and operations.
-func TestRatioMatchesMemory(t *testing.T) {
-	c := sharedClient(t)
+func TestRatioMatchesMemory(t *testing.T) { onSingleAndCluster(t, testRatioMatchesMemory) }
+
+func testRatioMatchesMemory(t *testing.T, c redis.UniversalClient) {
 	cfgs := []retryfuse.RatioBudgetConfig{
 		{Window: time.Second},
 		{Ratio: 0.5, MinPerSecond: -1, Window: time.Second},
@@ -177,7 +202,7 @@ func TestRatioMatchesMemory(t *testing.T) {
 		{Ratio: 0.3, MinPerSecond: 0.5, Window: 10 * time.Microsecond * 1001},
 	}
 	for ci, cfg := range cfgs {
-		rb, err := NewRatioBudget(c, "diff", cfg, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+		rb, err := newRatioBudget(c, "diff", cfg, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,16 +214,17 @@ func TestRatioMatchesMemory(t *testing.T) {
 		want := memoryRetries(t, func() (retryfuse.Budget, error) { return retryfuse.NewRatioBudget(cfg) }, steps)
 
 		clk := newTestClock()
-		rb.r.now = clk.now
-		rb.reqArgs[4], rb.retryArgs[4] = keepForTest, keepForTest
+		k := rb.s.kind.(*ratioKind)
+		k.now = clk.now
+		k.args[3] = keepForTest
 		granted, asked := 0, 0
 		for i, s := range steps {
 			clk.add(s.d)
 			if !s.retry {
-				rb.RecordRequest(bg())
+				deposit(t, rb.s)
 				continue
 			}
-			got := mustAllow(t, rb)
+			got := leaseOne(t, rb.s)
 			if got != want[asked] {
 				t.Fatalf("config %d, step %d: Redis got %v, memory %v", ci, i, got, want[asked])
 			}
@@ -234,18 +260,18 @@ func randomStep(rng *rand.Rand, max time.Duration) time.Duration {
 // token taken is back once the server's time has moved one interval on.
 func TestTokenBucketServerClock(t *testing.T) {
 	c := sharedClient(t)
-	b, err := NewTokenBucket(c, "clock", retryfuse.TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newTokenBucket(c, "clock", retryfuse.TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if !mustAllow(t, b) {
+	if !leaseOne(t, b.s) {
 		t.Fatal("first token: got refused, want granted")
 	}
-	if mustAllow(t, b) {
+	if leaseOne(t, b.s) {
 		t.Fatal("second token at once: got granted, want refused")
 	}
-	for !mustAllow(t, b) {
+	for !leaseOne(t, b.s) {
 		if time.Since(start) > 5*time.Second {
 			t.Fatal("no token after 5s, want one after 100ms of server time")
 		}
@@ -258,26 +284,26 @@ func TestTokenBucketServerClock(t *testing.T) {
 
 func TestBudgetKeysExpire(t *testing.T) {
 	c := sharedClient(t)
-	tb, err := NewTokenBucket(c, "ttl", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	tb, err := newTokenBucket(c, "ttl", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustAllow(t, tb)
+	leaseOne(t, tb.s)
 	// Empty to full takes 200ms; the key lives that long plus a second.
 	if pttl := c.PTTL(bg(), tb.Key()).Val(); pttl <= time.Second || pttl > 1200*time.Millisecond {
 		t.Fatalf("token bucket PTTL: got %v, want in (1s, 1.2s]", pttl)
 	}
 
-	rb, err := NewRatioBudget(c, "ttl", retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	rb, err := newRatioBudget(c, "ttl", retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb.RecordRequest(bg())
+	deposit(t, rb.s)
 	if pttl := c.PTTL(bg(), rb.Key()).Val(); pttl <= 0 || pttl > 110*time.Millisecond {
 		t.Fatalf("ratio budget PTTL: got %v, want in (0, 110ms] (window plus one bucket)", pttl)
 	}
 	waitGone(t, c, rb.Key())
-	if mustAllow(t, rb) {
+	if leaseOne(t, rb.s) {
 		t.Fatal("after expiry: got a retry from an expired deposit, want none")
 	}
 }
@@ -286,11 +312,11 @@ func TestBudgetKeysExpire(t *testing.T) {
 // hold gives a key that lasts: Window plus one bucket must not wrap round.
 func TestRatioLongWindowExpiry(t *testing.T) {
 	c := sharedClient(t)
-	rb, err := NewRatioBudget(c, "long", retryfuse.RatioBudgetConfig{Window: math.MaxInt64}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	rb, err := newRatioBudget(c, "long", retryfuse.RatioBudgetConfig{Window: math.MaxInt64}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb.RecordRequest(bg())
+	deposit(t, rb.s)
 	const atLeast = int64(100 * 365 * 24 * time.Hour / time.Millisecond)
 	if pttl := pttlMillis(t, c, rb.Key()); pttl < atLeast {
 		t.Fatalf("ratio budget PTTL with Window MaxInt64: got %dms, want at least %dms", pttl, atLeast)
@@ -304,21 +330,21 @@ func TestRatioLongWindowExpiry(t *testing.T) {
 func TestTokenBucketSlowFillExpiry(t *testing.T) {
 	c := sharedClient(t)
 	const day = 24 * time.Hour
-	tb, err := NewTokenBucket(c, "slow", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 400 * day}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	tb, err := newTokenBucket(c, "slow", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 400 * day}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustAllow(t, tb)
+	leaseOne(t, tb.s)
 	want := int64(800 * day / time.Millisecond) // empty to full: 2 tokens at 1 per 400 days
 	if pttl := pttlMillis(t, c, tb.Key()); pttl < want {
 		t.Fatalf("token bucket PTTL: got %dms, want at least %dms (the time to fill)", pttl, want)
 	}
 	c.Del(bg(), tb.Key())
-	huge, err := NewTokenBucket(c, "huge", retryfuse.TokenBucketConfig{Capacity: 1e300, Refill: 1e-300}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	huge, err := newTokenBucket(c, "huge", retryfuse.TokenBucketConfig{Capacity: 1e300, Refill: 1e-300}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustAllow(t, huge) // a fill time past the longest Duration is still a valid expiry
+	leaseOne(t, huge.s) // a fill time past the longest Duration is still a valid expiry
 	if pttl := pttlMillis(t, c, huge.Key()); pttl < want {
 		t.Fatalf("token bucket PTTL, fill time beyond any Duration: got %dms, want at least %dms", pttl, want)
 	}
@@ -360,6 +386,8 @@ func deadClient(t *testing.T) *redis.Client {
 	return newClient(t, addr)
 }
 
+// TestBudgetFailSafes: once a sync has failed, AllowRetry answers from the
+// fail-safe, and reports the failure on its first call only.
 func TestBudgetFailSafes(t *testing.T) {
 	c := deadClient(t)
 	cfg := retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Hour}
@@ -373,14 +401,21 @@ func TestBudgetFailSafes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode.String(), func(t *testing.T) {
-			b, err := NewTokenBucket(c, "down", cfg, BudgetOptions{FailSafe: tc.mode})
+			b, err := newTokenBucket(c, "down", cfg, BudgetOptions{FailSafe: tc.mode})
 			if err != nil {
 				t.Fatal(err)
 			}
+			b.s.asks = 1 // a retry was asked for: the sync leases
+			if err := b.s.sync(bg(), false); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("sync with Redis down: got %v, want an error wrapping ErrUnavailable", err)
+			}
 			for i, want := range tc.want {
 				ok, err := b.AllowRetry(bg())
-				if !errors.Is(err, ErrUnavailable) {
+				if i == 0 && !errors.Is(err, ErrUnavailable) {
 					t.Fatalf("call %d: err %v, want one wrapping ErrUnavailable", i, err)
+				}
+				if i > 0 && err != nil {
+					t.Fatalf("call %d: err %v, want nil: the failure is reported once", i, err)
 				}
 				if ok != want {
 					t.Fatalf("call %d: ok %v, want %v", i, ok, want)
@@ -391,16 +426,19 @@ func TestBudgetFailSafes(t *testing.T) {
 }
 
 func TestRatioFailSafeLocalCountsRequests(t *testing.T) {
-	b, err := NewRatioBudget(deadClient(t), "down", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1}, BudgetOptions{})
+	b, err := newRatioBudget(deadClient(t), "down", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1}, BudgetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.RecordRequest(bg())
 	b.RecordRequest(bg())
+	if err := b.s.sync(bg(), false); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("sync with Redis down: got %v, want an error wrapping ErrUnavailable", err)
+	}
 	for i, want := range []bool{true, false} {
-		ok, err := b.AllowRetry(bg())
-		if !errors.Is(err, ErrUnavailable) || ok != want {
-			t.Fatalf("retry %d: got (%v, %v), want (%v, ErrUnavailable): two local requests at ratio 0.5 make one retry", i, ok, err, want)
+		ok, _ := b.AllowRetry(bg())
+		if ok != want {
+			t.Fatalf("retry %d: got %v, want %v: two local requests at ratio 0.5 make one retry", i, ok, want)
 		}
 	}
 }
@@ -410,21 +448,21 @@ func TestRatioFailSafeLocalCountsRequests(t *testing.T) {
 func TestBudgetKindsDoNotMix(t *testing.T) {
 	c := sharedClient(t)
 	prefix := uniq(t)
-	tb, err := NewTokenBucket(c, "same", retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	tb, err := newTokenBucket(c, "same", retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := NewRatioBudget(c, "same", retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	rb, err := newRatioBudget(c, "same", retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustAllow(t, tb)
-	if _, err := rb.AllowRetry(bg()); !errors.Is(err, ErrUnavailable) {
+	leaseOne(t, tb.s)
+	if _, _, err := rb.s.kind.sync(bg(), c, rb.Key(), 0, 0, 0, 0, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("ratio budget on a token bucket's key: got %v, want an error wrapping ErrUnavailable", err)
 	}
 	c.Del(bg(), tb.Key())
-	rb.RecordRequest(bg())
-	if _, err := tb.AllowRetry(bg()); !errors.Is(err, ErrUnavailable) {
+	deposit(t, rb.s)
+	if _, _, err := tb.s.kind.sync(bg(), c, tb.Key(), 0, 0, 0, 0, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("token bucket on a ratio budget's key: got %v, want an error wrapping ErrUnavailable", err)
 	}
 }

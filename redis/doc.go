@@ -11,13 +11,18 @@
 // than sent again.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-//	newBudget, _ := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
+//	budgets, _ := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
+//	defer budgets.Close(ctx)
 //	ledger, _ := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
-//	client := &http.Client{Transport: &retryfuse.Transport{NewBudget: newBudget, Ledger: ledger}}
+//	client := &http.Client{Transport: &retryfuse.Transport{NewBudget: budgets.New, Ledger: ledger}}
 //
-// Every check is one round trip: one Lua script, run atomically by Redis,
-// that reads the server's clock (TIME), updates the key and refreshes its
-// expiry (SET PX, PEXPIRE), so that idle keys disappear by themselves.
+// The budgets answer every call from local state: a goroutine per budget
+// deposits the requests and leases retries from Redis in batches, with one
+// script call per SyncInterval (see RatioBudget for the fleet's bound).
+// Each ledger call is one round trip. Every script runs atomically in
+// Redis, reads the server's clock (TIME), updates its one key and
+// refreshes its expiry (SET PX, PEXPIRE), so that idle keys disappear by
+// themselves; budget keys are hash-tagged, for Redis Cluster.
 //
 // # When Redis cannot answer
 //
@@ -25,14 +30,18 @@
 // never outlives the caller's context. When the call fails, the evidence is
 // unavailable, and it is declared, never hidden:
 //
-//   - A budget's AllowRetry returns a non-nil error wrapping ErrUnavailable
-//     together with its fail-safe answer (FailSafe): by default the answer
-//     of a local in-memory budget with the same settings, else refuse or
-//     allow. The transport reports it through Hooks.EvidenceUnavailable.
+//   - A budget answers from its fail-safe (FailSafe: by default a local
+//     in-memory budget with the same settings, else refuse or allow) from
+//     its first failed sync until Redis answers again, and never waits on
+//     Redis. Its first AllowRetry after the failure returns an error
+//     wrapping ErrUnavailable, its first after the recovery one wrapping
+//     ErrRecovered; the transport reports each through
+//     Hooks.EvidenceUnavailable, once.
 //   - The ledger's Begin returns an error wrapping ErrUnavailable: the
 //     transport does not treat the key as free, and refuses the request
 //     with retryfuse.ErrLedgerUnavailable.
 //
-// No failure is remembered: the next call tries Redis again, so the shared
-// budget and ledger are back as soon as Redis is.
+// The ledger remembers no failure: the next call tries Redis again. A
+// budget probes Redis with backoff. So the shared budget and ledger are
+// back as soon as Redis is.
 package retryfuseredis

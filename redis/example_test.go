@@ -1,6 +1,7 @@
 package retryfuseredis_test
 
 import (
+	"context"
 	"log"
 	"net/http"
 
@@ -15,16 +16,18 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
-	newBudget, err := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
+	budgets, err := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
+	// On the way out, deposit what is not yet in Redis and stop the syncs.
+	defer budgets.Close(context.Background())
 	ledger, err := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	client := &http.Client{Transport: &retryfuse.Transport{
-		NewBudget: newBudget,
+		NewBudget: budgets.New,
 		Ledger:    ledger,
 		Hooks: retryfuse.Hooks{
 			EvidenceUnavailable: func(i retryfuse.EvidenceUnavailableInfo) {

@@ -90,8 +90,10 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := NewLedger(good, LedgerConfig{}); err != nil {
 		t.Errorf("zero LedgerConfig: got %v, want it valid", err)
 	}
-	if _, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{}); err != nil {
+	if b, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{}); err != nil {
 		t.Errorf("zero RatioBudgetConfig and BudgetOptions: got %v, want them valid", err)
+	} else {
+		_ = b.Close(bg())
 	}
 	if _, err := NewLedger(ring, LedgerConfig{}); err != nil {
 		t.Errorf("ring with ContextTimeoutEnabled: got %v, want it valid", err)

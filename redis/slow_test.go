@@ -10,20 +10,21 @@ import (
 )
 
 // TestSlowRedisIsBounded pauses Redis (SIGSTOP: connections accepted,
-// nothing answered) and checks that every call gives up by its timeout or
-// the caller's deadline, whichever is sooner, not by go-redis's own
-// three-second read timeout.
+// nothing answered) and checks that a call gives up by its timeout or the
+// caller's deadline, whichever is sooner, not by go-redis's own
+// three-second read timeout: a budget's sync (which no call waits for)
+// and the ledger's Begin.
 func TestSlowRedisIsBounded(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s.Addr())
 	if err := c.Ping(bg()).Err(); err != nil { // a connection in the pool, so the pause meets a read
 		t.Fatal(err)
 	}
-	short, err := NewTokenBucket(c, "slow", retryfuse.TokenBucketConfig{}, BudgetOptions{Timeout: 100 * time.Millisecond})
+	short, err := newTokenBucket(c, "slow", retryfuse.TokenBucketConfig{}, BudgetOptions{Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := NewRatioBudget(c, "slow", retryfuse.RatioBudgetConfig{}, BudgetOptions{Timeout: time.Minute, FailSafe: FailSafeRefuse})
+	long, err := newRatioBudget(c, "slow", retryfuse.RatioBudgetConfig{}, BudgetOptions{Timeout: time.Minute, FailSafe: FailSafeRefuse})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,21 +47,13 @@ func TestSlowRedisIsBounded(t *testing.T) {
 			t.Errorf("%s: got %v, want an error wrapping ErrUnavailable", name, err)
 		}
 	}
-	check("AllowRetry (Timeout 100ms)", func() error {
-		ok, err := short.AllowRetry(bg())
-		if !ok {
-			t.Error("FailSafeLocal with a full local bucket: got refused, want granted")
-		}
-		return err
-	})
-	check("AllowRetry (Timeout 1m, caller's deadline 100ms)", func() error {
+	short.s.asks = 1 // a retry was asked for: the sync leases
+	check("budget sync (Timeout 100ms)", func() error { return short.s.sync(bg(), false) })
+	long.RecordRequest(bg())
+	check("budget sync (Timeout 1m, caller's deadline 100ms)", func() error {
 		ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
 		defer cancel()
-		ok, err := long.AllowRetry(ctx)
-		if ok {
-			t.Error("FailSafeRefuse: got granted, want refused")
-		}
-		return err
+		return long.s.sync(ctx, false)
 	})
 	check("Begin (Timeout 100ms)", func() error {
 		_, err := ledger.Begin(bg(), "k", fpA)

@@ -1,7 +1,6 @@
 package retryfuseredis
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
 )
 
@@ -84,42 +84,56 @@ func callAll(t *testing.T, clients []*http.Client, url string, n int) {
 	wg.Wait()
 }
 
+// closeBudgets closes f when the test ends.
+func closeBudgets(t *testing.T, f *Budgets) {
+	t.Cleanup(func() {
+		if err := f.Close(bg()); err != nil {
+			t.Errorf("Budgets.Close: %v", err)
+		}
+	})
+}
+
 // TestReplicasShareOneBudget: two replicas, one Redis budget per
-// dependency. The retries the server sees are bounded by that one budget;
-// with a local budget each, the same traffic gets twice the reserve.
+// dependency. The retries the server sees are bounded by that one budget
+// (plus one retry on credit per replica); with a local budget each, the
+// same traffic gets twice the reserve. The calls come in rounds, so that
+// the leases have time to arrive: a retry never waits for one.
 func TestReplicasShareOneBudget(t *testing.T) {
 	addr := sharedAddr(t)
-	const calls = 100
+	const replicas = 2
 	cases := []struct {
 		name string
 		// newBudget makes the NewBudget of one replica with its own client.
 		newBudget func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error)
-		bound     int64 // retries the one shared budget allows for 100 calls
+		// bound is the retries the one shared budget allows for calls.
+		bound func(calls int64) int64
 	}{
 		{
 			name: "ratio",
 			newBudget: func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error) {
-				// 100 requests deposit 100·0.01 = 1 retry; the reserve is 1/s · 10s = 10.
+				// calls deposit calls·0.01 retries; the reserve is 1/s · 10s = 10.
 				f, err := RatioBudgets(newClient(t, addr), retryfuse.RatioBudgetConfig{Ratio: 0.01, MinPerSecond: 1, Window: 10 * time.Second},
-					BudgetOptions{Prefix: prefix, Timeout: testTimeout})
+					BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: 10 * time.Millisecond})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return f
+				closeBudgets(t, f)
+				return f.New
 			},
-			bound: 11,
+			bound: func(calls int64) int64 { return calls/100 + 10 },
 		},
 		{
 			name: "token bucket",
 			newBudget: func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error) {
 				f, err := TokenBuckets(newClient(t, addr), retryfuse.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour},
-					BudgetOptions{Prefix: prefix, Timeout: testTimeout})
+					BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: 10 * time.Millisecond})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return f
+				closeBudgets(t, f)
+				return f.New
 			},
-			bound: 10,
+			bound: func(int64) int64 { return 10 },
 		},
 	}
 	for _, tc := range cases {
@@ -128,18 +142,24 @@ func TestReplicasShareOneBudget(t *testing.T) {
 			srv := unavailableServer(t, &hits)
 			prefix := uniq(t)
 			var ev evidence
-			replicas := []*http.Client{
-				newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: tc.newBudget(t, prefix), Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}}),
-				newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: tc.newBudget(t, prefix), Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}}),
+			clients := make([]*http.Client, replicas)
+			for i := range clients {
+				clients[i] = newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: tc.newBudget(t, prefix), Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
 			}
-			callAll(t, replicas, srv.URL, calls)
-			retries := hits.Load() - calls
-			t.Logf("%d calls over 2 replicas, up to 3 retries each: the server saw %d retries (shared bound %d)", calls, retries, tc.bound)
-			if retries > tc.bound {
-				t.Fatalf("retries: got %d, want at most %d, the one shared budget", retries, tc.bound)
+			var calls int64
+			deadline := time.Now().Add(10 * time.Second)
+			for hits.Load()-calls < tc.bound(calls) && time.Now().Before(deadline) {
+				callAll(t, clients, srv.URL, 20)
+				calls += 20
+				time.Sleep(20 * time.Millisecond) // two sync intervals, for the leases
 			}
-			if retries < tc.bound-1 {
-				t.Fatalf("retries: got %d, want the shared budget (%d) spent: 300 retries were wanted", retries, tc.bound)
+			retries, bound := hits.Load()-calls, tc.bound(calls)
+			t.Logf("%d calls over %d replicas, up to 3 retries each: the server saw %d retries (shared bound %d, plus one on credit per replica)", calls, replicas, retries, bound)
+			if retries > bound+replicas {
+				t.Fatalf("retries: got %d, want at most %d, the one shared budget and one on credit per replica", retries, bound+replicas)
+			}
+			if retries < bound {
+				t.Fatalf("retries: got %d, want the shared budget (%d) spent: %d retries were wanted", retries, bound, 3*calls)
 			}
 			if evs := ev.take(); len(evs) != 0 {
 				t.Fatalf("EvidenceUnavailable fired %d times with Redis up: %+v", len(evs), evs[0])
@@ -155,11 +175,12 @@ func TestReplicasShareOneBudget(t *testing.T) {
 		local := func(string) (retryfuse.Budget, error) {
 			return retryfuse.NewTokenBucket(retryfuse.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour})
 		}
-		replicas := []*http.Client{
+		clients := []*http.Client{
 			newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: local}),
 			newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: local}),
 		}
-		callAll(t, replicas, srv.URL, calls)
+		const calls = 100
+		callAll(t, clients, srv.URL, calls)
 		if retries := hits.Load() - calls; retries != 20 {
 			t.Fatalf("two local buckets of 10: got %d retries, want 20", retries)
 		}
@@ -301,10 +322,11 @@ func TestRedisDownAndBack(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s.Addr())
 	prefix := uniq(t)
-	newBudget, err := RatioBudgets(c, retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: time.Second})
+	budgets, err := RatioBudgets(c, retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: time.Second, SyncInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = budgets.Close(bg()) }) // Redis may be down by then
 	ledger, err := NewLedger(c, LedgerConfig{Prefix: prefix, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +346,8 @@ func TestRedisDownAndBack(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	var ev evidence
-	client := newTransport(t, &retryfuse.Transport{MaxAttempts: 3, NewBudget: newBudget, Ledger: ledger, Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
+	client := newTransport(t, &retryfuse.Transport{MaxAttempts: 3, NewBudget: budgets.New, Ledger: ledger, Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
+	budgetKey := prefix + "{http://" + srv.Listener.Addr().String() + "}"
 
 	getFlaky := func() {
 		t.Helper()
@@ -334,34 +357,48 @@ func TestRedisDownAndBack(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	// until calls getFlaky until an event comes (at most 10s), and
+	// returns the events.
+	until := func(what string) []retryfuse.EvidenceUnavailableInfo {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			getFlaky()
+			if evs := ev.take(); len(evs) != 0 {
+				return evs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no EvidenceUnavailable event in 10s: %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 
 	// Redis up: the shared budget answers, nothing to report.
 	getFlaky()
-	if n := failing.Load(); n != 3 {
-		t.Fatalf("Redis up: server saw %d attempts, want 3 (two retries granted)", n)
-	}
 	if status, _, err := post(client, srv.URL+"/charge", "up", "x"); err != nil || status != http.StatusCreated {
 		t.Fatalf("keyed POST with Redis up: got %d %v, want 201", status, err)
 	}
 	if evs := ev.take(); len(evs) != 0 {
 		t.Fatalf("Redis up: EvidenceUnavailable fired: %+v", evs[0])
 	}
+	waitExists(t, c, budgetKey)
 
 	s.Stop()
 
-	// Redis down: the budget answers from its local fallback, and says so.
+	// Redis down: once a sync has failed, the budget answers from its local
+	// fallback, and says so once.
+	evs := until("Redis down")
+	if len(evs) != 1 || evs[0].Source != "budget" || !errors.Is(evs[0].Err, ErrUnavailable) {
+		t.Fatalf("Redis down: got events %+v, want one from \"budget\" wrapping ErrUnavailable", evs)
+	}
+	before := failing.Load()
 	getFlaky()
-	if n := failing.Load(); n != 6 {
-		t.Fatalf("Redis down: server saw %d attempts in all, want 6: the local budget grants the two retries", n)
+	if n := failing.Load() - before; n != 3 {
+		t.Fatalf("Redis down: server saw %d attempts, want 3: the local budget grants the two retries", n)
 	}
-	evs := ev.take()
-	if len(evs) != 2 {
-		t.Fatalf("Redis down: %d EvidenceUnavailable events, want 2 (one per retry asked)", len(evs))
-	}
-	for _, e := range evs {
-		if e.Source != "budget" || !errors.Is(e.Err, ErrUnavailable) {
-			t.Fatalf("event: got source %q err %v, want \"budget\" wrapping ErrUnavailable", e.Source, e.Err)
-		}
+	if evs := ev.take(); len(evs) != 0 {
+		t.Fatalf("Redis down, reported already: got %d more events, want none", len(evs))
 	}
 	// The ledger refuses to treat the key as free.
 	if _, _, err := post(client, srv.URL+"/charge", "down", "x"); !errors.Is(err, retryfuse.ErrLedgerUnavailable) || !errors.Is(err, ErrUnavailable) {
@@ -377,22 +414,12 @@ func TestRedisDownAndBack(t *testing.T) {
 
 	s.Start()
 
-	// Redis back: no sticky failure. go-redis may wait up to a second
-	// before it dials again; allow ten.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		getFlaky()
-		if len(ev.take()) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Redis back for 10s: the budget still reports it unavailable")
-		}
-		time.Sleep(50 * time.Millisecond)
+	// Redis back: the budget resumes by itself, and says so once.
+	evs = until("Redis back")
+	if len(evs) != 1 || evs[0].Source != "budget" || !errors.Is(evs[0].Err, ErrRecovered) {
+		t.Fatalf("Redis back: got events %+v, want one from \"budget\" wrapping ErrRecovered", evs)
 	}
-	if n := c.Exists(context.Background(), prefix+"http://"+srv.Listener.Addr().String()).Val(); n != 1 {
-		t.Fatalf("after recovery the budget key is not in the new Redis (exists %d): the shared path is not used", n)
-	}
+	waitExists(t, c, budgetKey)
 	for i := range 2 {
 		status, body, err := post(client, srv.URL+"/charge", "back", "x")
 		if err != nil || status != http.StatusCreated || body != "charged" {
@@ -402,7 +429,21 @@ func TestRedisDownAndBack(t *testing.T) {
 	if n := charges.Load(); n != 2 {
 		t.Fatalf("after recovery: server saw %d charges, want 2 (the second POST under \"back\" replayed from Redis)", n)
 	}
+	getFlaky()
 	if evs := ev.take(); len(evs) != 0 {
 		t.Fatalf("after recovery: EvidenceUnavailable fired: %+v", evs[0])
+	}
+}
+
+// waitExists waits (at most 5s) until key is in Redis: a sync has put it
+// there.
+func waitExists(t *testing.T, c *redis.Client, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Exists(bg(), key).Val() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s not in Redis after 5s: the shared budget is not used", key)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

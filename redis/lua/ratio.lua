@@ -1,5 +1,8 @@
--- Records a request, or takes one retry, in a ratio budget, atomically:
--- the Redis twin of retryfuse.RatioBudget (RecordRequestAt, AllowRetryAt).
+-- Syncs one process's share of a ratio budget, atomically: deposits the
+-- requests it recorded, gives back the retries it leased and did not use,
+-- charges the retries it granted on credit, and leases it more. The
+-- arithmetic is that of retryfuse.RatioBudget (RecordRequestAt,
+-- AllowRetryAt), n requests and up to `want` retries at a time.
 --
 -- KEYS[1]  the budget: a string of 24 little-endian doubles:
 --            origin  time of the first call, µs since the epoch; ticks
@@ -8,16 +11,22 @@
 --            q, r    requests and retries in the window
 --            q0..q9  requests per bucket (a ring of ten buckets)
 --            r0..r9  retries per bucket
--- ARGV[1]  "request" or "retry"
--- ARGV[2]  ratio: retry credit deposited per request
--- ARGV[3]  reserve: retries granted per window whatever the traffic
--- ARGV[4]  bucket width (window / 10), in nanoseconds
--- ARGV[5]  idle expiry, in milliseconds (SET PX)
--- ARGV[6]  optional: the time in µs since the epoch, for tests; absent
+-- ARGV[1]  requests to deposit
+-- ARGV[2]  retries granted on credit, to charge whatever the balance
+-- ARGV[3]  leased retries given back unused
+-- ARGV[4]  the tick those were leased at (a reply's second value)
+-- ARGV[5]  retries wanted (the lease asked for)
+-- ARGV[6]  ratio: retry credit deposited per request
+-- ARGV[7]  reserve: retries granted per window whatever the traffic
+-- ARGV[8]  bucket width (window / 10), in nanoseconds
+-- ARGV[9]  idle expiry, in milliseconds (SET PX)
+-- ARGV[10] optional: the time in µs since the epoch, for tests; absent
 --          means the server's clock (TIME)
--- Returns 1 when the request was recorded or the retry granted, 0 when
--- the retry was refused.
+-- Returns {leased, tick}: the retries leased (0..want), each counted as a
+-- retry in the bucket of tick, the newest.
 --
+-- Retries given back count only while their bucket is in the window, and
+-- never below what the bucket holds: a late return gives back nothing.
 -- Time earlier than the newest bucket counts as no time passed, as in Go.
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -25,8 +34,8 @@ local N = 10
 local LAYOUT = '<' .. string.rep('d', 4 + 2 * N)
 
 local now
-if ARGV[6] then
-  now = tonumber(ARGV[6])
+if ARGV[10] then
+  now = tonumber(ARGV[10])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -52,7 +61,7 @@ end
 
 local d = now - v[1]
 if d >= 0 then
-  local tick = math.floor(d * 1000 / tonumber(ARGV[4]))
+  local tick = math.floor(d * 1000 / tonumber(ARGV[8]))
   if tick > v[2] then
     if tick - v[2] >= N then
       for i = 3, 4 + 2 * N do v[i] = 0 end
@@ -69,16 +78,29 @@ if d >= 0 then
 end
 
 local head = v[2] % N
-local ok = 1
-if ARGV[1] == 'request' then
-  v[5 + head] = v[5 + head] + 1
-  v[3] = v[3] + 1
-elseif snap(tonumber(ARGV[2]) * v[3] + tonumber(ARGV[3]) - v[4]) < 1 then
-  ok = 0
-else
-  v[5 + N + head] = v[5 + N + head] + 1
-  v[4] = v[4] + 1
+
+local back = tonumber(ARGV[3])
+local backTick = tonumber(ARGV[4])
+if back > 0 and backTick <= v[2] and backTick > v[2] - N then
+  local i = 5 + N + backTick % N
+  back = math.min(back, v[i])
+  v[i] = v[i] - back
+  v[4] = v[4] - back
 end
 
-redis.call('SET', KEYS[1], struct.pack(LAYOUT, unpack(v)), 'PX', ARGV[5])
-return ok
+local n = tonumber(ARGV[1])
+v[5 + head] = v[5 + head] + n
+v[3] = v[3] + n
+
+local credit = tonumber(ARGV[2])
+v[5 + N + head] = v[5 + N + head] + credit
+v[4] = v[4] + credit
+
+local lease = 0
+local free = math.floor(snap(tonumber(ARGV[6]) * v[3] + tonumber(ARGV[7]) - v[4]))
+if free > 0 then lease = math.min(free, tonumber(ARGV[5])) end
+v[5 + N + head] = v[5 + N + head] + lease
+v[4] = v[4] + lease
+
+redis.call('SET', KEYS[1], struct.pack(LAYOUT, unpack(v)), 'PX', ARGV[9])
+return {lease, v[2]}

@@ -1,21 +1,28 @@
--- Takes one retry token from a bucket, atomically: the Redis twin of
--- retryfuse.TokenBucket.AllowRetryAt.
+-- Syncs one process's share of a token bucket, atomically: gives back the
+-- tokens it leased and did not use, charges the tokens it granted on
+-- credit, and leases it more. The arithmetic is that of
+-- retryfuse.TokenBucket.AllowRetryAt, up to `want` tokens at a time.
 --
 -- KEYS[1]  the bucket: a string of two little-endian doubles, the tokens
 --          and the latest time seen (µs since the epoch)
--- ARGV[1]  capacity (tokens when full; the bucket starts full)
--- ARGV[2]  refill rate, in tokens per nanosecond
--- ARGV[3]  idle expiry, in milliseconds (SET PX)
--- ARGV[4]  optional: the time in µs since the epoch, for tests; absent
+-- ARGV[1]  tokens given back unused (the bucket never holds more than its
+--          capacity)
+-- ARGV[2]  tokens granted on credit, to charge whatever the balance (the
+--          balance may go below zero: later refills pay it back)
+-- ARGV[3]  tokens wanted (the lease asked for)
+-- ARGV[4]  capacity (tokens when full; the bucket starts full)
+-- ARGV[5]  refill rate, in tokens per nanosecond
+-- ARGV[6]  idle expiry, in milliseconds (SET PX)
+-- ARGV[7]  optional: the time in µs since the epoch, for tests; absent
 --          means the server's clock (TIME)
--- Returns 1 when a token was taken, 0 when the bucket had none.
+-- Returns {leased, 0}: the tokens leased (0..want).
 --
 -- Time earlier than the latest seen counts as no time passed, as in Go.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local now
-if ARGV[4] then
-  now = tonumber(ARGV[4])
+if ARGV[7] then
+  now = tonumber(ARGV[7])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -28,7 +35,7 @@ local function snap(x)
   return x
 end
 
-local cap = tonumber(ARGV[1])
+local cap = tonumber(ARGV[4])
 local tokens, last
 local raw = redis.call('GET', KEYS[1])
 if raw then
@@ -41,14 +48,16 @@ elseif now > last then
   local elapsed = (now - last) * 1000 -- nanoseconds, as in Go
   last = now
   if tokens < cap then
-    tokens = snap(math.min(cap, tokens + elapsed * tonumber(ARGV[2])))
+    tokens = snap(math.min(cap, tokens + elapsed * tonumber(ARGV[5])))
   end
 end
 
-local ok = 0
+tokens = math.min(cap, tokens + tonumber(ARGV[1])) - tonumber(ARGV[2])
+
+local lease = 0
 if tokens >= 1 then
-  tokens = tokens - 1
-  ok = 1
+  lease = math.min(math.floor(tokens), tonumber(ARGV[3]))
+  tokens = tokens - lease
 end
-redis.call('SET', KEYS[1], struct.pack('<dd', tokens, last), 'PX', ARGV[3])
-return ok
+redis.call('SET', KEYS[1], struct.pack('<dd', tokens, last), 'PX', ARGV[6])
+return {lease, 0}
