@@ -249,11 +249,12 @@ func (c *call) lose(b *branch) {
 }
 
 // policyEventBranch reports a hedge of branch n, sent or refused after
-// the group waited wait.
+// the group waited wait. The event is about the hedge: its Attempt is the
+// number the hedge has, or would have had.
 func (c *call) policyEventBranch(n int, action string, wait time.Duration, err error) {
 	if h := c.t.Hooks.Policy; h != nil {
 		ci := c.info()
-		ci.Branch = n
+		ci.Attempt, ci.Branch = c.attempt+1, n
 		emit(h, PolicyInfo{CallInfo: ci, Policy: policyHedge, Action: action, Wait: wait, Err: err})
 	}
 }
