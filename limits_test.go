@@ -1,0 +1,537 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The per-scope limits an attempt passes after the breaker: the bulkhead
+// (at most MaxInFlight attempts in flight, a bounded FIFO queue) and the
+// rate limiter (x/time/rate on the Transport's clock).
+
+// maxTracker counts what is in flight and remembers the most at once.
+type maxTracker struct{ cur, max atomic.Int64 }
+
+func (m *maxTracker) enter() {
+	n := m.cur.Add(1)
+	for {
+		old := m.max.Load()
+		if n <= old || m.max.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+func (m *maxTracker) leave() { m.cur.Add(-1) }
+
+func TestBulkheadBoundsInFlightUnderLoad(t *testing.T) {
+	noGoroutineLeft(t)
+	const (
+		callers     = 256
+		maxInFlight = 8
+	)
+	var server, client maxTracker
+	arrived := make(chan struct{}, callers)
+	proceed := make(chan struct{}, callers)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		server.enter()
+		arrived <- struct{}{}
+		<-proceed
+		server.leave() // before the answer: the client frees the slot once it has it
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	inner := &http.Transport{MaxIdleConnsPerHost: callers}
+	t.Cleanup(inner.CloseIdleConnections)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		client.enter()
+		defer client.leave()
+		return inner.RoundTrip(r)
+	})
+	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 1, Budget: UnlimitedBudget(),
+		MaxInFlight: maxInFlight, MaxQueued: callers, MaxLimitWait: time.Hour})
+
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range callers {
+		wg.Go(func() {
+			resp, body, err := do(tr, newRequest(t, context.Background(), http.MethodGet, srv.URL, ""))
+			if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ok" {
+				failed.Add(1)
+			}
+		})
+	}
+	// Let one request answer at a time, once the bulkhead is full: each
+	// answer frees the slot of the next in the queue.
+	for i := range callers {
+		select {
+		case <-arrived:
+		case <-time.After(callWait):
+			t.Fatalf("request %d did not arrive", i+1)
+		}
+		if i >= maxInFlight-1 {
+			proceed <- struct{}{}
+		}
+	}
+	for range maxInFlight - 1 {
+		proceed <- struct{}{}
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("calls that failed: got %d, want 0", n)
+	}
+	if got := server.max.Load(); got > maxInFlight {
+		t.Errorf("requests in flight at the server: got at most %d, want at most %d", got, maxInFlight)
+	}
+	if got := client.max.Load(); got > maxInFlight {
+		t.Errorf("attempts in flight in the base: got at most %d, want at most %d", got, maxInFlight)
+	}
+	if got := server.max.Load(); got != maxInFlight {
+		t.Errorf("requests in flight at the server: got at most %d, want the bulkhead full (%d) at some point", got, maxInFlight)
+	}
+}
+
+// bulkheadTransport returns a Transport with a bulkhead of one slot to
+// the scope "dep", on a fake clock whose sleeps g holds.
+func bulkheadTransport(t *testing.T, g *gatedSleep, tr *Transport) *Transport {
+	t.Helper()
+	tr.MaxInFlight = 1
+	if tr.MaxAttempts == 0 {
+		tr.MaxAttempts = 1
+	}
+	tr.Budget = UnlimitedBudget()
+	tr.Scope = func(*http.Request) string { return "dep" }
+	tr = newTransport(t, nil, tr)
+	g.install(tr)
+	return tr
+}
+
+// pathServer answers each request with its path, and holds each whose
+// path is in held until the test lets it go.
+type pathServer struct {
+	*httptest.Server
+	arrived chan string
+	mu      sync.Mutex
+	held    map[string]chan struct{}
+	gone    chan struct{}
+}
+
+func newPathServer(t *testing.T, held ...string) *pathServer {
+	t.Helper()
+	s := &pathServer{arrived: make(chan string, 64), held: map[string]chan struct{}{}, gone: make(chan struct{})}
+	for _, p := range held {
+		s.held[p] = make(chan struct{})
+	}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.arrived <- r.URL.Path
+		s.mu.Lock()
+		ch := s.held[r.URL.Path]
+		s.mu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-s.gone:
+				return
+			}
+		}
+		_, _ = io.WriteString(w, r.URL.Path)
+	}))
+	t.Cleanup(s.Close)
+	t.Cleanup(func() { close(s.gone) })
+	return s
+}
+
+func (s *pathServer) let(p string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.held[p])
+}
+
+func (s *pathServer) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case p := <-s.arrived:
+		return p
+	case <-time.After(callWait):
+		t.Fatal("no request arrived")
+		return ""
+	}
+}
+
+func TestBulkheadFullWithoutQueueRejectsAtOnce(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	if p := srv.next(t); p != "/a" {
+		t.Fatalf("got %s, want /a", p)
+	}
+	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", ""))
+	var full *BulkheadFullError
+	if !errors.As(err, &full) {
+		t.Fatalf("got %v, want a *BulkheadFullError", err)
+	}
+	if full.Scope != "dep" || full.MaxInFlight != 1 || full.Queued != 0 {
+		t.Errorf("got %+v, want scope dep, MaxInFlight 1, Queued 0", *full)
+	}
+	if !errors.Is(err, ErrDeclined) {
+		t.Errorf("errors.Is(%v, ErrDeclined) = false, want true", err)
+	}
+	if n := g.asked(); n != 0 {
+		t.Errorf("waits: got %d, want none (no queue)", n)
+	}
+	e := pl.next(t)
+	if e.Policy != policyBulkhead || e.Action != actionRejected || !errors.As(e.Err, &full) {
+		t.Errorf("Policy event: got %s/%s err %v, want bulkhead/rejected with a *BulkheadFullError", e.Policy, e.Action, e.Err)
+	}
+	srv.let("/a")
+	if c := a.wait(t); c.err != nil || c.body != "/a" {
+		t.Fatalf("the held call: got %v, %q", c.err, c.body)
+	}
+	select {
+	case p := <-srv.arrived:
+		t.Errorf("the rejected request reached the server: %s", p)
+	default:
+	}
+	// The slot came back: the next call passes.
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", "")); err != nil || string(body) != "/c" {
+		t.Errorf("a call after the slot freed: got %v, %q; want /c", err, body)
+	}
+}
+
+// Waiting attempts get the slot in the order they came.
+func TestBulkheadQueueIsFIFO(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a", "/b")
+	clk := newFakeClock()
+	g := newGatedSleep(clk)
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 2, MaxLimitWait: time.Minute, Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	if p := srv.next(t); p != "/a" {
+		t.Fatalf("got %s, want /a", p)
+	}
+	b := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", ""))
+	if w := g.next(t); w.d != time.Minute {
+		t.Errorf("queue wait bound: got %v, want MaxLimitWait 1m", w.d)
+	}
+	clk.Advance(time.Second)
+	c := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", ""))
+	g.next(t)
+	clk.Advance(time.Second)
+	// The queue is full: a fourth is rejected at once.
+	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/d", ""))
+	var full *BulkheadFullError
+	if !errors.As(err, &full) {
+		t.Fatalf("with the queue full: got %v, want a *BulkheadFullError", err)
+	}
+	if e := pl.next(t); e.Action != actionRejected {
+		t.Errorf("Policy event: got %s/%s, want bulkhead/rejected", e.Policy, e.Action)
+	}
+
+	srv.let("/a")
+	if p := srv.next(t); p != "/b" {
+		t.Fatalf("after /a: got %s, want /b (first in the queue)", p)
+	}
+	e := pl.next(t)
+	if e.Policy != policyBulkhead || e.Action != actionQueued || e.Wait != 2*time.Second {
+		t.Errorf("Policy event: got %s/%s wait %v, want bulkhead/queued wait 2s", e.Policy, e.Action, e.Wait)
+	}
+	srv.let("/b")
+	if p := srv.next(t); p != "/c" {
+		t.Fatalf("after /b: got %s, want /c", p)
+	}
+	if e := pl.next(t); e.Action != actionQueued || e.Wait != time.Second {
+		t.Errorf("Policy event: got %s/%s wait %v, want bulkhead/queued wait 1s", e.Policy, e.Action, e.Wait)
+	}
+	for name, call := range map[string]*asyncCall{"/a": a, "/b": b, "/c": c} {
+		if call.wait(t); call.err != nil || call.body != name {
+			t.Errorf("call %s: got %v, %q", name, call.err, call.body)
+		}
+	}
+}
+
+// The queue wait ends at MaxLimitWait: the attempt is not sent, and its
+// place is given up.
+func TestBulkheadQueueWaitEndsAtMaxLimitWait(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 1, MaxLimitWait: 50 * time.Millisecond, Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	b := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", ""))
+	w := g.next(t)
+	if w.d != 50*time.Millisecond {
+		t.Errorf("queue wait bound: got %v, want 50ms", w.d)
+	}
+	w.fire()
+	b.wait(t)
+	var full *BulkheadFullError
+	if !errors.As(b.err, &full) || full.Queued != 50*time.Millisecond {
+		t.Fatalf("got %v, want a *BulkheadFullError after queueing 50ms", b.err)
+	}
+	e := pl.next(t)
+	if e.Policy != policyBulkhead || e.Action != actionRejected || e.Wait != 50*time.Millisecond {
+		t.Errorf("Policy event: got %s/%s wait %v, want bulkhead/rejected wait 50ms", e.Policy, e.Action, e.Wait)
+	}
+	srv.let("/a")
+	a.wait(t)
+	// The place was given up and the slot is free: the next call passes
+	// without waiting.
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", "")); err != nil || string(body) != "/c" {
+		t.Errorf("a call after: got %v, %q; want /c", err, body)
+	}
+	if p := srv.next(t); p != "/c" {
+		t.Errorf("got %s at the server, want /c (the timed-out /b never sent)", p)
+	}
+	if n := g.asked(); n != 0 {
+		t.Errorf("waits after: got %d, want none", n)
+	}
+}
+
+// The queue wait never outlives the caller: it ends at the deadline (or
+// cancellation), and nothing is sent.
+func TestBulkheadQueueWaitEndsAtCallerDeadline(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 1, MaxLimitWait: time.Hour})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Millisecond)
+	defer cancel()
+	b := goDo(tr, newRequest(t, ctx, http.MethodGet, srv.URL+"/b", ""))
+	g.next(t) // queued; the hour never passes
+	b.wait(t)
+	if !errors.Is(b.err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want the caller's context.DeadlineExceeded", b.err)
+	}
+	srv.let("/a")
+	a.wait(t)
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", "")); err != nil || string(body) != "/c" {
+		t.Errorf("a call after: got %v, %q; want /c", err, body)
+	}
+	if p := srv.next(t); p != "/c" {
+		t.Errorf("got %s at the server, want /c (/b never sent)", p)
+	}
+}
+
+// A hedge never waits for the bulkhead: with no slot free it is not sent.
+func TestBulkheadRefusesHedgeWithoutWaiting(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 4, MaxAttempts: 3, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond,
+		Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	g.next(t).fire() // the hedge timer
+	e := pl.next(t)
+	var full *BulkheadFullError
+	if e.Policy != policyHedge || e.Action != actionRefused || !errors.As(e.Err, &full) {
+		t.Errorf("Policy event: got %s/%s err %v, want hedge/refused with a *BulkheadFullError", e.Policy, e.Action, e.Err)
+	}
+	srv.let("/a")
+	if a.wait(t); a.err != nil || a.body != "/a" {
+		t.Fatalf("got %v, %q; want /a", a.err, a.body)
+	}
+	if events := pl.take(); len(events) != 1 {
+		t.Errorf("Policy events: got %+v, want the hedge's refusal only", events)
+	}
+	if n := g.asked(); n != 0 {
+		t.Errorf("waits: got %d, want none (a hedge does not queue)", n)
+	}
+}
+
+// rateTransport returns a Transport with a rate limiter to the scope
+// "dep" on clk, whose sleeps move clk on and are recorded.
+func rateTransport(t *testing.T, clk *fakeClock, tr *Transport) *Transport {
+	t.Helper()
+	if tr.Budget == nil {
+		tr.Budget = UnlimitedBudget()
+	}
+	tr.Scope = func(*http.Request) string { return "dep" }
+	return newTransport(t, clk, tr)
+}
+
+func TestRateLimiterBurstThenWaits(t *testing.T) {
+	srv := statusServer(t, http.StatusOK, "ok")
+	clk := newFakeClock()
+	pl := newPolicyLog()
+	tr := rateTransport(t, clk, &Transport{RateLimit: 4, RateBurst: 2, Hooks: Hooks{Policy: pl.hook}})
+
+	for i := range 2 {
+		if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
+			t.Fatalf("call %d of the burst: %v", i+1, err)
+		}
+	}
+	if s := clk.Sleeps(); len(s) != 0 {
+		t.Fatalf("waits within the burst: got %v, want none", s)
+	}
+	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
+		t.Fatalf("the call after the burst: %v", err)
+	}
+	if s := clk.Sleeps(); !slices.Equal(s, []time.Duration{250 * time.Millisecond}) {
+		t.Errorf("waits: got %v, want [250ms] (one token at 4/s)", s)
+	}
+	e := pl.next(t)
+	if e.Policy != policyRateLimit || e.Action != actionWaited || e.Wait != 250*time.Millisecond || e.Err != nil {
+		t.Errorf("Policy event: got %s/%s wait %v err %v, want rate_limit/waited 250ms", e.Policy, e.Action, e.Wait, e.Err)
+	}
+	if got := srv.count(); got != 3 {
+		t.Errorf("requests at the server: got %d, want 3", got)
+	}
+}
+
+// A wait longer than MaxLimitWait, or than the deadline leaves, is
+// refused with a *RateLimitError: nothing is sent and no token is taken,
+// so that an attempt at the right time passes.
+func TestRateLimiterRejectsLongWaitWithoutTakingToken(t *testing.T) {
+	tests := []struct {
+		name         string
+		maxLimitWait time.Duration
+		ctx          func(t *testing.T, clk *fakeClock) context.Context
+	}{
+		{"MaxLimitWait", 100 * time.Millisecond,
+			func(t *testing.T, _ *fakeClock) context.Context { return testCtx(t) }},
+		{"no waiting", -1,
+			func(t *testing.T, _ *fakeClock) context.Context { return testCtx(t) }},
+		{"deadline", time.Hour,
+			func(t *testing.T, clk *fakeClock) context.Context {
+				ctx, cancel := context.WithDeadline(testCtx(t), clk.Now().Add(500*time.Millisecond))
+				t.Cleanup(cancel)
+				return ctx
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := statusServer(t, http.StatusOK, "ok")
+			clk := newFakeClock()
+			pl := newPolicyLog()
+			rt := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, MaxLimitWait: tt.maxLimitWait, Hooks: Hooks{Policy: pl.hook}})
+			if _, _, err := do(rt, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
+				t.Fatalf("the first call: %v", err)
+			}
+			_, _, err := do(rt, newRequest(t, tt.ctx(t, clk), http.MethodGet, srv.URL, ""))
+			var rl *RateLimitError
+			if !errors.As(err, &rl) {
+				t.Fatalf("got %v, want a *RateLimitError", err)
+			}
+			if rl.Scope != "dep" || rl.RetryAfter != time.Second {
+				t.Errorf("got %+v, want scope dep, RetryAfter 1s", *rl)
+			}
+			if !errors.Is(err, ErrDeclined) {
+				t.Errorf("errors.Is(%v, ErrDeclined) = false, want true", err)
+			}
+			if got := srv.count(); got != 1 {
+				t.Errorf("requests at the server: got %d, want 1 (the refused one not sent)", got)
+			}
+			if s := clk.Sleeps(); len(s) != 0 {
+				t.Errorf("waits: got %v, want none", s)
+			}
+			e := pl.next(t)
+			if e.Policy != policyRateLimit || e.Action != actionRejected || !errors.As(e.Err, &rl) {
+				t.Errorf("Policy event: got %s/%s err %v, want rate_limit/rejected with a *RateLimitError", e.Policy, e.Action, e.Err)
+			}
+
+			clk.Advance(rl.RetryAfter)
+			if _, _, err := do(rt, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
+				t.Fatalf("a call after RetryAfter: got %v, want it sent (the refusal took no token)", err)
+			}
+			if s := clk.Sleeps(); len(s) != 0 {
+				t.Errorf("waits after RetryAfter: got %v, want none", s)
+			}
+			if got := srv.count(); got != 2 {
+				t.Errorf("requests at the server: got %d, want 2", got)
+			}
+		})
+	}
+}
+
+// Retries draw from the limiter: a retry waits for its token, or, when
+// the wait is too long, the call ends with its last response.
+func TestRateLimiterRetriesDrawFromIt(t *testing.T) {
+	t.Run("waits", func(t *testing.T) {
+		srv := newTestServer(t, failThenOK(1))
+		clk := newFakeClock()
+		tr := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, InitialBackoff: 100 * time.Millisecond})
+		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != "done" {
+			t.Fatalf("got %v, want the retry's 200", err)
+		}
+		// The backoff (half its 100ms ceiling), then the rest of the second.
+		if s := clk.Sleeps(); !slices.Equal(s, []time.Duration{50 * time.Millisecond, 950 * time.Millisecond}) {
+			t.Errorf("waits: got %v, want [50ms 950ms]", s)
+		}
+		if got := srv.count(); got != 2 {
+			t.Errorf("requests at the server: got %d, want 2", got)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		srv := newTestServer(t, failThenOK(1))
+		clk := newFakeClock()
+		gu := &giveUpLog{}
+		tr := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, InitialBackoff: 100 * time.Millisecond,
+			MaxLimitWait: 500 * time.Millisecond, Hooks: Hooks{GiveUp: gu.hook}})
+		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || string(body) != "try later" {
+			t.Fatalf("got %v, want the first attempt's 503 back", err)
+		}
+		if got := srv.count(); got != 1 {
+			t.Errorf("requests at the server: got %d, want 1 (the retry refused)", got)
+		}
+		gu.mu.Lock()
+		defer gu.mu.Unlock()
+		if len(gu.reasons) != 1 || ReasonName(gu.reasons[0]) != "rate_limited" {
+			t.Errorf("GiveUp reasons: got %v, want one rate_limited", gu.reasons)
+		}
+	})
+}
+
+// A hedge never waits for the limiter: without a token it is not sent.
+func TestRateLimiterRefusesHedgeWithoutWaiting(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := rateTransport(t, g.clk, &Transport{RateLimit: 1, RateBurst: 1, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond,
+		Hooks: Hooks{Policy: pl.hook}})
+	g.install(tr)
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	g.next(t).fire()
+	e := pl.next(t)
+	var rl *RateLimitError
+	if e.Policy != policyHedge || e.Action != actionRefused || !errors.As(e.Err, &rl) {
+		t.Errorf("Policy event: got %s/%s err %v, want hedge/refused with a *RateLimitError", e.Policy, e.Action, e.Err)
+	}
+	srv.let("/a")
+	if a.wait(t); a.err != nil || a.body != "/a" {
+		t.Fatalf("got %v, %q; want /a", a.err, a.body)
+	}
+	if events := pl.take(); len(events) != 1 {
+		t.Errorf("Policy events: got %+v, want the hedge's refusal only", events)
+	}
+	if n := g.asked(); n != 0 {
+		t.Errorf("waits: got %d, want none (a hedge does not wait)", n)
+	}
+}
