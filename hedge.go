@@ -201,12 +201,17 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 
 // enterHedge admits a hedge: attempts left, the caller still waiting, the
 // budget's retry, then the breaker, the rate limiter and the bulkhead
-// without waiting.
+// without waiting. The gates are asked first whether they would refuse,
+// taking nothing, so that a hedge they refuse takes no retry from the
+// budget (as schedule spends none on a retry that will not be sent).
 func (c *call) enterHedge() (pass, error) {
 	if c.attempt+c.resent >= c.p.maxAttempts {
 		return pass{}, ErrAttemptsExhausted
 	}
 	if err := c.ctx.Err(); err != nil {
+		return pass{}, err
+	}
+	if err := c.wouldRefuseHedge(); err != nil {
 		return pass{}, err
 	}
 	if c.budget != nil && !c.allowRetry() {

@@ -145,6 +145,31 @@ func (c *call) rateLimit(l *limits, hedge bool) error {
 	return nil
 }
 
+// wouldRefuseHedge returns the refusal the breaker, the rate limiter or
+// the bulkhead would give a hedge now, taking nothing from any of them:
+// the scope open, no token in the limiter, no free slot. Another call may
+// take what it saw free before the hedge enters; then enter refuses it.
+func (c *call) wouldRefuseHedge() error {
+	now := c.p.clock.Now()
+	if err := c.openThrough(now); err != nil {
+		return err
+	}
+	l := c.limits()
+	if l == nil {
+		return nil
+	}
+	if l.rate != nil {
+		if tokens := l.rate.TokensAt(now); tokens < 1 {
+			wait := time.Duration((1 - tokens) / float64(l.rate.Limit()) * float64(time.Second))
+			return &RateLimitError{Scope: l.scope, RetryAfter: wait}
+		}
+	}
+	if l.bulkhead != nil && !l.bulkhead.free() {
+		return &BulkheadFullError{Scope: l.scope, MaxInFlight: l.bulkhead.limit}
+	}
+	return nil
+}
+
 // bulkhead takes a slot of the scope's bulkhead, waiting in its queue
 // unless the attempt is a hedge.
 func (c *call) bulkhead(l *limits, hedge bool) error {
