@@ -818,3 +818,47 @@ func TestHedgeBranchPanicReachesCaller(t *testing.T) {
 		t.Error("the panic reached the caller before the other branch ended")
 	}
 }
+
+// A hedge the bulkhead or the rate limiter refuses is not sent, and takes
+// no retry from the budget: the budget is kept for what is sent.
+func TestHedgeRefusedByLimitsTakesNoRetry(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits func(*Transport)
+		want   func(error) bool
+	}{
+		{"bulkhead full", func(tr *Transport) { tr.MaxInFlight = 1; tr.MaxQueued = 4 }, errAs[*BulkheadFullError]},
+		{"rate limited", func(tr *Transport) { tr.RateLimit = 1; tr.RateBurst = 1 }, errAs[*RateLimitError]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			noGoroutineLeft(t)
+			srv := newBranchServer(t)
+			srv.hold(1)
+			g := newGatedSleep(newFakeClock())
+			pl := newPolicyLog()
+			budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := &Transport{Budget: budget, Hooks: Hooks{Policy: pl.hook}}
+			tt.limits(tr)
+			tr = hedgedTransport(t, g, tr)
+
+			call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+			waitFor(t, srv.arrived, 1, "first branch")
+			g.next(t).fire()
+			e := pl.next(t)
+			if e.Policy != policyHedge || e.Action != actionRefused || !tt.want(e.Err) {
+				t.Errorf("Policy event: got %s/%s err %v, want hedge/refused by the %s", e.Policy, e.Action, e.Err, tt.name)
+			}
+			srv.let(1)
+			if call.wait(t); call.err != nil || call.body != "reply 1" {
+				t.Fatalf("got %v, %q; want the first branch's reply", call.err, call.body)
+			}
+			if got := budget.Snapshot().Retries; got != 0 {
+				t.Errorf("retries taken from the budget: got %d, want 0 (the hedge was not sent)", got)
+			}
+		})
+	}
+}
