@@ -110,8 +110,10 @@ func (c *call) limits() *limits {
 }
 
 // rateLimit takes a token from the scope's limiter, waiting for it when
-// that fits within MaxLimitWait and the caller's deadline (a hedge never
-// waits); otherwise it takes none and refuses with a *RateLimitError.
+// that fits within MaxLimitWait and ends before the caller's deadline (a
+// wait that ends at the deadline leaves no time for the attempt; a hedge
+// never waits); otherwise it takes none and refuses with a
+// *RateLimitError.
 func (c *call) rateLimit(l *limits, hedge bool) error {
 	if l.rate == nil {
 		return nil
@@ -125,11 +127,11 @@ func (c *call) rateLimit(l *limits, hedge bool) error {
 	if d == 0 {
 		return nil
 	}
-	limit := c.p.maxLimitWait
-	if dl, ok := c.ctx.Deadline(); ok {
-		limit = min(limit, dl.Sub(now))
+	tooLong := d > c.p.maxLimitWait
+	if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(now) {
+		tooLong = true
 	}
-	if hedge || d > limit {
+	if hedge || tooLong {
 		r.CancelAt(now)
 		err := &RateLimitError{Scope: l.scope, RetryAfter: d}
 		if !hedge {
