@@ -535,3 +535,27 @@ func TestRateLimiterRefusesHedgeWithoutWaiting(t *testing.T) {
 		t.Errorf("waits: got %d, want none (a hedge does not wait)", n)
 	}
 }
+
+// A limiter wait that would end at the caller's deadline leaves no time
+// for the attempt: it is refused at once, as a retry's wait is.
+func TestRateLimiterRefusesWaitEndingAtDeadline(t *testing.T) {
+	srv := statusServer(t, http.StatusOK, "ok")
+	clk := newFakeClock()
+	tr := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, MaxLimitWait: time.Hour})
+	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+	ctx, cancel := context.WithDeadline(testCtx(t), clk.Now().Add(time.Second))
+	defer cancel()
+	_, _, err := do(tr, newRequest(t, ctx, http.MethodGet, srv.URL, ""))
+	var rl *RateLimitError
+	if !errors.As(err, &rl) || rl.RetryAfter != time.Second {
+		t.Fatalf("got %v, want a *RateLimitError with RetryAfter 1s", err)
+	}
+	if s := clk.Sleeps(); len(s) != 0 {
+		t.Errorf("waits: got %v, want none", s)
+	}
+	if got := srv.count(); got != 1 {
+		t.Errorf("requests at the server: got %d, want 1", got)
+	}
+}
