@@ -862,3 +862,80 @@ func TestHedgeRefusedByLimitsTakesNoRetry(t *testing.T) {
 		})
 	}
 }
+
+// A hedge is not sent into an open circuit, and takes no retry for it.
+func TestHedgeRefusedByOpenCircuit(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newBranchServer(t)
+	srv.hold(1)
+	clk := newFakeClock()
+	g := newGatedSleep(clk)
+	pl := newPolicyLog()
+	breaker, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := hedgedTransport(t, g, &Transport{Budget: budget, Breaker: breaker, Scope: func(*http.Request) string { return "dep" },
+		Hooks: Hooks{Policy: pl.hook}})
+
+	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+	waitFor(t, srv.arrived, 1, "first branch")
+	// Another caller's failure opens the scope while the first branch waits.
+	ticket, _, err := breaker.allow("dep", clk.Now())
+	if err != nil {
+		t.Fatalf("allow: %v", err)
+	}
+	ticket.done(observeFailure, errors.New("down"), clk.Now())
+	g.next(t).fire()
+	e := pl.next(t)
+	var open *CircuitOpenError
+	if e.Policy != policyHedge || e.Action != actionRefused || !errors.As(e.Err, &open) {
+		t.Errorf("Policy event: got %s/%s err %v, want hedge/refused with a *CircuitOpenError", e.Policy, e.Action, e.Err)
+	}
+	srv.let(1)
+	if call.wait(t); call.err != nil || call.body != "reply 1" {
+		t.Fatalf("got %v, %q; want the first branch's reply", call.err, call.body)
+	}
+	if got := srv.n.Load(); got != 1 {
+		t.Errorf("requests at the server: got %d, want 1", got)
+	}
+	if got := budget.Snapshot().Retries; got != 0 {
+		t.Errorf("retries taken from the budget: got %d, want 0", got)
+	}
+}
+
+// The caller's cancellation ends every branch of the group; the call
+// returns the cancellation and leaves nothing running.
+func TestHedgeCallerCancelEndsAllBranches(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newBranchServer(t)
+	srv.hold(1, 2)
+	g := newGatedSleep(newFakeClock())
+	tr := hedgedTransport(t, g, &Transport{})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	call := goDo(tr, newRequest(t, ctx, http.MethodGet, srv.URL, ""))
+	waitFor(t, srv.arrived, 1, "first branch")
+	g.next(t).fire()
+	waitFor(t, srv.arrived, 2, "hedge")
+	cancel()
+	call.wait(t)
+	if !errors.Is(call.err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", call.err)
+	}
+	got := []int{0, 0}
+	for i := range got {
+		select {
+		case got[i] = <-srv.canceled:
+		case <-time.After(callWait):
+			t.Fatalf("branch %d was not cancelled at the server", i)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []int{1, 2}) {
+		t.Errorf("requests cancelled at the server: got %v, want [1 2]", got)
+	}
+}
