@@ -36,6 +36,13 @@ func (b *bulkhead) free() bool {
 	return b.inFlight < b.limit && len(b.queue) == 0
 }
 
+// idle reports whether no attempt holds a slot or waits for one.
+func (b *bulkhead) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight == 0 && len(b.queue) == 0
+}
+
 // enqueue joins the queue, when it has room, and returns the channel
 // closed when a slot is handed over.
 func (b *bulkhead) enqueue() (chan struct{}, bool) {

@@ -20,9 +20,13 @@ type limits struct {
 }
 
 // scopeLimits keeps the limits of each scope, created on first use, at
-// most max of them; when full, an arbitrary scope's are dropped to make
-// room (its attempts in flight still release their slots, to the dropped
-// bulkhead).
+// most MaxScopes of them. When full, a scope's are dropped to make room:
+// one with nothing to forget (its bulkhead idle, its limiter's bucket
+// full) if there is one, else one whose bulkhead is idle. A scope with
+// attempts in flight or queued is never dropped — a fresh bulkhead would
+// admit MaxInFlight more beside them — so that while every scope kept is
+// busy, the map grows past MaxScopes, by at most the attempts in flight,
+// and shrinks back as they end.
 type scopeLimits struct {
 	mu sync.Mutex
 	m  map[string]*limits
@@ -38,11 +42,7 @@ func (s *scopeLimits) get(scope string, p *policy) *limits {
 	if s.m == nil {
 		s.m = make(map[string]*limits)
 	}
-	if len(s.m) >= p.maxScopes {
-		for k := range s.m {
-			delete(s.m, k)
-			break
-		}
+	for len(s.m) >= p.maxScopes && s.evictLocked(p.clock.Now()) {
 	}
 	l := &limits{scope: scope}
 	if p.rateLimit > 0 {
@@ -53,6 +53,28 @@ func (s *scopeLimits) get(scope string, p *policy) *limits {
 	}
 	s.m[scope] = l
 	return l
+}
+
+// evictLocked drops one scope's limits, and reports false when none may
+// go (see scopeLimits). s.mu is held.
+func (s *scopeLimits) evictLocked(now time.Time) bool {
+	victim, found := "", false
+	for k, l := range s.m {
+		if l.bulkhead != nil && !l.bulkhead.idle() {
+			continue
+		}
+		if l.rate == nil || l.rate.TokensAt(now) >= float64(l.rate.Burst()) {
+			delete(s.m, k)
+			return true
+		}
+		if !found {
+			victim, found = k, true
+		}
+	}
+	if found {
+		delete(s.m, victim)
+	}
+	return found
 }
 
 // usesLimits reports whether attempts pass per-scope limits at all.
