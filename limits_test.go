@@ -559,3 +559,80 @@ func TestRateLimiterRefusesWaitEndingAtDeadline(t *testing.T) {
 		t.Errorf("requests at the server: got %d, want 1", got)
 	}
 }
+
+// A scope's bulkhead is not dropped to make room while attempts hold its
+// slots: a fresh one would admit MaxInFlight more beside them.
+func TestBulkheadKeptWhileInFlight(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	tr := bulkheadTransport(t, g, &Transport{MaxScopes: 1})
+	tr.Scope = func(r *http.Request) string { return r.URL.Path[:2] }
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	// Another scope, while /a holds the only slot of its own.
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", "")); err != nil || string(body) != "/b" {
+		t.Fatalf("the call to another scope: got %v, %q", err, body)
+	}
+	srv.next(t)
+	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a2", ""))
+	var full *BulkheadFullError
+	if !errors.As(err, &full) {
+		t.Errorf("a second call to the busy scope: got %v, want a *BulkheadFullError", err)
+	}
+	srv.let("/a")
+	a.wait(t)
+}
+
+func TestScopeLimitsEviction(t *testing.T) {
+	clk := newFakeClock()
+	p := &policy{maxScopes: 2, maxInFlight: 1, rateLimit: 1, rateBurst: 1, clock: clk}
+	var s scopeLimits
+	has := func(scopes ...string) {
+		t.Helper()
+		var got []string
+		for k := range s.m {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, scopes) {
+			t.Errorf("scopes kept: got %v, want %v", got, scopes)
+		}
+	}
+	a, b := s.get("a", p), s.get("b", p)
+	if !a.bulkhead.tryAcquire() {
+		t.Fatal("a's slot was taken")
+	}
+	b.rate.ReserveN(clk.Now(), 1) // b's bucket owes a token: something to forget
+
+	c := s.get("c", p) // a is busy: b goes, its debt forgotten
+	has("a", "c")
+	if !c.bulkhead.tryAcquire() {
+		t.Fatal("c's slot was taken")
+	}
+	s.get("d", p) // every scope busy: none goes
+	has("a", "c", "d")
+
+	a.bulkhead.release()
+	a.rate.ReserveN(clk.Now(), 1)
+	// Back within the bound: d, with nothing to forget, goes first, then
+	// a, idle but owing a token; c, busy, stays.
+	s.get("e", p)
+	has("c", "e")
+	if got := s.get("c", p); got != c {
+		t.Error("c's limits were replaced")
+	}
+
+	// Between two idle scopes, the one with nothing to forget goes.
+	for range 20 { // map order varies: try it often
+		var s2 scopeLimits
+		x := s2.get("x", p)
+		x.rate.ReserveN(clk.Now(), 1)
+		s2.get("y", p)
+		s2.get("z", p)
+		if _, ok := s2.m["x"]; !ok {
+			t.Fatal("x, owing a token, was dropped before y, full")
+		}
+	}
+}
