@@ -939,3 +939,60 @@ func TestHedgeCallerCancelEndsAllBranches(t *testing.T) {
 		t.Errorf("requests cancelled at the server: got %v, want [1 2]", got)
 	}
 }
+
+// A uniformly slow dependency: every call's hedge timer fires before its
+// answer. The extra requests are exactly the retries the budget granted,
+// and within its ratio.
+func TestHedgeExtraRequestsBoundedByBudget(t *testing.T) {
+	noGoroutineLeft(t)
+	const calls = 200
+	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.1, MinPerSecond: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each request answers once its call's hedge was sent or refused.
+	var decided atomic.Pointer[chan struct{}]
+	var sent atomic.Int32
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		select {
+		case <-*decided.Load():
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	var hedges, refusals int
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond, Budget: budget,
+		Hooks: Hooks{Policy: func(i PolicyInfo) {
+			switch i.Action {
+			case actionSent:
+				hedges++
+			case actionRefused:
+				refusals++
+			}
+			close(*decided.Load())
+		}}})
+	for i := range calls {
+		ch := make(chan struct{})
+		decided.Store(&ch)
+		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: got %v", i, err)
+		}
+	}
+	extra := int(sent.Load()) - calls
+	if hedges+refusals != calls {
+		t.Fatalf("hedges due: got %d sent and %d refused, want %d in all", hedges, refusals, calls)
+	}
+	if extra != hedges {
+		t.Errorf("extra requests: got %d, want the %d hedges sent", extra, hedges)
+	}
+	if got := budget.Snapshot().Retries; got != uint64(hedges) {
+		t.Errorf("retries the budget granted: got %d, want %d (one per hedge)", got, hedges)
+	}
+	if extra == 0 || extra > calls/10 {
+		t.Errorf("extra requests: got %d, want some, and at most %d (10%% of %d calls)", extra, calls/10, calls)
+	}
+	t.Logf("%d calls to a uniformly slow dependency: %d hedges sent, %d refused by the budget", calls, hedges, refusals)
+}
