@@ -424,7 +424,9 @@ func TestRateLimiterRejectsLongWaitWithoutTakingToken(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := statusServer(t, http.StatusOK, "ok")
-			clk := newFakeClock()
+			// An hour ahead: the deadline the test sets on this clock
+			// never strikes in real time.
+			clk := newFakeClockAt(time.Now().Add(time.Hour))
 			pl := newPolicyLog()
 			rt := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, MaxLimitWait: tt.maxLimitWait, Hooks: Hooks{Policy: pl.hook}})
 			if _, _, err := do(rt, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
@@ -540,7 +542,7 @@ func TestRateLimiterRefusesHedgeWithoutWaiting(t *testing.T) {
 // for the attempt: it is refused at once, as a retry's wait is.
 func TestRateLimiterRefusesWaitEndingAtDeadline(t *testing.T) {
 	srv := statusServer(t, http.StatusOK, "ok")
-	clk := newFakeClock()
+	clk := newFakeClockAt(time.Now().Add(time.Hour)) // the deadline never strikes in real time
 	tr := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, MaxLimitWait: time.Hour})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
 		t.Fatalf("the first call: %v", err)
