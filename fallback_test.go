@@ -79,8 +79,8 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 			t.Errorf("Fallback got the request for %s, want %s", fb.req.URL, u)
 		}
 		e := pl.next(t)
-		if e.Policy != policyFallback || e.Action != actionAnswered || e.Err != nil {
-			t.Errorf("Policy event: got %s/%s err %v, want fallback/answered", e.Policy, e.Action, e.Err)
+		if e.Policy != policyFallback || e.Action != actionAnswered || e.Err != nil || e.CallID != 1 {
+			t.Errorf("Policy event: got %s/%s err %v call %d, want fallback/answered of call 1", e.Policy, e.Action, e.Err, e.CallID)
 		}
 	})
 

@@ -195,6 +195,9 @@ func TestBulkheadFullWithoutQueueRejectsAtOnce(t *testing.T) {
 	if e.Policy != policyBulkhead || e.Action != actionRejected || !errors.As(e.Err, &full) {
 		t.Errorf("Policy event: got %s/%s err %v, want bulkhead/rejected with a *BulkheadFullError", e.Policy, e.Action, e.Err)
 	}
+	if e.CallID != 2 {
+		t.Errorf("Policy event: got call %d, want the second call's", e.CallID)
+	}
 	srv.let("/a")
 	if c := a.wait(t); c.err != nil || c.body != "/a" {
 		t.Fatalf("the held call: got %v, %q", c.err, c.body)
@@ -395,6 +398,9 @@ func TestRateLimiterBurstThenWaits(t *testing.T) {
 	e := pl.next(t)
 	if e.Policy != policyRateLimit || e.Action != actionWaited || e.Wait != 250*time.Millisecond || e.Err != nil {
 		t.Errorf("Policy event: got %s/%s wait %v err %v, want rate_limit/waited 250ms", e.Policy, e.Action, e.Wait, e.Err)
+	}
+	if e.CallID != 3 || e.Method != http.MethodGet || e.URL != srv.URL {
+		t.Errorf("Policy event: got call %d, %s %s; want the third call's, GET %s", e.CallID, e.Method, e.URL, srv.URL)
 	}
 	if got := srv.count(); got != 3 {
 		t.Errorf("requests at the server: got %d, want 3", got)
