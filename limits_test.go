@@ -317,10 +317,10 @@ func TestBulkheadQueueWaitEndsAtCallerDeadline(t *testing.T) {
 
 	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
 	srv.next(t)
-	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Millisecond)
-	defer cancel()
+	ctx := newHeldDeadline(time.Now().Add(time.Hour))
 	b := goDo(tr, newRequest(t, ctx, http.MethodGet, srv.URL+"/b", ""))
 	g.next(t) // queued; the hour never passes
+	ctx.expire()
 	b.wait(t)
 	if !errors.Is(b.err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want the caller's context.DeadlineExceeded", b.err)
@@ -332,6 +332,32 @@ func TestBulkheadQueueWaitEndsAtCallerDeadline(t *testing.T) {
 	}
 	if p := srv.next(t); p != "/c" {
 		t.Errorf("got %s at the server, want /c (/b never sent)", p)
+	}
+}
+
+// heldDeadline is a caller's context with a deadline that strikes when
+// the test says, not when the real clock reaches it.
+type heldDeadline struct {
+	context.Context
+	deadline time.Time
+	done     chan struct{}
+	once     sync.Once
+}
+
+func newHeldDeadline(deadline time.Time) *heldDeadline {
+	return &heldDeadline{Context: context.Background(), deadline: deadline, done: make(chan struct{})}
+}
+
+func (c *heldDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *heldDeadline) Done() <-chan struct{}       { return c.done }
+func (c *heldDeadline) expire()                     { c.once.Do(func() { close(c.done) }) }
+
+func (c *heldDeadline) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
 
