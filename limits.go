@@ -56,10 +56,18 @@ func (s *scopeLimits) get(scope string, p *policy) *limits {
 }
 
 // evictLocked drops one scope's limits, and reports false when none may
-// go (see scopeLimits). s.mu is held.
+// go (see scopeLimits). It looks at a few scopes past the first that may
+// go, for one with nothing to forget, rather than at them all: the map
+// is large when it is full. s.mu is held.
 func (s *scopeLimits) evictLocked(now time.Time) bool {
-	victim, found := "", false
+	const lookFurther = 8
+	victim, found, looked := "", false, 0
 	for k, l := range s.m {
+		if found {
+			if looked++; looked > lookFurther {
+				break
+			}
+		}
 		if l.bulkhead != nil && !l.bulkhead.idle() {
 			continue
 		}
