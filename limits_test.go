@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -668,5 +669,30 @@ func TestScopeLimitsEviction(t *testing.T) {
 		if _, ok := s2.m["x"]; !ok {
 			t.Fatal("x, owing a token, was dropped before y, full")
 		}
+	}
+}
+
+// A base that panics gives the bulkhead slot back on the way up, hedged
+// or not: a lost slot would refuse the scope's attempts for good.
+func TestBulkheadSlotReturnedWhenBasePanics(t *testing.T) {
+	for _, hedged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hedged=%v", hedged), func(t *testing.T) {
+			noGoroutineLeft(t)
+			base := &panicBase{}
+			tr := &Transport{Base: base, MaxInFlight: 1, Budget: UnlimitedBudget()}
+			if hedged {
+				tr.MaxHedges, tr.HedgeDelay = 1, time.Hour
+			}
+			tr = newTransport(t, newFakeClock(), tr)
+			setSleep(tr, func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() })
+			if !roundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")) {
+				t.Fatal("the base's panic did not reach the caller")
+			}
+			base.status.Store(http.StatusOK)
+			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("the call after the panic: got %v, want a 200 (the slot given back)", err)
+			}
+		})
 	}
 }
