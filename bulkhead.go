@@ -29,6 +29,20 @@ func (b *bulkhead) tryAcquire() bool {
 	return false
 }
 
+// free reports whether tryAcquire would take a slot now.
+func (b *bulkhead) free() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight < b.limit && len(b.queue) == 0
+}
+
+// idle reports whether no attempt holds a slot or waits for one.
+func (b *bulkhead) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight == 0 && len(b.queue) == 0
+}
+
 // enqueue joins the queue, when it has room, and returns the channel
 // closed when a slot is handed over.
 func (b *bulkhead) enqueue() (chan struct{}, bool) {

@@ -206,12 +206,17 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 
 // enterHedge admits a hedge: attempts left, the caller still waiting, the
 // budget's retry, then the breaker, the rate limiter and the bulkhead
-// without waiting.
+// without waiting. The gates are asked first whether they would refuse,
+// taking nothing, so that a hedge they refuse takes no retry from the
+// budget (as schedule spends none on a retry that will not be sent).
 func (c *call) enterHedge() (pass, error) {
 	if c.attempt+c.resent >= c.p.maxAttempts {
 		return pass{}, ErrAttemptsExhausted
 	}
 	if err := c.ctx.Err(); err != nil {
+		return pass{}, err
+	}
+	if err := c.wouldRefuseHedge(); err != nil {
 		return pass{}, err
 	}
 	if c.budget != nil && !c.allowRetry() {
@@ -254,11 +259,12 @@ func (c *call) lose(b *branch) {
 }
 
 // policyEventBranch reports a hedge of branch n, sent or refused after
-// the group waited wait.
+// the group waited wait. The event is about the hedge: its Attempt is the
+// number the hedge has, or would have had.
 func (c *call) policyEventBranch(n int, action string, wait time.Duration, err error) {
 	if h := c.t.Hooks.Policy; h != nil {
 		ci := c.info()
-		ci.Branch = n
+		ci.Attempt, ci.Branch = c.attempt+1, n
 		emit(h, PolicyInfo{CallInfo: ci, Policy: policyHedge, Action: action, Wait: wait, Err: err})
 	}
 }

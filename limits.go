@@ -20,9 +20,13 @@ type limits struct {
 }
 
 // scopeLimits keeps the limits of each scope, created on first use, at
-// most max of them; when full, an arbitrary scope's are dropped to make
-// room (its attempts in flight still release their slots, to the dropped
-// bulkhead).
+// most MaxScopes of them. When full, a scope's are dropped to make room:
+// one with nothing to forget (its bulkhead idle, its limiter's bucket
+// full) if there is one, else one whose bulkhead is idle. A scope with
+// attempts in flight or queued is never dropped — a fresh bulkhead would
+// admit MaxInFlight more beside them — so that while every scope kept is
+// busy, the map grows past MaxScopes, by at most the attempts in flight,
+// and shrinks back as they end.
 type scopeLimits struct {
 	mu sync.Mutex
 	m  map[string]*limits
@@ -38,11 +42,7 @@ func (s *scopeLimits) get(scope string, p *policy) *limits {
 	if s.m == nil {
 		s.m = make(map[string]*limits)
 	}
-	if len(s.m) >= p.maxScopes {
-		for k := range s.m {
-			delete(s.m, k)
-			break
-		}
+	for len(s.m) >= p.maxScopes && s.evictLocked(p.clock.Now()) {
 	}
 	l := &limits{scope: scope}
 	if p.rateLimit > 0 {
@@ -53,6 +53,36 @@ func (s *scopeLimits) get(scope string, p *policy) *limits {
 	}
 	s.m[scope] = l
 	return l
+}
+
+// evictLocked drops one scope's limits, and reports false when none may
+// go (see scopeLimits). It looks at a few scopes past the first that may
+// go, for one with nothing to forget, rather than at them all: the map
+// is large when it is full. s.mu is held.
+func (s *scopeLimits) evictLocked(now time.Time) bool {
+	const lookFurther = 8
+	victim, found, looked := "", false, 0
+	for k, l := range s.m {
+		if found {
+			if looked++; looked > lookFurther {
+				break
+			}
+		}
+		if l.bulkhead != nil && !l.bulkhead.idle() {
+			continue
+		}
+		if l.rate == nil || l.rate.TokensAt(now) >= float64(l.rate.Burst()) {
+			delete(s.m, k)
+			return true
+		}
+		if !found {
+			victim, found = k, true
+		}
+	}
+	if found {
+		delete(s.m, victim)
+	}
+	return found
 }
 
 // usesLimits reports whether attempts pass per-scope limits at all.
@@ -110,8 +140,10 @@ func (c *call) limits() *limits {
 }
 
 // rateLimit takes a token from the scope's limiter, waiting for it when
-// that fits within MaxLimitWait and the caller's deadline (a hedge never
-// waits); otherwise it takes none and refuses with a *RateLimitError.
+// that fits within MaxLimitWait and ends before the caller's deadline (a
+// wait that ends at the deadline leaves no time for the attempt; a hedge
+// never waits); otherwise it takes none and refuses with a
+// *RateLimitError.
 func (c *call) rateLimit(l *limits, hedge bool) error {
 	if l.rate == nil {
 		return nil
@@ -125,11 +157,11 @@ func (c *call) rateLimit(l *limits, hedge bool) error {
 	if d == 0 {
 		return nil
 	}
-	limit := c.p.maxLimitWait
-	if dl, ok := c.ctx.Deadline(); ok {
-		limit = min(limit, dl.Sub(now))
+	tooLong := d > c.p.maxLimitWait
+	if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(now) {
+		tooLong = true
 	}
-	if hedge || d > limit {
+	if hedge || tooLong {
 		r.CancelAt(now)
 		err := &RateLimitError{Scope: l.scope, RetryAfter: d}
 		if !hedge {
@@ -142,6 +174,31 @@ func (c *call) rateLimit(l *limits, hedge bool) error {
 		return err
 	}
 	c.policyEvent(policyRateLimit, actionWaited, d, nil)
+	return nil
+}
+
+// wouldRefuseHedge returns the refusal the breaker, the rate limiter or
+// the bulkhead would give a hedge now, taking nothing from any of them:
+// the scope open, no token in the limiter, no free slot. Another call may
+// take what it saw free before the hedge enters; then enter refuses it.
+func (c *call) wouldRefuseHedge() error {
+	now := c.p.clock.Now()
+	if err := c.openThrough(now); err != nil {
+		return err
+	}
+	l := c.limits()
+	if l == nil {
+		return nil
+	}
+	if l.rate != nil {
+		if tokens := l.rate.TokensAt(now); tokens < 1 {
+			wait := time.Duration((1 - tokens) / float64(l.rate.Limit()) * float64(time.Second))
+			return &RateLimitError{Scope: l.scope, RetryAfter: wait}
+		}
+	}
+	if l.bulkhead != nil && !l.bulkhead.free() {
+		return &BulkheadFullError{Scope: l.scope, MaxInFlight: l.bulkhead.limit}
+	}
 	return nil
 }
 

@@ -1,0 +1,146 @@
+package retryfuse
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The hedge delay derived from a scope's observed latency, and the extra
+// requests hedging costs a uniformly slow dependency.
+
+func TestHedgeDelayFromObservedLatency(t *testing.T) {
+	const took = 3 * time.Millisecond
+	clk := newFakeClock()
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		clk.Advance(took)
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	// delays records each hedge delay asked for (the timer never fires);
+	// run makes calls and returns the delays they asked for.
+	type delays struct {
+		mu  sync.Mutex
+		all []time.Duration
+	}
+	install := func(tr *Transport) *delays {
+		ds := &delays{}
+		setClock(tr, clk.Now, func(ctx context.Context, d time.Duration) error {
+			ds.mu.Lock()
+			ds.all = append(ds.all, d)
+			ds.mu.Unlock()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		return ds
+	}
+	run := func(t *testing.T, tr *Transport, ds *delays, calls int) []time.Duration {
+		t.Helper()
+		ds.mu.Lock()
+		ds.all = nil
+		ds.mu.Unlock()
+		for i := range calls {
+			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("call %d: got %v", i, err)
+			}
+		}
+		ds.mu.Lock()
+		defer ds.mu.Unlock()
+		return slices.Clone(ds.all)
+	}
+
+	t.Run("no HedgeDelay: no hedge until the estimate", func(t *testing.T) {
+		noGoroutineLeft(t)
+		tr := newTransport(t, nil, &Transport{Base: base, MaxHedges: 1, HedgeQuantile: 0.95, Budget: UnlimitedBudget()})
+		ds := install(tr)
+		delays := run(t, tr, ds, latencyMinimum)
+		if len(delays) != 0 {
+			t.Fatalf("hedge timers in the first %d calls: got %v, want none", latencyMinimum, delays)
+		}
+		delays = run(t, tr, ds, 1)
+		want := upperBound(bucketOf(took))
+		if len(delays) != 1 || delays[0] != want {
+			t.Fatalf("hedge delay after %d observations of %v: got %v, want [%v]", latencyMinimum, took, delays, want)
+		}
+		if delays[0] < took || delays[0] > took*119/100 {
+			t.Errorf("hedge delay %v: want within a quarter octave above %v", delays[0], took)
+		}
+	})
+	t.Run("HedgeDelay until the estimate", func(t *testing.T) {
+		noGoroutineLeft(t)
+		tr := newTransport(t, nil, &Transport{Base: base, MaxHedges: 1, HedgeQuantile: 0.95, HedgeDelay: 50 * time.Millisecond, Budget: UnlimitedBudget()})
+		delays := run(t, tr, install(tr), latencyMinimum+1)
+		if len(delays) != latencyMinimum+1 {
+			t.Fatalf("hedge timers: got %d, want %d", len(delays), latencyMinimum+1)
+		}
+		for i, d := range delays[:latencyMinimum] {
+			if d != 50*time.Millisecond {
+				t.Errorf("call %d: hedge delay %v, want HedgeDelay 50ms", i, d)
+			}
+		}
+		if got, want := delays[latencyMinimum], upperBound(bucketOf(took)); got != want {
+			t.Errorf("call %d: hedge delay %v, want the estimate %v", latencyMinimum, got, want)
+		}
+	})
+}
+
+// A uniformly slow dependency: every call's hedge timer fires before its
+// answer. The extra requests are exactly the retries the budget granted,
+// and within its ratio.
+func TestHedgeExtraRequestsBoundedByBudget(t *testing.T) {
+	noGoroutineLeft(t)
+	const calls = 200
+	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.1, MinPerSecond: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each request answers once its call's hedge was sent or refused.
+	var decided atomic.Pointer[chan struct{}]
+	var sent atomic.Int32
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		select {
+		case <-*decided.Load():
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	var hedges, refusals int
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond, Budget: budget,
+		Hooks: Hooks{Policy: func(i PolicyInfo) {
+			switch i.Action {
+			case actionSent:
+				hedges++
+			case actionRefused:
+				refusals++
+			}
+			close(*decided.Load())
+		}}})
+	for i := range calls {
+		ch := make(chan struct{})
+		decided.Store(&ch)
+		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: got %v", i, err)
+		}
+	}
+	extra := int(sent.Load()) - calls
+	if hedges+refusals != calls {
+		t.Fatalf("hedges due: got %d sent and %d refused, want %d in all", hedges, refusals, calls)
+	}
+	if extra != hedges {
+		t.Errorf("extra requests: got %d, want the %d hedges sent", extra, hedges)
+	}
+	if got := budget.Snapshot().Retries; got != uint64(hedges) {
+		t.Errorf("retries the budget granted: got %d, want %d (one per hedge)", got, hedges)
+	}
+	if extra == 0 || extra > calls/10 {
+		t.Errorf("extra requests: got %d, want some, and at most %d (10%% of %d calls)", extra, calls/10, calls)
+	}
+	t.Logf("%d calls to a uniformly slow dependency: %d hedges sent, %d refused by the budget", calls, hedges, refusals)
+}

@@ -1,0 +1,417 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The per-scope limits an attempt passes after the breaker: the bulkhead
+// (at most MaxInFlight attempts in flight, a bounded FIFO queue), and the
+// limits kept per scope. The rate limiter's tests are in
+// limits_rate_test.go.
+
+// maxTracker counts what is in flight and remembers the most at once.
+type maxTracker struct{ cur, max atomic.Int64 }
+
+func (m *maxTracker) enter() {
+	n := m.cur.Add(1)
+	for {
+		old := m.max.Load()
+		if n <= old || m.max.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+func (m *maxTracker) leave() { m.cur.Add(-1) }
+
+func TestBulkheadBoundsInFlightUnderLoad(t *testing.T) {
+	noGoroutineLeft(t)
+	const (
+		callers     = 256
+		maxInFlight = 8
+	)
+	var server, client maxTracker
+	arrived := make(chan struct{}, callers)
+	proceed := make(chan struct{}, callers)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		server.enter()
+		arrived <- struct{}{}
+		<-proceed
+		server.leave() // before the answer: the client frees the slot once it has it
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	inner := &http.Transport{MaxIdleConnsPerHost: callers}
+	t.Cleanup(inner.CloseIdleConnections)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		client.enter()
+		defer client.leave()
+		return inner.RoundTrip(r)
+	})
+	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 1, Budget: UnlimitedBudget(),
+		MaxInFlight: maxInFlight, MaxQueued: callers, MaxLimitWait: time.Hour})
+
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range callers {
+		wg.Go(func() {
+			resp, body, err := do(tr, newRequest(t, context.Background(), http.MethodGet, srv.URL, ""))
+			if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ok" {
+				failed.Add(1)
+			}
+		})
+	}
+	// Let one request answer at a time, once the bulkhead is full: each
+	// answer frees the slot of the next in the queue.
+	for i := range callers {
+		select {
+		case <-arrived:
+		case <-time.After(callWait):
+			t.Fatalf("request %d did not arrive", i+1)
+		}
+		if i >= maxInFlight-1 {
+			proceed <- struct{}{}
+		}
+	}
+	for range maxInFlight - 1 {
+		proceed <- struct{}{}
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("calls that failed: got %d, want 0", n)
+	}
+	if got := server.max.Load(); got > maxInFlight {
+		t.Errorf("requests in flight at the server: got at most %d, want at most %d", got, maxInFlight)
+	}
+	if got := client.max.Load(); got > maxInFlight {
+		t.Errorf("attempts in flight in the base: got at most %d, want at most %d", got, maxInFlight)
+	}
+	if got := server.max.Load(); got != maxInFlight {
+		t.Errorf("requests in flight at the server: got at most %d, want the bulkhead full (%d) at some point", got, maxInFlight)
+	}
+}
+
+// bulkheadTransport returns a Transport with a bulkhead of one slot to
+// the scope "dep", on a fake clock whose sleeps g holds.
+func bulkheadTransport(t *testing.T, g *gatedSleep, tr *Transport) *Transport {
+	t.Helper()
+	tr.MaxInFlight = 1
+	if tr.MaxAttempts == 0 {
+		tr.MaxAttempts = 1
+	}
+	tr.Budget = UnlimitedBudget()
+	tr.Scope = func(*http.Request) string { return "dep" }
+	tr = newTransport(t, nil, tr)
+	g.install(tr)
+	return tr
+}
+
+func TestBulkheadFullWithoutQueueRejectsAtOnce(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	if p := srv.next(t); p != "/a" {
+		t.Fatalf("got %s, want /a", p)
+	}
+	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", ""))
+	var full *BulkheadFullError
+	if !errors.As(err, &full) {
+		t.Fatalf("got %v, want a *BulkheadFullError", err)
+	}
+	if full.Scope != "dep" || full.MaxInFlight != 1 || full.Queued != 0 {
+		t.Errorf("got %+v, want scope dep, MaxInFlight 1, Queued 0", *full)
+	}
+	if !errors.Is(err, ErrDeclined) {
+		t.Errorf("errors.Is(%v, ErrDeclined) = false, want true", err)
+	}
+	if n := g.asked(); n != 0 {
+		t.Errorf("waits: got %d, want none (no queue)", n)
+	}
+	e := pl.next(t)
+	if e.Policy != policyBulkhead || e.Action != actionRejected || !errors.As(e.Err, &full) {
+		t.Errorf("Policy event: got %s/%s err %v, want bulkhead/rejected with a *BulkheadFullError", e.Policy, e.Action, e.Err)
+	}
+	if e.CallID != 2 {
+		t.Errorf("Policy event: got call %d, want the second call's", e.CallID)
+	}
+	srv.let("/a")
+	if c := a.wait(t); c.err != nil || c.body != "/a" {
+		t.Fatalf("the held call: got %v, %q", c.err, c.body)
+	}
+	select {
+	case p := <-srv.arrived:
+		t.Errorf("the rejected request reached the server: %s", p)
+	default:
+	}
+	// The slot came back: the next call passes.
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", "")); err != nil || string(body) != "/c" {
+		t.Errorf("a call after the slot freed: got %v, %q; want /c", err, body)
+	}
+}
+
+// Waiting attempts get the slot in the order they came.
+func TestBulkheadQueueIsFIFO(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a", "/b")
+	clk := newFakeClock()
+	g := newGatedSleep(clk)
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 2, MaxLimitWait: time.Minute, Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	if p := srv.next(t); p != "/a" {
+		t.Fatalf("got %s, want /a", p)
+	}
+	b := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", ""))
+	if w := g.next(t); w.d != time.Minute {
+		t.Errorf("queue wait bound: got %v, want MaxLimitWait 1m", w.d)
+	}
+	clk.Advance(time.Second)
+	c := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", ""))
+	g.next(t)
+	clk.Advance(time.Second)
+	// The queue is full: a fourth is rejected at once.
+	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/d", ""))
+	var full *BulkheadFullError
+	if !errors.As(err, &full) {
+		t.Fatalf("with the queue full: got %v, want a *BulkheadFullError", err)
+	}
+	if e := pl.next(t); e.Action != actionRejected {
+		t.Errorf("Policy event: got %s/%s, want bulkhead/rejected", e.Policy, e.Action)
+	}
+
+	srv.let("/a")
+	if p := srv.next(t); p != "/b" {
+		t.Fatalf("after /a: got %s, want /b (first in the queue)", p)
+	}
+	e := pl.next(t)
+	if e.Policy != policyBulkhead || e.Action != actionQueued || e.Wait != 2*time.Second {
+		t.Errorf("Policy event: got %s/%s wait %v, want bulkhead/queued wait 2s", e.Policy, e.Action, e.Wait)
+	}
+	srv.let("/b")
+	if p := srv.next(t); p != "/c" {
+		t.Fatalf("after /b: got %s, want /c", p)
+	}
+	if e := pl.next(t); e.Action != actionQueued || e.Wait != time.Second {
+		t.Errorf("Policy event: got %s/%s wait %v, want bulkhead/queued wait 1s", e.Policy, e.Action, e.Wait)
+	}
+	for name, call := range map[string]*asyncCall{"/a": a, "/b": b, "/c": c} {
+		if call.wait(t); call.err != nil || call.body != name {
+			t.Errorf("call %s: got %v, %q", name, call.err, call.body)
+		}
+	}
+}
+
+// The queue wait ends at MaxLimitWait: the attempt is not sent, and its
+// place is given up.
+func TestBulkheadQueueWaitEndsAtMaxLimitWait(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 1, MaxLimitWait: 50 * time.Millisecond, Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	b := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", ""))
+	w := g.next(t)
+	if w.d != 50*time.Millisecond {
+		t.Errorf("queue wait bound: got %v, want 50ms", w.d)
+	}
+	w.fire()
+	b.wait(t)
+	var full *BulkheadFullError
+	if !errors.As(b.err, &full) || full.Queued != 50*time.Millisecond {
+		t.Fatalf("got %v, want a *BulkheadFullError after queueing 50ms", b.err)
+	}
+	e := pl.next(t)
+	if e.Policy != policyBulkhead || e.Action != actionRejected || e.Wait != 50*time.Millisecond {
+		t.Errorf("Policy event: got %s/%s wait %v, want bulkhead/rejected wait 50ms", e.Policy, e.Action, e.Wait)
+	}
+	srv.let("/a")
+	a.wait(t)
+	// The place was given up and the slot is free: the next call passes
+	// without waiting.
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", "")); err != nil || string(body) != "/c" {
+		t.Errorf("a call after: got %v, %q; want /c", err, body)
+	}
+	if p := srv.next(t); p != "/c" {
+		t.Errorf("got %s at the server, want /c (the timed-out /b never sent)", p)
+	}
+	if n := g.asked(); n != 0 {
+		t.Errorf("waits after: got %d, want none", n)
+	}
+}
+
+// The queue wait never outlives the caller: it ends at the deadline (or
+// cancellation), and nothing is sent.
+func TestBulkheadQueueWaitEndsAtCallerDeadline(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 1, MaxLimitWait: time.Hour})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	ctx := newHeldDeadline(time.Now().Add(time.Hour))
+	b := goDo(tr, newRequest(t, ctx, http.MethodGet, srv.URL+"/b", ""))
+	g.next(t) // queued; the hour never passes
+	ctx.expire()
+	b.wait(t)
+	if !errors.Is(b.err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want the caller's context.DeadlineExceeded", b.err)
+	}
+	srv.let("/a")
+	a.wait(t)
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/c", "")); err != nil || string(body) != "/c" {
+		t.Errorf("a call after: got %v, %q; want /c", err, body)
+	}
+	if p := srv.next(t); p != "/c" {
+		t.Errorf("got %s at the server, want /c (/b never sent)", p)
+	}
+}
+
+// A hedge never waits for the bulkhead: with no slot free it is not sent.
+func TestBulkheadRefusesHedgeWithoutWaiting(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 4, MaxAttempts: 3, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond,
+		Hooks: Hooks{Policy: pl.hook}})
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	g.next(t).fire() // the hedge timer
+	e := pl.next(t)
+	var full *BulkheadFullError
+	if e.Policy != policyHedge || e.Action != actionRefused || !errors.As(e.Err, &full) {
+		t.Errorf("Policy event: got %s/%s err %v, want hedge/refused with a *BulkheadFullError", e.Policy, e.Action, e.Err)
+	}
+	srv.let("/a")
+	if a.wait(t); a.err != nil || a.body != "/a" {
+		t.Fatalf("got %v, %q; want /a", a.err, a.body)
+	}
+	if events := pl.take(); len(events) != 1 {
+		t.Errorf("Policy events: got %+v, want the hedge's refusal only", events)
+	}
+	if n := g.asked(); n != 0 {
+		t.Errorf("waits: got %d, want none (a hedge does not queue)", n)
+	}
+}
+
+// A scope's bulkhead is not dropped to make room while attempts hold its
+// slots: a fresh one would admit MaxInFlight more beside them.
+func TestBulkheadKeptWhileInFlight(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newPathServer(t, "/a")
+	g := newGatedSleep(newFakeClock())
+	tr := bulkheadTransport(t, g, &Transport{MaxScopes: 1})
+	tr.Scope = func(r *http.Request) string { return r.URL.Path[:2] }
+
+	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
+	srv.next(t)
+	// Another scope, while /a holds the only slot of its own.
+	if _, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/b", "")); err != nil || string(body) != "/b" {
+		t.Fatalf("the call to another scope: got %v, %q", err, body)
+	}
+	srv.next(t)
+	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a2", ""))
+	var full *BulkheadFullError
+	if !errors.As(err, &full) {
+		t.Errorf("a second call to the busy scope: got %v, want a *BulkheadFullError", err)
+	}
+	srv.let("/a")
+	a.wait(t)
+}
+
+func TestScopeLimitsEviction(t *testing.T) {
+	clk := newFakeClock()
+	p := &policy{maxScopes: 2, maxInFlight: 1, rateLimit: 1, rateBurst: 1, clock: clk}
+	var s scopeLimits
+	has := func(scopes ...string) {
+		t.Helper()
+		var got []string
+		for k := range s.m {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, scopes) {
+			t.Errorf("scopes kept: got %v, want %v", got, scopes)
+		}
+	}
+	a, b := s.get("a", p), s.get("b", p)
+	if !a.bulkhead.tryAcquire() {
+		t.Fatal("a's slot was taken")
+	}
+	b.rate.ReserveN(clk.Now(), 1) // b's bucket owes a token: something to forget
+
+	c := s.get("c", p) // a is busy: b goes, its debt forgotten
+	has("a", "c")
+	if !c.bulkhead.tryAcquire() {
+		t.Fatal("c's slot was taken")
+	}
+	s.get("d", p) // every scope busy: none goes
+	has("a", "c", "d")
+
+	a.bulkhead.release()
+	a.rate.ReserveN(clk.Now(), 1)
+	// Back within the bound: d, with nothing to forget, goes first, then
+	// a, idle but owing a token; c, busy, stays.
+	s.get("e", p)
+	has("c", "e")
+	if got := s.get("c", p); got != c {
+		t.Error("c's limits were replaced")
+	}
+
+	// Between two idle scopes, the one with nothing to forget goes.
+	for range 20 { // map order varies: try it often
+		var s2 scopeLimits
+		x := s2.get("x", p)
+		x.rate.ReserveN(clk.Now(), 1)
+		s2.get("y", p)
+		s2.get("z", p)
+		if _, ok := s2.m["x"]; !ok {
+			t.Fatal("x, owing a token, was dropped before y, full")
+		}
+	}
+}
+
+// A base that panics gives the bulkhead slot back on the way up, hedged
+// or not: a lost slot would refuse the scope's attempts for good.
+func TestBulkheadSlotReturnedWhenBasePanics(t *testing.T) {
+	for _, hedged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hedged=%v", hedged), func(t *testing.T) {
+			noGoroutineLeft(t)
+			base := &panicBase{}
+			tr := &Transport{Base: base, MaxInFlight: 1, Budget: UnlimitedBudget()}
+			if hedged {
+				tr.MaxHedges, tr.HedgeDelay = 1, time.Hour
+			}
+			tr = newTransport(t, newFakeClock(), tr)
+			setSleep(tr, func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() })
+			if !roundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")) {
+				t.Fatal("the base's panic did not reach the caller")
+			}
+			base.status.Store(http.StatusOK)
+			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("the call after the panic: got %v, want a 200 (the slot given back)", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,93 @@
+package retryfuse
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The settings of the hedge, the bulkhead and the rate limiter: each
+// invalid one is an error wrapping ErrInvalidPolicy that names the field,
+// and a Transport holding it sends nothing.
+
+func TestInvalidStackSettingsNameTheField(t *testing.T) {
+	tests := []struct {
+		name  string
+		tr    *Transport
+		field string
+	}{
+		{"negative MaxHedges", &Transport{MaxHedges: -1}, "MaxHedges"},
+		{"negative HedgeDelay", &Transport{HedgeDelay: -time.Millisecond}, "HedgeDelay"},
+		{"negative HedgeQuantile", &Transport{HedgeQuantile: -0.5}, "HedgeQuantile"},
+		{"HedgeQuantile of 1", &Transport{HedgeQuantile: 1}, "HedgeQuantile"},
+		{"HedgeQuantile above 1", &Transport{HedgeQuantile: 95}, "HedgeQuantile"},
+		{"NaN HedgeQuantile", &Transport{HedgeQuantile: math.NaN()}, "HedgeQuantile"},
+		{"MaxHedges with neither delay nor quantile", &Transport{MaxHedges: 1}, "HedgeDelay"},
+		{"empty HedgeMethods token", &Transport{HedgeMethods: []string{""}}, "HedgeMethods"},
+		{"HedgeMethods token with a space", &Transport{HedgeMethods: []string{"GET POST"}}, "HedgeMethods"},
+		{"HedgeMethods token with a separator", &Transport{HedgeMethods: []string{"GET,HEAD"}}, "HedgeMethods"},
+		{"HedgeMethods token with a control byte", &Transport{HedgeMethods: []string{"GE\x00T"}}, "HedgeMethods"},
+		{"HedgeMethods token beyond ASCII", &Transport{HedgeMethods: []string{"GÉT"}}, "HedgeMethods"},
+		{"negative MaxInFlight", &Transport{MaxInFlight: -1}, "MaxInFlight"},
+		{"negative MaxQueued", &Transport{MaxInFlight: 1, MaxQueued: -1}, "MaxQueued"},
+		{"MaxQueued without MaxInFlight", &Transport{MaxQueued: 4}, "MaxQueued"},
+		{"NaN RateLimit", &Transport{RateLimit: math.NaN(), RateBurst: 1}, "RateLimit"},
+		{"negative RateLimit", &Transport{RateLimit: -1, RateBurst: 1}, "RateLimit"},
+		{"infinite RateLimit", &Transport{RateLimit: math.Inf(1), RateBurst: 1}, "RateLimit"},
+		{"RateLimit without RateBurst", &Transport{RateLimit: 10}, "RateBurst"},
+		{"RateBurst without RateLimit", &Transport{RateBurst: 10}, "RateBurst"},
+		{"negative RateBurst", &Transport{RateLimit: 10, RateBurst: -1}, "RateBurst"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := statusServer(t, http.StatusOK, "ok")
+			err := tt.tr.Validate()
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("Validate: got %v, want an error wrapping ErrInvalidPolicy", err)
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("Validate: got %q, want it to name %s", err, tt.field)
+			}
+			if errors.Is(err, ErrDeclined) {
+				t.Errorf("errors.Is(%v, ErrDeclined) = true, want false: invalid settings are not a refusal", err)
+			}
+			_, _, err = do(tt.tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Errorf("Do: got %v, want an error wrapping ErrInvalidPolicy", err)
+			}
+			if got := srv.count(); got != 0 {
+				t.Errorf("requests seen by the server: got %d, want 0", got)
+			}
+		})
+	}
+}
+
+func TestValidStackSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		tr   *Transport
+	}{
+		{"hedge with a delay", &Transport{MaxHedges: 2, HedgeDelay: time.Millisecond}},
+		{"hedge with a quantile only", &Transport{MaxHedges: 1, HedgeQuantile: 0.95}},
+		{"hedge with both", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond, HedgeQuantile: 0.5}},
+		{"a HedgeDelay without MaxHedges", &Transport{HedgeDelay: time.Millisecond}},
+		{"HedgeMethods of tokens", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond,
+			HedgeMethods: []string{"GET", "PUT", "POST", "PROPFIND", "x-custom!"}}},
+		{"empty, non-nil HedgeMethods", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond, HedgeMethods: []string{}}},
+		{"bulkhead without a queue", &Transport{MaxInFlight: 1}},
+		{"bulkhead with a queue", &Transport{MaxInFlight: 8, MaxQueued: 100}},
+		{"rate limit", &Transport{RateLimit: 0.5, RateBurst: 1}},
+		{"no waiting", &Transport{RateLimit: 5, RateBurst: 1, MaxInFlight: 1, MaxLimitWait: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Cleanup(tt.tr.CloseIdleConnections)
+			if err := tt.tr.Validate(); err != nil {
+				t.Errorf("Validate: got %v, want nil", err)
+			}
+		})
+	}
+}
