@@ -34,7 +34,7 @@ type BudgetOptions struct {
 // remote is the Redis side of a budget: the client, the key, the bound of
 // each call and the fail-safe.
 type remote struct {
-	client   redis.Scripter
+	client   redis.UniversalClient
 	keys     []string // the one key, as the scripts take it
 	timeout  time.Duration
 	failSafe FailSafe
@@ -44,7 +44,7 @@ type remote struct {
 	now func() time.Time
 }
 
-func newRemote(client redis.Scripter, name string, opts BudgetOptions) (remote, error) {
+func newRemote(client redis.UniversalClient, name string, opts BudgetOptions) (remote, error) {
 	if err := checkClient(client); err != nil {
 		return remote{}, err
 	}

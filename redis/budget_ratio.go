@@ -53,7 +53,7 @@ var _ retryfuse.Budget = (*RatioBudget)(nil)
 // (the scripts count time in microseconds). A nil client, a client without
 // ContextTimeoutEnabled, an empty name or an invalid option gives an error
 // wrapping retryfuse.ErrInvalidPolicy.
-func NewRatioBudget(client redis.Scripter, name string, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*RatioBudget, error) {
+func NewRatioBudget(client redis.UniversalClient, name string, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*RatioBudget, error) {
 	local, err := retryfuse.NewRatioBudget(cfg) // validates cfg
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func (b *RatioBudget) AllowRetry(ctx context.Context) (ok bool, err error) {
 // RatioBudgets returns a function for retryfuse.Transport.NewBudget that
 // gives each scope the RatioBudget named after it, so that every process
 // using the same Redis shares one budget per dependency.
-func RatioBudgets(client redis.Scripter, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (func(scope string) (retryfuse.Budget, error), error) {
+func RatioBudgets(client redis.UniversalClient, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (func(scope string) (retryfuse.Budget, error), error) {
 	if _, err := NewRatioBudget(client, "check", cfg, opts); err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func RatioBudgets(client redis.Scripter, cfg retryfuse.RatioBudgetConfig, opts B
 
 // TokenBuckets returns a function for retryfuse.Transport.NewBudget that
 // gives each scope the TokenBucket named after it.
-func TokenBuckets(client redis.Scripter, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (func(scope string) (retryfuse.Budget, error), error) {
+func TokenBuckets(client redis.UniversalClient, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (func(scope string) (retryfuse.Budget, error), error) {
 	if _, err := NewTokenBucket(client, "check", cfg, opts); err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ var _ retryfuse.Budget = (*TokenBucket)(nil)
 // retryfuse.NewTokenBucket does; a nil client, a client without
 // ContextTimeoutEnabled, an empty name or an invalid option gives an error
 // wrapping retryfuse.ErrInvalidPolicy.
-func NewTokenBucket(client redis.Scripter, name string, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (*TokenBucket, error) {
+func NewTokenBucket(client redis.UniversalClient, name string, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (*TokenBucket, error) {
 	local, err := retryfuse.NewTokenBucket(cfg) // validates cfg
 	if err != nil {
 		return nil, err

@@ -94,7 +94,7 @@ var _ retryfuse.Ledger = (*Ledger)(nil)
 // NewLedger returns a Ledger. A nil client, a client without
 // ContextTimeoutEnabled, or a negative setting gives an error wrapping
 // retryfuse.ErrInvalidPolicy that names the field.
-func NewLedger(client redis.Scripter, cfg LedgerConfig) (*Ledger, error) {
+func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
 	}

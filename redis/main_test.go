@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +67,27 @@ func sharedClient(t testing.TB) *redis.Client {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("REDIS_ADDR %s: PING: %v", sharedAddr(t), err)
+	}
+	return c
+}
+
+// clusterClient returns a client of the shared Redis Cluster, given by
+// REDIS_CLUSTER_ADDRS (comma-separated; scripts/redis-test starts a
+// 3-master cluster), closed when the test ends.
+func clusterClient(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	env := os.Getenv("REDIS_CLUSTER_ADDRS")
+	if env == "" {
+		needRedis(t, "REDIS_CLUSTER_ADDRS is empty")
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(env, ","), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.Ping(ctx).Err()
+	}); err != nil {
+		t.Fatalf("REDIS_CLUSTER_ADDRS %s: PING: %v", env, err)
 	}
 	return c
 }

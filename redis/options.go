@@ -59,7 +59,7 @@ func invalid(field, problem string) error {
 // let a context bound its calls: without ContextTimeoutEnabled, go-redis
 // waits for its own ReadTimeout (3s by default) whatever the context says,
 // and the Timeout option could not be kept.
-func checkClient(c redis.Scripter) error {
+func checkClient(c redis.UniversalClient) error {
 	switch c := c.(type) {
 	case nil:
 		return invalid("client", "is nil")
