@@ -79,10 +79,11 @@ func BenchmarkMemoryRatioAllowRetry(b *testing.B) {
 }
 
 func BenchmarkLedgerBeginRelease(b *testing.B) {
-	l, err := NewLedger(sharedClient(b), LedgerConfig{Prefix: uniq(b), InFlightTTL: time.Minute, Timeout: benchTimeout})
+	l, err := NewLedger(sharedClient(b), LedgerConfig{Prefix: uniq(b), InFlightTTL: time.Minute, Timeout: benchTimeout, AllowWithoutPersistence: true})
 	if err != nil {
 		b.Fatal(err)
 	}
+	closeLedger(b, l)
 	b.ReportAllocs()
 	for b.Loop() {
 		cl, err := l.Begin(bg(), "k", fpA)

@@ -1,6 +1,7 @@
 package retryfuseredis_test
 
 import (
+	"context"
 	"log"
 	"net/http"
 
@@ -21,8 +22,9 @@ func Example() {
 	}
 	ledger, err := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
 	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // also when Redis keeps no append-only file: see LedgerConfig.AllowWithoutPersistence
 	}
+	defer ledger.Close(context.Background()) // flushes what Redis could not take yet
 	client := &http.Client{Transport: &retryfuse.Transport{
 		NewBudget: newBudget,
 		Ledger:    ledger,
