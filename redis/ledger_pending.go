@@ -50,11 +50,11 @@ type pending struct {
 
 	mu      sync.Mutex // guards the fields below
 	steps   map[pendingID]*pendingStep
-	order   []pendingID          // oldest first; may name steps since done
-	cancels map[string]string    // key → token of a failed Begin still to cancel
-	running bool                 // the goroutine is running
-	stop    chan struct{}        // closed by Close
-	done    chan struct{}        // closed when the goroutine ends
+	order   []pendingID       // oldest first; may name steps since done
+	cancels map[string]string // key → token of a failed Begin still to cancel
+	running bool              // the goroutine is running
+	stop    chan struct{}     // closed by Close
+	done    chan struct{}     // closed when the goroutine ends
 	closed  bool
 }
 
