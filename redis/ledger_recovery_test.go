@@ -221,3 +221,24 @@ func TestLedgerCancelBeforeBegin(t *testing.T) {
 		t.Fatalf("a cancellation of a token that does not hold the key: got code %d, want 1 (still in flight)", code)
 	}
 }
+
+// A Complete sent while Redis is down (killed: it never runs) is recorded
+// once Redis is back with its data (AOF, fsync always).
+func TestLedgerResultRecordedAfterRestartWithAOF(t *testing.T) {
+	p := startRedis(t, aofAlways...)
+	l, err := NewLedger(newClient(t, p.Addr()), LedgerConfig{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeLedger(t, l)
+	cl := begin(t, l, "k", fpA)
+	p.Stop()
+	if err := l.Complete(bg(), "k", cl.Token, &retryfuse.StoredResponse{StatusCode: 201, Body: []byte("charged")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Complete with Redis down: got %v, want ErrUnavailable", err)
+	}
+	p.Start()
+	got := waitState(t, l, "k", decide.KeyCompleted, decide.KeyInFlight)
+	if got.Stored == nil || string(got.Stored.Body) != "charged" {
+		t.Fatalf("completed after the restart: got stored %+v, want the result", got.Stored)
+	}
+}

@@ -51,9 +51,3 @@ func (p *redisProc) Start() {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-// Restart kills the server (SIGKILL: no shutdown save) and starts it again.
-func (p *redisProc) Restart() {
-	p.Stop()
-	p.Start()
-}
