@@ -278,8 +278,8 @@ func (l *Ledger) endOnce(ctx context.Context, key, token string, op ledgerOp, st
 func (l *Ledger) guarded(ctx context.Context, s *redis.Script, key string, b int, args ...any) ([]any, error) {
 	keys := []string{l.Key(key), l.markerKey(b)}
 	for range 2 {
-		id, seen := l.guard.marker(b)
-		v, err := run(ctx, l.client, l.timeout, s, keys, append([]any{id, seen, rand.Text(), l.guard.quarantineMillis}, args...)...)
+		id, seen, fresh := l.guard.marker(b)
+		v, err := run(ctx, l.client, l.timeout, s, keys, append([]any{id, seen, fresh, l.guard.quarantineMillis}, args...)...)
 		if err != nil {
 			return nil, err
 		}

@@ -35,19 +35,22 @@ type guard struct {
 	mu    sync.Mutex // guards the fields below
 	ids   [ledgerBuckets]string
 	seen  [ledgerBuckets]int64
+	fresh string    // a random id for a marker remade after a loss
 	until time.Time // the quarantine's end, by this process's clock
 	stale bool      // the markers must be adopted again before a Begin
 }
 
 func (g *guard) init(quarantine time.Duration, onDataLost func(error)) {
 	g.quarantine, g.quarantineMillis, g.onDataLost = quarantine, ceilMillis(quarantine), onDataLost
+	g.fresh = rand.Text()
 }
 
-// marker returns the id of bucket b's marker and the highest count seen.
-func (g *guard) marker(b int) (string, int64) {
+// marker returns the id of bucket b's marker, the highest count seen,
+// and the id a script gives the marker it remakes after a loss.
+func (g *guard) marker(b int) (id string, seen int64, fresh string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.ids[b], g.seen[b]
+	return g.ids[b], g.seen[b], g.fresh
 }
 
 // saw notes count seq of bucket b's marker, if its id is still id.
@@ -80,6 +83,7 @@ func (g *guard) lost(where string, left time.Duration) error {
 		g.until = until
 	}
 	g.stale = true
+	g.fresh = rand.Text() // the id remade with the last one may be this loss's
 	until = g.until
 	g.mu.Unlock()
 	err := lostError(until)
