@@ -13,6 +13,7 @@
 //	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 //	newBudget, _ := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
 //	ledger, _ := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
+//	defer ledger.Close(ctx)
 //	client := &http.Client{Transport: &retryfuse.Transport{NewBudget: newBudget, Ledger: ledger}}
 //
 // Every check is one round trip: one Lua script, run atomically by Redis,
@@ -31,8 +32,15 @@
 //     allow. The transport reports it through Hooks.EvidenceUnavailable.
 //   - The ledger's Begin returns an error wrapping ErrUnavailable: the
 //     transport does not treat the key as free, and refuses the request
-//     with retryfuse.ErrLedgerUnavailable.
+//     with retryfuse.ErrLedgerUnavailable. A step that ends a claim is
+//     retried in the background until Redis takes it (Ledger.Close
+//     flushes them), and a claim never ended is uncertain, never free.
+//   - When Redis comes back without the ledger's records, the ledger
+//     notices and refuses keyed requests for a quarantine (ErrDataLost).
+//     NewLedger refuses a Redis that keeps no append-only file unless
+//     told otherwise (LedgerConfig.AllowWithoutPersistence).
 //
-// No failure is remembered: the next call tries Redis again, so the shared
-// budget and ledger are back as soon as Redis is.
+// Apart from that quarantine, no failure is remembered: the next call
+// tries Redis again, so the shared budget and ledger are back as soon as
+// Redis is.
 package retryfuseredis
