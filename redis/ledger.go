@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -183,7 +184,7 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 	superseded := l.pending.cancelled(key)
 	reply, err := l.guarded(ctx, ledgerBeginScript, key, b, string(fp[:]), token, l.flightMillis, l.lifeMillis, superseded)
 	if err != nil {
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, ErrUnavailable) && !neverSent(err) {
 			// The script may run yet, once Redis answers: cancel its claim,
 			// since the caller, told of the failure, sends nothing.
 			l.pending.add(key, token, opCancel, nil)
@@ -217,6 +218,14 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 		return retryfuse.LedgerClaim{State: decide.KeyConflict}, nil
 	}
 	return retryfuse.LedgerClaim{}, unexpected(reply)
+}
+
+// neverSent reports whether err proves that a script never left this
+// process: no connection was obtained (a refused or failed dial). Any
+// other failure may have come after the script was written.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // Complete ends a claim with a confirmed result, stored (encoded) when

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -335,7 +338,10 @@ func TestLedgerUnavailable(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(unrecorded) != 4 { // the cancellation of the failed Begin's claim, and the three ends
+	// The three ends, and the cancellation of the failed Begin's claim:
+	// its error, a deadline passed while go-redis dialled again, does not
+	// prove that the script never left.
+	if len(unrecorded) != 4 {
 		t.Fatalf("reported unrecorded: got %q, want 4 steps", unrecorded)
 	}
 	if _, err := l.Begin(bg(), "k", fpA); !errors.Is(err, ErrClosed) || !errors.Is(err, retryfuse.ErrLedgerUnavailable) {
@@ -405,6 +411,27 @@ func TestLedgerStoredHeaderBound(t *testing.T) {
 		wantState(t, got, decide.KeyCompleted, false)
 		if (got.Stored != nil) != tc.stored {
 			t.Fatalf("%s: stored %v, want %v", tc.key, got.Stored != nil, tc.stored)
+		}
+	}
+}
+
+// Only a failed dial proves that a script never left: any other failure
+// may come after it was written, and a Begin's claim is then cancelled.
+func TestNeverSent(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	read := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{dial, true},
+		{fmt.Errorf("%w: %w", ErrUnavailable, dial), true},
+		{read, false},
+		{context.DeadlineExceeded, false},
+		{io.EOF, false},
+	} {
+		if got := neverSent(tc.err); got != tc.want {
+			t.Errorf("neverSent(%v): got %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
