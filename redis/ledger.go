@@ -136,7 +136,7 @@ func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) 
 	if l.maxStoredBody == 0 {
 		l.maxStoredBody = defaultLedgerMaxStoredBody
 	}
-	l.guard.init(orDefault(cfg.Quarantine, ttl), cfg.OnDataLost)
+	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost)
 	l.pending.init(l, cfg.MaxPending)
 
 	ctx, cancel := context.WithTimeout(context.Background(), max(startupTimeout, timeout))
@@ -302,6 +302,9 @@ func (l *Ledger) guarded(ctx context.Context, s *redis.Script, key string, b int
 			left, _ := reply[1].(int64)
 			return nil, l.guard.lost(keys[1], time.Duration(left)*time.Millisecond)
 		case -2:
+			if len(reply) < 3 {
+				return nil, unexpected(v)
+			}
 			newID, _ := reply[1].(string)
 			n, _ := reply[2].(int64)
 			l.guard.replace(b, id, newID, n)

@@ -35,9 +35,10 @@ type LedgerConfig struct {
 	AllowWithoutPersistence bool
 	// Quarantine is how long Begin refuses every key (an error wrapping
 	// ErrDataLost) once the ledger has noticed that Redis lost records:
-	// a marker gone or gone back. Zero means TTL: by then every key that
-	// was lost would have expired anyway, so nothing lost is taken for
-	// free. A shorter one trades that guarantee for availability.
+	// a marker gone or gone back. Zero means InFlightTTL + TTL: by then
+	// every key that was lost — completed, uncertain, or claimed by a call
+	// still running — would have expired anyway, so nothing lost is taken
+	// for free. A shorter one trades that guarantee for availability.
 	Quarantine time.Duration
 	// OnDataLost, when not nil, is called once per loss this process
 	// notices, with an error wrapping ErrDataLost that says until when
