@@ -187,7 +187,9 @@ func (f *faultFleet) load(url string, keys *keyLog, o *outcomes, stop <-chan str
 }
 
 // redeliver sends every key once more, from 8 goroutines, and checks each
-// with check.
+// with check. A call whose Redis call did not answer in time (a busy
+// machine; fsync on every write) is sent again, up to 5 times, as its
+// client would: that is not a key held by anyone.
 func (f *faultFleet) redeliver(url string, keys []string, o *outcomes, check func(key string, status int, err error)) {
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
@@ -195,6 +197,9 @@ func (f *faultFleet) redeliver(url string, keys []string, o *outcomes, check fun
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(keys); i = int(next.Add(1) - 1) {
 				status, _, err := post(f.clients[i%len(f.clients)], url, keys[i], "amount=1")
+				for try := 1; try < 5 && errors.Is(err, ErrUnavailable); try++ {
+					status, _, err = post(f.clients[i%len(f.clients)], url, keys[i], "amount=1")
+				}
 				o.add(status, err)
 				check(keys[i], status, err)
 			}
