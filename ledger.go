@@ -208,9 +208,9 @@ type LedgerClaim struct {
 	//     the key's state.
 	State decide.KeyState
 	// Uncertain, with KeyInFlight: an earlier call under the key ended with
-	// an uncertain outcome. The key is neither completed nor free until it
-	// expires, or until its outcome is learnt (Complete or Release with
-	// Token).
+	// an uncertain outcome, or its claim expired without a recorded result.
+	// The key is neither completed nor free until it expires, or until its
+	// outcome is learnt (Complete or Release with Token).
 	Uncertain bool
 	// Stored, with KeyCompleted: a copy of the stored result; nil when there
 	// was none or its body was too large to store. The transport then asks
