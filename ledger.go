@@ -26,8 +26,8 @@ var errLedgerFull = errors.New("retryfuse: idempotency ledger full of keys in fl
 
 var (
 	// ErrLedgerToken: Complete, Release or Uncertain was called with a token
-	// that does not own the key (wrong, already used, or its claim expired).
-	// The call changed nothing.
+	// that does not own the key (wrong, already used, or the key has since
+	// been freed). The call changed nothing.
 	ErrLedgerToken = errors.New("retryfuse: ledger token does not own the key")
 
 	// ErrFingerprintLimit: with a Ledger, a request's body is longer than
@@ -208,9 +208,9 @@ type LedgerClaim struct {
 	//     the key's state.
 	State decide.KeyState
 	// Uncertain, with KeyInFlight: an earlier call under the key ended with
-	// an uncertain outcome. The key is neither completed nor free until it
-	// expires, or until its outcome is learnt (Complete or Release with
-	// Token).
+	// an uncertain outcome, or its claim expired without a recorded result.
+	// The key is neither completed nor free until it expires, or until its
+	// outcome is learnt (Complete or Release with Token).
 	Uncertain bool
 	// Stored, with KeyCompleted: a copy of the stored result; nil when there
 	// was none or its body was too large to store. The transport then asks
@@ -231,8 +231,13 @@ type LedgerClaim struct {
 // concurrent caller may own a key: of any number of concurrent Begin calls
 // on a free key, exactly one gets KeyNone.
 //
+// A claim expires uncertain, never free: a claim whose owner has not ended
+// it within the ledger's in-flight time may have been sent and applied,
+// its result never recorded, so the key is then held as after Uncertain
+// (for the ledger's TTL), and the owner's token may still end it.
+//
 // A Complete, Release or Uncertain call whose token does not own the key (a
-// wrong token, a claim already ended, or one that expired) changes nothing
+// wrong token, a claim already ended, or a key since freed) changes nothing
 // and returns an error wrapping ErrLedgerToken.
 type Ledger interface {
 	// Begin looks key up. A fingerprint other than the one stored for the key

@@ -69,22 +69,37 @@ func TestMemoryLedgerNeverEvictsInFlight(t *testing.T) {
 	ledgerBegin(t, l, "d", decide.KeyNone) // room again
 	_, err = l.Begin(ctx, "e", ledgerFP(1))
 	require.ErrorIs(t, err, errLedgerFull)
-	clock.Advance(testLedgerInFlightTTL) // the owners of c and d lose their claims
+	clock.Advance(testLedgerInFlightTTL) // the claims on c and d expire: both uncertain, so evictable
 	ledgerBegin(t, l, "e", decide.KeyNone)
-	assert.Equal(t, 1, l.len())
+	assert.Equal(t, 2, l.len())
 }
 
-// An in-flight claim expires sooner than the completed keys held before it:
-// a full ledger must notice, drop it and keep the completed key.
+// A claim expires (uncertain) and then, TTL later, goes, sooner than a
+// completed key taken after it: a full ledger must notice, drop it and
+// keep the completed key.
 func TestMemoryLedgerSweepSeesSoonerExpiry(t *testing.T) {
 	l, clock := newTestLedger(t, 2)
-	ledgerComplete(t, l, "a")
-	clock.Advance(testLedgerInFlightTTL)
-	require.Equal(t, 1, l.len()) // a sweep: a, expiring in 9m, is the soonest
-	ledgerBegin(t, l, "b", decide.KeyNone)
-	clock.Advance(testLedgerInFlightTTL)
-	ledgerBegin(t, l, "c", decide.KeyNone)
+	ledgerBegin(t, l, "b", decide.KeyNone) // in flight until 1m, uncertain until 11m
+	clock.Advance(2 * testLedgerInFlightTTL)
+	ledgerComplete(t, l, "a") // until 12m
+	require.Equal(t, 2, l.len())
+	ledgerBegin(t, l, "b", decide.KeyInFlight) // uncertain now
+	clock.Advance(testLedgerTTL - testLedgerInFlightTTL)
+	ledgerBegin(t, l, "c", decide.KeyNone) // at 11m: must drop b, not evict a
 	ledgerBegin(t, l, "a", decide.KeyCompleted)
+}
+
+// A full ledger whose every key is in flight makes room once a claim
+// expires: the key is uncertain then, and evictable, never free while held.
+func TestMemoryLedgerExpiredClaimsAreUncertain(t *testing.T) {
+	l, clock := newTestLedger(t, 2)
+	ledgerBegin(t, l, "a", decide.KeyNone)
+	clock.Advance(testLedgerInFlightTTL)
+	cl, err := l.Begin(context.Background(), "a", ledgerFP(1))
+	require.NoError(t, err)
+	assert.Equal(t, decide.KeyInFlight, cl.State)
+	assert.True(t, cl.Uncertain, "an expired claim: got not uncertain, want uncertain")
+	assert.NotEmpty(t, cl.Token, "an expired claim keeps its owner's token for Resolve")
 }
 
 // After a sweep the ledger must still know the soonest expiry of the keys

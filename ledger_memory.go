@@ -32,10 +32,14 @@ type MemoryLedgerConfig struct {
 	// idempotency keys for. Afterwards the key is free again.
 	TTL time.Duration
 	// InFlightTTL is how long an owner may hold a key, counted from Begin.
-	// Zero means 5m. An owner that has not ended its claim by then loses
-	// it: the key is free again and the owner's token is stale. Set it above
-	// the longest a call (all its attempts and waits) may take, or a slow
-	// call's key may be claimed and sent again by a concurrent duplicate.
+	// Zero means 5m. A claim not ended by then expires uncertain, never
+	// free: the request may have been sent and applied, and its result
+	// never recorded. The key is then held as after Uncertain, for TTL
+	// from the claim's expiry (a later Begin gets KeyInFlight with
+	// Uncertain), and the owner's token may still end it with Complete,
+	// Release or Uncertain. Set it above the longest a call (all its
+	// attempts and waits) may take, or a slow call's key is reported
+	// uncertain before the call has ended.
 	InFlightTTL time.Duration
 	// MaxStoredBody bounds the bytes of body stored per completed key. Zero
 	// means 64 KiB. A response with a larger body completes the key without
@@ -59,7 +63,8 @@ func (c *MemoryLedgerConfig) maxStoredBody() int {
 
 // MemoryLedger is a Ledger held in this process's memory, bounded by
 // MaxEntries. It uses one mutex and no goroutines: keys expire lazily, when
-// they are next looked at or when room is needed. It never blocks on I/O and
+// they are next looked at or when room is needed; a claim that expires
+// becomes uncertain (see InFlightTTL). It never blocks on I/O and
 // does not look at its contexts. A clock that goes backwards only keeps keys
 // longer.
 //
@@ -91,7 +96,8 @@ type ledgerEntry struct {
 	key     string
 	fp      Fingerprint
 	state   entryState
-	token   string // the owner's, while in flight
+	token   string // the owner's, while in flight or uncertain
+	lapsed  bool   // uncertain because its claim expired: the owner may still report Uncertain
 	expires time.Time
 	stored  *StoredResponse // never changed once set: it is copied on the way out without the lock
 	prev    *ledgerEntry    // LRU links, only for completed and uncertain entries
@@ -204,6 +210,11 @@ func (l *MemoryLedger) Uncertain(_ context.Context, key, token string) error {
 
 func (l *MemoryLedger) uncertainAt(key, token string, now time.Time) error {
 	return l.end(key, token, now, false, func(e *ledgerEntry) {
+		if e.state == entryUncertain { // its claim expired before this call: held for TTL from now
+			l.setExpiry(e, now.Add(l.cfg.ttl()))
+			l.moveToFront(e)
+			return
+		}
 		e.state = entryUncertain // the token stays: it may end the claim once the outcome is known
 		l.setExpiry(e, now.Add(l.cfg.ttl()))
 		l.pushFront(e)
@@ -211,28 +222,48 @@ func (l *MemoryLedger) uncertainAt(key, token string, now time.Time) error {
 }
 
 // end applies f to key's entry, under the lock, if token owns it: in
-// flight, or, when settled is true, uncertain (its outcome has since been
-// learnt).
+// flight; or uncertain when settled is true (its outcome has since been
+// learnt); or uncertain because its claim expired (the owner reports late).
 func (l *MemoryLedger) end(key, token string, now time.Time, settled bool, f func(e *ledgerEntry)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lazyInit()
 	e := l.live(key, now)
-	if e == nil || e.token != token || !(e.state == entryInFlight || settled && e.state == entryUncertain) {
+	if e == nil || e.token != token || !(e.state == entryInFlight || e.state == entryUncertain && (settled || e.lapsed)) {
 		return fmt.Errorf("%w: key %q", ErrLedgerToken, key)
 	}
+	e.lapsed = false
 	f(e)
 	return nil
 }
 
-// live returns key's entry, dropping it when it has expired.
+// live returns key's entry, dropping it when it has expired; a claim that
+// expired is uncertain instead (lapse).
 func (l *MemoryLedger) live(key string, now time.Time) *ledgerEntry {
 	e := l.m[key]
-	if e != nil && !now.Before(e.expires) {
+	if e != nil && !now.Before(e.expires) && !l.lapse(e, now) {
 		l.remove(e)
 		return nil
 	}
 	return e
+}
+
+// lapse turns an expired claim (in flight) into an uncertain key held for
+// TTL from the claim's expiry, the owner's token kept to end it. It
+// reports false, changing nothing, for any other entry, and for a claim
+// whose uncertain time has passed too.
+func (l *MemoryLedger) lapse(e *ledgerEntry, now time.Time) bool {
+	if e.state != entryInFlight {
+		return false
+	}
+	until := e.expires.Add(l.cfg.ttl())
+	if !now.Before(until) {
+		return false
+	}
+	e.state, e.lapsed = entryUncertain, true
+	l.setExpiry(e, until)
+	l.pushFront(e)
+	return true
 }
 
 // makeRoom frees one place in a full ledger: it drops the expired entries,
@@ -257,7 +288,7 @@ func (l *MemoryLedger) sweep(now time.Time) {
 	}
 	l.haveSoonest = false
 	for _, e := range l.m {
-		if !now.Before(e.expires) {
+		if !now.Before(e.expires) && !l.lapse(e, now) {
 			l.remove(e)
 		} else if !l.haveSoonest || e.expires.Before(l.soonest) {
 			l.soonest, l.haveSoonest = e.expires, true

@@ -146,12 +146,28 @@ func TestMemoryLedgerSteps(t *testing.T) {
 		{"a body over MaxStoredBody is not stored", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), {op: opComplete, tok: tokOwner, res: big}, begin(1, decide.KeyCompleted, "-"),
 		}},
-		{"an owner loses its key after InFlightTTL", []ledgerStep{
+		{"an expired claim is uncertain, never free", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL - time.Nanosecond), begin(1, decide.KeyInFlight, "-"),
-			advance(time.Nanosecond), end(opComplete, tokOwner, ErrLedgerToken), begin(1, decide.KeyNone, "-"),
+			advance(time.Nanosecond), beginUncertain, end(opComplete, tokBogus, ErrLedgerToken), beginUncertain,
+		}},
+		{"an expired claim is held for TTL from its expiry, then free", []ledgerStep{
+			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL + testLedgerTTL - time.Nanosecond), beginUncertain,
+			advance(time.Nanosecond), begin(1, decide.KeyNone, "-"),
+		}},
+		{"the owner of an expired claim may still complete it", []ledgerStep{
+			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), end(opComplete, tokOwner, nil),
+			begin(1, decide.KeyCompleted, "created"), end(opUncertain, tokOwner, ErrLedgerToken),
+		}},
+		{"the owner of an expired claim may still release it", []ledgerStep{
+			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), end(opRelease, tokOwner, nil), begin(1, decide.KeyNone, "-"),
+		}},
+		{"the owner of an expired claim may report it uncertain, once: held for TTL from then", []ledgerStep{
+			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), advance(testLedgerTTL / 2), end(opUncertain, tokOwner, nil),
+			end(opUncertain, tokOwner, ErrLedgerToken), advance(testLedgerTTL - time.Nanosecond), beginUncertain,
+			advance(time.Nanosecond), begin(1, decide.KeyNone, "-"),
 		}},
 		{"a stale owner cannot end the new owner's claim", []ledgerStep{
-			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), begin(1, decide.KeyNone, "-"),
+			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL + testLedgerTTL), begin(1, decide.KeyNone, "-"),
 			end(opComplete, tokPrevious, ErrLedgerToken), end(opRelease, tokPrevious, ErrLedgerToken),
 			end(opUncertain, tokPrevious, ErrLedgerToken), begin(1, decide.KeyInFlight, "-"),
 			end(opComplete, tokOwner, nil), begin(1, decide.KeyCompleted, "created"),

@@ -83,10 +83,11 @@ func benchSync(b *testing.B, s *shared) {
 }
 
 func BenchmarkLedgerBeginRelease(b *testing.B) {
-	l, err := NewLedger(sharedClient(b), LedgerConfig{Prefix: uniq(b), InFlightTTL: time.Minute, Timeout: benchTimeout})
+	l, err := NewLedger(sharedClient(b), LedgerConfig{Prefix: uniq(b), InFlightTTL: time.Minute, Timeout: benchTimeout, AllowWithoutPersistence: true})
 	if err != nil {
 		b.Fatal(err)
 	}
+	closeLedger(b, l)
 	b.ReportAllocs()
 	for b.Loop() {
 		cl, err := l.Begin(bg(), "k", fpA)

@@ -14,6 +14,7 @@
 //	budgets, _ := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
 //	defer budgets.Close(ctx)
 //	ledger, _ := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
+//	defer ledger.Close(ctx)
 //	client := &http.Client{Transport: &retryfuse.Transport{NewBudget: budgets.New, Ledger: ledger}}
 //
 // The budgets answer every call from local state: a goroutine per budget
@@ -39,9 +40,15 @@
 //     Hooks.EvidenceUnavailable, once.
 //   - The ledger's Begin returns an error wrapping ErrUnavailable: the
 //     transport does not treat the key as free, and refuses the request
-//     with retryfuse.ErrLedgerUnavailable.
+//     with retryfuse.ErrLedgerUnavailable. A step that ends a claim is
+//     retried in the background until Redis takes it (Ledger.Close
+//     flushes them), and a claim never ended is uncertain, never free.
+//   - When Redis comes back without the ledger's records, the ledger
+//     notices and refuses keyed requests for a quarantine (ErrDataLost).
+//     NewLedger refuses a Redis that keeps no append-only file unless
+//     told otherwise (LedgerConfig.AllowWithoutPersistence).
 //
-// The ledger remembers no failure: the next call tries Redis again. A
-// budget probes Redis with backoff. So the shared budget and ledger are
-// back as soon as Redis is.
+// Apart from that quarantine, the ledger remembers no failure: the next
+// call tries Redis again. A budget probes Redis with backoff. So the shared
+// budget and ledger are back as soon as Redis is.
 package retryfuseredis

@@ -24,8 +24,9 @@ func Example() {
 	defer budgets.Close(context.Background())
 	ledger, err := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
 	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // also when Redis keeps no append-only file: see LedgerConfig.AllowWithoutPersistence
 	}
+	defer ledger.Close(context.Background()) // flushes what Redis could not take yet
 	client := &http.Client{Transport: &retryfuse.Transport{
 		NewBudget: budgets.New,
 		Ledger:    ledger,

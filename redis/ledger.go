@@ -4,8 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	_ "embed"
+	"errors"
 	"fmt"
-	"net/http"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,15 +14,21 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
+//go:embed lua/ledger_guard.lua
+var ledgerGuardSource string
+
 //go:embed lua/ledger_begin.lua
 var ledgerBeginSource string
 
 //go:embed lua/ledger_end.lua
 var ledgerEndSource string
 
+// The begin and end scripts run after the guard (ledger_guard.lua), in the
+// same script: the check that Redis still holds the ledger's data is
+// atomic with the step.
 var (
-	ledgerBeginScript = redis.NewScript(ledgerBeginSource)
-	ledgerEndScript   = redis.NewScript(ledgerEndSource)
+	ledgerBeginScript = redis.NewScript(ledgerGuardSource + ledgerBeginSource)
+	ledgerEndScript   = redis.NewScript(ledgerGuardSource + ledgerEndSource)
 )
 
 // Defaults of LedgerConfig, those of retryfuse.MemoryLedgerConfig.
@@ -30,33 +37,11 @@ const (
 	defaultLedgerTTL           = 24 * time.Hour
 	defaultLedgerInFlightTTL   = 5 * time.Minute
 	defaultLedgerMaxStoredBody = 64 << 10
+	defaultLedgerMaxPending    = 10000
 )
 
-// LedgerConfig configures a Ledger. Every zero value means the default
-// given; a negative value is invalid.
-type LedgerConfig struct {
-	// Prefix is put before each idempotency key to make its Redis key.
-	// Empty means DefaultLedgerPrefix.
-	Prefix string
-	// TTL is how long a completed or uncertain key is kept, from Complete
-	// or Uncertain. Zero means 24h. Afterwards the key is free again.
-	TTL time.Duration
-	// InFlightTTL is how long an owner may hold a key, from Begin. Zero
-	// means 5m. An owner that has not ended its claim by then loses it: the
-	// key is free again and the owner's token is stale. Set it above the
-	// longest a call (all its attempts and waits) may take.
-	InFlightTTL time.Duration
-	// MaxStoredBody bounds the bytes of body stored per completed key. Zero
-	// means 64 KiB. A longer body completes the key without a stored
-	// result: a later call under the key is not replayed, and the
-	// transport asks the caller to reconcile. Headers are stored as they
-	// came (bounded by the base transport's MaxResponseHeaderBytes), in a
-	// compact binary encoding.
-	MaxStoredBody int
-	// Timeout bounds each Redis call; the caller's context deadline, when
-	// sooner, bounds it too. Zero means DefaultTimeout (50ms).
-	Timeout time.Duration
-}
+// ErrClosed is wrapped by the error of Begin on a closed Ledger.
+var ErrClosed = errors.New("retryfuseredis: ledger closed")
 
 // Ledger is a retryfuse.Ledger kept in Redis, shared by every process that
 // uses the same Redis and Prefix: a duplicate sent by another replica
@@ -65,28 +50,46 @@ type LedgerConfig struct {
 //
 // Each call is one round trip: one script (EVALSHA), so that looking a key
 // up and claiming it (Begin), and checking the owner's token and ending the
-// claim (Complete, Release, Uncertain), are each atomic. Owner tokens are
-// 128 random bits (crypto/rand). Every record carries an expiry (PEXPIRE):
-// InFlightTTL while in flight, TTL once completed or uncertain. Memory is
-// bounded by those expiries and MaxStoredBody; run Redis with the
-// noeviction policy (or give the ledger a Redis of its own), since a
-// record evicted while in flight frees its key early.
+// claim (Complete, Release, Uncertain), are each atomic, together with the
+// check that Redis still holds the ledger's data (see LedgerConfig.Quarantine).
+// Owner tokens are 128 random bits (crypto/rand), made before the script
+// runs, so that a Begin sent again finds its own claim. Every record
+// carries an expiry (PEXPIRE): InFlightTTL + TTL from its claim, TTL once
+// completed or uncertain.
 //
-// When Redis cannot answer within the timeout, Begin returns an error
-// wrapping ErrUnavailable, and the transport refuses the request
-// (retryfuse.ErrLedgerUnavailable) rather than treat the key as free; an
-// error of Complete, Release or Uncertain is reported through
-// Hooks.EvidenceUnavailable, and the key's record then ends with its
-// InFlightTTL.
+// What it never forgets:
+//   - A claim not ended within InFlightTTL is uncertain for TTL, never
+//     free (retryfuse.MemoryLedgerConfig.InFlightTTL says why).
+//   - A Complete, Release or Uncertain that Redis could not take returns an
+//     error wrapping ErrUnavailable and is retried in the background (a
+//     bounded queue, with backoff) until Redis takes it or the key's TTL
+//     passes; Close flushes the queue.
+//   - A Begin that failed (timed out, connection lost) may still run once
+//     Redis answers again: its claim is cancelled in the background, and a
+//     later Begin of this process on the same key takes it over, so that
+//     no caller is braked by a request that was never sent.
+//   - Records that Redis lost (restarted without persistence, a snapshot
+//     restored, a failover to a lagging replica) are noticed, and the
+//     ledger refuses every Begin for a quarantine rather than take the
+//     lost keys to be free.
 //
-// Create it with NewLedger. This type is concurrency safe.
+// Keys are hash-tagged (see Key) so that it works on Redis Cluster.
+//
+// Create it with NewLedger and end it with Close. This type is concurrency
+// safe.
 type Ledger struct {
-	client        redis.Scripter
+	client        redis.UniversalClient
 	prefix        string
+	ttl           time.Duration
+	flight        time.Duration
 	ttlMillis     int64
 	flightMillis  int64
+	lifeMillis    int64 // flight + ttl: a record's life from its claim
 	maxStoredBody int
 	timeout       time.Duration
+	onUnrecorded  func(key string, err error)
+	guard         guard
+	pending       pending
 }
 
 var _ retryfuse.Ledger = (*Ledger)(nil)
@@ -94,29 +97,38 @@ var _ retryfuse.Ledger = (*Ledger)(nil)
 // NewLedger returns a Ledger. A nil client, a client without
 // ContextTimeoutEnabled, or a negative setting gives an error wrapping
 // retryfuse.ErrInvalidPolicy that names the field.
+//
+// NewLedger talks to Redis (within 5s, or Timeout when longer): it checks
+// that every server the client reaches persists its data (CONFIG GET
+// appendonly; skipped where CONFIG is not permitted), refusing one that
+// does not with an error wrapping retryfuse.ErrInvalidPolicy unless
+// AllowWithoutPersistence is set, and it reads (or makes) the markers by
+// which lost data is noticed. A Redis that cannot be reached is an error
+// wrapping ErrUnavailable.
 func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.TTL < 0:
-		return nil, invalid("LedgerConfig.TTL", "must not be negative")
-	case cfg.InFlightTTL < 0:
-		return nil, invalid("LedgerConfig.InFlightTTL", "must not be negative")
-	case cfg.MaxStoredBody < 0:
-		return nil, invalid("LedgerConfig.MaxStoredBody", "must not be negative")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	timeout, err := resolveTimeout("LedgerConfig.Timeout", cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
+	ttl := orDefault(cfg.TTL, defaultLedgerTTL)
+	flight := orDefault(cfg.InFlightTTL, defaultLedgerInFlightTTL)
 	l := &Ledger{
 		client:        client,
 		prefix:        cfg.Prefix,
-		ttlMillis:     ceilMillis(orDefault(cfg.TTL, defaultLedgerTTL)),
-		flightMillis:  ceilMillis(orDefault(cfg.InFlightTTL, defaultLedgerInFlightTTL)),
+		ttl:           ttl,
+		flight:        flight,
+		ttlMillis:     ceilMillis(ttl),
+		flightMillis:  ceilMillis(flight),
+		lifeMillis:    ceilMillis(addSat(flight, ttl)),
 		maxStoredBody: cfg.MaxStoredBody,
 		timeout:       timeout,
+		onUnrecorded:  cfg.OnUnrecorded,
 	}
 	if l.prefix == "" {
 		l.prefix = DefaultLedgerPrefix
@@ -124,29 +136,60 @@ func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) 
 	if l.maxStoredBody == 0 {
 		l.maxStoredBody = defaultLedgerMaxStoredBody
 	}
+	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost)
+	l.pending.init(l, cfg.MaxPending)
+
+	ctx, cancel := context.WithTimeout(context.Background(), max(startupTimeout, timeout))
+	defer cancel()
+	if !cfg.AllowWithoutPersistence {
+		if err := checkPersistence(ctx, client); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.guard.adopt(ctx, l); err != nil && !errors.Is(err, ErrDataLost) {
+		return nil, err // in a quarantine already, the ledger starts in it
+	}
 	return l, nil
 }
 
-// Key returns the Redis key of the record of an idempotency key.
-func (l *Ledger) Key(key string) string { return l.prefix + key }
+// startupTimeout bounds NewLedger's talk with Redis, unless Timeout is
+// longer.
+const startupTimeout = 5 * time.Second
+
+// Key returns the Redis key of the record of an idempotency key: Prefix,
+// the hash tag of the key's bucket ("{" two hex digits "}", one of 64),
+// ":" and the key. Every record of a bucket, and the bucket's marker
+// (Prefix and the tag alone), are in one Redis Cluster slot.
+func (l *Ledger) Key(key string) string { return l.prefix + bucketTag(bucketOf(key)) + ":" + key }
 
 // Begin claims key when it is free (KeyNone, with a token), else reports
 // its state; a fingerprint other than the stored one is KeyConflict
 // whatever the state. An empty key is an error wrapping
 // retryfuse.ErrInvalidIdempotencyKey; a Redis failure, an error wrapping
-// ErrUnavailable.
+// ErrUnavailable; during a quarantine after lost data, an error wrapping
+// ErrDataLost; after Close, one wrapping ErrClosed (each of the last two
+// wraps retryfuse.ErrLedgerUnavailable too).
 func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
 	if key == "" {
 		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
 	}
-	token := rand.Text()
-	v, err := run(ctx, l.client, l.timeout, ledgerBeginScript, []string{l.Key(key)}, string(fp[:]), token, l.flightMillis)
-	if err != nil {
+	if l.pending.isClosed() {
+		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: %w", retryfuse.ErrLedgerUnavailable, ErrClosed)
+	}
+	if err := l.guard.ready(ctx, l); err != nil {
 		return retryfuse.LedgerClaim{}, err
 	}
-	reply, _ := v.([]any)
-	if len(reply) == 0 {
-		return retryfuse.LedgerClaim{}, unexpected(v)
+	b := bucketOf(key)
+	token := rand.Text()
+	superseded := l.pending.cancelled(key)
+	reply, err := l.guarded(ctx, ledgerBeginScript, key, b, string(fp[:]), token, l.flightMillis, l.lifeMillis, superseded)
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) && !neverSent(err) {
+			// The script may run yet, once Redis answers: cancel its claim,
+			// since the caller, told of the failure, sends nothing.
+			l.pending.add(key, token, opCancel, nil)
+		}
+		return retryfuse.LedgerClaim{}, err
 	}
 	code, _ := reply[0].(int64)
 	switch code {
@@ -174,7 +217,15 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 	case 4:
 		return retryfuse.LedgerClaim{State: decide.KeyConflict}, nil
 	}
-	return retryfuse.LedgerClaim{}, unexpected(v)
+	return retryfuse.LedgerClaim{}, unexpected(reply)
+}
+
+// neverSent reports whether err proves that a script never left this
+// process: no connection was obtained (a refused or failed dial). Any
+// other failure may have come after the script was written.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // Complete ends a claim with a confirmed result, stored (encoded) when
@@ -182,59 +233,86 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 // at most 100 values and 32 KiB; the record is then kept for TTL.
 func (l *Ledger) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
 	if res != nil && len(res.Body) <= l.maxStoredBody && storableHeader(res.Header) {
-		return l.end(ctx, key, token, "complete", encodeResponse(res))
+		return l.end(ctx, key, token, opComplete, encodeResponse(res))
 	}
-	return l.end(ctx, key, token, "complete")
+	return l.end(ctx, key, token, opComplete, nil)
 }
 
 // Release ends a claim that took no effect: the key is free again.
 func (l *Ledger) Release(ctx context.Context, key, token string) error {
-	return l.end(ctx, key, token, "release")
+	return l.end(ctx, key, token, opRelease, nil)
 }
 
 // Uncertain ends a claim whose outcome is unknown: the key is held (Begin
 // answers KeyInFlight with Uncertain) for TTL.
 func (l *Ledger) Uncertain(ctx context.Context, key, token string) error {
-	return l.end(ctx, key, token, "uncertain")
+	return l.end(ctx, key, token, opUncertain, nil)
 }
 
 // end runs the end script. A token that does not own the key is an error
 // wrapping retryfuse.ErrLedgerToken; a Redis failure, one wrapping
-// ErrUnavailable.
-func (l *Ledger) end(ctx context.Context, key, token, op string, stored ...any) error {
-	args := append([]any{op, token, l.ttlMillis}, stored...)
-	v, err := run(ctx, l.client, l.timeout, ledgerEndScript, []string{l.Key(key)}, args...)
+// ErrUnavailable, and the step is then retried in the background.
+func (l *Ledger) end(ctx context.Context, key, token string, op ledgerOp, stored []byte) error {
+	err := l.endOnce(ctx, key, token, op, stored)
+	if errors.Is(err, ErrUnavailable) && l.pending.add(key, token, op, stored) {
+		return fmt.Errorf("%w (retried in the background)", err)
+	}
+	return err
+}
+
+// endOnce runs the end script once.
+func (l *Ledger) endOnce(ctx context.Context, key, token string, op ledgerOp, stored []byte) error {
+	args := []any{op.String(), token, l.ttlMillis, l.flightMillis}
+	if stored != nil {
+		args = append(args, stored)
+	}
+	reply, err := l.guarded(ctx, ledgerEndScript, key, bucketOf(key), args...)
 	if err != nil {
 		return err
 	}
-	switch v {
+	switch reply[0] {
 	case int64(1):
 		return nil
 	case int64(0):
 		return fmt.Errorf("%w: key %q", retryfuse.ErrLedgerToken, key)
 	}
-	return unexpected(v)
+	return unexpected(reply)
 }
 
-// The bounds of a stored result's headers, as the core's MemoryLedger
-// keeps them: a result with larger headers completes the key without a
-// stored result.
-const (
-	maxStoredHeaderFields = 100
-	maxStoredHeaderBytes  = 32 << 10
-)
-
-// storableHeader reports whether h is within those bounds.
-func storableHeader(h http.Header) bool {
-	fields, size := 0, 0
-	for name, values := range h {
-		for _, v := range values {
-			fields++
-			size += len(name) + len(v)
+// guarded runs a script that begins with the guard on key's record and
+// its bucket's marker, and returns its reply past the guard, having
+// noted the marker's count. A marker of another id whose quarantine is
+// over is adopted and the script run again, once. Lost data is an error
+// wrapping ErrDataLost.
+func (l *Ledger) guarded(ctx context.Context, s *redis.Script, key string, b int, args ...any) ([]any, error) {
+	keys := []string{l.Key(key), l.markerKey(b)}
+	for range 2 {
+		id, seen, fresh := l.guard.marker(b)
+		v, err := run(ctx, l.client, l.timeout, s, keys, append([]any{id, seen, fresh, l.guard.quarantineMillis}, args...)...)
+		if err != nil {
+			return nil, err
 		}
-		if fields > maxStoredHeaderFields || size > maxStoredHeaderBytes {
-			return false
+		reply, _ := v.([]any)
+		if len(reply) < 2 {
+			return nil, unexpected(v)
 		}
+		code, _ := reply[0].(int64)
+		switch code {
+		case -1:
+			left, _ := reply[1].(int64)
+			return nil, l.guard.lost(keys[1], time.Duration(left)*time.Millisecond)
+		case -2:
+			if len(reply) < 3 {
+				return nil, unexpected(v)
+			}
+			newID, _ := reply[1].(string)
+			n, _ := reply[2].(int64)
+			l.guard.replace(b, id, newID, n)
+			continue
+		}
+		seq, _ := reply[1].(int64)
+		l.guard.saw(b, id, seq)
+		return append(reply[:1:1], reply[2:]...), nil
 	}
-	return true
+	return nil, fmt.Errorf("%w: the marker of %s changed twice", ErrUnavailable, l.markerKey(b))
 }

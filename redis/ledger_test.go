@@ -2,12 +2,16 @@ package retryfuseredis
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,11 +28,25 @@ func newTestLedger(t *testing.T, cfg LedgerConfig) *Ledger {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = testTimeout
 	}
+	cfg.AllowWithoutPersistence = true // the shared server keeps nothing
 	l, err := NewLedger(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeLedger(t, l)
 	return l
+}
+
+// closeLedger closes l when the test ends, failing the test if a step
+// could not be flushed.
+func closeLedger(t testing.TB, l *Ledger) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
+		defer cancel()
+		if err := l.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 }
 
 func begin(t *testing.T, l *Ledger, key string, fp retryfuse.Fingerprint) retryfuse.LedgerClaim {
@@ -158,12 +176,13 @@ func TestLedgerExpiry(t *testing.T) {
 	l := newTestLedger(t, LedgerConfig{TTL: 150 * time.Millisecond, InFlightTTL: 100 * time.Millisecond})
 
 	cl := begin(t, l, "flight", fpA)
-	if pttl := c.PTTL(bg(), l.Key("flight")).Val(); pttl <= 0 || pttl > 100*time.Millisecond {
-		t.Fatalf("in-flight PTTL: got %v, want in (0, InFlightTTL=100ms]", pttl)
+	if pttl := c.PTTL(bg(), l.Key("flight")).Val(); pttl <= 150*time.Millisecond || pttl > 250*time.Millisecond {
+		t.Fatalf("in-flight PTTL: got %v, want in (TTL, InFlightTTL+TTL=250ms]", pttl)
 	}
+	waitUncertain(t, l, "flight", fpA, cl.Token) // an expired claim is uncertain, never free
 	waitGone(t, c, l.Key("flight"))
 	if err := l.Complete(bg(), "flight", cl.Token, nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
-		t.Fatalf("Complete after the claim expired: got %v, want ErrLedgerToken", err)
+		t.Fatalf("Complete after the key was freed: got %v, want ErrLedgerToken", err)
 	}
 	wantState(t, begin(t, l, "flight", fpB), decide.KeyNone, false)
 
@@ -176,6 +195,31 @@ func TestLedgerExpiry(t *testing.T) {
 	}
 	waitGone(t, c, l.Key("done"))
 	wantState(t, begin(t, l, "done", fpA), decide.KeyNone, false)
+}
+
+// waitUncertain waits (at most 10s) until key's claim has expired: Begin
+// answers uncertain, with the owner's token. Until then it must answer in
+// flight.
+func waitUncertain(t *testing.T, l *Ledger, key string, fp retryfuse.Fingerprint, token string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cl := begin(t, l, key, fp)
+		if cl.Uncertain {
+			wantState(t, cl, decide.KeyInFlight, true)
+			if cl.Token != token {
+				t.Fatalf("expired claim: got token %q, want the owner's %q", cl.Token, token)
+			}
+			return
+		}
+		if cl.State != decide.KeyInFlight {
+			t.Fatalf("claim of %q before it expired: got %v, want in flight", key, cl.State)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim of %q not uncertain after 10s", key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // TestLedgerLongTTLs pins that the longest TTLs a Duration can hold give
@@ -201,13 +245,12 @@ func TestLedgerLongTTLs(t *testing.T) {
 // reply to the first was lost) finds its own claim, not a duplicate.
 func TestLedgerBeginSentAgain(t *testing.T) {
 	l := newTestLedger(t, LedgerConfig{})
-	args := []any{string(fpA[:]), "tok", l.flightMillis}
 	for i := range 2 {
-		v, err := run(bg(), l.client, l.timeout, ledgerBeginScript, []string{l.Key("again")}, args...)
+		reply, err := l.guarded(bg(), ledgerBeginScript, "again", bucketOf("again"), string(fpA[:]), "tok", l.flightMillis, l.lifeMillis, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code := v.([]any)[0]; code != int64(0) {
+		if code := reply[0]; code != int64(0) {
 			t.Fatalf("Begin %d with the same token: got code %v, want 0 (claimed)", i, code)
 		}
 	}
@@ -255,17 +298,31 @@ func TestLedgerCorruptRecord(t *testing.T) {
 }
 
 func TestLedgerUnavailable(t *testing.T) {
-	l, err := NewLedger(deadClient(t), LedgerConfig{})
+	if _, err := NewLedger(deadClient(t), LedgerConfig{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("NewLedger with Redis down: got %v, want an error wrapping ErrUnavailable", err)
+	}
+	s := startServer(t)
+	var unrecorded []string
+	var mu sync.Mutex
+	l, err := NewLedger(newClient(t, s.Addr()), LedgerConfig{
+		AllowWithoutPersistence: true,
+		OnUnrecorded: func(key string, err error) {
+			mu.Lock()
+			unrecorded = append(unrecorded, key)
+			mu.Unlock()
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Stop()
 	if _, err := l.Begin(bg(), "k", fpA); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Begin with Redis down: got %v, want an error wrapping ErrUnavailable", err)
 	}
 	for name, f := range map[string]func() error{
 		"Complete":  func() error { return l.Complete(bg(), "k", "t", nil) },
-		"Release":   func() error { return l.Release(bg(), "k", "t") },
-		"Uncertain": func() error { return l.Uncertain(bg(), "k", "t") },
+		"Release":   func() error { return l.Release(bg(), "k2", "t") },
+		"Uncertain": func() error { return l.Uncertain(bg(), "k3", "t") },
 	} {
 		if err := f(); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("%s with Redis down: got %v, want an error wrapping ErrUnavailable", name, err)
@@ -273,6 +330,22 @@ func TestLedgerUnavailable(t *testing.T) {
 	}
 	if _, err := l.Begin(bg(), "", fpA); !errors.Is(err, retryfuse.ErrInvalidIdempotencyKey) {
 		t.Fatalf("empty key: got %v, want ErrInvalidIdempotencyKey", err)
+	}
+	ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
+	defer cancel()
+	if err := l.Close(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Close with Redis down: got %v, want an error wrapping ErrUnavailable", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The three ends, and the cancellation of the failed Begin's claim:
+	// its error, a deadline passed while go-redis dialled again, does not
+	// prove that the script never left.
+	if len(unrecorded) != 4 {
+		t.Fatalf("reported unrecorded: got %q, want 4 steps", unrecorded)
+	}
+	if _, err := l.Begin(bg(), "k", fpA); !errors.Is(err, ErrClosed) || !errors.Is(err, retryfuse.ErrLedgerUnavailable) {
+		t.Fatalf("Begin after Close: got %v, want an error wrapping ErrClosed and ErrLedgerUnavailable", err)
 	}
 }
 
@@ -338,6 +411,27 @@ func TestLedgerStoredHeaderBound(t *testing.T) {
 		wantState(t, got, decide.KeyCompleted, false)
 		if (got.Stored != nil) != tc.stored {
 			t.Fatalf("%s: stored %v, want %v", tc.key, got.Stored != nil, tc.stored)
+		}
+	}
+}
+
+// Only a failed dial proves that a script never left: any other failure
+// may come after it was written, and a Begin's claim is then cancelled.
+func TestNeverSent(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	read := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{dial, true},
+		{fmt.Errorf("%w: %w", ErrUnavailable, dial), true},
+		{read, false},
+		{context.DeadlineExceeded, false},
+		{io.EOF, false},
+	} {
+		if got := neverSent(tc.err); got != tc.want {
+			t.Errorf("neverSent(%v): got %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

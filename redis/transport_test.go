@@ -231,10 +231,11 @@ func post(c *http.Client, url, key, body string) (status int, respBody string, e
 
 func ledgerReplica(t *testing.T, addr, prefix string) *http.Client {
 	t.Helper()
-	l, err := NewLedger(newClient(t, addr), LedgerConfig{Prefix: prefix, Timeout: testTimeout})
+	l, err := NewLedger(newClient(t, addr), LedgerConfig{Prefix: prefix, Timeout: testTimeout, AllowWithoutPersistence: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeLedger(t, l)
 	return newTransport(t, &retryfuse.Transport{Ledger: l})
 }
 
@@ -327,10 +328,15 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = budgets.Close(bg()) }) // Redis may be down by then
-	ledger, err := NewLedger(c, LedgerConfig{Prefix: prefix, Timeout: time.Second})
+	var lost atomic.Int64
+	ledger, err := NewLedger(c, LedgerConfig{
+		Prefix: prefix, Timeout: time.Second, AllowWithoutPersistence: true,
+		Quarantine: 300 * time.Millisecond, OnDataLost: func(error) { lost.Add(1) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeLedger(t, ledger)
 	var failing, charges atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /flaky", func(w http.ResponseWriter, _ *http.Request) {
@@ -383,6 +389,27 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Fatalf("Redis up: EvidenceUnavailable fired: %+v", evs[0])
 	}
 	waitExists(t, c, budgetKey)
+	// Redis came back without its data: the ledger notices, reports it
+	// once, and refuses keyed requests for its quarantine.
+	for range 2 {
+		if _, _, err := post(client, srv.URL+"/charge", "back", "x"); !errors.Is(err, ErrDataLost) || !errors.Is(err, retryfuse.ErrLedgerUnavailable) {
+			t.Fatalf("keyed POST after Redis came back empty: got %v, want ErrLedgerUnavailable wrapping ErrDataLost", err)
+		}
+	}
+	if n := lost.Load(); n != 1 {
+		t.Fatalf("OnDataLost called %d times, want once", n)
+	}
+	ev.take()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		status, _, err := post(client, srv.URL+"/charge", "back", "x")
+		if err == nil && status == http.StatusCreated {
+			break
+		}
+		if !errors.Is(err, ErrDataLost) || time.Now().After(deadline) {
+			t.Fatalf("keyed POST after the quarantine: got %d %v, want 201", status, err)
+		}
+	}
+	ev.take()
 
 	s.Stop()
 
@@ -420,6 +447,27 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Fatalf("Redis back: got events %+v, want one from \"budget\" wrapping ErrRecovered", evs)
 	}
 	waitExists(t, c, budgetKey)
+	// Redis came back without its data: the ledger notices, reports it
+	// once, and refuses keyed requests for its quarantine.
+	for range 2 {
+		if _, _, err := post(client, srv.URL+"/charge", "back", "x"); !errors.Is(err, ErrDataLost) || !errors.Is(err, retryfuse.ErrLedgerUnavailable) {
+			t.Fatalf("keyed POST after Redis came back empty: got %v, want ErrLedgerUnavailable wrapping ErrDataLost", err)
+		}
+	}
+	if n := lost.Load(); n != 1 {
+		t.Fatalf("OnDataLost called %d times, want once", n)
+	}
+	ev.take()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		status, _, err := post(client, srv.URL+"/charge", "back", "x")
+		if err == nil && status == http.StatusCreated {
+			break
+		}
+		if !errors.Is(err, ErrDataLost) || time.Now().After(deadline) {
+			t.Fatalf("keyed POST after the quarantine: got %d %v, want 201", status, err)
+		}
+	}
+	ev.take()
 	for i := range 2 {
 		status, body, err := post(client, srv.URL+"/charge", "back", "x")
 		if err != nil || status != http.StatusCreated || body != "charged" {
@@ -427,7 +475,7 @@ func TestRedisDownAndBack(t *testing.T) {
 		}
 	}
 	if n := charges.Load(); n != 2 {
-		t.Fatalf("after recovery: server saw %d charges, want 2 (the second POST under \"back\" replayed from Redis)", n)
+		t.Fatalf("after recovery: server saw %d charges, want 2 (the later POSTs under \"back\" replayed from Redis)", n)
 	}
 	getFlaky()
 	if evs := ev.take(); len(evs) != 0 {

@@ -1,0 +1,65 @@
+package retryfuseredis
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/decide"
+)
+
+// TestStoredHeaderBoundMatchesCore pins the copy of the core's header
+// bound (kept unexported there) to the core: at each edge, a
+// MemoryLedger stores the result exactly when storableHeader says so.
+func TestStoredHeaderBoundMatchesCore(t *testing.T) {
+	fields := func(n int) http.Header {
+		h := http.Header{}
+		for i := range n {
+			h.Add("X-H"+strconv.Itoa(i), "v")
+		}
+		return h
+	}
+	sized := func(n int) http.Header { // n bytes of name and value
+		return http.Header{"X-Big": {strings.Repeat("a", n-len("X-Big"))}}
+	}
+	cases := map[string]http.Header{
+		"none":                       nil,
+		"100 values":                 fields(maxStoredHeaderFields),
+		"101 values":                 fields(maxStoredHeaderFields + 1),
+		"100 values of one name":     {"X-Many": make([]string, maxStoredHeaderFields)},
+		"101 values of one name":     {"X-Many": make([]string, maxStoredHeaderFields+1)},
+		"32 KiB":                     sized(maxStoredHeaderBytes),
+		"32 KiB and a byte":          sized(maxStoredHeaderBytes + 1),
+		"32 KiB over two names":      {"A": {strings.Repeat("a", 16<<10-1)}, "B": {strings.Repeat("b", 16<<10-1)}},
+		"32 KiB and a byte over two": {"A": {strings.Repeat("a", 16<<10)}, "B": {strings.Repeat("b", 16<<10-1)}},
+	}
+	var stored, refused int
+	for name, h := range cases {
+		m, err := retryfuse.NewMemoryLedger(retryfuse.MemoryLedgerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := m.Begin(bg(), "k", fpA)
+		if err != nil || cl.State != decide.KeyNone {
+			t.Fatalf("%s: Begin: %v %v", name, cl.State, err)
+		}
+		if err := m.Complete(bg(), "k", cl.Token, &retryfuse.StoredResponse{StatusCode: 200, Header: h}); err != nil {
+			t.Fatal(err)
+		}
+		cl, _ = m.Begin(bg(), "k", fpA)
+		core := cl.Stored != nil
+		if got := storableHeader(h); got != core {
+			t.Errorf("%s: storableHeader %v, the core's MemoryLedger stores it: %v", name, got, core)
+		}
+		if core {
+			stored++
+		} else {
+			refused++
+		}
+	}
+	if stored == 0 || refused == 0 {
+		t.Fatalf("the cases stored %d and refused %d: want both sides of the bound", stored, refused)
+	}
+}
