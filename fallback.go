@@ -32,7 +32,8 @@ func (c *call) fallback(resp *http.Response, err error) (*http.Response, error) 
 }
 
 // failedAllTheWay reports whether a call's outcome is a failure the
-// Fallback may answer: an error other than a reconcile error, or a
+// Fallback may answer: an error other than a reconcile error or an
+// error of bad input, or a
 // response the Transport gave up repeating for a reason other than its
 // being final — and the caller still waiting.
 func (c *call) failedAllTheWay(resp *http.Response, err error) bool {
@@ -41,10 +42,22 @@ func (c *call) failedAllTheWay(resp *http.Response, err error) bool {
 	}
 	if err != nil {
 		var rec *ReconcileRequiredError
-		return !errors.As(err, &rec)
+		if errors.As(err, &rec) {
+			return false
+		}
+		for _, bad := range inputErrors {
+			if errors.Is(err, bad) {
+				return false
+			}
+		}
+		return true
 	}
 	return resp != nil && c.gaveUp != nil && !errors.Is(c.gaveUp, errFinal)
 }
+
+// inputErrors are the errors of a request or a Transport that is wrong:
+// the caller's mistake, which a Fallback must not hide.
+var inputErrors = [...]error{ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit, errNilRequest, errNilURL}
 
 // askFallback consults fb, recovering a panic. failure reports a Fallback
 // that panicked or answered nothing usable; a response beside an error is

@@ -232,6 +232,37 @@ func TestFallbackNotAsked(t *testing.T) {
 		}
 	})
 
+	t.Run("invalid idempotency key", func(t *testing.T) {
+		srv := statusServer(t, http.StatusOK, "fresh")
+		fb := &fallbackLog{answer: cached}
+		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{})
+		req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "{}")
+		req.Header.Set("Idempotency-Key", "bad\x01key")
+		_, _, err := do(tr, req)
+		if !errors.Is(err, ErrInvalidIdempotencyKey) {
+			t.Errorf("got %v, want ErrInvalidIdempotencyKey: bad input is not papered over", err)
+		}
+		if n := fb.count(); n != 0 {
+			t.Errorf("Fallback calls: got %d, want 0 (the caller's mistake)", n)
+		}
+	})
+
+	t.Run("body over the fingerprint limit", func(t *testing.T) {
+		srv := statusServer(t, http.StatusOK, "fresh")
+		fb := &fallbackLog{answer: cached}
+		ledger, _ := NewMemoryLedger(MemoryLedgerConfig{})
+		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Ledger: ledger, MaxFingerprintBytes: 4})
+		req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "longer than four bytes")
+		req.Header.Set("Idempotency-Key", "k-fp")
+		_, _, err := do(tr, req)
+		if !errors.Is(err, ErrFingerprintLimit) {
+			t.Errorf("got %v, want ErrFingerprintLimit", err)
+		}
+		if n := fb.count(); n != 0 {
+			t.Errorf("Fallback calls: got %d, want 0 (a setting or a request that is wrong)", n)
+		}
+	})
+
 	t.Run("caller cancelled while waiting to retry", func(t *testing.T) {
 		srv := newTestServer(t, failThenOK(100))
 		fb := &fallbackLog{answer: cached}

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -86,12 +87,8 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 		panicked any
 		began    = c.p.clock.Now()
 	)
-	launch := func(ps pass, n int) error {
-		body, err := c.body()
-		if err != nil {
-			c.leave(ps, attempt{result: result{ignored: true}})
-			return err
-		}
+	// launch sends branch n with body, admitted with ps.
+	launch := func(ps pass, body io.ReadCloser, n int) {
 		c.attempt++
 		b := &branch{f: new(flight), ps: ps}
 		c.prepare(b.f, c.ctx, new(attemptTrace), body, true)
@@ -111,11 +108,13 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			b.resp, b.err = b.f.exchange(base)
 			b.took = clk.Now().Sub(start)
 		}()
-		return nil
 	}
-	if err := launch(first, 0); err != nil {
+	body, err := c.body()
+	if err != nil {
+		c.leave(first, attempt{result: result{ignored: true}})
 		return attempt{}, err
 	}
+	launch(first, body, 0)
 
 	delay, hedging := c.hedgeDelay()
 	var (
@@ -137,14 +136,18 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 				continue
 			}
 			ps, err := c.enterHedge()
+			var body io.ReadCloser
+			if err == nil {
+				if body, err = c.body(); err != nil {
+					c.leave(ps, attempt{result: result{ignored: true}})
+				}
+			}
 			if err != nil {
 				c.policyEventBranch(len(inFlight), actionRefused, c.p.clock.Now().Sub(began), err)
 				continue // no more hedges in this group
 			}
 			c.policyEventBranch(len(inFlight), actionSent, c.p.clock.Now().Sub(began), nil)
-			if err := launch(ps, len(inFlight)); err != nil {
-				continue
-			}
+			launch(ps, body, len(inFlight))
 			pending++
 			if len(inFlight) <= h.max {
 				timer, stop = after(c.p.clock, delay)

@@ -432,3 +432,35 @@ func TestHedgeRefusedByOpenCircuit(t *testing.T) {
 		t.Errorf("retries taken from the budget: got %d, want 0", got)
 	}
 }
+
+// A hedge whose body cannot be had again (GetBody fails) is not sent: it is
+// reported refused with GetBody's error, and the first branch's answer
+// stands.
+func TestHedgeRefusedWhenGetBodyFails(t *testing.T) {
+	noGoroutineLeft(t)
+	srv := newBranchServer(t)
+	srv.hold(1)
+	g := newGatedSleep(newFakeClock())
+	pl := newPolicyLog()
+	tr := hedgedTransport(t, g, &Transport{HedgeMethods: []string{http.MethodPut}})
+	tr.Hooks.Policy = pl.hook
+
+	req := newRequest(t, testCtx(t), http.MethodPut, srv.URL, "v1")
+	broken := errors.New("body source gone")
+	req.GetBody = func() (io.ReadCloser, error) { return nil, broken }
+	call := goDo(tr, req)
+	waitFor(t, srv.arrived, 1, "first branch")
+	g.next(t).fire()
+	e := pl.next(t)
+	if e.Policy != "hedge" || e.Action != "refused" || !errors.Is(e.Err, broken) {
+		t.Errorf("Policy event: got %s/%s err %v; want hedge/refused with GetBody's error", e.Policy, e.Action, e.Err)
+	}
+	srv.let(1)
+	call.wait(t)
+	if call.err != nil || call.resp.StatusCode != http.StatusOK || call.body != "reply 1" {
+		t.Fatalf("got %v, %q; want 200 and the first branch's reply", call.err, call.body)
+	}
+	if got := srv.n.Load(); got != 1 {
+		t.Errorf("requests at the server: got %d, want 1 (no hedge without its body)", got)
+	}
+}

@@ -124,8 +124,9 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 // settleOnPanic, deferred by run, ends the claim of a call that leaves run
 // without settling: one that a panic (of the base, a Budget, a Scope
 // function) cuts short, the panic going on up. Left in
-// flight, the key would be freed when its claim expires, and a later call
-// under it sent again. Once an attempt has started, its outcome is unknown.
+// flight, the key would stay held until its claim expired and then be
+// uncertain, though the call may have sent nothing. Once an attempt has
+// started, its outcome is unknown.
 func (c *call) settleOnPanic() {
 	if c.settled {
 		return

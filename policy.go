@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -133,7 +134,7 @@ func (t *Transport) resolve() (policy, error) {
 			max:      t.MaxHedges,
 			delay:    t.HedgeDelay,
 			quantile: t.HedgeQuantile,
-			methods:  t.HedgeMethods,
+			methods:  slices.Clone(t.HedgeMethods),
 		},
 		maxInFlight:  t.MaxInFlight,
 		maxQueued:    t.MaxQueued,

@@ -144,10 +144,14 @@ type Transport struct {
 	// ("https://api.example.com:443").
 	Scope func(*http.Request) string
 
-	// MaxScopes bounds the per-scope budgets kept (the breaker has its
-	// own bound, BreakerSettings.MaxScopes). When it is reached, the budget
-	// of an arbitrary scope is dropped to make room, and that scope gets a
-	// fresh budget when it returns. Zero means 1024.
+	// MaxScopes bounds the per-scope budgets kept, and the per-scope
+	// limits (rate limiters, bulkheads, latency estimates; the breaker has
+	// its own bound, BreakerSettings.MaxScopes). When it is reached, the
+	// budget of an arbitrary scope is dropped to make room, and that scope
+	// gets a fresh budget when it returns; the limits of a scope with no
+	// attempt in flight are dropped likewise (a bulkhead in use is never
+	// dropped, so while every scope has attempts in flight the limits may
+	// exceed the bound by as many scopes). Zero means 1024.
 	MaxScopes int
 
 	// MaxHedges, when above zero, hedges requests for tail latency: when
@@ -182,7 +186,7 @@ type Transport struct {
 	// concurrent copies (a PUT or DELETE applied twice, a keyed POST whose
 	// second copy finds the first still in progress). A POST or PATCH is
 	// hedged only when it may be repeated at all: with an idempotency key
-	// and a replayable body.
+	// and a replayable body. The slice is copied at the first use.
 	HedgeMethods []string
 
 	// MaxInFlight, when above zero, is the bulkhead of each scope: at most
@@ -216,7 +220,10 @@ type Transport struct {
 
 	// MaxLimitWait bounds the wait of an attempt for the bulkhead's queue
 	// or the rate limiter. Zero means one second; a negative value means
-	// no waiting: an attempt is admitted at once or refused.
+	// no waiting: an attempt is admitted at once or refused. The rate
+	// limiter refuses at once an attempt that would have to wait past
+	// the caller's deadline; a queued attempt whose caller's context ends
+	// first gets that context's error, as any wait of the call does.
 	MaxLimitWait time.Duration
 
 	// Fallback, when set, may answer for a call that failed all the way:
