@@ -20,11 +20,12 @@ import (
 )
 
 // The tail-latency comparison: sequential GETs to a dependency that
-// answers at once but for a seeded share of requests, which it holds for
-// tailSlowFor (or until the client cancels them).
+// answers at once but for one request in every tailSlowEvery it receives
+// (at a seeded random place in each run of tailSlowEvery: exactly 5%),
+// which it holds for tailSlowFor (or until the client cancels it).
 const (
 	tailCalls      = 400
-	tailSlowShare  = 0.05
+	tailSlowEvery  = 20
 	tailSlowFor    = 200 * time.Millisecond
 	tailHedgeDelay = 20 * time.Millisecond
 	tailSeed       = 7
@@ -36,6 +37,8 @@ type slowTail struct {
 	*httptest.Server
 	mu   sync.Mutex
 	rnd  *rand.Rand
+	n    int // requests received
+	slow int // the place of the slow one in the current run of tailSlowEvery
 	sent atomic.Int64
 }
 
@@ -55,7 +58,11 @@ func newSlowTail(tb testing.TB) *slowTail {
 func (s *slowTail) serve(w http.ResponseWriter, r *http.Request) {
 	s.sent.Add(1)
 	s.mu.Lock()
-	slow := s.rnd.Float64() < tailSlowShare
+	if s.n%tailSlowEvery == 0 {
+		s.slow = s.rnd.IntN(tailSlowEvery)
+	}
+	slow := s.n%tailSlowEvery == s.slow
+	s.n++
 	s.mu.Unlock()
 	if slow {
 		t := time.NewTimer(tailSlowFor)
@@ -70,7 +77,8 @@ func (s *slowTail) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // hedgeClients are the clients compared: unhedged, retryfuse with a fixed
-// and with a derived delay, failsafe-go's hedge policy with the same two.
+// delay and with delays derived from the observed p95 and p99,
+// failsafe-go's hedge policy with a fixed delay and the p95.
 func hedgeClients() []client {
 	mk := func(name string, rt func(base *http.Transport) http.RoundTripper) client {
 		base := cleanhttp.DefaultPooledTransport()
@@ -83,6 +91,9 @@ func hedgeClients() []client {
 		}),
 		mk("retryfuse-p95", func(base *http.Transport) http.RoundTripper {
 			return &retryfuse.Transport{Base: base, MaxHedges: 1, HedgeDelay: tailHedgeDelay, HedgeQuantile: 0.95}
+		}),
+		mk("retryfuse-p99", func(base *http.Transport) http.RoundTripper {
+			return &retryfuse.Transport{Base: base, MaxHedges: 1, HedgeDelay: tailHedgeDelay, HedgeQuantile: 0.99}
 		}),
 		mk("failsafe-20ms", func(base *http.Transport) http.RoundTripper {
 			return failsafehttp.NewRoundTripper(base, hedgepolicy.NewWithDelay[*http.Response](tailHedgeDelay))
@@ -186,7 +197,7 @@ func BenchmarkHedgeUniformlySlow(b *testing.B) {
 	const slowCalls = 50
 	for range b.N {
 		all := hedgeClients()
-		cs := []client{all[1], all[3]} // retryfuse-20ms, failsafe-20ms
+		cs := []client{all[1], all[4]} // retryfuse-20ms, failsafe-20ms
 		closeAll(all)
 		srvs := []*slowAll{newSlowAll(b), newSlowAll(b)}
 		for range slowCalls {

@@ -62,8 +62,8 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 		t.note("  %-9s %-9s -> %-9s  %s", at(tr.At), tr.From, tr.To, why(tr))
 	}
 	h := r.Tail
-	t.section(fmt.Sprintf("5. Tail latency: %d sequential GETs; %.0f%% of requests (seeded) are held %s, the rest answered at once",
-		h.Calls, 100*tailSlowShare, dur(tailSlowFor)),
+	t.section(fmt.Sprintf("5. Tail latency: %d sequential GETs; 1 request in %d (5%%, seeded) is held %s, the rest answered at once",
+		h.Calls, tailSlowEvery, dur(tailSlowFor)),
 		"plain client", "hedge after 20ms", "hedge at observed p95")
 	t.row("p50 latency", dur(h.Plain.P50), dur(h.Fixed.P50), dur(h.Derived.P50))
 	t.row("p99 latency", dur(h.Plain.P99), dur(h.Fixed.P99), dur(h.Derived.P99))

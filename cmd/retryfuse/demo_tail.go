@@ -14,10 +14,11 @@ import (
 )
 
 // The tail-latency scenario: sequential GETs to a dependency that answers
-// at once but for a seeded few, which it holds.
+// at once but for one request in every tailSlowEvery (at a seeded random
+// place in each run of tailSlowEvery: exactly 5%), which it holds.
 const (
 	tailCalls      = 400
-	tailSlowShare  = 0.05
+	tailSlowEvery  = 20
 	tailSlowFor    = 200 * time.Millisecond
 	tailHedgeDelay = 20 * time.Millisecond
 	// tailQuantile derives the hedge delay from the observed latency: the
@@ -46,24 +47,29 @@ type tailSide struct {
 // Extra is the share of requests sent beyond one per call.
 func (s tailSide) Extra(calls int) float64 { return float64(s.Sent-int64(calls)) / float64(calls) }
 
-// slowTail holds a seeded share of the requests for slowFor (or until the
-// client gives up on them) and answers the rest at once.
+// slowTail holds one request in every tailSlowEvery for slowFor (or until
+// the client gives up on it) and answers the rest at once.
 type slowTail struct {
 	mu      sync.Mutex
 	rnd     *rand.Rand
-	share   float64
+	n       int // requests received
+	slow    int // the place of the slow one in the current run
 	slowFor time.Duration
 	sent    atomic.Int64
 }
 
 func newSlowTail(seed uint64) *slowTail {
-	return &slowTail{rnd: rand.New(rand.NewPCG(seed, seed)), share: tailSlowShare, slowFor: tailSlowFor}
+	return &slowTail{rnd: rand.New(rand.NewPCG(seed, seed)), slowFor: tailSlowFor}
 }
 
 func (s *slowTail) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.sent.Add(1)
 	s.mu.Lock()
-	slow := s.rnd.Float64() < s.share
+	if s.n%tailSlowEvery == 0 {
+		s.slow = s.rnd.IntN(tailSlowEvery)
+	}
+	slow := s.n%tailSlowEvery == s.slow
+	s.n++
 	s.mu.Unlock()
 	if slow {
 		t := time.NewTimer(s.slowFor)
