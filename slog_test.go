@@ -214,6 +214,11 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 	h.GiveUp(GiveUpInfo{CallInfo: ci, Reason: ErrBudgetExhausted, Err: errors.New("boom")})
 	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: decide.RuleFailureThreshold, Reason: "streak"}})
 	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: decide.RuleInFlight, Reason: "in flight"}, KeyState: decide.KeyInFlight}) // debug: dropped
+	hedge := ci
+	hedge.Branch = 1
+	h.Policy(PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "sent", Wait: 20 * time.Millisecond}) // debug: dropped
+	h.Policy(PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "refused", Wait: 20 * time.Millisecond, Err: ErrBudgetExhausted})
+	h.Policy(PolicyInfo{CallInfo: ci, Policy: "bulkhead", Action: "rejected", Err: &BulkheadFullError{Scope: "http://x:80", MaxInFlight: 8}})
 
 	call := []any{"call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y", "phase", "post_write",
 		"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}
@@ -224,6 +229,12 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 		rec("WARN", "retryfuse: evidence unavailable", with("source", "budget", "error", "store down")...),
 		rec("WARN", "retryfuse: give up", with("reason", "budget_exhausted", "error", "boom")...),
 		rec("WARN", "retryfuse: decision", with("decision", "brake", "evidence", "fail", "rule", 6, "reason", "streak")...),
+		rec("INFO", "retryfuse: hedge refused", "call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y",
+			"idempotency_key", "k1", "key_generated", true, "branch", 1, "elapsed", time.Second,
+			"policy", "hedge", "action", "refused", "wait", 20*time.Millisecond, "error", ErrBudgetExhausted.Error()),
+		rec("INFO", "retryfuse: bulkhead rejected", "call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y",
+			"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second,
+			"policy", "bulkhead", "action", "rejected", "error", "retryfuse: bulkhead full: 8 attempts in flight to http://x:80"),
 	}
 	assertRecords(t, slogRecords(t, &buf), want)
 }
