@@ -93,6 +93,20 @@ func BenchmarkFingerprintBody1KiB(b *testing.B) {
 	}
 }
 
+// BenchmarkFingerprintBody16KiB is the fingerprint of a keyed POST's
+// 16 KiB body, read through GetBody as http.NewRequest makes it.
+func BenchmarkFingerprintBody16KiB(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 16<<10)
+	getBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fingerprintBody(getBody, 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func benchKeys(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -165,12 +166,15 @@ func BenchmarkTransportOverheadKeyedPOST(b *testing.B) {
 	}{
 		{"base", readingBase{}},
 		{"retryfuse", &Transport{Base: readingBase{}}},
+		{"retryfuse_ledger", &Transport{Base: readingBase{}, Ledger: mustMemoryLedger(b)}},
 	} {
 		b.Run(bt.name, func(b *testing.B) {
 			b.ReportAllocs()
+			n := 0
 			for b.Loop() {
 				req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/orders", bytes.NewReader(body))
-				req.Header.Set("Idempotency-Key", "order-1")
+				n++
+				req.Header.Set("Idempotency-Key", "order-"+strconv.Itoa(n)) // a new key each call: no replay
 				resp, err := bt.rt.RoundTrip(req)
 				if err != nil {
 					b.Fatal(err)
@@ -179,6 +183,14 @@ func BenchmarkTransportOverheadKeyedPOST(b *testing.B) {
 			}
 		})
 	}
+}
+
+func mustMemoryLedger(b *testing.B) *MemoryLedger {
+	l, err := NewMemoryLedger(MemoryLedgerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
 }
 
 // readingBase reads the request's body in 512-byte reads, then answers 201.
