@@ -121,16 +121,21 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 	return waited, false
 }
 
-// after returns a channel closed once clk has slept d, and a stop func
-// that ends the sleep early and waits for it: no goroutine outlives stop.
-func after(clk clock, d time.Duration) (<-chan struct{}, func()) {
+// after returns a channel that receives once clk has slept d, and a stop
+// func that ends the sleep early: no goroutine outlives stop. On the real
+// clock it is a time.Timer, without a goroutine in between.
+func after(clk clock, d time.Duration) (<-chan time.Time, func()) {
+	if _, ok := clk.(realClock); ok {
+		t := time.NewTimer(d)
+		return t.C, func() { t.Stop() }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	fired := make(chan struct{})
+	fired := make(chan time.Time, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if clk.Sleep(ctx, d) == nil && ctx.Err() == nil {
-			close(fired)
+			fired <- clk.Now()
 		}
 	}()
 	return fired, func() { cancel(); <-done }

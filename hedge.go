@@ -118,7 +118,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 
 	delay, hedging := c.hedgeDelay()
 	var (
-		timer <-chan struct{}
+		timer <-chan time.Time
 		stop  = func() {}
 	)
 	if hedging {
