@@ -85,6 +85,25 @@ func TestDemo(t *testing.T) {
 		}
 		assertRow(t, out, "requests received while it was down", k.Plain.SentDown, k.Breaker.SentDown, k.Budget.SentDown)
 	})
+
+	t.Run("tail latency", func(t *testing.T) {
+		h := res.Tail
+		assert.Equal(t, tailCalls, h.Calls)
+		for name, side := range map[string]tailSide{"plain": h.Plain, "fixed": h.Fixed, "derived": h.Derived} {
+			assert.Zero(t, side.Failed, "%s: calls without a 200", name)
+		}
+		assert.Equal(t, int64(h.Calls), h.Plain.Sent, "the plain client sends one request per call")
+		// One request in 20 is held: the plain client's p99 is a held one.
+		assert.GreaterOrEqual(t, h.Plain.P99, tailSlowFor, "plain client: p99")
+		for name, side := range map[string]tailSide{"fixed": h.Fixed, "derived": h.Derived} {
+			assert.Greater(t, side.Sent, int64(h.Calls), "%s: hedges were sent", name)
+			// Every hedge takes a retry from a RatioBudget: 10% of the
+			// calls plus its reserve (1/s over its 10s window).
+			assert.LessOrEqual(t, side.Sent, int64(h.Calls+h.Calls/10+10), "%s: requests, bounded by the budget", name)
+			assert.Less(t, side.P99, tailSlowFor, "%s: p99 below the held requests' time", name)
+		}
+		assertRow(t, out, "extra requests", pct(h.Plain.Extra(h.Calls)), pct(h.Fixed.Extra(h.Calls)), pct(h.Derived.Extra(h.Calls)))
+	})
 }
 
 // assertRow checks that the table has a row label whose cells are want.
