@@ -90,8 +90,7 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 		f.req.Header = c.header
 	}
 	f.req.Body = body
-	if body != nil && body != http.NoBody {
-		f.watched = &bodyWatcher{ReadCloser: body}
+	if f.watched = watchBody(body); f.watched != nil {
 		f.req.Body = f.watched
 	}
 }
