@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -171,4 +172,25 @@ func TestFingerprintRequestBodies(t *testing.T) {
 	require.NoError(t, err)
 	_, err = fingerprintRequest(req, 3)
 	assert.ErrorIs(t, err, ErrFingerprintLimit)
+}
+
+// TestFingerprintRequestFormat pins the value of a request's fingerprint:
+// a fleet's ledger keeps it, so a change would make a request sent before
+// an upgrade conflict with its own repeat sent after.
+func TestFingerprintRequestFormat(t *testing.T) {
+	field := func(s string) string {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		return string(n[:]) + s
+	}
+	for _, tt := range []struct{ method, url, path, body string }{
+		{"POST", "https://api.example/v1/charges?x=1", "/v1/charges", `{"amount":100}`},
+		{"PUT", "https://api.example", "/", ""},
+		{"PATCH", "https://api.example/a%2Fb/" + strings.Repeat("p", 20<<10), "/a%2Fb/" + strings.Repeat("p", 20<<10), strings.Repeat("b", 40<<10)},
+	} {
+		want := Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body)))
+		if got := mustFingerprintRequest(t, tt.method, tt.url, tt.body); got != want {
+			t.Errorf("fingerprint of %s %s: got %x, want %x", tt.method, tt.path, got, want)
+		}
+	}
 }
