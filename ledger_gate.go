@@ -96,19 +96,15 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		// the new location. The key is free for that request to claim.
 		lerr = l.Release(ctx, key, token)
 	case c.confirmed && resp != nil:
-		rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, resp: resp}
-		rec.done = func(body []byte, whole bool) {
-			var res *StoredResponse // nil: completed, but without a result to replay
-			if whole && !c.notStored && storableHeader(resp.Header) {
-				res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
-			}
-			if err := l.Complete(ctx, key, token, res); err != nil {
-				emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
-			}
-		}
 		if resp.Body == nil || resp.Body == http.NoBody {
-			rec.finish(true) // nothing to read: a caller rightly closes it unread
+			c.complete(ctx, resp, nil, true) // nothing to read: a caller rightly closes it unread
 		} else {
+			rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, call: c, ctx: ctx, resp: resp}
+			if n := resp.ContentLength; n > 0 && n <= c.p.maxStored {
+				// Room for the whole body at once, and no more: the ledger
+				// keeps it without a copy.
+				rec.buf = *bytes.NewBuffer(make([]byte, 0, n))
+			}
 			resp.Body = rec
 		}
 		return resp, err
@@ -119,6 +115,19 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: lerr})
 	}
 	return resp, err
+}
+
+// complete ends the call's claim with its confirmed result resp, whose
+// body was read whole (body) or not: a result that can be replayed is
+// stored with it.
+func (c *call) complete(ctx context.Context, resp *http.Response, body []byte, whole bool) {
+	var res *StoredResponse // nil: completed, but without a result to replay
+	if whole && !c.notStored && storableHeader(resp.Header) {
+		res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
+	}
+	if err := c.p.ledger.Complete(ctx, c.ledgerKey, c.ledgerToken, res); err != nil {
+		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
+	}
 }
 
 // settleOnPanic, deferred by run, ends the claim of a call that leaves run
@@ -136,16 +145,17 @@ func (c *call) settleOnPanic() {
 }
 
 // recordingBody passes a response body through to the caller and keeps a
-// copy of up to limit bytes; when the body ends (EOF) or is closed, done
-// learns what was read and whether it was the whole body.
+// copy of up to limit bytes; when the body ends (EOF) or is closed, the
+// call completes its claim with what was read, if it was the whole body.
 type recordingBody struct {
 	rc    io.ReadCloser
+	call  *call
+	ctx   context.Context // the ledger's, for Complete
 	resp  *http.Response
 	limit int64
 	buf   bytes.Buffer
 	over  bool
 	once  sync.Once
-	done  func(body []byte, whole bool)
 }
 
 func (b *recordingBody) Read(p []byte) (int, error) {
@@ -181,7 +191,7 @@ func (b *recordingBody) finish(whole bool) {
 		if whole {
 			body = b.buf.Bytes()
 		}
-		b.done(body, whole)
+		b.call.complete(b.ctx, b.resp, body, whole)
 	})
 }
 
