@@ -43,7 +43,7 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	if err != nil {
 		return decide.KeyNone, nil, err
 	}
-	c.ledgerKey = c.scopeName() + " " + c.key.value
+	c.ledgerKey = c.scopedKey()
 	cl, err := l.Begin(c.req.Context(), c.ledgerKey, fp)
 	if err != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
@@ -64,7 +64,7 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 // earlier uncertain call), one learnt to have been applied is completed
 // without a stored result. Either way the call is told to reconcile.
 func (c *call) recall() decide.KeyState {
-	c.memoKey = c.scopeName() + " " + c.key.value
+	c.memoKey = c.scopedKey()
 	switch found, applied := c.t.keys.lookup(c.memoKey, c.p.clock.Now()); {
 	case !found:
 		return decide.KeyNone
@@ -73,6 +73,19 @@ func (c *call) recall() decide.KeyState {
 	}
 	c.earlierUncertain = true
 	return decide.KeyInFlight
+}
+
+// scopedKey returns the call's key as the ledger and the Transport's
+// memory know it: its scope, a space, the idempotency key. With the
+// default scope, not yet named, the scope is named too, as the start of
+// the same string.
+func (c *call) scopedKey() string {
+	if c.scope != "" || c.p.scope != nil {
+		return c.scopeName() + " " + c.key.value
+	}
+	k := hostScopeWith(c.req, " ", c.key.value)
+	c.scope = k[:len(k)-len(c.key.value)-1]
+	return k
 }
 
 // settle ends the call's claim on its key: a confirmed result completes
