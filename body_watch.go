@@ -38,22 +38,35 @@ var (
 
 // readsCannotFail reports whether body is io.NopCloser of a *bytes.Reader,
 // *bytes.Buffer or *strings.Reader, whose Read returns no error but io.EOF.
-// It looks through io.NopCloser as net/http's transferWriter does.
 func readsCannotFail(body io.ReadCloser) bool {
+	return inMemory(body) != nil
+}
+
+// inMemory returns the reader inside body when body is io.NopCloser of a
+// non-nil *bytes.Reader, *bytes.Buffer or *strings.Reader, and nil
+// otherwise. It looks through io.NopCloser as net/http's transferWriter
+// does.
+func inMemory(body io.ReadCloser) io.Reader {
 	switch reflect.TypeOf(body) {
 	case nopCloserType, nopCloserWriterToType:
 	default:
-		return false
+		return nil
 	}
 	switch r := reflect.ValueOf(body).Field(0).Interface().(type) {
 	case *bytes.Reader:
-		return r != nil
+		if r != nil {
+			return r
+		}
 	case *bytes.Buffer:
-		return r != nil
+		if r != nil {
+			return r
+		}
 	case *strings.Reader:
-		return r != nil
+		if r != nil {
+			return r
+		}
 	}
-	return false
+	return nil
 }
 
 // bodyWatcher remembers an error of the caller's body reader, so that it

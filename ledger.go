@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -160,6 +161,14 @@ func (f *fingerprinter) hashBody(getBody func() (io.ReadCloser, error), limit in
 		return nil // GetBody gave no reader: an empty body
 	}
 	defer rc.Close()
+	if r, ok := inMemory(rc).(*bytes.Reader); ok {
+		// Hashed where it lies, without a copy through the buffer.
+		if int64(r.Len()) > limit {
+			return fmt.Errorf("%w (%d bytes)", ErrFingerprintLimit, limit)
+		}
+		_, _ = r.WriteTo(f.h) // a hash's Write never fails
+		return nil
+	}
 	readMax := limit
 	if readMax < math.MaxInt64 {
 		readMax++ // one byte more tells a body of exactly limit bytes from a longer one

@@ -189,8 +189,47 @@ func TestFingerprintRequestFormat(t *testing.T) {
 		{"PATCH", "https://api.example/a%2Fb/" + strings.Repeat("p", 20<<10), "/a%2Fb/" + strings.Repeat("p", 20<<10), strings.Repeat("b", 40<<10)},
 	} {
 		want := Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body)))
-		if got := mustFingerprintRequest(t, tt.method, tt.url, tt.body); got != want {
-			t.Errorf("fingerprint of %s %s: got %x, want %x", tt.method, tt.path, got, want)
+		// A *bytes.Reader is hashed where it lies, a *strings.Reader and a
+		// reader of another kind through the copy buffer: alike.
+		for _, body := range []io.Reader{strings.NewReader(tt.body), bytes.NewReader([]byte(tt.body)), io.MultiReader(strings.NewReader(tt.body))} {
+			req, err := http.NewRequest(tt.method, tt.url, body)
+			require.NoError(t, err)
+			if req.GetBody == nil {
+				req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(io.MultiReader(strings.NewReader(tt.body))), nil }
+			}
+			got, err := fingerprintRequest(req, 1<<20)
+			if err != nil || got != want {
+				t.Errorf("fingerprint of %s %s, body a %T: got %x, %v; want %x", tt.method, tt.path, body, got, err, want)
+			}
+		}
+	}
+}
+
+// The fingerprint's limit holds alike for a body hashed where it lies and
+// one copied.
+func TestFingerprintLimitInMemoryAndCopied(t *testing.T) {
+	for _, tt := range []struct {
+		body    string
+		limit   int64
+		wantErr error
+	}{
+		{"", 0, nil},
+		{"x", 0, ErrFingerprintLimit},
+		{"12345678", 8, nil},
+		{"123456789", 8, ErrFingerprintLimit},
+	} {
+		for _, getBody := range []func() (io.ReadCloser, error){
+			func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader([]byte(tt.body))), nil },
+			func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(tt.body)), nil },
+		} {
+			req, err := http.NewRequest(http.MethodPost, "https://api.example/", http.NoBody)
+			require.NoError(t, err)
+			req.Body, _ = getBody()
+			req.GetBody = getBody
+			_, err = fingerprintRequest(req, tt.limit)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Errorf("body %q, limit %d, a %T: got error %v, want %v", tt.body, tt.limit, req.Body, err, tt.wantErr)
+			}
 		}
 	}
 }
