@@ -86,7 +86,15 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 	if f.timeout > 0 {
 		f.timer = time.AfterFunc(f.timeout, f.cancel)
 	}
-	f.req = c.req.WithContext(ctx)
+	if !c.copied {
+		// The first attempt's copy lives in the call. WithContext is
+		// inlined, and the copy it makes does not escape.
+		c.copied = true
+		c.first = *c.req.WithContext(ctx)
+		f.req = &c.first
+	} else {
+		f.req = c.req.WithContext(ctx)
+	}
 	if c.header != nil {
 		f.req.Header = c.header
 	}

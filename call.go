@@ -35,6 +35,8 @@ type call struct {
 	lim    *limits // the scope's rate limiter, bulkhead and latencies; see limits
 	owned  ownedContext
 	trace  attemptTrace
+	first  http.Request // the first attempt's copy of req
+	copied bool         // first is taken
 
 	attempt  int // attempts made
 	resent   int // requests the base re-sent by itself within them
