@@ -70,6 +70,7 @@ type flight struct {
 	cancel  context.CancelFunc // nil when nothing needs cancelling
 	timer   *time.Timer        // strikes at timeout
 	watched *bodyWatcher
+	closer  *cancelOnCloseR // for cancelOnClose, when it need not allocate one
 	began   time.Time
 }
 
@@ -92,6 +93,7 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 		c.copied = true
 		c.first = *c.req.WithContext(ctx)
 		f.req = &c.first
+		f.closer = &c.firstCloser
 	} else {
 		f.req = c.req.WithContext(ctx)
 	}
@@ -139,7 +141,7 @@ func (f *flight) exchange(base http.RoundTripper) (*http.Response, error) {
 		case resp.Body == nil || resp.Body == http.NoBody:
 			f.cancel() // no body to read: the attempt is over, and nil or NoBody stays as it is
 		default:
-			resp.Body = cancelOnClose(resp.Body, f.cancel)
+			resp.Body = cancelOnClose(resp.Body, f.cancel, f.closer)
 		}
 	}
 	if resp == nil && err == nil {
@@ -242,12 +244,17 @@ func (b *bodyWatcher) failed(err error) bool {
 // cancelOnClose wraps a response body so that closing it releases the
 // attempt's context, keeping the body readable until then. A body that is
 // also a writer (the connection of a 101 Switching Protocols response)
-// stays one.
-func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
+// stays one. into, when not nil, is the wrapper to use for a body that is
+// not.
+func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc, into *cancelOnCloseR) io.ReadCloser {
 	if rw, ok := body.(io.ReadWriteCloser); ok {
 		return &cancelOnCloseRW{ReadWriteCloser: rw, cancel: cancel}
 	}
-	return &cancelOnCloseR{ReadCloser: body, cancel: cancel}
+	if into == nil {
+		into = new(cancelOnCloseR)
+	}
+	*into = cancelOnCloseR{ReadCloser: body, cancel: cancel}
+	return into
 }
 
 type cancelOnCloseR struct {

@@ -25,18 +25,19 @@ type call struct {
 	id          uint64
 	passThrough bool // a retryfuse Transport above owns the repeating
 
-	method string
-	key    requestKey
-	facts  decide.Request
-	header http.Header // the header to send when it differs from req.Header
-	url    string      // redacted, computed on first use
-	scope  string      // the dependency, for the breaker and the ledger; see scopeName
-	budget Budget
-	lim    *limits // the scope's rate limiter, bulkhead and latencies; see limits
-	owned  ownedContext
-	trace  attemptTrace
-	first  http.Request // the first attempt's copy of req
-	copied bool         // first is taken
+	method      string
+	key         requestKey
+	facts       decide.Request
+	header      http.Header // the header to send when it differs from req.Header
+	url         string      // redacted, computed on first use
+	scope       string      // the dependency, for the breaker and the ledger; see scopeName
+	budget      Budget
+	lim         *limits // the scope's rate limiter, bulkhead and latencies; see limits
+	owned       ownedContext
+	trace       attemptTrace
+	first       http.Request   // the first attempt's copy of req
+	firstCloser cancelOnCloseR // the first attempt's response body, with AttemptTimeout
+	copied      bool           // first and firstCloser are taken
 
 	attempt  int // attempts made
 	resent   int // requests the base re-sent by itself within them
