@@ -40,7 +40,7 @@ func (c *call) send(ps pass) (a attempt, err error) {
 	}
 	c.attempt++
 	var f flight
-	c.prepare(&f, c.ctx, &c.trace, body, false)
+	c.prepare(&f, c.ctx, &c.w.trace, body, false)
 	c.started(&f)
 	resp, err := f.exchange(c.p.base)
 	a = c.finish(&f, resp, err)
@@ -91,9 +91,9 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 		// The first attempt's copy lives in the call. WithContext is
 		// inlined, and the copy it makes does not escape.
 		c.copied = true
-		c.first = *c.req.WithContext(ctx)
-		f.req = &c.first
-		f.closer = &c.firstCloser
+		c.w.first = *c.req.WithContext(ctx)
+		f.req = &c.w.first
+		f.closer = &c.w.firstCloser
 	} else {
 		f.req = c.req.WithContext(ctx)
 	}

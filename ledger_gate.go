@@ -96,14 +96,24 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		// the new location. The key is free for that request to claim.
 		lerr = l.Release(ctx, key, token)
 	case c.confirmed && resp != nil:
+		// done runs when the caller has read the body, after RoundTrip
+		// returned: it takes what it needs from the call now, and not the
+		// call itself, which lives on RoundTrip's stack. The hook in place
+		// as the call settles is the one told.
 		rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, resp: resp}
+		notStored, hook, clk, start := c.notStored, c.t.Hooks.EvidenceUnavailable, c.p.clock, c.start
+		var info CallInfo
+		if hook != nil {
+			info = c.info()
+		}
 		rec.done = func(body []byte, whole bool) {
 			var res *StoredResponse // nil: completed, but without a result to replay
-			if whole && !c.notStored && storableHeader(resp.Header) {
+			if whole && !notStored && storableHeader(resp.Header) {
 				res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
 			}
-			if err := l.Complete(ctx, key, token, res); err != nil {
-				emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
+			if err := l.Complete(ctx, key, token, res); err != nil && hook != nil {
+				info.Elapsed = clk.Now().Sub(start)
+				emit(hook, EvidenceUnavailableInfo{CallInfo: info, Source: "ledger", Err: err})
 			}
 		}
 		if resp.Body == nil || resp.Body == http.NoBody {

@@ -344,7 +344,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, t.initErr
 	}
-	c := call{t: t, p: &t.p, req: req, id: t.calls.Add(1)}
+	c := call{t: t, p: &t.p, req: req, id: t.calls.Add(1), w: new(wire)}
 	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
 		c.start = t.p.clock.Now() // only hooks report elapsed time
 	}
