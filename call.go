@@ -384,6 +384,9 @@ func (c *call) redactedURL() string {
 
 // info returns the CallInfo of the call's current attempt.
 func (c *call) info() CallInfo {
+	if c.id == 0 { // hooks set during the call
+		c.id = c.t.calls.Add(1)
+	}
 	return CallInfo{
 		Context:        c.req.Context(),
 		CallID:         c.id,
