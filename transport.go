@@ -265,8 +265,8 @@ type Transport struct {
 	p       policy // the settings, resolved once
 	initErr error
 	budgets budgets
-	limits  scopeLimits // the bulkheads, rate limiters and latencies of the scopes
-	keys    keyMemory   // without a Ledger, the keys left uncertain
+	limits  scopeLimits   // the bulkheads, rate limiters and latencies of the scopes
+	keys    keyMemory     // without a Ledger, the keys left uncertain
 	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
 }
 
