@@ -39,7 +39,7 @@ func (c *call) send(ps pass) (a attempt, err error) {
 	}
 	c.attempt++
 	var f flight
-	c.prepare(&f, c.ctx, &c.trace, body, false)
+	c.prepare(&f, c.ctx, &c.w.trace, body, false)
 	c.started(&f)
 	resp, err := f.exchange(c.p.base)
 	a = c.finish(&f, resp, err)
@@ -69,6 +69,7 @@ type flight struct {
 	cancel  context.CancelFunc // nil when nothing needs cancelling
 	timer   *time.Timer        // strikes at timeout
 	watched *bodyWatcher
+	closer  *cancelOnCloseR // for cancelOnClose, when it need not allocate one
 	began   time.Time
 }
 
@@ -85,7 +86,16 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 	if f.timeout > 0 {
 		f.timer = time.AfterFunc(f.timeout, f.cancel)
 	}
-	f.req = c.req.WithContext(ctx)
+	if !c.copied {
+		// The first attempt's copy lives in the call. WithContext is
+		// inlined, and the copy it makes does not escape.
+		c.copied = true
+		c.w.first = *c.req.WithContext(ctx)
+		f.req = &c.w.first
+		f.closer = &c.w.firstCloser
+	} else {
+		f.req = c.req.WithContext(ctx)
+	}
 	if c.header != nil {
 		f.req.Header = c.header
 	}
@@ -129,7 +139,7 @@ func (f *flight) exchange(base http.RoundTripper) (*http.Response, error) {
 		case resp.Body == nil || resp.Body == http.NoBody:
 			f.cancel() // no body to read: the attempt is over, and nil or NoBody stays as it is
 		default:
-			resp.Body = cancelOnClose(resp.Body, f.cancel)
+			resp.Body = cancelOnClose(resp.Body, f.cancel, f.closer)
 		}
 	}
 	if resp == nil && err == nil {
@@ -205,12 +215,17 @@ func drain(resp *http.Response, limit int64) {
 // cancelOnClose wraps a response body so that closing it releases the
 // attempt's context, keeping the body readable until then. A body that is
 // also a writer (the connection of a 101 Switching Protocols response)
-// stays one.
-func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
+// stays one. into, when not nil, is the wrapper to use for a body that is
+// not.
+func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc, into *cancelOnCloseR) io.ReadCloser {
 	if rw, ok := body.(io.ReadWriteCloser); ok {
 		return &cancelOnCloseRW{ReadWriteCloser: rw, cancel: cancel}
 	}
-	return &cancelOnCloseR{ReadCloser: body, cancel: cancel}
+	if into == nil {
+		into = new(cancelOnCloseR)
+	}
+	*into = cancelOnCloseR{ReadCloser: body, cancel: cancel}
+	return into
 }
 
 type cancelOnCloseR struct {

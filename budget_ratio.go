@@ -52,13 +52,13 @@ type RatioBudget struct {
 	origin  time.Time // time of the first call: bucket ticks count from here
 	head    int64     // tick of the newest bucket
 	next    time.Time // when the tick after head begins
-	ring    [ratioBuckets]ratioBucket
-	winReq  uint64 // requests in the ring
-	winRet  uint64 // retries in the ring
+	winReq  uint64    // requests in the ring
+	winRet  uint64    // retries in the ring
 	// Totals since creation.
 	requests uint64
 	retries  uint64
 	refused  uint64
+	ring     [ratioBuckets]ratioBucket // last: the fields above are read by every call
 }
 
 type ratioBucket struct {

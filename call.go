@@ -33,14 +33,15 @@ type call struct {
 	scope  string      // the dependency, for the breaker and the ledger; see scopeName
 	budget Budget
 	lim    *limits // the scope's rate limiter, bulkhead and latencies; see limits
-	owned  ownedContext
-	trace  attemptTrace
+	w      *wire   // what outlives the call; the rest of it stays on the stack
+	copied bool    // w.first and w.firstCloser are taken
 
 	attempt  int // attempts made
 	resent   int // requests the base re-sent by itself within them
 	phase    decide.Phase
-	history  []decide.Attempt
-	histBuf  [4]decide.Attempt
+	hist     [4]decide.Attempt // the history the decision core reads, while it fits
+	nhist    int
+	history  []decide.Attempt // the history, once it outgrows hist
 	lastResp *http.Response
 	lastErr  error
 
@@ -55,6 +56,19 @@ type call struct {
 	uncertain        bool   // the call ends with an uncertain write
 	settled          bool   // settle has run
 	gaveUp           error  // the reason the call gave up, if it did
+}
+
+// wire is the part of a call that net/http, the response or the caller
+// may still hold when RoundTrip has returned: the contexts, the trace and
+// the first attempt's copy of the request. It is apart so that the call
+// itself, which nothing keeps, can live on the stack: the memory a call
+// allocates is memory the cache has not seen, and costs more than the
+// instructions that fill it.
+type wire struct {
+	owned       ownedContext
+	trace       attemptTrace
+	first       http.Request   // the first attempt's copy of req
+	firstCloser cancelOnCloseR // the first attempt's response body, with AttemptTimeout
 }
 
 // run reads the facts about the request, passes the gates that come before
@@ -133,11 +147,10 @@ func (c *call) readFacts() error {
 		c.header = hideKey(req.Header, add)
 	}
 	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
-	c.history = c.histBuf[:0]
 	c.ctx = req.Context()
 	if !c.passThrough {
-		c.owned = ownedContext{Context: c.ctx, owner: c.t}
-		c.ctx = &c.owned // no allocation: it lives in the call
+		c.w.owned = ownedContext{Context: c.ctx, owner: c.t}
+		c.ctx = &c.w.owned
 	}
 	return nil
 }
@@ -200,7 +213,8 @@ func (c *call) loop() (*http.Response, error) {
 			case resolutionNotApplied:
 				// The effect is known not to have happened: a definite
 				// failure, which may be sent again through the usual gates.
-				c.history[len(c.history)-1].Outcome = decide.OutcomeFailure
+				h := c.attempts()
+				h[len(h)-1].Outcome = decide.OutcomeFailure
 				if !a.retryable {
 					c.giveUp(c.finalReason(), decide.Verdict{})
 					return nil, a.err
@@ -240,13 +254,32 @@ func (c *call) record(a attempt) {
 	if a.outcome == decide.OutcomeTimeout {
 		cost = c.p.timeoutCost
 	}
-	c.history = append(c.history, decide.Attempt{Outcome: a.outcome, Phase: a.phase, Cost: cost})
+	h := decide.Attempt{Outcome: a.outcome, Phase: a.phase, Cost: cost}
+	switch {
+	case c.history != nil:
+		c.history = append(c.history, h)
+	case c.nhist < len(c.hist):
+		c.hist[c.nhist] = h
+		c.nhist++
+	default:
+		c.history = append(append(make([]decide.Attempt, 0, 2*len(c.hist)), c.hist[:]...), h)
+	}
 	c.lastResp, c.lastErr = a.resp, a.err
+}
+
+// attempts is the history the decision core reads. It is kept in the call
+// while it fits, rather than in a slice of the call's own array, which
+// would keep the call off the stack.
+func (c *call) attempts() []decide.Attempt {
+	if c.history != nil {
+		return c.history
+	}
+	return c.hist[:c.nhist]
 }
 
 // decide asks the decision core about the call as it stands.
 func (c *call) decide(ks decide.KeyState) decide.Verdict {
-	v := decide.Decide(decide.Input{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.history})
+	v := decide.Decide(decide.Input{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.attempts()})
 	if h := c.t.Hooks.Decision; h != nil {
 		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
 	}
@@ -351,6 +384,9 @@ func (c *call) redactedURL() string {
 
 // info returns the CallInfo of the call's current attempt.
 func (c *call) info() CallInfo {
+	if c.id == 0 { // hooks set during the call
+		c.id = c.t.calls.Add(1)
+	}
 	return CallInfo{
 		Context:        c.req.Context(),
 		CallID:         c.id,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
 )
@@ -109,10 +110,19 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		// the new location. The key is free for that request to claim.
 		lerr = l.Release(ctx, key, token)
 	case c.confirmed && resp != nil:
+		// The claim is completed once the caller has read the body, after
+		// RoundTrip returned: cp takes what it needs from the call now, and
+		// not the call itself, which lives on RoundTrip's stack. The hook
+		// in place as the call settles is the one told.
+		cp := completion{ledger: l, ctx: ctx, key: key, token: token, notStored: c.notStored,
+			hook: c.t.Hooks.EvidenceUnavailable, clock: c.p.clock, start: c.start}
+		if cp.hook != nil {
+			cp.info = c.info()
+		}
 		if resp.Body == nil || resp.Body == http.NoBody {
-			c.complete(ctx, resp, nil, true) // nothing to read: a caller rightly closes it unread
+			cp.complete(resp, nil, true) // nothing to read: a caller rightly closes it unread
 		} else {
-			rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, call: c, ctx: ctx, resp: resp}
+			rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, completion: cp, resp: resp}
 			if n := resp.ContentLength; n > 0 && n <= c.p.maxStored {
 				// Room for the whole body at once, and no more: the ledger
 				// keeps it without a copy.
@@ -130,16 +140,31 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 	return resp, err
 }
 
-// complete ends the call's claim with its confirmed result resp, whose
-// body was read whole (body) or not: a result that can be replayed is
-// stored with it.
-func (c *call) complete(ctx context.Context, resp *http.Response, body []byte, whole bool) {
+// completion is what completing a call's claim takes from the call: the
+// ledger and the claim, and what the hook that reports a failure needs.
+type completion struct {
+	ledger     Ledger
+	ctx        context.Context // settling outlives the caller's deadline
+	key, token string
+	notStored  bool // the result is not to be stored for replay
+	hook       func(EvidenceUnavailableInfo)
+	info       CallInfo // for hook
+	clock      clock
+	start      time.Time
+}
+
+// complete ends the claim with the confirmed result resp, whose body was
+// read whole (body) or not: a result that can be replayed is stored with
+// it.
+func (cp *completion) complete(resp *http.Response, body []byte, whole bool) {
 	var res *StoredResponse // nil: completed, but without a result to replay
-	if whole && !c.notStored && storableHeader(resp.Header) {
+	if whole && !cp.notStored && storableHeader(resp.Header) {
 		res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
 	}
-	if err := c.p.ledger.Complete(ctx, c.ledgerKey, c.ledgerToken, res); err != nil {
-		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
+	if err := cp.ledger.Complete(cp.ctx, cp.key, cp.token, res); err != nil && cp.hook != nil {
+		info := cp.info
+		info.Elapsed = cp.clock.Now().Sub(cp.start)
+		emit(cp.hook, EvidenceUnavailableInfo{CallInfo: info, Source: "ledger", Err: err})
 	}
 }
 
@@ -161,14 +186,13 @@ func (c *call) settleOnPanic() {
 // copy of up to limit bytes; when the body ends (EOF) or is closed, the
 // call completes its claim with what was read, if it was the whole body.
 type recordingBody struct {
-	rc    io.ReadCloser
-	call  *call
-	ctx   context.Context // the ledger's, for Complete
-	resp  *http.Response
-	limit int64
-	buf   bytes.Buffer
-	over  bool
-	once  sync.Once
+	rc         io.ReadCloser
+	completion // of the call's claim
+	resp       *http.Response
+	limit      int64
+	buf        bytes.Buffer
+	over       bool
+	once       sync.Once
 }
 
 func (b *recordingBody) Read(p []byte) (int, error) {
@@ -204,7 +228,7 @@ func (b *recordingBody) finish(whole bool) {
 		if whole {
 			body = b.buf.Bytes()
 		}
-		b.call.complete(b.ctx, b.resp, body, whole)
+		b.complete(b.resp, body, whole)
 	})
 }
 

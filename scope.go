@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // hostScope is the default scope of a request: its scheme, host and port,
@@ -55,8 +56,15 @@ func hostScopeWith(req *http.Request, sep, suffix string) string {
 // them. When full, an arbitrary scope's budget is dropped to make room: a
 // fresh budget for a scope that returns is the cost of the bound.
 type budgets struct {
-	mu sync.Mutex
-	m  map[hostKey]Budget
+	last atomic.Pointer[scopedBudget] // the budget found or made last (in m, or just dropped from it), read without the lock
+	mu   sync.Mutex
+	m    map[hostKey]*scopedBudget
+}
+
+// scopedBudget is a scope's budget with its key.
+type scopedBudget struct {
+	key hostKey
+	b   Budget
 }
 
 // hostKey identifies a scope: by the request's scheme and host (as
@@ -86,11 +94,20 @@ func withoutDefaultPort(scheme, host string) string {
 
 // get returns the budget of scope k, creating it with p.newBudget on first
 // use, on p's clock; it keeps at most p.maxScopes.
+//
+// Most Transports call one dependency, so the budget found last is kept
+// apart and read first without the lock: most calls then touch neither
+// the lock nor the map (which costs more than its instructions suggest:
+// between two calls, the memory behind them has gone cold).
 func (b *budgets) get(k hostKey, scope func() string, p *policy) (Budget, error) {
+	if l := b.last.Load(); l != nil && l.key == k {
+		return l.b, nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if bud, ok := b.m[k]; ok {
-		return bud, nil
+	if sb, ok := b.m[k]; ok {
+		b.last.Store(sb)
+		return sb.b, nil
 	}
 	// Created under the lock, so that a scope's budget is created once: a
 	// factory that keeps what it creates (to read Snapshots) sees exactly
@@ -104,7 +121,7 @@ func (b *budgets) get(k hostKey, scope func() string, p *policy) (Budget, error)
 	}
 	bud = budgetOn(bud, p.clock)
 	if b.m == nil {
-		b.m = make(map[hostKey]Budget)
+		b.m = make(map[hostKey]*scopedBudget)
 	}
 	if len(b.m) >= p.maxScopes {
 		for k := range b.m {
@@ -112,6 +129,8 @@ func (b *budgets) get(k hostKey, scope func() string, p *policy) (Budget, error)
 			break
 		}
 	}
-	b.m[k] = bud
+	sb := &scopedBudget{key: k, b: bud}
+	b.m[k] = sb
+	b.last.Store(sb)
 	return bud, nil
 }

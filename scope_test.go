@@ -103,3 +103,43 @@ func TestDefaultPortSpellingsShareOneBudget(t *testing.T) {
 		t.Errorf("NewBudget called for scopes %q, want %q (once per scope)", scopes, want)
 	}
 }
+
+// The budget kept apart for the scope found last answers only for that
+// scope: calls alternating between two hosts each get their own host's
+// budget, made once, and a scope dropped at MaxScopes gets a new budget on
+// its return.
+func TestBudgetFoundLastIsItsScopesOwn(t *testing.T) {
+	var made []string
+	tr := &Transport{MaxScopes: 2, NewBudget: func(scope string) (Budget, error) {
+		made = append(made, scope)
+		return &RatioBudget{}, nil
+	}}
+	tr.setup()
+	budgetOf := func(u string) Budget {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		b, err := tr.budget(req, func() string { return hostScope(req) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := budgetOf("http://a.test/"), budgetOf("http://b.test/")
+	for range 3 {
+		if budgetOf("http://a.test/x") != a || budgetOf("http://b.test/y") != b {
+			t.Fatal("alternating calls got another scope's budget")
+		}
+	}
+	if len(made) != 2 {
+		t.Fatalf("NewBudget calls: got %v, want one per scope", made)
+	}
+	budgetOf("http://c.test/") // drops a or b
+	dropped := "http://a.test/"
+	if _, ok := tr.budgets.m[hostKey{scheme: "http", host: "a.test"}]; ok {
+		dropped = "http://b.test/"
+	}
+	before := budgetOf(dropped)
+	if before == a || before == b || len(made) != 4 {
+		t.Errorf("a scope dropped at MaxScopes kept its old budget (NewBudget calls %v)", made)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptrace"
+	"reflect"
 	"sync/atomic"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -19,6 +20,7 @@ import (
 // again on each re-send inside the base.
 type attemptTrace struct {
 	first   httptrace.ClientTrace // the first attempt's, kept in the call
+	firstCx tracedContext         // the context that carries first, when it can
 	used    bool                  // first is taken
 	asked   atomic.Int32          // GetConn calls: the base traces
 	conns   atomic.Int32          // GotConn calls: connections obtained
@@ -50,9 +52,70 @@ func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Conte
 	if at.used {
 		tr = new(httptrace.ClientTrace)
 	}
-	at.used = true
 	*tr = httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
+	if !at.used && clientTraceKey != nil && httptrace.ContextClientTrace(ctx) == nil {
+		// Nothing to compose with: the first attempt's context answers
+		// for the trace itself, and costs no allocation.
+		at.used = true
+		at.firstCx = tracedContext{Context: ctx, trace: tr}
+		return &at.firstCx
+	}
+	at.used = true
 	return httptrace.WithClientTrace(ctx, tr)
+}
+
+// tracedContext is a context carrying a ClientTrace, as
+// httptrace.WithClientTrace makes one, but without its allocation: it lives
+// in the call, and answers httptrace's own key, learnt once
+// (clientTraceKey). It is used only where there is no trace to compose
+// with, and the trace has no hooks of the net package (which
+// WithClientTrace would install under a second key).
+type tracedContext struct {
+	context.Context
+	trace *httptrace.ClientTrace
+}
+
+func (c *tracedContext) Value(key any) any {
+	if key == clientTraceKey {
+		return c.trace
+	}
+	return c.Context.Value(key)
+}
+
+// clientTraceKey is the context key under which httptrace looks a
+// ClientTrace up, or nil when it could not be learnt (every attempt then
+// uses httptrace.WithClientTrace).
+var clientTraceKey any
+
+func init() { clientTraceKey = learnClientTraceKey() }
+
+// learnClientTraceKey asks httptrace for the trace of a context that
+// records the key it is asked for, and checks that a tracedContext
+// answering that key is seen to carry its trace; nil when either fails.
+func learnClientTraceKey() any {
+	p := &keyProbe{Context: context.Background()}
+	httptrace.ContextClientTrace(p)
+	if len(p.keys) != 1 || p.keys[0] == nil || !reflect.TypeOf(p.keys[0]).Comparable() {
+		return nil
+	}
+	defer func(saved any) { clientTraceKey = saved }(clientTraceKey)
+	clientTraceKey = p.keys[0] // what tracedContext answers, for the check
+	tr := new(httptrace.ClientTrace)
+	if httptrace.ContextClientTrace(&tracedContext{Context: context.Background(), trace: tr}) != tr {
+		return nil
+	}
+	return p.keys[0]
+}
+
+// keyProbe is a context that records the keys it is asked for.
+type keyProbe struct {
+	context.Context
+	keys []any
+}
+
+func (p *keyProbe) Value(key any) any {
+	p.keys = append(p.keys, key)
+	return nil
 }
 
 // phase says how far an attempt got. tracing reports whether the base is

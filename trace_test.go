@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -129,4 +130,68 @@ func TestTraceNotRewrittenUnderALateWriteLoop(t *testing.T) {
 		t.Errorf("status: got %d, want 200 from the second attempt", resp.StatusCode)
 	}
 	tr.CloseIdleConnections()
+}
+
+// tracingBase installs a ClientTrace of its own on each request before
+// passing it on, as a tracing middleware beneath the Transport does.
+type tracingBase struct {
+	rt   http.RoundTripper
+	gots atomic.Int32
+}
+
+func (b *tracingBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { b.gots.Add(1) },
+	})
+	return b.rt.RoundTrip(r.WithContext(ctx))
+}
+
+// The first attempt's trace is carried by a context that lives in the
+// call rather than by httptrace.WithClientTrace. httptrace must still see
+// it there: a trace installed beneath composes with it, and both hear of
+// every connection.
+func TestFirstAttemptTraceComposesWithATraceBeneath(t *testing.T) {
+	if clientTraceKey == nil {
+		t.Fatal("httptrace's context key was not learnt: every first attempt would allocate its trace's context")
+	}
+	srv := newTestServer(t, func(int, http.ResponseWriter, *http.Request) {})
+	inner := cleanhttp.DefaultPooledTransport()
+	t.Cleanup(inner.CloseIdleConnections)
+	base := &tracingBase{rt: inner}
+	var conns []int
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Base:  base,
+		Hooks: Hooks{AttemptDone: func(i AttemptDoneInfo) { conns = append(conns, i.Connections) }},
+	})
+	for i := range 2 {
+		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %d: %v, %v", i+1, resp, err)
+		}
+	}
+	if got := base.gots.Load(); got != 2 {
+		t.Errorf("the base's own trace heard %d connections, want 2", got)
+	}
+	if len(conns) != 2 || conns[0] != 1 || conns[1] != 1 {
+		t.Errorf("the Transport's trace heard %v connections per attempt, want [1 1]", conns)
+	}
+}
+
+// A tracedContext answers as a context of httptrace.WithClientTrace does:
+// httptrace finds its trace, every other key is its parent's, and a trace
+// installed over it is found first.
+func TestTracedContextAnswersLikeWithClientTrace(t *testing.T) {
+	tr := &httptrace.ClientTrace{}
+	parent := context.WithValue(context.Background(), ownerKey{}, "v")
+	c := &tracedContext{Context: parent, trace: tr}
+	if got := httptrace.ContextClientTrace(c); got != tr {
+		t.Errorf("ContextClientTrace: got %p, want %p", got, tr)
+	}
+	if got := c.Value(ownerKey{}); got != "v" {
+		t.Errorf("another key: got %v, want the parent's value", got)
+	}
+	over := &httptrace.ClientTrace{}
+	if got := httptrace.ContextClientTrace(httptrace.WithClientTrace(c, over)); got != over {
+		t.Errorf("a trace installed over it: got %p, want %p", got, over)
+	}
 }

@@ -265,9 +265,9 @@ type Transport struct {
 	p       policy // the settings, resolved once
 	initErr error
 	budgets budgets
-	limits  scopeLimits // the bulkheads, rate limiters and latencies of the scopes
-	keys    keyMemory   // without a Ledger, the keys left uncertain
-	calls   atomic.Uint64
+	limits  scopeLimits   // the bulkheads, rate limiters and latencies of the scopes
+	keys    keyMemory     // without a Ledger, the keys left uncertain
+	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -344,9 +344,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, t.initErr
 	}
-	c := call{t: t, p: &t.p, req: req, id: t.calls.Add(1)}
+	c := call{t: t, p: &t.p, req: req, w: new(wire)}
 	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
-		c.start = t.p.clock.Now() // only hooks report elapsed time
+		// Only hooks report elapsed time and number the calls: a count
+		// that every call raised would be memory every core writes.
+		c.start = t.p.clock.Now()
+		c.id = t.calls.Add(1)
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
 	resp, err := c.run()

@@ -2,14 +2,13 @@ package bench
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -273,71 +272,98 @@ func BenchmarkKeyedPOSTAllocs(b *testing.B) {
 	separate(b, postClients(), srv, func() *http.Request { return newPOST(srv.URL) }, http.StatusCreated)
 }
 
-// reversed runs the sub-benchmarks of BenchmarkGETParallel256 in reverse
-// order. ./run sets it every other round, so that neither client always
-// runs first.
-var reversed = flag.Bool("reversed", false, "run BenchmarkGETParallel256's sub-benchmarks in reverse order")
-
 // BenchmarkGETParallel256 measures the throughput of loopback GETs from
-// about 256 goroutines sharing one client, bare net/http against
-// retryfuse's defaults. The pooled base keeps GOMAXPROCS+1 idle
-// connections per host, so most calls open a connection of their own:
-// new-conns/call reports how many.
+// 256 goroutines sharing one client, bare net/http against retryfuse's
+// defaults. The calls go in bursts of burstCalls, each client's bursts
+// alternating with the other's (in an order that swaps every burst), so
+// that the machine's drift meets both alike; each client's throughput is
+// its calls over the time its bursts took. A burst starts 256 goroutines
+// that take turns from its count of calls. Both bases keep up to 256 idle
+// connections (the pooled default keeps 100, and GOMAXPROCS+1 per host, which would
+// make this a benchmark of dialling, whose churn differs from burst to
+// burst): after the first burst, calls reuse connections, and
+// new-conns/call reports how many did not. Bytes and allocations per call
+// are those of the whole process, server included, both clients together.
 func BenchmarkGETParallel256(b *testing.B) {
-	subs := []struct {
-		name      string
-		newClient func() client
-	}{{"bare", bareClient}, {"retryfuse", retryfuseClient}}
-	if *reversed {
-		subs[0], subs[1] = subs[1], subs[0]
+	const goroutines, burstCalls = 256, 1000
+	srv := newServer(b)
+	cs := []client{bareClient(), retryfuseClient()}
+	defer closeAll(cs)
+	for _, c := range cs {
+		c.base.MaxIdleConns, c.base.MaxIdleConnsPerHost = goroutines, goroutines
+		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		if err := do(srv, c, req, http.StatusOK); err != nil {
+			b.Fatal(err)
+		}
 	}
-	for _, bc := range subs {
-		b.Run(bc.name, func(b *testing.B) {
-			srv := newServer(b)
-			c := bc.newClient()
-			defer c.close()
-			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
-			if err := do(srv, c, req, http.StatusOK); err != nil {
+	var (
+		took  [2]time.Duration
+		calls [2]int64
+		conns [2]int64
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for left, k := int64(b.N), 0; left > 0; k++ {
+		n := min(left, burstCalls)
+		left -= n
+		for j := range cs {
+			i := (j + k) % len(cs)
+			reqs0, conns0 := srv.requests.Load(), srv.conns.Load()
+			d, err := burst(cs[i], srv.URL, goroutines, n)
+			if err != nil {
 				b.Fatal(err)
 			}
-			procs := runtime.GOMAXPROCS(0)
-			p := (256 + procs - 1) / procs
-			b.SetParallelism(p)
-			reqs0, conns0 := srv.requests.Load(), srv.conns.Load()
-			var calls atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
-				var n int64
-				defer func() { calls.Add(n) }()
-				for pb.Next() {
-					// do's count of requests is meaningless here, where
-					// calls overlap: the total is checked below.
-					resp, err := c.Do(req)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Errorf("status %d, want 200", resp.StatusCode)
-						return
-					}
-					n++
-				}
-			})
-			b.StopTimer()
-			if got, want := srv.requests.Load()-reqs0, calls.Load(); got != want {
-				b.Fatalf("%d requests reached the server for %d calls", got, want)
+			if got := srv.requests.Load() - reqs0; got != n {
+				b.Fatalf("%s: %d requests reached the server for %d calls", cs[i].name, got, n)
 			}
-			n := float64(calls.Load())
-			b.ReportMetric(n/b.Elapsed().Seconds(), "calls/s")
-			b.ReportMetric(float64(srv.conns.Load()-conns0)/n, "new-conns/call")
-			b.ReportMetric(float64(p*procs), "goroutines")
+			took[i] += d
+			calls[i] += n
+			conns[i] += srv.conns.Load() - conns0
+		}
+	}
+	b.StopTimer()
+	for i, c := range cs {
+		b.ReportMetric(float64(calls[i])/took[i].Seconds(), c.name+"-calls/s")
+		b.ReportMetric(float64(conns[i])/float64(calls[i]), c.name+"-new-conns/call")
+	}
+	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "retryfuse-x")
+	b.ReportMetric(goroutines, "goroutines")
+}
+
+// burst sends n GETs to url through c from g goroutines taking turns, and
+// returns how long they took.
+func burst(c client, url string, g int, n int64) (time.Duration, error) {
+	var (
+		tickets atomic.Int64
+		failed  atomic.Value
+		wg      sync.WaitGroup
+	)
+	tickets.Store(n)
+	start := time.Now()
+	for range g {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			for tickets.Add(-1) >= 0 {
+				resp, err := c.Do(req)
+				if err != nil {
+					failed.Store(fmt.Errorf("%s: %v", c.name, err))
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Store(fmt.Errorf("%s: status %d, want 200", c.name, resp.StatusCode))
+					return
+				}
+			}
 		})
 	}
+	wg.Wait()
+	d := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		return d, err
+	}
+	return d, nil
 }
 
 // TestClients runs each client once against the server and checks the
