@@ -77,7 +77,7 @@ func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	}
 	f := fingerprinters.Get().(*fingerprinter)
 	defer f.put()
-	b := append(f.buf[:0], fpRequestPrefix...)
+	b := append(f.buf[:0], fpRequestPrefix...) // a long path may outgrow f.buf: b is then a slice of its own
 	for _, s := range [...]string{req.Method, path} {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
 		b = append(b, s...)
@@ -125,14 +125,10 @@ var fingerprinters = sync.Pool{New: func() any {
 	return &fingerprinter{h: sha256.New(), buf: make([]byte, 16<<10)}
 }}
 
-// put resets f and gives it back to the pool. A buffer that grew past
-// its size (a long path) is not kept.
+// put resets f and gives it back to the pool.
 func (f *fingerprinter) put() {
 	f.h.Reset()
 	f.lr = io.LimitedReader{}
-	if cap(f.buf) > 16<<10 {
-		f.buf = make([]byte, 16<<10)
-	}
 	fingerprinters.Put(f)
 }
 
@@ -174,7 +170,7 @@ func (f *fingerprinter) hashBody(getBody func() (io.ReadCloser, error), limit in
 		readMax++ // one byte more tells a body of exactly limit bytes from a longer one
 	}
 	f.lr = io.LimitedReader{R: rc, N: readMax}
-	n, err := io.CopyBuffer(f.h, &f.lr, f.buf[:16<<10])
+	n, err := io.CopyBuffer(f.h, &f.lr, f.buf)
 	if err != nil {
 		return fmt.Errorf("retryfuse: fingerprint: read body: %w", err)
 	}
