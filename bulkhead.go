@@ -105,12 +105,12 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 		return 0, false
 	}
 	began := clk.Now()
-	timeout, stop := after(clk, maxWait)
-	defer stop()
+	timeout := after(clk, maxWait)
+	defer timeout.stop()
 	select {
 	case <-ch:
 		return clk.Now().Sub(began), true
-	case <-timeout:
+	case <-timeout.C:
 	case <-ctx.Done():
 	}
 	waited := clk.Now().Sub(began)
@@ -121,13 +121,21 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 	return waited, false
 }
 
-// after returns a channel that receives once clk has slept d, and a stop
-// func that ends the sleep early: no goroutine outlives stop. On the real
-// clock it is a time.Timer, without a goroutine in between.
-func after(clk clock, d time.Duration) (<-chan time.Time, func()) {
+// alarm receives on C once its clock has slept a while; stop ends the
+// sleep early, and no goroutine outlives it. On the real clock it is a
+// time.Timer, without a goroutine in between. The zero alarm never fires.
+type alarm struct {
+	C      <-chan time.Time
+	timer  *time.Timer        // on the real clock
+	cancel context.CancelFunc // on another clock, with done
+	done   chan struct{}
+}
+
+// after returns an alarm that fires once clk has slept d.
+func after(clk clock, d time.Duration) alarm {
 	if _, ok := clk.(realClock); ok {
 		t := time.NewTimer(d)
-		return t.C, func() { t.Stop() }
+		return alarm{C: t.C, timer: t}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fired := make(chan time.Time, 1)
@@ -138,5 +146,16 @@ func after(clk clock, d time.Duration) (<-chan time.Time, func()) {
 			fired <- clk.Now()
 		}
 	}()
-	return fired, func() { cancel(); <-done }
+	return alarm{C: fired, cancel: cancel, done: done}
+}
+
+// stop stops the alarm; it may be called more than once.
+func (a *alarm) stop() {
+	switch {
+	case a.timer != nil:
+		a.timer.Stop()
+	case a.cancel != nil:
+		a.cancel()
+		<-a.done
+	}
 }

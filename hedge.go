@@ -60,9 +60,12 @@ func (c *call) hedgeDelay() (time.Duration, bool) {
 	return h.delay, h.delay > 0
 }
 
-// branch is one branch's result, sent back by its goroutine.
+// branch is one branch of a group: its attempt, and its result, filled in
+// by its goroutine.
 type branch struct {
-	f     *flight
+	f     *flight // &fl
+	fl    flight
+	trace attemptTrace
 	resp  *http.Response
 	err   error
 	ps    pass
@@ -79,10 +82,12 @@ type branch struct {
 // failed attempt) or, when cancelled, reported and dropped.
 func (c *call) sendHedged(first pass) (attempt, error) {
 	h := &c.p.hedge
-	results := make(chan *branch, 1+h.max)
+	// Each branch sends back its number in the group.
+	all := make([]*branch, 0, 1+h.max)
+	results := make(chan int, cap(all))
 	var (
-		inFlight []*branch
-		winner   *attempt
+		winner   attempt
+		won      bool
 		failed   []attempt
 		panicked any
 		began    = c.p.clock.Now()
@@ -90,11 +95,12 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 	// launch sends branch n with body, admitted with ps.
 	launch := func(ps pass, body io.ReadCloser, n int) {
 		c.attempt++
-		b := &branch{f: new(flight), ps: ps}
-		c.prepare(b.f, c.ctx, new(attemptTrace), body, true)
+		b := &branch{ps: ps}
+		b.f = &b.fl
+		all = append(all, b)
+		c.prepare(b.f, c.ctx, &b.trace, body, true)
 		b.f.branch = n
 		c.started(b.f)
-		inFlight = append(inFlight, b)
 		base, clk := c.p.base, c.p.clock
 		go func() {
 			defer func() {
@@ -102,7 +108,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 					b.panic = v
 					b.f.cancel()
 				}
-				results <- b
+				results <- n
 			}()
 			start := clk.Now()
 			b.resp, b.err = b.f.exchange(base)
@@ -117,22 +123,19 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 	launch(first, body, 0)
 
 	delay, hedging := c.hedgeDelay()
-	var (
-		timer <-chan time.Time
-		stop  = func() {}
-	)
+	var timer alarm // the zero alarm never fires
 	if hedging {
-		timer, stop = after(c.p.clock, delay)
+		timer = after(c.p.clock, delay)
 	}
-	defer func() { stop() }()
+	defer func() { timer.stop() }()
 
 	pending := 1
 	for pending > 0 {
 		select {
-		case <-timer:
-			stop()
-			timer = nil
-			if winner != nil || len(inFlight) > h.max {
+		case <-timer.C:
+			timer.stop()
+			timer = alarm{}
+			if won || len(all) > h.max {
 				continue
 			}
 			ps, err := c.enterHedge()
@@ -143,25 +146,26 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 				}
 			}
 			if err != nil {
-				c.policyEventBranch(len(inFlight), actionRefused, c.p.clock.Now().Sub(began), err)
+				c.policyEventBranch(len(all), actionRefused, c.p.clock.Now().Sub(began), err)
 				continue // no more hedges in this group
 			}
-			c.policyEventBranch(len(inFlight), actionSent, c.p.clock.Now().Sub(began), nil)
-			launch(ps, body, len(inFlight))
+			c.policyEventBranch(len(all), actionSent, c.p.clock.Now().Sub(began), nil)
+			launch(ps, body, len(all))
 			pending++
-			if len(inFlight) <= h.max {
-				timer, stop = after(c.p.clock, delay)
+			if len(all) <= h.max {
+				timer = after(c.p.clock, delay)
 			}
-		case b := <-results:
+		case n := <-results:
+			b := all[n]
 			pending--
 			b.ended = true
 			if b.panic != nil {
 				c.leave(b.ps, attempt{result: result{ignored: true}})
 				panicked = b.panic
-				c.cancelBranches(inFlight)
+				c.cancelBranches(all)
 				continue
 			}
-			if winner != nil || panicked != nil {
+			if won || panicked != nil {
 				c.lose(b)
 				continue
 			}
@@ -172,8 +176,8 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 				c.lim.latency.observe(b.took)
 			}
 			if !a.retryable || a.outcome == decide.OutcomeSuccess {
-				winner = &a
-				c.cancelBranches(inFlight)
+				winner, won = a, true
+				c.cancelBranches(all)
 				continue
 			}
 			failed = append(failed, a)
@@ -183,12 +187,12 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 		for _, a := range failed {
 			drain(a.resp, 0)
 		}
-		if winner != nil {
+		if won {
 			drain(winner.resp, 0)
 		}
 		panic(panicked)
 	}
-	if winner == nil {
+	if !won {
 		// Every branch failed: the last failure stands for the group, the
 		// others are recorded before it.
 		last := failed[len(failed)-1]
@@ -204,7 +208,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 		c.chargeResends(a.resends)
 		drain(a.resp, 0)
 	}
-	return *winner, nil
+	return winner, nil
 }
 
 // enterHedge admits a hedge: attempts left, the caller still waiting, the

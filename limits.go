@@ -1,7 +1,9 @@
 package retryfuse
 
 import (
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -14,6 +16,7 @@ import (
 // limits are one scope's.
 type limits struct {
 	scope    string
+	host     *hostLimits   // its entry as the limits found last; scopeLimits.mu guards it
 	rate     *rate.Limiter // nil without a RateLimit
 	bulkhead *bulkhead     // nil without a MaxInFlight
 	latency  latencies
@@ -28,14 +31,53 @@ type limits struct {
 // busy, the map grows past MaxScopes, by at most the attempts in flight,
 // and shrinks back as they end.
 type scopeLimits struct {
-	mu sync.Mutex
-	m  map[string]*limits
+	last atomic.Pointer[hostLimits] // the limits found last by host, read without the lock
+	mu   sync.Mutex
+	m    map[string]*limits
+}
+
+// hostLimits are the limits of a default scope, with the scheme and host
+// of the request that found them.
+type hostLimits struct {
+	key hostKey
+	l   *limits
+}
+
+// forRequest returns the limits of req's scope. With the default scope,
+// the limits found last are kept apart, by the request's scheme and host,
+// so that most calls neither build the scope's name nor take the lock.
+// scope computes the name.
+func (s *scopeLimits) forRequest(req *http.Request, scope func() string, p *policy) *limits {
+	if p.scope != nil || req.URL == nil {
+		return s.get(scope(), p)
+	}
+	k := hostKey{scheme: req.URL.Scheme, host: withoutDefaultPort(req.URL.Scheme, req.URL.Host)}
+	if hl := s.last.Load(); hl != nil && hl.key == k {
+		return hl.l
+	}
+	name := scope()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.getLocked(name, p)
+	// Stored under the lock, so that limits dropped meanwhile are never
+	// kept apart; each keeps its entry, so that calls alternating between
+	// two hosts allocate nothing.
+	if l.host == nil || l.host.key != k {
+		l.host = &hostLimits{key: k, l: l}
+	}
+	s.last.Store(l.host)
+	return l
 }
 
 // get returns the limits of scope.
 func (s *scopeLimits) get(scope string, p *policy) *limits {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.getLocked(scope, p)
+}
+
+// getLocked returns the limits of scope, made on first use. s.mu is held.
+func (s *scopeLimits) getLocked(scope string, p *policy) *limits {
 	if l, ok := s.m[scope]; ok {
 		return l
 	}
@@ -72,7 +114,7 @@ func (s *scopeLimits) evictLocked(now time.Time) bool {
 			continue
 		}
 		if l.rate == nil || l.rate.TokensAt(now) >= float64(l.rate.Burst()) {
-			delete(s.m, k)
+			s.dropLocked(k)
 			return true
 		}
 		if !found {
@@ -80,9 +122,18 @@ func (s *scopeLimits) evictLocked(now time.Time) bool {
 		}
 	}
 	if found {
-		delete(s.m, victim)
+		s.dropLocked(victim)
 	}
 	return found
+}
+
+// dropLocked drops the limits of scope, and forgets them if they were the
+// ones found last. s.mu is held.
+func (s *scopeLimits) dropLocked(scope string) {
+	if hl := s.last.Load(); hl != nil && hl.l == s.m[scope] {
+		s.last.Store(nil)
+	}
+	delete(s.m, scope)
 }
 
 // usesLimits reports whether attempts pass per-scope limits at all.
@@ -134,7 +185,7 @@ func (c *call) leave(ps pass, a attempt) {
 // limits returns the limits of the call's scope, nil when none apply.
 func (c *call) limits() *limits {
 	if c.lim == nil && c.p.usesLimits() {
-		c.lim = c.t.limits.get(c.scopeName(), c.p)
+		c.lim = c.t.limits.forRequest(c.req, c.scopeName, c.p)
 	}
 	return c.lim
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/retryfuse/retryfuse"
@@ -107,6 +108,15 @@ func retryfuseLedgerClient() client {
 	return client{"retryfuse-ledger", &http.Client{Transport: rt}, base}
 }
 
+// retryfuseHedgeClient hedges each GET after 20 ms; on this success path
+// no hedge is sent, so it measures what hedging costs a call that
+// answers at once (its first branch runs on a goroutine of its own).
+func retryfuseHedgeClient() client {
+	base := cleanhttp.DefaultPooledTransport()
+	rt := &retryfuse.Transport{Base: base, MaxHedges: 1, HedgeDelay: 20 * time.Millisecond}
+	return client{"retryfuse-hedge", &http.Client{Transport: rt}, base}
+}
+
 func retryablehttpClient() client {
 	base := cleanhttp.DefaultPooledTransport()
 	rc := retryablehttp.NewClient() // DefaultRetryPolicy, DefaultBackoff
@@ -122,9 +132,19 @@ func failsafeClient() client {
 	return client{"failsafe", &http.Client{Transport: failsafehttp.NewRoundTripper(base, rp)}, base}
 }
 
+// failsafeHedgeClient is failsafeClient with a hedge policy of 20 ms
+// inside its retry policy.
+func failsafeHedgeClient() client {
+	base := cleanhttp.DefaultPooledTransport()
+	rp := failsafehttp.NewRetryPolicyBuilder().WithMaxAttempts(3).Build()
+	hp := hedgepolicy.NewWithDelay[*http.Response](20 * time.Millisecond)
+	return client{"failsafe-hedge", &http.Client{Transport: failsafehttp.NewRoundTripper(base, rp, hp)}, base}
+}
+
 // getClients are the clients of the GET family, bare first.
 func getClients() []client {
-	return []client{bareClient(), retryfuseClient(), retryfuseTimeoutClient(), retryablehttpClient(), failsafeClient()}
+	return []client{bareClient(), retryfuseClient(), retryfuseTimeoutClient(), retryfuseHedgeClient(),
+		retryablehttpClient(), failsafeClient(), failsafeHedgeClient()}
 }
 
 // postClients are the clients of the keyed POST family, bare first.
