@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -101,8 +100,7 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 		f.req.Header = c.header
 	}
 	f.req.Body = body
-	if body != nil && body != http.NoBody {
-		f.watched = &bodyWatcher{ReadCloser: body}
+	if f.watched = watchBody(body); f.watched != nil {
 		f.req.Body = f.watched
 	}
 }
@@ -212,33 +210,6 @@ func drain(resp *http.Response, limit int64) {
 		_, _ = io.CopyN(io.Discard, resp.Body, min(limit, math.MaxInt64-1)+1)
 	}
 	_ = resp.Body.Close()
-}
-
-// bodyWatcher remembers an error of the caller's body reader, so that it
-// can be told apart from a network failure.
-type bodyWatcher struct {
-	io.ReadCloser
-	err atomic.Pointer[error]
-}
-
-func (b *bodyWatcher) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF {
-		b.fail(err)
-	}
-	return n, err
-}
-
-// fail remembers err. It is apart from Read, and not inlined, so that
-// only a failing read moves an error to the heap, not every read.
-//
-//go:noinline
-func (b *bodyWatcher) fail(err error) { b.err.Store(&err) }
-
-// failed reports whether err comes from the body reader.
-func (b *bodyWatcher) failed(err error) bool {
-	be := b.err.Load()
-	return err != nil && be != nil && errors.Is(err, *be)
 }
 
 // cancelOnClose wraps a response body so that closing it releases the

@@ -72,8 +72,10 @@ func (c clockedLedger) Begin(_ context.Context, key string, fp Fingerprint) (Led
 	return c.l.beginAt(key, fp, c.clock.Now())
 }
 
+// Complete keeps res without a copy: the Transport, its only caller, hands
+// it a result it has just made (or nil) and never touches it again.
 func (c clockedLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
-	return c.l.completeAt(key, token, res, c.clock.Now())
+	return c.l.completeOwnedAt(key, token, res, c.clock.Now())
 }
 
 func (c clockedLedger) Release(_ context.Context, key, token string) error {

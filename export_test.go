@@ -2,7 +2,6 @@ package retryfuse
 
 import (
 	"context"
-	"crypto/sha256"
 	"io"
 	"sync"
 	"time"
@@ -120,12 +119,11 @@ const fpBodyPrefix = "retryfuse fingerprint v1 body\x00"
 // fingerprintRequest, or pass a getBody that returns http.NoBody. A negative
 // limit is an error wrapping ErrInvalidPolicy.
 func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Fingerprint, error) {
-	h := sha256.New()
-	io.WriteString(h, fpBodyPrefix)
-	if err := hashBody(h, getBody, limit); err != nil {
+	f := fingerprinters.Get().(*fingerprinter)
+	defer f.put()
+	io.WriteString(f.h, fpBodyPrefix)
+	if err := f.hashBody(getBody, limit); err != nil {
 		return Fingerprint{}, err
 	}
-	var fp Fingerprint
-	h.Sum(fp[:0])
-	return fp, nil
+	return f.sum(), nil
 }

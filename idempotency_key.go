@@ -147,10 +147,18 @@ func needsKeyHiding(method string, h http.Header) bool {
 // hideKey returns a copy of h whose idempotency key, if any, sits under the
 // non-canonical map keys, and sets key there when it is not empty (a
 // generated key). h itself is never modified.
+//
+// The copy is of the map alone: its value slices are h's, so that hiding
+// a key costs one map, not a copy of every value. They are shared only to
+// be read: nothing in this package writes to a request's header, and
+// net/http's Transport only reads it (a RoundTripper must not modify the
+// request). Each is cut to its length, so that Add or append on the copy
+// (by a base that breaks that rule) makes a new slice rather than write
+// into h's; Set and Del replace or remove the copy's own map entries.
 func hideKey(h http.Header, key string) http.Header {
-	h2 := h.Clone()
-	if h2 == nil {
-		h2 = make(http.Header, 1)
+	h2 := make(http.Header, len(h)+1)
+	for name, v := range h {
+		h2[name] = v[:len(v):len(v)]
 	}
 	if v, ok := h2[headerIdempotencyKey]; ok {
 		delete(h2, headerIdempotencyKey)

@@ -189,3 +189,38 @@ func TestIdempotencyKeyOfEmptyValue(t *testing.T) {
 		t.Errorf("IdempotencyKeyOf(empty) = %q, %v; want \"\", false", got, ok)
 	}
 }
+
+// The hidden copy shares h's value slices; changing the copy as a base
+// that broke the rules might (Add, Set, Del, append) still leaves h alone.
+func TestHideKeyCopyChangedLeavesTheOriginalAlone(t *testing.T) {
+	accept := make([]string, 1, 4) // room to append in place
+	accept[0] = "*/*"
+	h := http.Header{"Idempotency-Key": {"k1"}, "Accept": accept, "Via": {"a"}, "Empty": nil}
+	orig := h.Clone()
+	h2 := hideKey(h, "")
+	h2.Add("Accept", "text/plain")
+	h2["Via"] = append(h2["Via"], "b")
+	h2.Set(hiddenIdempotencyKey, "k2")
+	h2.Del("Empty")
+	h2.Add("Idempotency-Key", "k3")
+	if !equalHeaders(h, orig) {
+		t.Errorf("changing hideKey's copy changed its argument: got %v, want %v", h, orig)
+	}
+	if got := accept[:2][1]; got != "" {
+		t.Errorf("Add on the copy wrote %q into the argument's backing array, want nothing", got)
+	}
+	if got := h2["Accept"]; len(got) != 2 || got[0] != "*/*" || got[1] != "text/plain" {
+		t.Errorf("copy's Accept = %v, want [*/* text/plain]", got)
+	}
+}
+
+// A key under both the canonical and the hidden map key is hidden with the
+// canonical one's value, as it was when the header was cloned whole.
+func TestHideKeyCanonicalValueWins(t *testing.T) {
+	for range 20 { // map order varies from run to run
+		h := http.Header{"Idempotency-Key": {""}, "idempotency-key": {"k1"}}
+		if got := hideKey(h, "")[hiddenIdempotencyKey]; len(got) != 1 || got[0] != "" {
+			t.Fatalf("hidden key = %q, want the canonical map key's [\"\"]", got)
+		}
+	}
+}

@@ -1,11 +1,13 @@
 package retryfuse
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"net/http"
@@ -73,20 +75,18 @@ func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	if path == "" {
 		path = "/"
 	}
-	h := sha256.New()
-	var n [8]byte
-	io.WriteString(h, fpRequestPrefix)
+	f := fingerprinters.Get().(*fingerprinter)
+	defer f.put()
+	b := append(f.buf[:0], fpRequestPrefix...) // a long path may outgrow f.buf: b is then a slice of its own
 	for _, s := range [...]string{req.Method, path} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		io.WriteString(h, s)
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
 	}
-	if err := hashBody(h, getBody, limit); err != nil {
+	f.h.Write(b)
+	if err := f.hashBody(getBody, limit); err != nil {
 		return Fingerprint{}, err
 	}
-	var fp Fingerprint
-	h.Sum(fp[:0])
-	return fp, nil
+	return f.sum(), nil
 }
 
 var errNilURL = errors.New("retryfuse: fingerprint: request has no URL")
@@ -111,14 +111,38 @@ func followsRedirect(resp *http.Response) bool {
 		resp.Header.Get("Location") != ""
 }
 
-// fingerprintBufs holds copy buffers for hashBody, so that fingerprinting a
-// body does not allocate one each time.
-var fingerprintBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+// fingerprinter is the state of one fingerprint: the hash, a buffer to
+// copy the body through, and the reader that bounds the body. It is
+// pooled, so that a fingerprint allocates nothing of its own.
+type fingerprinter struct {
+	h   hash.Hash
+	buf []byte
+	lr  io.LimitedReader
+	out Fingerprint
+}
+
+var fingerprinters = sync.Pool{New: func() any {
+	return &fingerprinter{h: sha256.New(), buf: make([]byte, 16<<10)}
+}}
+
+// put resets f and gives it back to the pool.
+func (f *fingerprinter) put() {
+	f.h.Reset()
+	f.lr = io.LimitedReader{}
+	fingerprinters.Put(f)
+}
+
+// sum returns the fingerprint of what was written.
+func (f *fingerprinter) sum() Fingerprint {
+	f.h.Sum(f.out[:0])
+	return f.out
+}
 
 func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
 
-// hashBody copies at most limit bytes of the body into w and closes it.
-func hashBody(w io.Writer, getBody func() (io.ReadCloser, error), limit int64) error {
+// hashBody writes at most limit bytes of the body into f's hash and closes
+// it.
+func (f *fingerprinter) hashBody(getBody func() (io.ReadCloser, error), limit int64) error {
 	if limit < 0 {
 		return invalidPolicy("fingerprint limit", "must not be negative")
 	}
@@ -133,13 +157,20 @@ func hashBody(w io.Writer, getBody func() (io.ReadCloser, error), limit int64) e
 		return nil // GetBody gave no reader: an empty body
 	}
 	defer rc.Close()
+	if r, ok := inMemory(rc).(*bytes.Reader); ok {
+		// Hashed where it lies, without a copy through the buffer.
+		if int64(r.Len()) > limit {
+			return fmt.Errorf("%w (%d bytes)", ErrFingerprintLimit, limit)
+		}
+		_, _ = r.WriteTo(f.h) // a hash's Write never fails
+		return nil
+	}
 	readMax := limit
 	if readMax < math.MaxInt64 {
 		readMax++ // one byte more tells a body of exactly limit bytes from a longer one
 	}
-	buf := fingerprintBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(w, io.LimitReader(rc, readMax), *buf)
-	fingerprintBufs.Put(buf)
+	f.lr = io.LimitedReader{R: rc, N: readMax}
+	n, err := io.CopyBuffer(f.h, &f.lr, f.buf)
 	if err != nil {
 		return fmt.Errorf("retryfuse: fingerprint: read body: %w", err)
 	}

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -171,4 +172,64 @@ func TestFingerprintRequestBodies(t *testing.T) {
 	require.NoError(t, err)
 	_, err = fingerprintRequest(req, 3)
 	assert.ErrorIs(t, err, ErrFingerprintLimit)
+}
+
+// TestFingerprintRequestFormat pins the value of a request's fingerprint:
+// a fleet's ledger keeps it, so a change would make a request sent before
+// an upgrade conflict with its own repeat sent after.
+func TestFingerprintRequestFormat(t *testing.T) {
+	field := func(s string) string {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		return string(n[:]) + s
+	}
+	for _, tt := range []struct{ method, url, path, body string }{
+		{"POST", "https://api.example/v1/charges?x=1", "/v1/charges", `{"amount":100}`},
+		{"PUT", "https://api.example", "/", ""},
+		{"PATCH", "https://api.example/a%2Fb/" + strings.Repeat("p", 20<<10), "/a%2Fb/" + strings.Repeat("p", 20<<10), strings.Repeat("b", 40<<10)},
+	} {
+		want := Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body)))
+		// A *bytes.Reader is hashed where it lies, a *strings.Reader and a
+		// reader of another kind through the copy buffer: alike.
+		for _, body := range []io.Reader{strings.NewReader(tt.body), bytes.NewReader([]byte(tt.body)), io.MultiReader(strings.NewReader(tt.body))} {
+			req, err := http.NewRequest(tt.method, tt.url, body)
+			require.NoError(t, err)
+			if req.GetBody == nil {
+				req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(io.MultiReader(strings.NewReader(tt.body))), nil }
+			}
+			got, err := fingerprintRequest(req, 1<<20)
+			if err != nil || got != want {
+				t.Errorf("fingerprint of %s %s, body a %T: got %x, %v; want %x", tt.method, tt.path, body, got, err, want)
+			}
+		}
+	}
+}
+
+// The fingerprint's limit holds alike for a body hashed where it lies and
+// one copied.
+func TestFingerprintLimitInMemoryAndCopied(t *testing.T) {
+	for _, tt := range []struct {
+		body    string
+		limit   int64
+		wantErr error
+	}{
+		{"", 0, nil},
+		{"x", 0, ErrFingerprintLimit},
+		{"12345678", 8, nil},
+		{"123456789", 8, ErrFingerprintLimit},
+	} {
+		for _, getBody := range []func() (io.ReadCloser, error){
+			func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader([]byte(tt.body))), nil },
+			func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(tt.body)), nil },
+		} {
+			req, err := http.NewRequest(http.MethodPost, "https://api.example/", http.NoBody)
+			require.NoError(t, err)
+			req.Body, _ = getBody()
+			req.GetBody = getBody
+			_, err = fingerprintRequest(req, tt.limit)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Errorf("body %q, limit %d, a %T: got error %v, want %v", tt.body, tt.limit, req.Body, err, tt.wantErr)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
 )
@@ -43,7 +44,7 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	if err != nil {
 		return decide.KeyNone, nil, err
 	}
-	c.ledgerKey = c.scopeName() + " " + c.key.value
+	c.ledgerKey = c.scopedKey()
 	cl, err := l.Begin(c.req.Context(), c.ledgerKey, fp)
 	if err != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
@@ -64,7 +65,7 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 // earlier uncertain call), one learnt to have been applied is completed
 // without a stored result. Either way the call is told to reconcile.
 func (c *call) recall() decide.KeyState {
-	c.memoKey = c.scopeName() + " " + c.key.value
+	c.memoKey = c.scopedKey()
 	switch found, applied := c.t.keys.lookup(c.memoKey, c.p.clock.Now()); {
 	case !found:
 		return decide.KeyNone
@@ -73,6 +74,19 @@ func (c *call) recall() decide.KeyState {
 	}
 	c.earlierUncertain = true
 	return decide.KeyInFlight
+}
+
+// scopedKey returns the call's key as the ledger and the Transport's
+// memory know it: its scope, a space, the idempotency key. With the
+// default scope, not yet named, the scope is named too, as the start of
+// the same string.
+func (c *call) scopedKey() string {
+	if c.scope != "" || c.p.scope != nil {
+		return c.scopeName() + " " + c.key.value
+	}
+	k := hostScopeWith(c.req, " ", c.key.value)
+	c.scope = k[:len(k)-len(c.key.value)-1]
+	return k
 }
 
 // settle ends the call's claim on its key: a confirmed result completes
@@ -96,29 +110,24 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		// the new location. The key is free for that request to claim.
 		lerr = l.Release(ctx, key, token)
 	case c.confirmed && resp != nil:
-		// done runs when the caller has read the body, after RoundTrip
-		// returned: it takes what it needs from the call now, and not the
-		// call itself, which lives on RoundTrip's stack. The hook in place
-		// as the call settles is the one told.
-		rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, resp: resp}
-		notStored, hook, clk, start := c.notStored, c.t.Hooks.EvidenceUnavailable, c.p.clock, c.start
-		var info CallInfo
-		if hook != nil {
-			info = c.info()
-		}
-		rec.done = func(body []byte, whole bool) {
-			var res *StoredResponse // nil: completed, but without a result to replay
-			if whole && !notStored && storableHeader(resp.Header) {
-				res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
-			}
-			if err := l.Complete(ctx, key, token, res); err != nil && hook != nil {
-				info.Elapsed = clk.Now().Sub(start)
-				emit(hook, EvidenceUnavailableInfo{CallInfo: info, Source: "ledger", Err: err})
-			}
+		// The claim is completed once the caller has read the body, after
+		// RoundTrip returned: cp takes what it needs from the call now, and
+		// not the call itself, which lives on RoundTrip's stack. The hook
+		// in place as the call settles is the one told.
+		cp := completion{ledger: l, ctx: ctx, key: key, token: token, notStored: c.notStored,
+			hook: c.t.Hooks.EvidenceUnavailable, clock: c.p.clock, start: c.start}
+		if cp.hook != nil {
+			cp.info = c.info()
 		}
 		if resp.Body == nil || resp.Body == http.NoBody {
-			rec.finish(true) // nothing to read: a caller rightly closes it unread
+			cp.complete(resp, nil, true) // nothing to read: a caller rightly closes it unread
 		} else {
+			rec := &recordingBody{rc: resp.Body, limit: c.p.maxStored, completion: cp, resp: resp}
+			if n := resp.ContentLength; n > 0 && n <= c.p.maxStored {
+				// Room for the whole body at once, and no more: the ledger
+				// keeps it without a copy.
+				rec.buf = *bytes.NewBuffer(make([]byte, 0, n))
+			}
 			resp.Body = rec
 		}
 		return resp, err
@@ -129,6 +138,34 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: lerr})
 	}
 	return resp, err
+}
+
+// completion is what completing a call's claim takes from the call: the
+// ledger and the claim, and what the hook that reports a failure needs.
+type completion struct {
+	ledger     Ledger
+	ctx        context.Context // settling outlives the caller's deadline
+	key, token string
+	notStored  bool // the result is not to be stored for replay
+	hook       func(EvidenceUnavailableInfo)
+	info       CallInfo // for hook
+	clock      clock
+	start      time.Time
+}
+
+// complete ends the claim with the confirmed result resp, whose body was
+// read whole (body) or not: a result that can be replayed is stored with
+// it.
+func (cp *completion) complete(resp *http.Response, body []byte, whole bool) {
+	var res *StoredResponse // nil: completed, but without a result to replay
+	if whole && !cp.notStored && storableHeader(resp.Header) {
+		res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
+	}
+	if err := cp.ledger.Complete(cp.ctx, cp.key, cp.token, res); err != nil && cp.hook != nil {
+		info := cp.info
+		info.Elapsed = cp.clock.Now().Sub(cp.start)
+		emit(cp.hook, EvidenceUnavailableInfo{CallInfo: info, Source: "ledger", Err: err})
+	}
 }
 
 // settleOnPanic, deferred by run, ends the claim of a call that leaves run
@@ -146,16 +183,16 @@ func (c *call) settleOnPanic() {
 }
 
 // recordingBody passes a response body through to the caller and keeps a
-// copy of up to limit bytes; when the body ends (EOF) or is closed, done
-// learns what was read and whether it was the whole body.
+// copy of up to limit bytes; when the body ends (EOF) or is closed, the
+// call completes its claim with what was read, if it was the whole body.
 type recordingBody struct {
-	rc    io.ReadCloser
-	resp  *http.Response
-	limit int64
-	buf   bytes.Buffer
-	over  bool
-	once  sync.Once
-	done  func(body []byte, whole bool)
+	rc         io.ReadCloser
+	completion // of the call's claim
+	resp       *http.Response
+	limit      int64
+	buf        bytes.Buffer
+	over       bool
+	once       sync.Once
 }
 
 func (b *recordingBody) Read(p []byte) (int, error) {
@@ -191,7 +228,7 @@ func (b *recordingBody) finish(whole bool) {
 		if whole {
 			body = b.buf.Bytes()
 		}
-		b.done(body, whole)
+		b.complete(b.resp, body, whole)
 	})
 }
 

@@ -184,9 +184,33 @@ func (l *MemoryLedger) Complete(_ context.Context, key, token string, res *Store
 
 func (l *MemoryLedger) completeAt(key, token string, res *StoredResponse, now time.Time) error {
 	var stored *StoredResponse
-	if res != nil && len(res.Body) <= l.cfg.maxStoredBody() && storableHeader(res.Header) {
+	if l.storable(res) {
 		stored = res.clone() // before taking the lock
 	}
+	return l.store(key, token, stored, now)
+}
+
+// completeOwnedAt is completeAt for a result that the ledger may keep as
+// it is, its caller never touching it again: it is stored without a copy,
+// but for a body whose slice has room beyond its length (which would be
+// kept too).
+func (l *MemoryLedger) completeOwnedAt(key, token string, res *StoredResponse, now time.Time) error {
+	if !l.storable(res) {
+		res = nil
+	} else if cap(res.Body) > len(res.Body) {
+		res.Body = append(make([]byte, 0, len(res.Body)), res.Body...)
+	}
+	return l.store(key, token, res, now)
+}
+
+// storable reports whether res is a result the ledger stores: within
+// MaxStoredBody and the bounds of the headers.
+func (l *MemoryLedger) storable(res *StoredResponse) bool {
+	return res != nil && len(res.Body) <= l.cfg.maxStoredBody() && storableHeader(res.Header)
+}
+
+// store completes key with stored, which is kept as it is.
+func (l *MemoryLedger) store(key, token string, stored *StoredResponse, now time.Time) error {
 	return l.end(key, token, now, true, func(e *ledgerEntry) {
 		e.state, e.token, e.stored = entryCompleted, "", stored
 		l.setExpiry(e, now.Add(l.cfg.ttl()))

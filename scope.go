@@ -1,7 +1,6 @@
 package retryfuse
 
 import (
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,8 +12,15 @@ import (
 // ("https://api.example.com:443"), so that one failing dependency neither
 // spends another's retry budget nor opens its breaker.
 func hostScope(req *http.Request) string {
+	return hostScopeWith(req, "", "")
+}
+
+// hostScopeWith returns hostScope(req) followed by sep and suffix, built
+// in one allocation: hostScope(req) is its prefix, to be sliced off
+// without another.
+func hostScopeWith(req *http.Request, sep, suffix string) string {
 	if req == nil || req.URL == nil {
-		return ""
+		return sep + suffix
 	}
 	scheme, host, port := req.URL.Scheme, req.URL.Hostname(), req.URL.Port()
 	if port == "" {
@@ -25,10 +31,25 @@ func hostScope(req *http.Request) string {
 			port = "443"
 		}
 	}
-	if port == "" {
-		return scheme + "://" + host
+	bracket := port != "" && strings.IndexByte(host, ':') >= 0 // an IPv6 address, as net.JoinHostPort writes it
+	var b strings.Builder
+	b.Grow(len(scheme) + len("://[]:") + len(host) + len(port) + len(sep) + len(suffix))
+	b.WriteString(scheme)
+	b.WriteString("://")
+	if bracket {
+		b.WriteByte('[')
 	}
-	return scheme + "://" + net.JoinHostPort(host, port)
+	b.WriteString(host)
+	if bracket {
+		b.WriteByte(']')
+	}
+	if port != "" {
+		b.WriteByte(':')
+		b.WriteString(port)
+	}
+	b.WriteString(sep)
+	b.WriteString(suffix)
+	return b.String()
 }
 
 // budgets keeps one Budget per scope, created on first use, at most max of
