@@ -49,7 +49,8 @@ type call struct {
 	ledgerKey        string
 	ledgerToken      string
 	heldToken        string // with earlierUncertain, the token that may end that claim
-	memoKey          string // without a ledger, the key in the Transport's memory
+	memoKey          string // without a ledger, the key in the Transport's memory; see memo
+	memoized         bool   // the key is the Transport's memory's to keep
 	earlierUncertain bool   // an earlier call under the key ended uncertain
 	confirmed        bool   // the call ends with a confirmed result
 	notStored        bool   // ... whose response is not to be stored for replay
@@ -105,8 +106,8 @@ func (c *call) run() (*http.Response, error) {
 		}
 	}
 	resp, err := c.loop()
-	if c.uncertain && c.memoKey != "" {
-		c.t.keys.remember(c.memoKey, false, c.p.clock.Now())
+	if c.uncertain && c.memoized {
+		c.t.keys.remember(c.memo(), false, c.p.clock.Now())
 	}
 	return c.settle(resp, err)
 }

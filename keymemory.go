@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,9 +23,15 @@ const (
 
 // keyMemory is safe for concurrent use. Its zero value is empty.
 type keyMemory struct {
+	n  atomic.Int64 // len(m), read without the lock
 	mu sync.Mutex
 	m  map[string]keyMemo
 }
+
+// empty reports whether no key is remembered. It takes no lock: a key
+// remembered by a call that ends as this one begins may or may not be
+// seen, as it may or may not be under the lock.
+func (k *keyMemory) empty() bool { return k.n.Load() == 0 }
 
 type keyMemo struct {
 	applied bool // learnt to have been applied; else uncertain
@@ -41,6 +48,7 @@ func (k *keyMemory) lookup(key string, now time.Time) (found, applied bool) {
 	}
 	if !now.Before(m.expires) {
 		delete(k.m, key)
+		k.n.Store(int64(len(k.m)))
 		return false, false
 	}
 	return true, m.applied
@@ -57,12 +65,14 @@ func (k *keyMemory) remember(key string, applied bool, now time.Time) {
 		k.makeRoom(now)
 	}
 	k.m[key] = keyMemo{applied: applied, expires: now.Add(keyMemoryTTL)}
+	k.n.Store(int64(len(k.m)))
 }
 
 // forget frees key.
 func (k *keyMemory) forget(key string) {
 	k.mu.Lock()
 	delete(k.m, key)
+	k.n.Store(int64(len(k.m)))
 	k.mu.Unlock()
 }
 

@@ -134,3 +134,19 @@ func TestKeyMemoryBoundAndExpiry(t *testing.T) {
 	found, _ = k.lookup("new", now.Add(keyMemoryMax+keyMemoryTTL))
 	assert.False(t, found, "a key expires after keyMemoryTTL")
 }
+
+// empty, read without the lock, follows what the memory holds: a key
+// remembered, one expired on lookup, one forgotten.
+func TestKeyMemoryEmptyFollowsItsKeys(t *testing.T) {
+	var k keyMemory
+	now := time.Unix(1000, 0)
+	assert.True(t, k.empty())
+	k.remember("a", false, now)
+	k.remember("b", true, now)
+	assert.False(t, k.empty())
+	k.forget("a")
+	assert.False(t, k.empty(), "b is still held")
+	found, _ := k.lookup("b", now.Add(keyMemoryTTL))
+	assert.False(t, found, "b has expired")
+	assert.True(t, k.empty(), "the expired key was dropped on lookup")
+}

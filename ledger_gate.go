@@ -65,8 +65,13 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 // earlier uncertain call), one learnt to have been applied is completed
 // without a stored result. Either way the call is told to reconcile.
 func (c *call) recall() decide.KeyState {
-	c.memoKey = c.scopedKey()
-	switch found, applied := c.t.keys.lookup(c.memoKey, c.p.clock.Now()); {
+	c.memoized = true
+	if c.t.keys.empty() {
+		// Nothing remembered, as is usual: the key's name is built only
+		// if the call must be remembered.
+		return decide.KeyNone
+	}
+	switch found, applied := c.t.keys.lookup(c.memo(), c.p.clock.Now()); {
 	case !found:
 		return decide.KeyNone
 	case applied:
@@ -74,6 +79,15 @@ func (c *call) recall() decide.KeyState {
 	}
 	c.earlierUncertain = true
 	return decide.KeyInFlight
+}
+
+// memo returns the call's key in the Transport's memory, built on first
+// use.
+func (c *call) memo() string {
+	if c.memoKey == "" {
+		c.memoKey = c.scopedKey()
+	}
+	return c.memoKey
 }
 
 // scopedKey returns the call's key as the ledger and the Transport's

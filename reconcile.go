@@ -71,8 +71,8 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 			}
 			return l.Release(ctx, key, token)
 		}
-	case c.memoKey != "":
-		keys, key, clock := &c.t.keys, c.memoKey, c.p.clock
+	case c.memoized:
+		keys, key, clock := &c.t.keys, c.memo(), c.p.clock
 		return func(_ context.Context, applied bool) error {
 			if applied {
 				keys.remember(key, true, clock.Now())
