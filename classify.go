@@ -63,15 +63,11 @@ type Classifier func(resp *http.Response, err error) Class
 // defaultClassify is the default classification; see Classifier.
 func defaultClassify(resp *http.Response, err error) Class {
 	if err == nil {
-		switch {
-		case resp == nil:
+		if resp == nil {
 			return ClassFinal
-		case serverSays(resp.Header, "true"):
-			return ClassRetryable
-		case retryableStatus(resp.StatusCode):
-			return ClassRetryable
 		}
-		return ClassFinal
+		yes, _ := serverHints(resp.Header)
+		return defaultResponseClass(resp, yes)
 	}
 	if transientError(err) {
 		return ClassRetryable
@@ -81,16 +77,31 @@ func defaultClassify(resp *http.Response, err error) Class {
 
 // serverHints are the headers by which a server says whether a response
 // may be retried: "true" or "false".
-var serverHints = [...]string{"X-Should-Retry", "Stripe-Should-Retry"}
+var serverHintHeaders = [...]string{"X-Should-Retry", "Stripe-Should-Retry"}
 
-// serverSays reports whether a retry hint of h says value.
-func serverSays(h http.Header, value string) bool {
-	for _, name := range serverHints {
-		if v := h[name]; len(v) > 0 && strings.EqualFold(strings.TrimSpace(v[0]), value) {
-			return true
+// serverHints reports whether a retry hint of h says "true" (yes) and
+// whether one says "false" (no).
+func serverHints(h http.Header) (yes, no bool) {
+	for _, name := range serverHintHeaders {
+		if v := h[name]; len(v) > 0 {
+			switch hint := strings.TrimSpace(v[0]); {
+			case strings.EqualFold(hint, "true"):
+				yes = true
+			case strings.EqualFold(hint, "false"):
+				no = true
+			}
 		}
 	}
-	return false
+	return yes, no
+}
+
+// defaultResponseClass is the default classification of resp, whose
+// server said yes to a retry or not.
+func defaultResponseClass(resp *http.Response, yes bool) Class {
+	if yes || retryableStatus(resp.StatusCode) {
+		return ClassRetryable
+	}
+	return ClassFinal
 }
 
 // retryableStatus reports whether code is retryable by default: 408, 425,
@@ -234,14 +245,21 @@ type result struct {
 func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, callerDone, bodyErr bool) result {
 	if err == nil {
 		r := result{outcome: decide.OutcomeSuccess, phase: decide.PhasePostWrite} // a response came after the write
+		var yes, no bool // the server's hints, read once
+		if resp != nil {
+			yes, no = serverHints(resp.Header)
+		}
 		class := ClassDefault
 		if c != nil {
 			class = safeClassify(c, resp, nil)
 		}
 		if class == ClassDefault {
-			class = defaultClassify(resp, nil)
+			class = ClassFinal
+			if resp != nil {
+				class = defaultResponseClass(resp, yes)
+			}
 		}
-		if resp != nil && serverSays(resp.Header, "false") {
+		if no {
 			class = ClassFinal // the server forbids a retry
 		}
 		if class == ClassRetryable {

@@ -39,39 +39,41 @@ const (
 // policy is the Transport's configuration with defaults resolved. Nothing
 // in it changes after setup.
 type policy struct {
+	// Read by every call, first attempt included: together, so that a
+	// call finds them in as few cache lines as it can.
 	base           http.RoundTripper
 	tracing        bool // base fires httptrace's GotConn
+	generateKeys   bool
+	attemptTimeout time.Duration
+	decision       decide.Policy
+	classifier     Classifier                 // nil means the default rules
+	budget         Budget                     // shared by every scope; nil means per-scope budgets
+	scope          func(*http.Request) string // nil means hostScope
+	breaker        *Breaker
+	ledger         Ledger
+	hedge          hedgePolicy
+	maxInFlight    int
+	rateLimit      float64
+	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
+	clock          clock
+
 	maxAttempts    int
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
-	attemptTimeout time.Duration
 	maxRetryAfter  time.Duration
-	decision       decide.Policy
 	timeoutCost    float64
-	classifier     Classifier // nil means the default rules
-	generateKeys   bool
-	budget         Budget                             // shared by every scope; nil means per-scope budgets
 	newBudget      func(scope string) (Budget, error) // never nil
-	breaker        *Breaker
-	ledger         Ledger
 	reconciler     Reconciler
-	scope          func(*http.Request) string // nil means hostScope
 	maxScopes      int
 	redact         []string
 	maxDrain       int64
 	maxDrainTime   time.Duration
 	maxFP          int64
 	maxStored      int64
-	hedge          hedgePolicy
-	maxInFlight    int
 	maxQueued      int
-	rateLimit      float64
 	rateBurst      int
-	maxLimitWait   time.Duration // negative: no waiting
-	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
-
-	clock clock
-	randN func(n int64) int64 // a uniform draw from [0, n)
+	maxLimitWait   time.Duration       // negative: no waiting
+	randN          func(n int64) int64 // a uniform draw from [0, n)
 }
 
 // env is what a Transport takes from its surroundings.

@@ -19,7 +19,7 @@ import (
 // phase rests on GotConn alone, which fires once per connection obtained,
 // again on each re-send inside the base.
 type attemptTrace struct {
-	first   httptrace.ClientTrace // the first attempt's, kept in the call
+	first   httptrace.ClientTrace // the first attempt's, kept here
 	firstCx tracedContext         // the context that carries first, when it can
 	used    bool                  // first is taken
 	asked   atomic.Int32          // GetConn calls: the base traces
