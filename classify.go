@@ -245,7 +245,8 @@ type result struct {
 func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, callerDone, bodyErr bool) result {
 	if err == nil {
 		r := result{outcome: decide.OutcomeSuccess, phase: decide.PhasePostWrite} // a response came after the write
-		var yes, no bool                                                          // the server's hints, read once
+		// The server's retry hints, read once.
+		var yes, no bool
 		if resp != nil {
 			yes, no = serverHints(resp.Header)
 		}
