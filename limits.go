@@ -51,7 +51,7 @@ func (s *scopeLimits) forRequest(req *http.Request, scope func() string, p *poli
 	if p.scope != nil || req.URL == nil {
 		return s.get(scope(), p)
 	}
-	k := hostKey{scheme: req.URL.Scheme, host: withoutDefaultPort(req.URL.Scheme, req.URL.Host)}
+	k := hostKeyOf(req)
 	if hl := s.last.Load(); hl != nil && hl.key == k {
 		return hl.l
 	}

@@ -72,6 +72,11 @@ type scopedBudget struct {
 // builds no string; by name for a custom Scope.
 type hostKey struct{ scheme, host, scope string }
 
+// hostKeyOf is the key of req's default scope; req.URL is not nil.
+func hostKeyOf(req *http.Request) hostKey {
+	return hostKey{scheme: req.URL.Scheme, host: withoutDefaultPort(req.URL.Scheme, req.URL.Host)}
+}
+
 // withoutDefaultPort returns host without the scheme's default port
 // (":80" for http, ":443" for https), so that "h" and "h:80" find the same
 // budget, as hostScope names them both "http://h:80". It slices host and

@@ -304,8 +304,7 @@ func (t *Transport) budget(req *http.Request, scope func() string) (Budget, erro
 		return p.budget, nil
 	}
 	if p.scope == nil && req.URL != nil {
-		k := hostKey{scheme: req.URL.Scheme, host: withoutDefaultPort(req.URL.Scheme, req.URL.Host)}
-		return t.budgets.get(k, scope, p)
+		return t.budgets.get(hostKeyOf(req), scope, p)
 	}
 	name := scope() // a custom Scope is user code: call it before the lock
 	return t.budgets.get(hostKey{scope: name}, func() string { return name }, p)
