@@ -114,22 +114,13 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 	}
 	c.settled = true
 	l, key, token := c.p.ledger, c.ledgerKey, c.ledgerToken
-	ctx := context.WithoutCancel(c.req.Context()) // settling outlives the caller's deadline
-	var lerr error
-	switch {
-	case c.uncertain:
-		lerr = l.Uncertain(ctx, key, token)
-	case c.confirmed && resp != nil && followsRedirect(resp):
-		// Not a completion: the operation is sent again, with its key, to
-		// the new location. The key is free for that request to claim.
-		lerr = l.Release(ctx, key, token)
-	case c.confirmed && resp != nil:
+	if !c.uncertain && c.confirmed && resp != nil && !followsRedirect(resp) {
 		// The claim is completed once the caller has read the body, after
 		// RoundTrip returned: cp takes what it needs from the call now, and
 		// not the call itself, which lives on RoundTrip's stack. The hook
 		// in place as the call settles is the one told.
-		cp := completion{ledger: l, ctx: ctx, key: key, token: token, notStored: c.notStored,
-			hook: c.t.Hooks.EvidenceUnavailable, clock: c.p.clock, start: c.start}
+		cp := completion{ledger: l, ctx: context.WithoutCancel(c.req.Context()), key: key, token: token,
+			notStored: c.notStored, hook: c.t.Hooks.EvidenceUnavailable, clock: c.p.clock, start: c.start}
 		if cp.hook != nil {
 			cp.info = c.info()
 		}
@@ -145,20 +136,43 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 			resp.Body = rec
 		}
 		return resp, err
-	default:
+	}
+	// An uncertain write keeps the key held. Anything else frees it: a
+	// failure, and a redirect followed with the same method and body (not a
+	// completion: the operation is sent again, with its key, to the new
+	// location, and that request claims it).
+	ctx, cancel := ledgerStepContext(c.req.Context())
+	var lerr error
+	if c.uncertain {
+		lerr = l.Uncertain(ctx, key, token)
+	} else {
 		lerr = l.Release(ctx, key, token)
 	}
+	cancel()
 	if lerr != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: lerr})
 	}
 	return resp, err
 }
 
+// ledgerStepTimeout bounds each ledger step that settles a call (Complete,
+// Release, Uncertain, and Resolve's): it runs detached from the caller's
+// cancellation, which has often struck already (a deadline is what left the
+// write uncertain), but not for ever.
+const ledgerStepTimeout = 5 * time.Second
+
+// ledgerStepContext returns a context for a ledger step that settles a
+// call: ctx's values, without its cancellation or deadline, bounded by
+// ledgerStepTimeout.
+func ledgerStepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), ledgerStepTimeout)
+}
+
 // completion is what completing a call's claim takes from the call: the
 // ledger and the claim, and what the hook that reports a failure needs.
 type completion struct {
 	ledger     Ledger
-	ctx        context.Context // settling outlives the caller's deadline
+	ctx        context.Context // the caller's values, without its cancellation
 	key, token string
 	notStored  bool // the result is not to be stored for replay
 	hook       func(EvidenceUnavailableInfo)
@@ -175,7 +189,9 @@ func (cp *completion) complete(resp *http.Response, body []byte, whole bool) {
 	if whole && !cp.notStored && storableHeader(resp.Header) {
 		res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
 	}
-	if err := cp.ledger.Complete(cp.ctx, cp.key, cp.token, res); err != nil && cp.hook != nil {
+	ctx, cancel := ledgerStepContext(cp.ctx)
+	defer cancel()
+	if err := cp.ledger.Complete(ctx, cp.key, cp.token, res); err != nil && cp.hook != nil {
 		info := cp.info
 		info.Elapsed = cp.clock.Now().Sub(cp.start)
 		emit(cp.hook, EvidenceUnavailableInfo{CallInfo: info, Source: "ledger", Err: err})

@@ -66,6 +66,8 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 			return nil
 		}
 		return func(ctx context.Context, applied bool) error {
+			ctx, cancel := ledgerStepContext(ctx)
+			defer cancel()
 			if applied {
 				return l.Complete(ctx, key, token, nil)
 			}
