@@ -116,7 +116,7 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 			tr: func(*testing.T) *Transport { return &Transport{AttemptTimeout: shortTimeout} }},
 		{name: "brake rule 5: POST without key", handler: failThenOK(1), status: 503, wantLive: true, wantN: 1},
 		{name: "brake rule 6: failure threshold", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 2,
-			tr: func(*testing.T) *Transport { return &Transport{MaxAttempts: 5, FailureThreshold: 2} }},
+			tr: func(*testing.T) *Transport { return &Transport{MaxAttempts: 5, MaxFailureStreak: 2} }},
 		{name: "attempts exhausted", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 3},
 		{name: "budget refusal", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 1,
 			tr: func(*testing.T) *Transport { return &Transport{Budget: &refusingBudget{}} }},

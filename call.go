@@ -281,7 +281,9 @@ func (c *call) attempts() []decide.Attempt {
 // decide asks the decision core about the call as it stands.
 func (c *call) decide(ks decide.KeyState) decide.Verdict {
 	v := decide.Decide(decide.Input{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.attempts()})
-	if h := c.t.Hooks.Decision; h != nil {
+	if h := c.t.Hooks.Decision; h != nil && (c.attempt > 0 || v.Decision != decide.ReplaySafe) {
+		// Before the first attempt, replay_safe only means that nothing
+		// stops the call: nothing is replayed, and it is not reported.
 		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
 	}
 	return v
@@ -292,8 +294,8 @@ var brakeReasons = [...]error{
 	decide.RuleConflict:         ErrIdempotencyConflict,
 	decide.RuleInFlight:         ErrDuplicateInFlight,
 	decide.RuleNotRepeatable:    ErrNotRepeatable,
-	decide.RuleFailureThreshold: ErrFailureThreshold,
-	decide.RuleCostBudget:       ErrCostBudget,
+	decide.RuleFailureThreshold: ErrFailureStreak,
+	decide.RuleCostBudget:       ErrCallCost,
 }
 
 // brakeReason is the sentinel of a verdict that stops a call.

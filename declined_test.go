@@ -221,7 +221,7 @@ func TestDeclinedSentinelsAndTypes(t *testing.T) {
 		}
 	}
 	failures := []error{
-		ErrAttemptsExhausted, ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget,
+		ErrAttemptsExhausted, ErrNotRepeatable, ErrFailureStreak, ErrCallCost,
 		&RetryError{Reason: ErrAttemptsExhausted, Last: errors.New("connection refused"), Attempts: 3},
 		&ReconcileRequiredError{Method: http.MethodPost, Cause: context.DeadlineExceeded},
 		context.Canceled, context.DeadlineExceeded, ErrInvalidPolicy, ErrAttemptTimeout,

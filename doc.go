@@ -59,8 +59,8 @@
 //	case errors.Is(err, retryfuse.ErrBudgetExhausted): // the dependency is failing for many callers
 //	case errors.Is(err, retryfuse.ErrAttemptsExhausted): // this call ran out of attempts
 //	case errors.Is(err, retryfuse.ErrNotRepeatable): // it failed and may not be sent again
-//	case errors.Is(err, retryfuse.ErrFailureThreshold),
-//		errors.Is(err, retryfuse.ErrCostBudget): // the decision core braked the call
+//	case errors.Is(err, retryfuse.ErrFailureStreak),
+//		errors.Is(err, retryfuse.ErrCallCost): // the decision core braked the call
 //	case errors.Is(err, retryfuse.ErrDeadline): // no time left for another wait or attempt
 //	case errors.Is(err, retryfuse.ErrDuplicateInFlight): // another call holds the key: wait for it
 //	case errors.Is(err, retryfuse.ErrIdempotencyConflict): // the key was used with another body

@@ -20,8 +20,8 @@ var (
 	// refusals ErrDuplicateInFlight, ErrIdempotencyConflict and
 	// ErrLedgerUnavailable. It is not matched by the dependency's own
 	// failures (an error, or a retryable status, on every attempt:
-	// ErrAttemptsExhausted, ErrNotRepeatable, ErrFailureThreshold,
-	// ErrCostBudget), by a *ReconcileRequiredError, by the caller's own
+	// ErrAttemptsExhausted, ErrNotRepeatable, ErrFailureStreak,
+	// ErrCallCost), by a *ReconcileRequiredError, by the caller's own
 	// cancellation, nor by invalid settings or input. One check tells "we
 	// held back" from "it broke":
 	//
@@ -65,13 +65,13 @@ var (
 	// be replayed). Decision rule 5.
 	ErrNotRepeatable = errors.New("retryfuse: request is not repeatable")
 
-	// ErrFailureThreshold: the trailing streak of failed attempts reached the
+	// ErrFailureStreak: the trailing streak of failed attempts reached the
 	// policy's FailureThreshold. Decision rule 6.
-	ErrFailureThreshold = errors.New("retryfuse: failure threshold reached")
+	ErrFailureStreak = errors.New("retryfuse: failure threshold reached")
 
-	// ErrCostBudget: the total cost of the attempts reached the policy's
-	// BudgetUnits. Decision rule 7.
-	ErrCostBudget = errors.New("retryfuse: attempt cost budget reached")
+	// ErrCallCost: the total cost of the attempts reached the policy's
+	// MaxCallCost. Decision rule 7.
+	ErrCallCost = errors.New("retryfuse: attempt cost budget reached")
 
 	// errRetryAfterTooLong: the server asked for a wait longer than
 	// MaxRetryAfter or than the caller's deadline leaves. Only reported through
@@ -136,15 +136,15 @@ var (
 type BulkheadFullError struct {
 	Scope       string
 	MaxInFlight int
-	// Queued is how long the attempt waited in the queue before it gave
+	// QueueWait is how long the attempt waited in the queue before it gave
 	// up; zero when the queue was full too.
-	Queued time.Duration
+	QueueWait time.Duration
 }
 
 func (e *BulkheadFullError) Error() string {
-	s := fmt.Sprintf("retryfuse: bulkhead full: %d attempts in flight to %s", e.MaxInFlight, e.Scope)
-	if e.Queued > 0 {
-		s += " (queued " + e.Queued.String() + ")"
+	s := "retryfuse: bulkhead full: " + counted(e.MaxInFlight, "attempt") + " in flight to " + e.Scope
+	if e.QueueWait > 0 {
+		s += " (waited " + e.QueueWait.String() + " in the queue)"
 	}
 	return s
 }
@@ -189,10 +189,7 @@ type RetryError struct {
 func (e *RetryError) Error() string {
 	s := e.Reason.Error()
 	if e.Attempts > 0 {
-		s += " after " + strconv.Itoa(e.Attempts) + " attempt"
-		if e.Attempts != 1 {
-			s += "s"
-		}
+		s += " after " + counted(e.Attempts, "attempt")
 	}
 	if e.Last != nil {
 		s += ": " + e.Last.Error()
@@ -329,6 +326,16 @@ func (e *CircuitOpenError) Unwrap() []error {
 		return []error{ErrCircuitOpen}
 	}
 	return []error{ErrCircuitOpen, e.Cause}
+}
+
+// counted returns n and the noun, plural unless n is 1: "1 attempt",
+// "2 attempts".
+func counted(n int, noun string) string {
+	s := strconv.Itoa(n) + " " + noun
+	if n != 1 {
+		s += "s"
+	}
+	return s
 }
 
 func invalidPolicy(field, problem string) error {

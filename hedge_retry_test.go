@@ -107,7 +107,7 @@ func TestHedgeAllBranchesFailThenRetryHedgesAgain(t *testing.T) {
 	}
 }
 
-// The decision core sees each failed branch: with a FailureThreshold of 2,
+// The decision core sees each failed branch: with a MaxFailureStreak of 2,
 // one group of two failed branches stops the call.
 func TestHedgeFailedBranchesCountInHistory(t *testing.T) {
 	noGoroutineLeft(t)
@@ -116,7 +116,7 @@ func TestHedgeFailedBranchesCountInHistory(t *testing.T) {
 	srv.fail(1, 2)
 	g := newGatedSleep(newFakeClock())
 	gu := &giveUpLog{}
-	tr := hedgedTransport(t, g, &Transport{MaxAttempts: 10, FailureThreshold: 2, Hooks: Hooks{GiveUp: gu.hook}})
+	tr := hedgedTransport(t, g, &Transport{MaxAttempts: 10, MaxFailureStreak: 2, Hooks: Hooks{GiveUp: gu.hook}})
 
 	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	waitFor(t, srv.arrived, 1, "first branch")
@@ -131,8 +131,8 @@ func TestHedgeFailedBranchesCountInHistory(t *testing.T) {
 	if got := srv.n.Load(); got != 2 {
 		t.Errorf("requests at the server: got %d, want 2 (no retry past the failure threshold)", got)
 	}
-	if n := gu.count(ErrFailureThreshold); n != 1 {
-		t.Errorf("GiveUp with ErrFailureThreshold: got %d (reasons %v), want 1", n, gu.reasons)
+	if n := gu.count(ErrFailureStreak); n != 1 {
+		t.Errorf("GiveUp with ErrFailureStreak: got %d (reasons %v), want 1", n, gu.reasons)
 	}
 	if n := g.asked(); n != 0 {
 		t.Errorf("sleeps after the group failed: got %d, want none", n)

@@ -22,9 +22,12 @@ type Hooks struct {
 	// AttemptDone is called when an attempt has a result: a response (Err
 	// nil, or a *StatusError when its status is retryable) or an error.
 	AttemptDone func(AttemptDoneInfo)
-	// Decision is called with every verdict of the decision core: before
-	// the first attempt, and after each attempt that is not a confirmed
-	// result (a confirmed result ends the call and asks it nothing).
+	// Decision is called with the decision core's verdict after each
+	// attempt that is not a confirmed result (a confirmed result ends the
+	// call and asks it nothing), and before the first attempt only when the
+	// verdict stops the call or answers it from the Ledger (replay_stored,
+	// reject_conflict, brake): a first attempt is not a replay, so a
+	// replay_safe verdict then is not reported.
 	Decision func(DecisionInfo)
 	// Retry is called when a retry is scheduled, before the wait.
 	Retry func(RetryInfo)
@@ -147,7 +150,7 @@ type GiveUpInfo struct {
 	CallInfo
 	// Reason is, or matches with errors.Is (a *CircuitOpenError does),
 	// one of: ErrAttemptsExhausted, ErrBudgetExhausted,
-	// ErrNotRepeatable, ErrFailureThreshold, ErrCostBudget, ErrDeadline,
+	// ErrNotRepeatable, ErrFailureStreak, ErrCallCost, ErrDeadline,
 	// ErrCircuitOpen, ErrDuplicateInFlight, ErrIdempotencyConflict; the
 	// context's error when the caller gave up during a wait; or an error of
 	// the package's own that ReasonName calls "retry_after_too_long" (the
@@ -213,8 +216,8 @@ var reasonNames = [...]struct {
 	{ErrAttemptsExhausted, "attempts_exhausted"},
 	{ErrBudgetExhausted, "budget_exhausted"},
 	{ErrNotRepeatable, "not_repeatable"},
-	{ErrFailureThreshold, "failure_threshold"},
-	{ErrCostBudget, "cost_budget"},
+	{ErrFailureStreak, "failure_streak"},
+	{ErrCallCost, "call_cost"},
 	{errRetryAfterTooLong, "retry_after_too_long"},
 	{ErrDeadline, "deadline"},
 	{ErrCircuitOpen, "circuit_open"},
@@ -230,7 +233,7 @@ var reasonNames = [...]struct {
 
 // ReasonName returns a stable snake_case name for a GiveUpInfo.Reason,
 // for logs and metrics: attempts_exhausted, budget_exhausted,
-// not_repeatable, failure_threshold, cost_budget, retry_after_too_long,
+// not_repeatable, failure_streak, call_cost, retry_after_too_long,
 // deadline, circuit_open, bulkhead_full, rate_limited,
 // ledger_unavailable, duplicate_in_flight, idempotency_conflict,
 // final, canceled or deadline_exceeded, matched with errors.Is; "other"

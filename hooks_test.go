@@ -195,7 +195,7 @@ func TestHiddenResendReported(t *testing.T) {
 // called, not the time since year 1.
 func TestElapsedOfHooksSetAfterValidate(t *testing.T) {
 	clk := newFakeClock()
-	tr := newTransport(t, clk, &Transport{Base: always503(), MaxAttempts: 2, BudgetUnits: 100})
+	tr := newTransport(t, clk, &Transport{Base: always503(), MaxAttempts: 2, MaxCallCost: 100})
 	if err := tr.Validate(); err != nil {
 		t.Fatal(err)
 	}

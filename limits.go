@@ -270,7 +270,7 @@ func (c *call) bulkhead(l *limits, hedge bool) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
-	err := &BulkheadFullError{Scope: l.scope, MaxInFlight: l.bulkhead.limit, Queued: waited}
+	err := &BulkheadFullError{Scope: l.scope, MaxInFlight: l.bulkhead.limit, QueueWait: waited}
 	if !hedge {
 		c.policyEvent(policyBulkhead, actionRejected, waited, err)
 	}

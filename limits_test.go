@@ -132,7 +132,7 @@ func TestBulkheadFullWithoutQueueRejectsAtOnce(t *testing.T) {
 	if !errors.As(err, &full) {
 		t.Fatalf("got %v, want a *BulkheadFullError", err)
 	}
-	if full.Scope != "dep" || full.MaxInFlight != 1 || full.Queued != 0 {
+	if full.Scope != "dep" || full.MaxInFlight != 1 || full.QueueWait != 0 {
 		t.Errorf("got %+v, want scope dep, MaxInFlight 1, Queued 0", *full)
 	}
 	if !errors.Is(err, ErrDeclined) {
@@ -235,7 +235,7 @@ func TestBulkheadQueueWaitEndsAtMaxLimitWait(t *testing.T) {
 	w.fire()
 	b.wait(t)
 	var full *BulkheadFullError
-	if !errors.As(b.err, &full) || full.Queued != 50*time.Millisecond {
+	if !errors.As(b.err, &full) || full.QueueWait != 50*time.Millisecond {
 		t.Fatalf("got %v, want a *BulkheadFullError after queueing 50ms", b.err)
 	}
 	e := pl.next(t)

@@ -260,7 +260,7 @@ func runLoad(t *testing.T, n int) {
 // matches.
 func sentinelName(err error) string {
 	for _, s := range []error{ErrAttemptsExhausted, ErrBudgetExhausted, ErrCircuitOpen, ErrNotRepeatable,
-		ErrFailureThreshold, ErrCostBudget, errRetryAfterTooLong, ErrDeadline, errFinal,
+		ErrFailureStreak, ErrCallCost, errRetryAfterTooLong, ErrDeadline, errFinal,
 		context.DeadlineExceeded, context.Canceled} {
 		if errors.Is(err, s) {
 			return strings.TrimPrefix(s.Error(), "retryfuse: ")

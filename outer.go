@@ -19,8 +19,8 @@ import (
 // (ErrNotRepeatable), a refusal of the retry budget, the breaker, the
 // bulkhead, the rate limiter or the ledger (every error matching
 // ErrDeclined), a call that used its
-// attempts or its cost (ErrAttemptsExhausted, ErrFailureThreshold,
-// ErrCostBudget, ErrDeadline), an invalid request or setting
+// attempts or its cost (ErrAttemptsExhausted, ErrFailureStreak,
+// ErrCallCost, ErrDeadline), an invalid request or setting
 // (ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit), and
 // the caller's own cancellation or deadline. Sending again after any of
 // these would multiply attempts the Transport has bounded, or replay a
@@ -53,7 +53,7 @@ func MayRetry(err error) bool {
 // finalErrors are the errors after which MayRetry says no.
 var finalErrors = [...]error{
 	ErrReconcileRequired, ErrNotRepeatable, ErrDeclined,
-	ErrAttemptsExhausted, ErrFailureThreshold, ErrCostBudget, ErrDeadline,
+	ErrAttemptsExhausted, ErrFailureStreak, ErrCallCost, ErrDeadline,
 	ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit,
 	context.Canceled, context.DeadlineExceeded,
 }

@@ -23,8 +23,8 @@ const (
 	defaultInitialBackoff      = 100 * time.Millisecond
 	defaultMaxBackoff          = 10 * time.Second
 	defaultMaxRetryAfter       = 30 * time.Second
-	defaultFailureThreshold    = 5
-	defaultBudgetUnits         = 100.0
+	defaultMaxFailureStreak    = 5
+	defaultMaxCallCost         = 100.0
 	defaultTimeoutCost         = 1.0
 	defaultMaxFingerprintBytes = 1 << 20
 	defaultMaxStoredBody       = 64 << 10
@@ -114,8 +114,8 @@ func (t *Transport) resolve() (policy, error) {
 		maxRetryAfter:  orDefault(t.MaxRetryAfter, defaultMaxRetryAfter),
 		decision: decide.Policy{
 			// A zero threshold never cuts MaxAttempts short.
-			FailureThreshold: orDefault(t.FailureThreshold, max(defaultFailureThreshold, orDefault(t.MaxAttempts, defaultMaxAttempts))),
-			BudgetUnits:      orDefault(t.BudgetUnits, defaultBudgetUnits),
+			FailureThreshold: orDefault(t.MaxFailureStreak, max(defaultMaxFailureStreak, orDefault(t.MaxAttempts, defaultMaxAttempts))),
+			BudgetUnits:      orDefault(t.MaxCallCost, defaultMaxCallCost),
 		},
 		timeoutCost:  orDefault(t.TimeoutCost, defaultTimeoutCost),
 		classifier:   t.Classifier,
@@ -172,10 +172,10 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("AttemptTimeout", "must not be negative")
 	case t.MaxRetryAfter < 0:
 		return p, invalidPolicy("MaxRetryAfter", "must not be negative")
-	case t.FailureThreshold < 0:
-		return p, invalidPolicy("FailureThreshold", "must not be negative")
-	case t.BudgetUnits < 0 || math.IsNaN(t.BudgetUnits) || math.IsInf(t.BudgetUnits, 0):
-		return p, invalidPolicy("BudgetUnits", "must be a finite, non-negative number")
+	case t.MaxFailureStreak < 0:
+		return p, invalidPolicy("MaxFailureStreak", "must not be negative")
+	case t.MaxCallCost < 0 || math.IsNaN(t.MaxCallCost) || math.IsInf(t.MaxCallCost, 0):
+		return p, invalidPolicy("MaxCallCost", "must be a finite, non-negative number")
 	case t.TimeoutCost < 0 || math.IsNaN(t.TimeoutCost) || math.IsInf(t.TimeoutCost, 0):
 		return p, invalidPolicy("TimeoutCost", "must be a finite, non-negative number")
 	case t.MaxFingerprintBytes < 0:

@@ -38,10 +38,10 @@ func TestInvalidPolicyIsAnErrorAndSendsNothing(t *testing.T) {
 		{"MaxBackoff below InitialBackoff", &Transport{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}},
 		{"negative AttemptTimeout", &Transport{AttemptTimeout: -time.Second}},
 		{"negative MaxRetryAfter", &Transport{MaxRetryAfter: -time.Second}},
-		{"negative FailureThreshold", &Transport{FailureThreshold: -1}},
-		{"negative BudgetUnits", &Transport{BudgetUnits: -1}},
-		{"NaN BudgetUnits", &Transport{BudgetUnits: math.NaN()}},
-		{"infinite BudgetUnits", &Transport{BudgetUnits: math.Inf(1)}},
+		{"negative MaxFailureStreak", &Transport{MaxFailureStreak: -1}},
+		{"negative MaxCallCost", &Transport{MaxCallCost: -1}},
+		{"NaN MaxCallCost", &Transport{MaxCallCost: math.NaN()}},
+		{"infinite MaxCallCost", &Transport{MaxCallCost: math.Inf(1)}},
 		{"negative TimeoutCost", &Transport{TimeoutCost: -1}},
 		{"NaN TimeoutCost", &Transport{TimeoutCost: math.NaN()}},
 		{"infinite TimeoutCost", &Transport{TimeoutCost: math.Inf(1)}},
@@ -164,7 +164,7 @@ func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 
 // MaxAttempts above 5 is not cut short by the decision core's failure
 // threshold when that is left zero: it follows MaxAttempts.
-func TestZeroFailureThresholdFollowsMaxAttempts(t *testing.T) {
+func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 	srv := statusServer(t, http.StatusServiceUnavailable, "down")
 	var reasons []string
 	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, Budget: UnlimitedBudget(),
@@ -181,11 +181,11 @@ func TestZeroFailureThresholdFollowsMaxAttempts(t *testing.T) {
 	}
 
 	explicit := statusServer(t, http.StatusServiceUnavailable, "down")
-	tr = newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, FailureThreshold: 4, Budget: UnlimitedBudget()})
+	tr = newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, MaxFailureStreak: 4, Budget: UnlimitedBudget()})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, explicit.URL, "")); err != nil {
 		t.Fatal(err)
 	}
 	if got := explicit.count(); got != 4 {
-		t.Errorf("with FailureThreshold 4: got %d requests, want 4", got)
+		t.Errorf("with MaxFailureStreak 4: got %d requests, want 4", got)
 	}
 }

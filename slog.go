@@ -55,7 +55,7 @@ import (
 //	retry_after      dur    the server's Retry-After, when it set the delay
 //	reason           string why: the verdict's reason (decision), or for a
 //	                        give-up one of attempts_exhausted, budget_exhausted,
-//	                        not_repeatable, failure_threshold, cost_budget,
+//	                        not_repeatable, failure_streak, call_cost,
 //	                        retry_after_too_long, deadline, circuit_open,
 //	                        bulkhead_full, rate_limited, ledger_unavailable,
 //	                        duplicate_in_flight, idempotency_conflict, final,

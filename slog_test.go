@@ -102,8 +102,7 @@ func TestSlogHooksRetryThenSuccess(t *testing.T) {
 	}
 	with := func(base []any, kv ...any) []any { return append(append([]any{}, base...), kv...) }
 	want := []map[string]any{
-		rec("DEBUG", "retryfuse: decision", with(call(0), "elapsed", 0,
-			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
+		// Nothing stops the first attempt: no decision record before it.
 		rec("DEBUG", "retryfuse: attempt start", with(call(1), "elapsed", 0)...),
 		rec("DEBUG", "retryfuse: attempt done", with(call(1), "phase", "post_write", "elapsed", 0,
 			"status", 503, "outcome", "failure", "retryable", true, "duration", 0,
@@ -186,8 +185,6 @@ func TestSlogHooksReconcile(t *testing.T) {
 	call := []any{"call_id", 1, "method", "POST", "url", srv.URL + "/orders", "idempotency_key", "order-42", "elapsed", 0}
 	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
 	want := []map[string]any{
-		rec("DEBUG", "retryfuse: decision", with("attempt", 0,
-			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
 		rec("DEBUG", "retryfuse: attempt start", with("attempt", 1, "timeout", 50*time.Millisecond)...),
 		rec("DEBUG", "retryfuse: attempt done", with("attempt", 1, "phase", "post_write",
 			"outcome", "timeout", "retryable", true, "duration", 0, "error", cause)...),
@@ -301,8 +298,8 @@ func TestSlogHooksRequestContext(t *testing.T) {
 	ctx := context.WithValue(context.Background(), ctxKey("request_id"), "r-2")
 	send(context.WithValue(ctx, ctxKey("verbose"), true))
 	recs = slogRecords(t, &buf)
-	if len(recs) != 7 {
-		t.Errorf("verbose request: got %d records, want 7 (the debug records too)", len(recs))
+	if len(recs) != 6 {
+		t.Errorf("verbose request: got %d records, want 6 (the debug records too)", len(recs))
 	}
 	for i, r := range recs {
 		if r["request_id"] != "r-2" {

@@ -44,8 +44,8 @@ type Transport struct {
 
 	// MaxAttempts is the number of attempts in total, the first included.
 	// Zero means 3; 1 disables retries. The decision
-	// core also stops a call after FailureThreshold failed attempts in a
-	// row; a zero FailureThreshold follows MaxAttempts, so that it never
+	// core also stops a call after MaxFailureStreak failed attempts in a
+	// row; a zero MaxFailureStreak follows MaxAttempts, so that it never
 	// stops a call sooner.
 	MaxAttempts int
 
@@ -67,12 +67,14 @@ type Transport struct {
 	// deadline leaves, is returned at once. Zero means 30s.
 	MaxRetryAfter time.Duration
 
-	// FailureThreshold and BudgetUnits are the decision core's policy (see
-	// decide.Policy): the trailing failed attempts, and the total cost of
-	// attempts, that brake a call. Zero means 5 or MaxAttempts, whichever
-	// is larger, and 100.
-	FailureThreshold int
-	BudgetUnits      float64
+	// MaxFailureStreak and MaxCallCost brake one call in the decision core
+	// (decide.Policy's FailureThreshold and BudgetUnits): the failed
+	// attempts in a row, and the total cost of its attempts, that stop it
+	// (ErrFailureStreak, ErrCallCost). They are about one call, not a
+	// dependency: the Breaker's FailureThreshold opens a scope for every
+	// call. Zero means 5 or MaxAttempts, whichever is larger, and 100.
+	MaxFailureStreak int
+	MaxCallCost      float64
 
 	// TimeoutCost is the cost of an attempt that timed out; other attempts
 	// cost 1. A timeout holds the dependency's resources longer than a fast

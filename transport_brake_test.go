@@ -12,7 +12,7 @@ import (
 )
 
 // The decision core's brake, through the transport: a retryable response
-// comes back as it is once FailureThreshold or BudgetUnits is reached, and
+// comes back as it is once MaxFailureStreak or MaxCallCost is reached, and
 // the hooks say which rule braked.
 func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 	tests := []struct {
@@ -22,8 +22,8 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 		reason   error
 		rule     decide.Rule
 	}{
-		{"FailureThreshold 2", &Transport{FailureThreshold: 2}, 2, ErrFailureThreshold, decide.RuleFailureThreshold},
-		{"BudgetUnits 3", &Transport{BudgetUnits: 3}, 3, ErrCostBudget, decide.RuleCostBudget},
+		{"FailureThreshold 2", &Transport{MaxFailureStreak: 2}, 2, ErrFailureStreak, decide.RuleFailureThreshold},
+		{"MaxCallCost 3", &Transport{MaxCallCost: 3}, 3, ErrCallCost, decide.RuleCostBudget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,10 +52,10 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 // Without a response to give, the brake is an error matching the rule's
 // sentinel, with the last attempt's error still reachable.
 func TestCoreBrakeWithoutResponseIsAnError(t *testing.T) {
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, FailureThreshold: 2, Budget: UnlimitedBudget()})
+	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, MaxFailureStreak: 2, Budget: UnlimitedBudget()})
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, refusedURL(t), ""))
-	if !errors.Is(err, ErrFailureThreshold) || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("Do: got %v; want an error matching ErrFailureThreshold and ECONNREFUSED", err)
+	if !errors.Is(err, ErrFailureStreak) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Do: got %v; want an error matching ErrFailureStreak and ECONNREFUSED", err)
 	}
 	var re *RetryError
 	if !errors.As(err, &re) || re.Attempts != 2 {
@@ -63,7 +63,7 @@ func TestCoreBrakeWithoutResponseIsAnError(t *testing.T) {
 	}
 }
 
-// TimeoutCost weighs an attempt that timed out: at 3 against BudgetUnits
+// TimeoutCost weighs an attempt that timed out: at 3 against MaxCallCost
 // 3, one timeout brakes the call, where at the default cost of 1 the GET
 // is repeated and succeeds.
 func TestTimeoutCostBrakesOnTimeouts(t *testing.T) {
@@ -73,7 +73,7 @@ func TestTimeoutCostBrakesOnTimeouts(t *testing.T) {
 		wantErr     error
 	}{
 		{0, 2, nil},
-		{3, 1, ErrCostBudget},
+		{3, 1, ErrCallCost},
 	}
 	for _, tt := range tests {
 		t.Run("TimeoutCost "+strconv.FormatFloat(tt.timeoutCost, 'g', -1, 64), func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestTimeoutCostBrakesOnTimeouts(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 			})
 			tr := newTransport(t, newFakeClock(), &Transport{
-				AttemptTimeout: 50 * time.Millisecond, BudgetUnits: 3, TimeoutCost: tt.timeoutCost,
+				AttemptTimeout: 50 * time.Millisecond, MaxCallCost: 3, TimeoutCost: tt.timeoutCost,
 				Budget: UnlimitedBudget(),
 			})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))

@@ -189,7 +189,6 @@ func TestGETRetriedOnceThenOK(t *testing.T) {
 		"retryfuse.retry.delay{http.request.method=GET,retryfuse.delay.source=backoff} count=1",
 	})
 	assertEvents(t, events(t, span), []string{
-		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
 		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=post_write,retryfuse.retryable=true}",
 		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
 		"retryfuse.retry{http.response.status_code=503,retryfuse.attempt.number=1,retryfuse.delay.duration=*,retryfuse.delay.source=backoff}",
@@ -224,7 +223,6 @@ func TestKeyedPOSTReconcile(t *testing.T) {
 		"retryfuse.reconcile_required{http.request.method=POST,retryfuse.idempotency_key.source=carried,retryfuse.phase=post_write} 1",
 	})
 	assertEvents(t, events(t, span), []string{
-		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
 		"retryfuse.attempt{retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=timeout,retryfuse.phase=post_write,retryfuse.retryable=true}",
 		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=reconcile_required,retryfuse.evidence=unknown,retryfuse.rule=3}",
 		"retryfuse.reconcile_required{retryfuse.attempt.number=1,retryfuse.idempotency_key.source=carried,retryfuse.idempotency_key.value=order-42,retryfuse.phase=post_write,retryfuse.reconcile.resolution=still_unknown}",
@@ -250,7 +248,6 @@ func TestPOSTWithoutKeyBraked(t *testing.T) {
 		"retryfuse.give_ups{http.request.method=POST,retryfuse.reason=not_repeatable} 1",
 	})
 	assertEvents(t, events(t, span), []string{
-		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
 		"retryfuse.attempt{http.response.status_code=503,retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=post_write,retryfuse.retryable=true}",
 		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=brake,retryfuse.evidence=pass,retryfuse.rule=5}",
 		"retryfuse.give_up{http.response.status_code=503,retryfuse.attempt.number=1,retryfuse.reason=not_repeatable}",
@@ -285,7 +282,6 @@ func TestGETAttemptsExhausted(t *testing.T) {
 		"retryfuse.give_ups{http.request.method=GET,retryfuse.reason=attempts_exhausted} 1",
 	})
 	assertEvents(t, events(t, span), []string{
-		"retryfuse.decision{retryfuse.attempt.number=0,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
 		"retryfuse.attempt{retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=failure,retryfuse.phase=pre_write,retryfuse.retryable=true}",
 		"retryfuse.decision{retryfuse.attempt.number=1,retryfuse.decision=replay_safe,retryfuse.evidence=pass,retryfuse.rule=8}",
 		"retryfuse.retry{retryfuse.attempt.number=1,retryfuse.delay.duration=*,retryfuse.delay.source=backoff}",

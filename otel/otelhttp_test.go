@@ -39,8 +39,7 @@ func TestOtelhttpAboveTransport(t *testing.T) {
 		t.Fatalf("spans: got %d, want one client span", len(spans))
 	}
 	assertEvents(t, eventNames(spans[0]), []string{
-		"retryfuse.decision", "retryfuse.attempt", "retryfuse.decision", "retryfuse.retry",
-		"retryfuse.attempt",
+		"retryfuse.attempt", "retryfuse.decision", "retryfuse.retry", "retryfuse.attempt",
 	})
 	if n, ok := resendCount(spans[0]); !ok || n != 1 {
 		t.Errorf("http.request.resend_count: got %d (set %v), want 1", n, ok)

@@ -11,7 +11,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{
-		"call 1 attempt 0 Decision      replay_safe (rule 8",
+		"call 1 attempt 1 Decision      replay_safe (rule 8",
 		"call 1 attempt 1 Retry ",
 		"call 1 attempt 2 AttemptDone   status=200 outcome=success",
 		"=> GET /flaky: 200 OK",
