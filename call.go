@@ -48,15 +48,16 @@ type call struct {
 	// The key ledger's claim, when the call owns its key.
 	ledgerKey        string
 	ledgerToken      string
-	heldToken        string // with earlierUncertain, the token that may end that claim
-	memoKey          string // without a ledger, the key in the Transport's memory; see memo
-	memoized         bool   // the key is the Transport's memory's to keep
-	earlierUncertain bool   // an earlier call under the key ended uncertain
-	confirmed        bool   // the call ends with a confirmed result
-	notStored        bool   // ... whose response is not to be stored for replay
-	uncertain        bool   // the call ends with an uncertain write
-	settled          bool   // settle has run
-	gaveUp           error  // the reason the call gave up, if it did
+	heldToken        string        // with earlierUncertain, the token that may end that claim
+	memoKey          string        // without a ledger, the key in the Transport's memory; see memo
+	memoized         bool          // the key is the Transport's memory's to keep
+	earlierUncertain bool          // an earlier call under the key ended uncertain
+	earlier          uncertainCall // what is known of it
+	confirmed        bool          // the call ends with a confirmed result
+	notStored        bool          // ... whose response is not to be stored for replay
+	uncertain        bool          // the call ends with an uncertain write
+	settled          bool          // settle has run
+	gaveUp           error         // the reason the call gave up, if it did
 }
 
 // wire is the part of a call that net/http, the response or the caller
@@ -106,8 +107,15 @@ func (c *call) run() (*http.Response, error) {
 		}
 	}
 	resp, err := c.loop()
-	if c.uncertain && c.memoized {
-		c.t.keys.remember(c.memo(), false, c.p.clock.Now())
+	if c.uncertain && (c.memoized || c.ledgerToken != "") {
+		// Without a ledger, the memory holds the key; with one, it keeps
+		// what a later call refused because of this one is told.
+		key := c.ledgerKey
+		if c.memoized {
+			key = c.memo()
+		}
+		now := c.p.clock.Now()
+		c.t.keys.remember(key, keyMemo{earlier: uncertainCall{at: now, attempts: c.attempt, phase: c.phase}}, now)
 	}
 	return c.settle(resp, err)
 }
@@ -311,18 +319,22 @@ func brakeReason(v decide.Verdict) error {
 func (c *call) refuse(v decide.Verdict, stored *StoredResponse) (*http.Response, error) {
 	if v.Decision == decide.ReplayStored {
 		if stored == nil {
-			// Completed, but its result was too large to keep: the caller
-			// must look it up rather than have it sent again.
-			return nil, c.refuseUncertain(ErrResultNotStored)
+			// Completed, but no result of it is kept: the caller must look
+			// it up rather than have it sent again.
+			return nil, c.refuseApplied(v)
 		}
 		return storedResponse(stored, c.req), nil
 	}
 	if v.Rule == decide.RuleInFlight && c.earlierUncertain {
-		return nil, c.refuseUncertain(ErrEarlierUncertain)
+		return nil, c.refuseUncertain()
 	}
 	reason := brakeReason(v)
 	c.giveUp(reason, v)
-	return nil, &RetryError{Reason: reason}
+	e := &RetryError{Reason: reason}
+	if v.Rule == decide.RuleInFlight || v.Rule == decide.RuleConflict {
+		e.about = c.about() // a refusal under the key names it
+	}
+	return nil, e
 }
 
 // stopBefore ends the call with err when the next attempt may not start:

@@ -108,17 +108,6 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 			return err, sent
 		}, func(err error) bool { return errors.Is(err, ErrDuplicateInFlight) }},
 
-		{"idempotency conflict", func(t *testing.T) (error, int) {
-			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
-			srv := newOrdersServer(t, always(orderApply))
-			client, _ := newLedgerClient(t, ledger, nil)
-			if _, _, err := postKeyed(t, client, srv.url(), "k-conf", `{"item":"book"}`); err != nil {
-				t.Fatalf("the first call: %v", err)
-			}
-			_, _, err := postKeyed(t, client, srv.url(), "k-conf", `{"item":"other"}`)
-			return err, int(srv.posts.Load()) - 1
-		}, func(err error) bool { return errors.Is(err, ErrIdempotencyConflict) }},
-
 		{"ledger unavailable", func(t *testing.T) (error, int) {
 			srv := newOrdersServer(t, always(orderApply))
 			client, _ := newLedgerClient(t, brokenLedger{errors.New("store down")}, nil)
@@ -184,6 +173,32 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 			return err, 0
 		}, func(err error) bool { return errors.Is(err, context.Canceled) }},
 
+		// Sent again later, the same request meets the same conflict: it
+		// is refused, not declined.
+		{"idempotency conflict", func(t *testing.T) (error, int) {
+			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+			srv := newOrdersServer(t, always(orderApply))
+			client, _ := newLedgerClient(t, ledger, nil)
+			if _, _, err := postKeyed(t, client, srv.url(), "k-conf", `{"item":"book"}`); err != nil {
+				t.Fatalf("the first call: %v", err)
+			}
+			_, _, err := postKeyed(t, client, srv.url(), "k-conf", `{"item":"other"}`)
+			return err, int(srv.posts.Load()) - 1
+		}, func(err error) bool { return errors.Is(err, ErrIdempotencyConflict) }},
+
+		{"already applied, its result not stored", func(t *testing.T) (error, int) {
+			srv := newTestServer(t, stallOnce)
+			tr := newDeclinedTransport(t, &Transport{AttemptTimeout: 100 * time.Millisecond})
+			rec := uncertainPOST(t, tr, srv.URL, "k-applied")
+			if err := rec.Resolve(context.Background(), true); err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
+			req.Header.Set("Idempotency-Key", "k-applied")
+			_, _, err := do(tr, req)
+			return err, srv.count() - 1
+		}, func(err error) bool { return errors.Is(err, ErrAlreadyApplied) && !errAs[*ReconcileRequiredError](err) }},
+
 		{"invalid policy", func(t *testing.T) (error, int) {
 			srv := statusServer(t, http.StatusOK, "ok")
 			tr := &Transport{MaxInFlight: -1}
@@ -211,7 +226,7 @@ func TestDeclinedSentinelsAndTypes(t *testing.T) {
 	declinedErrs := []error{
 		ErrBudgetExhausted, ErrCircuitOpen, &CircuitOpenError{Scope: "dep"},
 		&BulkheadFullError{Scope: "dep", MaxInFlight: 8}, &RateLimitError{Scope: "dep", RetryAfter: time.Second},
-		ErrDeadline, ErrDuplicateInFlight, ErrIdempotencyConflict, ErrLedgerUnavailable,
+		ErrDeadline, ErrDuplicateInFlight, ErrLedgerUnavailable,
 		&RetryError{Reason: ErrBudgetExhausted, Last: errors.New("connection refused"), Attempts: 1},
 		&url.Error{Op: "Get", URL: "http://dep", Err: &BulkheadFullError{Scope: "dep"}},
 	}
@@ -224,6 +239,7 @@ func TestDeclinedSentinelsAndTypes(t *testing.T) {
 		ErrAttemptsExhausted, ErrNotRepeatable, ErrFailureStreak, ErrCallCost,
 		&RetryError{Reason: ErrAttemptsExhausted, Last: errors.New("connection refused"), Attempts: 3},
 		&ReconcileRequiredError{Method: http.MethodPost, Cause: context.DeadlineExceeded},
+		ErrIdempotencyConflict, ErrAlreadyApplied, &RetryError{Reason: ErrAlreadyApplied},
 		context.Canceled, context.DeadlineExceeded, ErrInvalidPolicy, ErrAttemptTimeout,
 		&StatusError{StatusCode: http.StatusServiceUnavailable},
 	}

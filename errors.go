@@ -13,17 +13,19 @@ import (
 // Sentinel errors. Test for them with errors.Is; each survives the *url.Error
 // wrapping that http.Client adds.
 var (
-	// ErrDeclined is matched by every error where the Transport held back:
-	// it refused to send, or to send again, or stopped waiting, on its own
-	// limits — ErrBudgetExhausted, ErrCircuitOpen (and *CircuitOpenError),
-	// *BulkheadFullError, *RateLimitError, ErrDeadline, and the ledger's
-	// refusals ErrDuplicateInFlight, ErrIdempotencyConflict and
-	// ErrLedgerUnavailable. It is not matched by the dependency's own
-	// failures (an error, or a retryable status, on every attempt:
-	// ErrAttemptsExhausted, ErrNotRepeatable, ErrFailureStreak,
-	// ErrCallCost), by a *ReconcileRequiredError, by the caller's own
-	// cancellation, nor by invalid settings or input. One check tells "we
-	// held back" from "it broke":
+	// ErrDeclined is matched by every error where the Transport held back
+	// for a while: it refused to send, or to send again, or stopped
+	// waiting, on a limit that passes — ErrBudgetExhausted, ErrCircuitOpen
+	// (and *CircuitOpenError), *BulkheadFullError, *RateLimitError,
+	// ErrDeadline, and the ledger's ErrDuplicateInFlight and
+	// ErrLedgerUnavailable. The rule: an error matches ErrDeclined only if
+	// the same request, sent later (or elsewhere), may go through. It is not
+	// matched by the dependency's own failures (an error, or a retryable
+	// status, on every attempt: ErrAttemptsExhausted, ErrNotRepeatable,
+	// ErrFailureStreak, ErrCallCost), by a *ReconcileRequiredError, by
+	// refusals that a later try meets again (ErrIdempotencyConflict,
+	// ErrAlreadyApplied), by the caller's own cancellation, nor by invalid
+	// settings or input. One check tells "we held back" from "it broke":
 	//
 	//	if errors.Is(err, retryfuse.ErrDeclined) { // not sent: try later, or elsewhere
 	//	}
@@ -53,8 +55,10 @@ var (
 	ErrDuplicateInFlight = declined("retryfuse: duplicate request in flight")
 
 	// ErrIdempotencyConflict: the idempotency key was used before with a
-	// different body; nothing was sent.
-	ErrIdempotencyConflict = declined("retryfuse: idempotency key reused with a different body")
+	// different body; nothing was sent. It is not declined: sending the same
+	// request later fails the same way, for as long as the ledger keeps the
+	// key. Use a new key for a new operation.
+	ErrIdempotencyConflict = errors.New("retryfuse: idempotency key reused with a different body")
 
 	// ErrReconcileRequired: a write may have been applied; it was not replayed.
 	// The error is a *ReconcileRequiredError.
@@ -97,12 +101,14 @@ var (
 	// without evidence.
 	ErrLedgerUnavailable = declined("retryfuse: idempotency ledger unavailable")
 
-	// ErrResultNotStored: an earlier call under the key completed, but no
-	// result of it is kept to replay: it was too large for the ledger, or its
-	// completion was learnt by reconciling (ReconcileRequiredError.Resolve).
-	// It is the Cause of the *ReconcileRequiredError returned instead of
-	// sending the request again.
-	ErrResultNotStored = errors.New("retryfuse: the completed result under this idempotency key was not stored")
+	// ErrAlreadyApplied: an earlier call under the idempotency key was
+	// applied, but no result of it is kept to replay (it was too large for
+	// the ledger, or it was learnt by reconciling:
+	// ReconcileRequiredError.Resolve with applied true). The request was not
+	// sent again, and sending it later will not change that while the key
+	// is held: look the result up by the key. It is not an uncertain
+	// outcome: errors.Is(err, ErrReconcileRequired) is false.
+	ErrAlreadyApplied = errors.New("retryfuse: already applied under this idempotency key; its result was not stored to replay")
 
 	// ErrEarlierUncertain: an earlier call under the key ended with an
 	// uncertain outcome. It is the Cause of the *ReconcileRequiredError
@@ -184,10 +190,15 @@ type RetryError struct {
 	Reason   error
 	Last     error
 	Attempts int
+
+	about string // the request and its key, for a ledger's refusal
 }
 
 func (e *RetryError) Error() string {
 	s := e.Reason.Error()
+	if e.about != "" {
+		s += ": " + e.about
+	}
 	if e.Attempts > 0 {
 		s += " after " + counted(e.Attempts, "attempt")
 	}
@@ -232,14 +243,35 @@ type ReconcileRequiredError struct {
 	Attempts int
 	// Phase is how far the uncertain attempt got.
 	Phase decide.Phase
-	// Cause is the error of the uncertain attempt.
+	// At is when the uncertain attempt ended.
+	At time.Time
+	// Cause is the error of the uncertain attempt; ErrEarlierUncertain
+	// when Earlier.
 	Cause error
+	// Earlier is true when this call sent nothing: it was refused because
+	// an earlier call under the same key left its write uncertain. Attempts,
+	// Phase and At then describe that earlier call, as far as this process
+	// knows it: they are zero (and Phase unknown) when it does not (the
+	// call was another process's, under a shared Ledger).
+	Earlier bool
 
+	scope   string                                        // with Earlier, the key's scope
 	resolve func(ctx context.Context, applied bool) error // see Resolve
 }
 
 func (e *ReconcileRequiredError) Error() string {
-	s := fmt.Sprintf("retryfuse: %s %s: outcome uncertain after %d attempt(s) (phase %s), reconcile required", e.Method, e.URL, e.Attempts, e.Phase)
+	if e.Earlier {
+		s := "retryfuse: " + e.Method + " " + e.URL + ": not sent: an earlier call under idempotency key " +
+			strconv.Quote(e.IdempotencyKey) + " in scope " + e.scope + " left its outcome uncertain"
+		if e.At.IsZero() {
+			s += " (when, and how far it got, is not known here)"
+		} else {
+			s += " at " + e.At.Format(time.RFC3339) + " after " + counted(e.Attempts, "attempt") + " (phase " + e.Phase.String() + ")"
+		}
+		return s + "; reconcile required"
+	}
+	s := "retryfuse: " + e.Method + " " + e.URL + ": outcome uncertain after " + counted(e.Attempts, "attempt") +
+		" (phase " + e.Phase.String() + "), reconcile required"
 	if e.IdempotencyKey != "" {
 		s += " (idempotency key " + strconv.Quote(e.IdempotencyKey) + ")"
 	}
@@ -254,12 +286,15 @@ func (e *ReconcileRequiredError) Error() string {
 // key — in its Ledger, or in its own memory without one (bounded, for 24
 // hours) — and tells every later call under it to reconcile, rather than
 // send it. Applied: the key stays done, and a later call under it is still
-// not sent (it gets a *ReconcileRequiredError whose Cause is
-// ErrResultNotStored: there is no stored result to replay). Not applied:
-// the key is free, and a later call under it is sent, as a new one.
+// not sent (it gets an error matching ErrAlreadyApplied: there is no stored
+// result to replay). Not applied: the key is free, and a later call under
+// it is sent, as a new one.
 //
-// A Ledger's error (ErrLedgerToken when its claim has expired or was ended
-// already, or the store's failure) is returned. A write without an
+// Resolve works after the caller's deadline, which has often struck
+// already (it is what left the write uncertain): ctx gives its values to
+// the ledger step, but not its cancellation; the step has a bounded time of
+// its own (5 s). A Ledger's error (ErrLedgerToken when its claim has
+// expired or was ended already, or the store's failure) is returned. A write without an
 // idempotency key of its own (none, or a generated one) holds nothing, and
 // Resolve does nothing.
 func (e *ReconcileRequiredError) Resolve(ctx context.Context, applied bool) error {

@@ -226,6 +226,7 @@ var reasonNames = [...]struct {
 	{ErrLedgerUnavailable, "ledger_unavailable"},
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},
+	{ErrAlreadyApplied, "already_applied"},
 	{errFinal, "final"},
 	{context.Canceled, "canceled"},
 	{context.DeadlineExceeded, "deadline_exceeded"},
@@ -236,7 +237,7 @@ var reasonNames = [...]struct {
 // not_repeatable, failure_streak, call_cost, retry_after_too_long,
 // deadline, circuit_open, bulkhead_full, rate_limited,
 // ledger_unavailable, duplicate_in_flight, idempotency_conflict,
-// final, canceled or deadline_exceeded, matched with errors.Is; "other"
+// already_applied, final, canceled or deadline_exceeded, matched with errors.Is; "other"
 // for any other error, which keeps the set of names bounded; "" for nil.
 // The names are a compatibility promise; names may be added.
 func ReasonName(err error) string {

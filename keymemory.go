@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // This file is a Transport's memory of keys when it has no Ledger: the
@@ -12,6 +14,11 @@ import (
 // later call under such a key is told to reconcile instead of being sent.
 // No fingerprint, no stored result: one map lookup, for keyed requests
 // only.
+//
+// With a Ledger, the ledger decides; the memory then only keeps what this
+// process knows of its own uncertain writes (when, after how many
+// attempts, how far they got), to describe them to a later call that the
+// ledger refuses because of them.
 
 // The bounds of the memory: how many keys, and for how long. A key is
 // dropped after keyMemoryTTL, like a MemoryLedger's, or to make room for a
@@ -35,27 +42,36 @@ func (k *keyMemory) empty() bool { return k.n.Load() == 0 }
 
 type keyMemo struct {
 	applied bool // learnt to have been applied; else uncertain
+	earlier uncertainCall
 	expires time.Time
 }
 
-// lookup reports whether key is remembered at now, and whether as applied.
-func (k *keyMemory) lookup(key string, now time.Time) (found, applied bool) {
+// uncertainCall is what is known of a call that left its write uncertain.
+// The zero value: nothing is known.
+type uncertainCall struct {
+	at       time.Time // when its uncertain attempt ended
+	attempts int
+	phase    decide.Phase
+}
+
+// lookup returns what is remembered of key at now, and whether it is.
+func (k *keyMemory) lookup(key string, now time.Time) (keyMemo, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m, ok := k.m[key]
 	if !ok {
-		return false, false
+		return keyMemo{}, false
 	}
 	if !now.Before(m.expires) {
 		delete(k.m, key)
 		k.n.Store(int64(len(k.m)))
-		return false, false
+		return keyMemo{}, false
 	}
-	return true, m.applied
+	return m, true
 }
 
-// remember holds key from now for keyMemoryTTL.
-func (k *keyMemory) remember(key string, applied bool, now time.Time) {
+// remember holds key with m from now for keyMemoryTTL.
+func (k *keyMemory) remember(key string, m keyMemo, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
@@ -64,7 +80,8 @@ func (k *keyMemory) remember(key string, applied bool, now time.Time) {
 	if _, ok := k.m[key]; !ok && len(k.m) >= keyMemoryMax {
 		k.makeRoom(now)
 	}
-	k.m[key] = keyMemo{applied: applied, expires: now.Add(keyMemoryTTL)}
+	m.expires = now.Add(keyMemoryTTL)
+	k.m[key] = m
 	k.n.Store(int64(len(k.m)))
 }
 

@@ -59,9 +59,9 @@ func TestUncertainKeyRememberedWithoutALedger(t *testing.T) {
 			req.Header.Set("Idempotency-Key", "order-5")
 			resp, _, err = do(tr, req)
 			if applied {
-				var rec *ReconcileRequiredError
-				require.ErrorAs(t, err, &rec, "an applied key is still not sent")
-				assert.ErrorIs(t, rec.Cause, ErrResultNotStored)
+				assert.ErrorIs(t, err, ErrAlreadyApplied, "an applied key is still not sent")
+				assert.NotErrorIs(t, err, ErrReconcileRequired, "and it is not uncertain")
+				assert.Equal(t, "already_applied", ReasonName(err))
 				assert.Equal(t, 2, srv.count())
 				return
 			}
@@ -90,9 +90,8 @@ func TestResolveWithALedger(t *testing.T) {
 			req.Header.Set("Idempotency-Key", "order-8")
 			resp, _, err := do(tr, req)
 			if applied {
-				var rec *ReconcileRequiredError
-				require.ErrorAs(t, err, &rec)
-				assert.ErrorIs(t, rec.Cause, ErrResultNotStored)
+				assert.ErrorIs(t, err, ErrAlreadyApplied)
+				assert.NotErrorIs(t, err, ErrReconcileRequired)
 				assert.Equal(t, 1, srv.count())
 				return
 			}
@@ -123,15 +122,15 @@ func TestKeyMemoryBoundAndExpiry(t *testing.T) {
 	var k keyMemory
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for i := range keyMemoryMax {
-		k.remember(fmt.Sprint("k", i), false, now.Add(time.Duration(i)))
+		k.remember(fmt.Sprint("k", i), keyMemo{}, now.Add(time.Duration(i)))
 	}
-	k.remember("new", false, now.Add(keyMemoryMax))
+	k.remember("new", keyMemo{}, now.Add(keyMemoryMax))
 	assert.Len(t, k.m, keyMemoryMax, "the memory stays within its bound")
-	found, _ := k.lookup("k0", now.Add(keyMemoryMax))
+	_, found := k.lookup("k0", now.Add(keyMemoryMax))
 	assert.False(t, found, "the key that would expire first made room")
-	found, _ = k.lookup("new", now.Add(keyMemoryMax))
+	_, found = k.lookup("new", now.Add(keyMemoryMax))
 	assert.True(t, found)
-	found, _ = k.lookup("new", now.Add(keyMemoryMax+keyMemoryTTL))
+	_, found = k.lookup("new", now.Add(keyMemoryMax+keyMemoryTTL))
 	assert.False(t, found, "a key expires after keyMemoryTTL")
 }
 
@@ -141,12 +140,12 @@ func TestKeyMemoryEmptyFollowsItsKeys(t *testing.T) {
 	var k keyMemory
 	now := time.Unix(1000, 0)
 	assert.True(t, k.empty())
-	k.remember("a", false, now)
-	k.remember("b", true, now)
+	k.remember("a", keyMemo{}, now)
+	k.remember("b", keyMemo{applied: true}, now)
 	assert.False(t, k.empty())
 	k.forget("a")
 	assert.False(t, k.empty(), "b is still held")
-	found, _ := k.lookup("b", now.Add(keyMemoryTTL))
+	_, found := k.lookup("b", now.Add(keyMemoryTTL))
 	assert.False(t, found, "b has expired")
 	assert.True(t, k.empty(), "the expired key was dropped on lookup")
 }

@@ -56,6 +56,11 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	case decide.KeyInFlight:
 		c.earlierUncertain = cl.Uncertain
 		c.heldToken = cl.Token // the earlier call's, for Resolve
+		if cl.Uncertain && !c.t.keys.empty() {
+			// What this process knows of that call, if it was its own.
+			m, _ := c.t.keys.lookup(c.ledgerKey, c.p.clock.Now())
+			c.earlier = m.earlier
+		}
 	}
 	return cl.State, cl.Stored, nil
 }
@@ -71,11 +76,13 @@ func (c *call) recall() decide.KeyState {
 		// if the call must be remembered.
 		return decide.KeyNone
 	}
-	switch found, applied := c.t.keys.lookup(c.memo(), c.p.clock.Now()); {
+	switch m, found := c.t.keys.lookup(c.memo(), c.p.clock.Now()); {
 	case !found:
 		return decide.KeyNone
-	case applied:
+	case m.applied:
 		return decide.KeyCompleted
+	default:
+		c.earlier = m.earlier
 	}
 	c.earlierUncertain = true
 	return decide.KeyInFlight

@@ -45,7 +45,7 @@ func TestResultWithLargeHeadersIsNotStored(t *testing.T) {
 		t.Fatal("Complete was not called")
 	}
 	_, _, err = postKeyed(t, client, srv.URL, "big-1", "order")
-	assert.ErrorIs(t, err, ErrResultNotStored)
+	assert.ErrorIs(t, err, ErrAlreadyApplied)
 	assert.Equal(t, 1, srv.count(), "the completed key is not sent again")
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -194,9 +195,10 @@ func TestLedgerResultNotStoredAsksToReconcile(t *testing.T) {
 			require.NoError(t, first.Body.Close())
 
 			resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"a book with a long title"}`)
-			require.Nilf(t, resp, "got a response, want a *ReconcileRequiredError")
-			rec := reconcileErrOf(t, err, key)
-			assert.Truef(t, errors.Is(rec.Cause, ErrResultNotStored), "got Cause %v, want ErrResultNotStored", rec.Cause)
+			require.Nilf(t, resp, "got a response, want ErrAlreadyApplied")
+			assert.Truef(t, errors.Is(err, ErrAlreadyApplied), "got %v, want ErrAlreadyApplied", err)
+			assert.Falsef(t, errors.Is(err, ErrReconcileRequired), "got %v: an applied write is not an uncertain one", err)
+			assert.Containsf(t, err.Error(), strconv.Quote(key), "the refusal names the key")
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 		})
 	}

@@ -18,7 +18,8 @@ import (
 // (ErrReconcileRequired), a request that may not be repeated
 // (ErrNotRepeatable), a refusal of the retry budget, the breaker, the
 // bulkhead, the rate limiter or the ledger (every error matching
-// ErrDeclined), a call that used its
+// ErrDeclined, and ErrIdempotencyConflict and ErrAlreadyApplied), a call
+// that used its
 // attempts or its cost (ErrAttemptsExhausted, ErrFailureStreak,
 // ErrCallCost, ErrDeadline), an invalid request or setting
 // (ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit), and
@@ -53,7 +54,7 @@ func MayRetry(err error) bool {
 // finalErrors are the errors after which MayRetry says no.
 var finalErrors = [...]error{
 	ErrReconcileRequired, ErrNotRepeatable, ErrDeclined,
-	ErrAttemptsExhausted, ErrFailureStreak, ErrCallCost, ErrDeadline,
+	ErrIdempotencyConflict, ErrAlreadyApplied, ErrAttemptsExhausted, ErrFailureStreak, ErrCallCost, ErrDeadline,
 	ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit,
 	context.Canceled, context.DeadlineExceeded,
 }

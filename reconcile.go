@@ -3,6 +3,10 @@ package retryfuse
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // A Reconciler is asked, when the decision core requires reconciliation,
@@ -36,9 +40,8 @@ import (
 // method and path); look the effect up by a query or a path instead.
 type Reconciler func(ctx context.Context, rec *ReconcileRequiredError) (resp *http.Response, applied bool, err error)
 
-// reconcileError builds the error for an uncertain write. The Reconcile
-// hook reports it: reconcile, for a write of this call; refuseUncertain,
-// for a key left uncertain or unreplayable by an earlier call.
+// reconcileError builds the error for an uncertain write of this call,
+// which the Reconcile hook reports (reconcile).
 func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 	return &ReconcileRequiredError{
 		Method:         c.method,
@@ -47,6 +50,7 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		KeyGenerated:   c.key.generated,
 		Attempts:       c.attempt,
 		Phase:          c.phase,
+		At:             c.p.clock.Now(),
 		Cause:          cause,
 		resolve:        c.resolver(),
 	}
@@ -56,6 +60,7 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 // ledger's uncertain claim on it, or, without a ledger, update the
 // Transport's memory. Nil when nothing is held under a key of the call.
 func (c *call) resolver() func(ctx context.Context, applied bool) error {
+	keys, clock := &c.t.keys, c.p.clock
 	switch {
 	case c.ledgerKey != "":
 		l, key, token := c.p.ledger, c.ledgerKey, c.ledgerToken
@@ -68,16 +73,22 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 		return func(ctx context.Context, applied bool) error {
 			ctx, cancel := ledgerStepContext(ctx)
 			defer cancel()
+			var err error
 			if applied {
-				return l.Complete(ctx, key, token, nil)
+				err = l.Complete(ctx, key, token, nil)
+			} else {
+				err = l.Release(ctx, key, token)
 			}
-			return l.Release(ctx, key, token)
+			if err == nil {
+				keys.forget(key) // what was kept to describe the uncertain call
+			}
+			return err
 		}
 	case c.memoized:
-		keys, key, clock := &c.t.keys, c.memo(), c.p.clock
+		key := c.memo()
 		return func(_ context.Context, applied bool) error {
 			if applied {
-				keys.remember(key, true, clock.Now())
+				keys.remember(key, keyMemo{applied: true}, clock.Now())
 			} else {
 				keys.forget(key)
 			}
@@ -88,14 +99,44 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 }
 
 // refuseUncertain returns a reconcile error about an earlier call under
-// the key, without asking the Reconciler (that call's own reconciliation
-// was the time to ask), and reports it.
-func (c *call) refuseUncertain(cause error) *ReconcileRequiredError {
-	e := c.reconcileError(cause)
+// the key, whose write was left uncertain: this call sent nothing. The
+// Reconciler is not asked (that call's own reconciliation was the time to
+// ask); the Reconcile hook reports it.
+func (c *call) refuseUncertain() *ReconcileRequiredError {
+	e := c.reconcileError(ErrEarlierUncertain)
+	e.Earlier, e.scope = true, boundedScope(c.scopeName())
+	e.Attempts, e.Phase, e.At = c.earlier.attempts, c.earlier.phase, c.earlier.at // zero: unknown
 	if h := c.t.Hooks.Reconcile; h != nil {
 		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
 	}
 	return e
+}
+
+// refuseApplied refuses a call under a key that an earlier call applied,
+// when no result of it is kept to replay.
+func (c *call) refuseApplied(v decide.Verdict) error {
+	c.giveUp(ErrAlreadyApplied, v)
+	return &RetryError{Reason: ErrAlreadyApplied, about: c.about()}
+}
+
+// about names the call's request and key, for a refusal under the key:
+// the method, the URL without credentials, the key and its scope. The key
+// is at most 255 bytes (a longer one is refused before), and the scope is
+// cut to maxScopeInError bytes.
+func (c *call) about() string {
+	return c.method + " " + c.redactedURL() + ", idempotency key " + strconv.Quote(c.key.value) + " in scope " + boundedScope(c.scopeName())
+}
+
+// maxScopeInError bounds a scope named in an error: a Scope function may
+// return a long name.
+const maxScopeInError = 128
+
+// boundedScope returns scope cut to maxScopeInError bytes, marked when cut.
+func boundedScope(scope string) string {
+	if len(scope) > maxScopeInError {
+		return strings.ToValidUTF8(scope[:maxScopeInError], "") + "…"
+	}
+	return scope
 }
 
 // The answers a reconciliation reports (ReconcileInfo.Resolution).

@@ -104,11 +104,10 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 
 	// The reconciliation completed the key, but the lookup's response is not
 	// the write's own answer: it is not replayed as if it were. A later call
-	// under the key is not sent; it is asked to reconcile.
+	// under the key is not sent; it is told the write was applied.
 	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
-	var rec *ReconcileRequiredError
-	require.ErrorAsf(t, err, &rec, "again: got %v, want a *ReconcileRequiredError", err)
-	assert.ErrorIsf(t, err, ErrResultNotStored, "again: got %v, want cause ErrResultNotStored", err)
+	assert.ErrorIsf(t, err, ErrAlreadyApplied, "again: got %v, want ErrAlreadyApplied", err)
+	assert.NotErrorIsf(t, err, ErrReconcileRequired, "again: got %v: the write is known applied, not uncertain", err)
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 }
 

@@ -131,7 +131,7 @@ type Transport struct {
 	// MaxStoredBody bounds the response body recorded for the Ledger as the
 	// result of a completed key. A longer body is returned to the caller
 	// whole, but not stored: a later call under the key gets a
-	// *ReconcileRequiredError (cause ErrResultNotStored) rather than a
+	// error matching ErrAlreadyApplied rather than a
 	// replay. Zero means 64 KiB. The headers stored are bounded too, to 100
 	// values and 32 KiB: a response with more is not stored either.
 	MaxStoredBody int64
