@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/retryfuse/retryfuse"
+)
+
+// instantBase answers every request at once with 200 and no body: no
+// network, no connection, so that what a client adds over it is the
+// library's own work alone. Like a real base, it allocates the response.
+type instantBase struct{}
+
+func (instantBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Body: http.NoBody, Request: req}, nil
+}
+
+// instantClient is one configuration over instantBase: a RoundTripper
+// called directly, without http.Client, whose work is the library's only.
+type instantClient struct {
+	name string
+	rt   http.RoundTripper
+}
+
+// instantClients are the configurations of the own-cost table, bare
+// first. The retrying ones make at most 3 attempts.
+func instantClients(tb testing.TB) []instantClient {
+	budget := &retryfuse.RatioBudget{}
+	br, err := retryfuse.NewBreaker(retryfuse.BreakerSettings{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gated := &retryfuse.Transport{Base: instantBase{}, Budget: budget, Breaker: br, Hooks: retryfuse.Hooks{
+		AttemptStart: func(retryfuse.AttemptStartInfo) {},
+		AttemptDone:  func(retryfuse.AttemptDoneInfo) {},
+	}}
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = &http.Client{Transport: instantBase{}}
+	rc.RetryMax = 2
+	rc.Logger = nil
+	return []instantClient{
+		{"bare", instantBase{}},
+		{"retryfuse", &retryfuse.Transport{Base: instantBase{}}},
+		{"retryfuse-timeout", &retryfuse.Transport{Base: instantBase{}, AttemptTimeout: 300 * time.Millisecond}},
+		{"retryfuse-gated", gated},
+		{"retryablehttp", &retryablehttp.RoundTripper{Client: rc}},
+		{"failsafe", failsafehttp.NewRoundTripper(instantBase{}, failsafehttp.NewRetryPolicyBuilder().WithMaxAttempts(3).Build())},
+	}
+}
+
+// instantCall makes one GET through rt and closes the response's body.
+func instantCall(tb testing.TB, rt http.RoundTripper, req *http.Request) {
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("status %d, want 200", resp.StatusCode)
+	}
+	_ = resp.Body.Close()
+}
+
+// instantBlock is how many calls of one client are timed together, so
+// that reading the clock costs a call nothing measurable.
+const instantBlock = 200
+
+// BenchmarkInstantGET gives each client's own cost per successful GET over
+// instantBase: blocks of instantBlock calls of each client, in an order
+// that rotates each iteration, so that the machine's drift meets every
+// client alike. It reports each client's time per call (name-ns/call) and
+// its cost over the bare base (name-own-ns), which is the library's.
+func BenchmarkInstantGET(b *testing.B) {
+	cs := instantClients(b)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/items", nil)
+	for _, c := range cs {
+		instantCall(b, c.rt, req) // first use: settings resolved, scopes made
+	}
+	total := make([]time.Duration, len(cs))
+	iter := 0
+	for b.Loop() {
+		for k := range cs {
+			i := (iter + k) % len(cs)
+			t0 := time.Now()
+			for range instantBlock {
+				instantCall(b, cs[i].rt, req)
+			}
+			total[i] += time.Since(t0)
+		}
+		iter++
+	}
+	n := float64(iter * instantBlock)
+	bare := float64(total[0].Nanoseconds()) / n
+	for i, c := range cs {
+		per := float64(total[i].Nanoseconds()) / n
+		b.ReportMetric(per, c.name+"-ns/call")
+		if i > 0 {
+			b.ReportMetric(per-bare, c.name+"-own-ns")
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkInstantGETAllocs gives each client's bytes and allocations per
+// GET over instantBase, the base's own response included (one
+// allocation, alike for every client).
+func BenchmarkInstantGETAllocs(b *testing.B) {
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/items", nil)
+	for _, c := range instantClients(b) {
+		b.Run(c.name, func(b *testing.B) {
+			instantCall(b, c.rt, req)
+			b.ReportAllocs()
+			for b.Loop() {
+				instantCall(b, c.rt, req)
+			}
+		})
+	}
+}
