@@ -142,15 +142,22 @@ func toAny(s []string) []any {
 	return out
 }
 
-// dur prints a duration briefly.
+// dur prints a duration briefly: seconds to two decimals from 1s, whole
+// milliseconds from 10ms, tenths of a millisecond from 1ms, whole
+// microseconds below (a loopback answer takes tens of them), and
+// nanoseconds below a microsecond.
 func dur(d time.Duration) string {
 	switch {
 	case d >= time.Second:
 		return fmt.Sprintf("%.2fs", d.Seconds())
 	case d >= 10*time.Millisecond:
 		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	case d >= time.Microsecond:
+		return d.Round(time.Microsecond).String()
 	}
-	return d.Round(100 * time.Microsecond).String()
+	return d.String()
 }
 
 // at prints a time from the start, or "never".

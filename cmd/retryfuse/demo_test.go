@@ -103,6 +103,11 @@ func TestDemo(t *testing.T) {
 			assert.Less(t, side.P99, tailSlowFor, "%s: p99 below the held requests' time", name)
 		}
 		assertRow(t, out, "extra requests", pct(h.Plain.Extra(h.Calls)), pct(h.Fixed.Extra(h.Calls)), pct(h.Derived.Extra(h.Calls)))
+		// A loopback answer takes microseconds: the p50 row shows them.
+		assertRow(t, out, "p50 latency", dur(h.Plain.P50), dur(h.Fixed.P50), dur(h.Derived.P50))
+		for name, side := range map[string]tailSide{"plain": h.Plain, "fixed": h.Fixed, "derived": h.Derived} {
+			assert.NotEqual(t, "0s", dur(side.P50), "%s: p50 printed as %s", name, side.P50)
+		}
 	})
 }
 
