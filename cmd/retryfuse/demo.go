@@ -44,7 +44,7 @@ type demoConfig struct {
 func defaultDemoConfig() demoConfig {
 	return demoConfig{
 		callers:     100,
-		deadline:    2 * time.Second,
+		deadline:    time.Second,
 		openTimeout: 200 * time.Millisecond,
 		downFor:     500 * time.Millisecond,
 		runFor:      time.Second,

@@ -26,8 +26,10 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.row("callers that got the 503 back", s.PlainGot503, s.FuseGot503)
 	t.row("time until every caller had an answer", dur(s.PlainElapsed), dur(s.FuseElapsed))
 	b := s.FuseBudget
-	t.note("retryfuse's per-host ratio budget (Snapshot): %d requests, %d retries granted, %d refused, %.1f available",
-		b.Requests, b.Retries, b.Refused, b.Available)
+	t.note("retryfuse's per-host ratio budget (Snapshot): %d calls recorded (one first attempt each),", b.Requests)
+	t.note("%d retries granted, %d retries refused, %.1f retries available now", b.Retries, b.Refused, b.Available)
+	t.note("retryfuse sent %d first attempts + %d retries = %d requests; the dependency counted %d of them",
+		b.Requests, b.Retries, b.Requests+b.Retries, s.FuseSent)
 
 	l := r.Lost
 	t.section(fmt.Sprintf("2. Lost response: a keyed POST; the server applies it, then stalls past the %s attempt timeout", lostAttemptTimeout))
@@ -142,15 +144,22 @@ func toAny(s []string) []any {
 	return out
 }
 
-// dur prints a duration briefly.
+// dur prints a duration briefly: seconds to two decimals from 1s, whole
+// milliseconds from 10ms, tenths of a millisecond from 1ms, whole
+// microseconds below (a loopback answer takes tens of them), and
+// nanoseconds below a microsecond.
 func dur(d time.Duration) string {
 	switch {
 	case d >= time.Second:
 		return fmt.Sprintf("%.2fs", d.Seconds())
 	case d >= 10*time.Millisecond:
 		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	case d >= time.Microsecond:
+		return d.Round(time.Microsecond).String()
 	}
-	return d.Round(100 * time.Microsecond).String()
+	return d.String()
 }
 
 // at prints a time from the start, or "never".

@@ -17,7 +17,7 @@ import (
 // at once but for one request in every tailSlowEvery (at a seeded random
 // place in each run of tailSlowEvery: exactly 5%), which it holds.
 const (
-	tailCalls      = 400
+	tailCalls      = 200
 	tailSlowEvery  = 20
 	tailSlowFor    = 200 * time.Millisecond
 	tailHedgeDelay = 20 * time.Millisecond

@@ -43,6 +43,13 @@ func TestDemo(t *testing.T) {
 		assertRow(t, out, "callers that got the 503 back", s.PlainGot503, s.FuseGot503)
 		assertRow(t, out, "requests the dependency received", s.PlainSent, s.FuseSent)
 		assertRow(t, out, "requests per caller (amplification)", fmt.Sprintf("%.2f", s.PlainPerCaller()), fmt.Sprintf("%.2f", s.FusePerCaller()))
+		// The Snapshot counts calls (first attempts) and retries apart; the
+		// dependency counts every request. The table says which is which.
+		b := s.FuseBudget
+		assertLine(t, out, fmt.Sprintf("(Snapshot): %d calls recorded (one first attempt each),", b.Requests))
+		assertLine(t, out, fmt.Sprintf("%d retries granted, %d retries refused,", b.Retries, b.Refused))
+		assertLine(t, out, fmt.Sprintf("retryfuse sent %d first attempts + %d retries = %d requests; the dependency counted %d of them",
+			b.Requests, b.Retries, b.Requests+b.Retries, s.FuseSent))
 	})
 
 	t.Run("lost response", func(t *testing.T) {
@@ -103,6 +110,11 @@ func TestDemo(t *testing.T) {
 			assert.Less(t, side.P99, tailSlowFor, "%s: p99 below the held requests' time", name)
 		}
 		assertRow(t, out, "extra requests", pct(h.Plain.Extra(h.Calls)), pct(h.Fixed.Extra(h.Calls)), pct(h.Derived.Extra(h.Calls)))
+		// A loopback answer takes microseconds: the p50 row shows them.
+		assertRow(t, out, "p50 latency", dur(h.Plain.P50), dur(h.Fixed.P50), dur(h.Derived.P50))
+		for name, side := range map[string]tailSide{"plain": h.Plain, "fixed": h.Fixed, "derived": h.Derived} {
+			assert.NotEqual(t, "0s", dur(side.P50), "%s: p50 printed as %s", name, side.P50)
+		}
 	})
 }
 
@@ -122,6 +134,17 @@ func assertRow(t *testing.T, out, label string, want ...any) {
 		return
 	}
 	t.Errorf("no row %q in the table", label)
+}
+
+// assertLine checks that a line of the table contains want.
+func assertLine(t *testing.T, out, want string) {
+	t.Helper()
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, want) {
+			return
+		}
+	}
+	t.Errorf("no line with %q in the table", want)
 }
 
 func TestDemoServerCannotStart(t *testing.T) {
