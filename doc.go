@@ -73,9 +73,12 @@
 // cancellation strikes after a write, both errors.As(err, &rec) and
 // errors.Is(err, context.DeadlineExceeded) (or context.Canceled) hold.
 // Set the end-to-end deadline on the request's context rather than with
-// http.Client.Timeout: when that timer strikes, http.Client replaces the
-// transport's error with its own, and a *ReconcileRequiredError can no
-// longer be found in it.
+// http.Client.Timeout: http.Client runs a timer of its own for that
+// deadline, and when its timer goroutine runs before RoundTrip returns
+// (a race the Transport cannot win: both see the same instant), it
+// replaces the transport's error with a text-only one, in which a
+// *ReconcileRequiredError can no longer be found. The key is held either
+// way: the next call under it is still refused, with the reconcile error.
 //
 // Each sentinel survives the *url.Error wrapping of http.Client, and the
 // error of the last attempt stays reachable through errors.Is and
