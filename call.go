@@ -32,9 +32,9 @@ type call struct {
 	url    string      // redacted, computed on first use
 	scope  string      // the dependency, for the breaker and the ledger; see scopeName
 	budget Budget
-	lim    *limits // the scope's rate limiter, bulkhead and latencies; see limits
-	w      *wire   // what outlives the call; the rest of it stays on the stack
-	copied bool    // w.first and w.firstCloser are taken
+	st     *scopeRecord // the scope's record; see scopeRecord
+	w      *wire       // what outlives the call; the rest of it stays on the stack
+	copied bool        // w.first and w.firstCloser are taken
 
 	attempt  int // attempts made
 	resent   int // requests the base re-sent by itself within them

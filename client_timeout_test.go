@@ -110,7 +110,8 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 				_, err = client.Do(newKeyedPOST(t, testCtx(t), srv.URL, key, "pay 42"))
 				rec = reconcileErrOf(t, err, key)
 				assert.ErrorIs(t, err, ErrEarlierUncertain, "next call")
-				assert.Equal(t, 0, rec.Attempts, "next call: attempts made")
+				assert.True(t, rec.Earlier, "next call: refused because of the first")
+				assert.Equal(t, 1, rec.Attempts, "next call: the first call's attempts")
 				assert.Equal(t, 1, srv.count(), "next call: not sent")
 
 				// The next call's error resolves the key: the order was
@@ -118,8 +119,7 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 				// still not sent.
 				require.NoError(t, rec.Resolve(testCtx(t), true), "Resolve")
 				_, err = client.Do(newKeyedPOST(t, testCtx(t), srv.URL, key, "pay 42"))
-				reconcileErrOf(t, err, key)
-				assert.ErrorIs(t, err, ErrResultNotStored, "after Resolve")
+				assert.ErrorIs(t, err, ErrAlreadyApplied, "after Resolve")
 				assert.Equal(t, 1, srv.count(), "after Resolve: not sent")
 			})
 		}

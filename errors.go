@@ -128,54 +128,6 @@ func declined(msg string) error { return &declinedError{msg} }
 func (e *declinedError) Error() string { return e.msg }
 func (e *declinedError) Unwrap() error { return ErrDeclined }
 
-// The sentinels behind *BulkheadFullError and *RateLimitError, so that
-// ReasonName names them.
-var (
-	errBulkheadFull = declined("retryfuse: bulkhead full")
-	errRateLimited  = declined("retryfuse: rate limited")
-)
-
-// BulkheadFullError is returned when the bulkhead of the request's scope
-// (Transport.MaxInFlight) had no slot for an attempt, and its queue
-// (MaxQueued) no room or no time: the attempt was not sent.
-// errors.Is(err, ErrDeclined) holds.
-type BulkheadFullError struct {
-	Scope       string
-	MaxInFlight int
-	// QueueWait is how long the attempt waited in the queue before it gave
-	// up; zero when the queue was full too.
-	QueueWait time.Duration
-}
-
-func (e *BulkheadFullError) Error() string {
-	s := "retryfuse: bulkhead full: " + counted(e.MaxInFlight, "attempt") + " in flight to " + e.Scope
-	if e.QueueWait > 0 {
-		s += " (waited " + e.QueueWait.String() + " in the queue)"
-	}
-	return s
-}
-
-// Unwrap makes errors.Is match ErrDeclined.
-func (e *BulkheadFullError) Unwrap() error { return errBulkheadFull }
-
-// RateLimitError is returned when the rate limiter of the request's scope
-// (Transport.RateLimit) would have made an attempt wait past MaxLimitWait
-// or the caller's deadline: the attempt was not sent, and no token was
-// taken. errors.Is(err, ErrDeclined) holds.
-type RateLimitError struct {
-	Scope string
-	// RetryAfter is how long until the limiter would admit the attempt,
-	// as it stood when the attempt was refused.
-	RetryAfter time.Duration
-}
-
-func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("retryfuse: rate limited: %s admits the next attempt in %s", e.Scope, e.RetryAfter)
-}
-
-// Unwrap makes errors.Is match ErrDeclined.
-func (e *RateLimitError) Unwrap() error { return errRateLimited }
-
 // RetryError is returned when a call stops without a response to give back.
 // Reason is one of the sentinel errors above (ErrAttemptsExhausted,
 // ErrBudgetExhausted, ErrNotRepeatable, ...); Last is the error of the last

@@ -2,26 +2,44 @@ package retryfuse
 
 import (
 	"context"
-	"time"
-
-	"github.com/retryfuse/retryfuse/decide"
 )
 
-// This file holds the gates an attempt passes besides the decision core:
-// the shared retry budget, and (when configured) the breaker and the key
-// ledger. Each gate's refusal is reported as itself, never relabelled as
-// evidence of another.
+// This file is the retry budget as a call meets it: the first attempt is
+// counted, and every retry (and every re-send of the base) takes a token.
+// A refusal is reported as itself, never relabelled as evidence about the
+// dependency. The other gates an attempt passes are admission's
+// (admission.go) and the key ledger's (ledger_gate.go).
 
-// recordRequest resolves the call's scope and budget and tells the budget
-// of the call's first attempt.
+// recordRequest finds the call's budget — the Transport's shared one, or
+// its scope's — and tells it of the call's first attempt.
 func (c *call) recordRequest() error {
-	b, err := c.t.budget(c.req, c.scopeName)
-	if err != nil {
-		return err
+	b := c.p.budget
+	if b == nil {
+		st, err := c.scopeRecord()
+		if err != nil {
+			return err
+		}
+		b = st.budget
 	}
 	c.budget = b
 	b.RecordRequest(c.budgetContext())
 	return nil
+}
+
+// scopeRecord returns the record of the call's scope (scopes.go), found on
+// first use: once per call, whichever gate asks first.
+func (c *call) scopeRecord() (*scopeRecord, error) {
+	if c.st == nil {
+		st, err := c.t.scopes.find(c.req, c.p)
+		if err != nil {
+			return nil, err
+		}
+		c.st = st
+		if c.scope == "" {
+			c.scope = st.name // named once, for the breaker and the ledger too
+		}
+	}
+	return c.st, nil
 }
 
 // allowRetry asks the budget for one retry. When the budget cannot
@@ -54,55 +72,3 @@ func (c *call) chargeResends(n int) {
 // budgetContext is the caller's context without the retry-ownership mark.
 func (c *call) budgetContext() context.Context { return c.req.Context() }
 
-// admit asks the breaker, if any, to let the next attempt through.
-func (c *call) admit() (breakerTicket, error) {
-	b := c.p.breaker
-	if b == nil {
-		return breakerTicket{}, nil
-	}
-	ticket, change, err := b.allow(c.scopeName(), c.p.clock.Now())
-	c.breakerChanged(change)
-	return ticket, err
-}
-
-// openThrough reports the breaker's refusal, if any, of an attempt that
-// would start at t: the scope is open and stays open until then. It
-// changes nothing: the breaker admits the attempt (admit) once the wait is
-// over, for the scope may open during the wait.
-func (c *call) openThrough(t time.Time) error {
-	if c.p.breaker == nil {
-		return nil
-	}
-	return c.p.breaker.openUntil(c.scopeName(), t)
-}
-
-// observe feeds an attempt's result to the breaker: only what the
-// dependency did counts. The caller's cancellation, an error of the
-// caller's body, and local errors that are not transient say nothing about
-// the dependency's health.
-func (c *call) observe(ticket breakerTicket, a attempt) {
-	if c.p.breaker == nil {
-		return
-	}
-	var (
-		o     = observeIgnore
-		cause error
-		now   = c.p.clock.Now()
-	)
-	switch {
-	case a.ignored:
-	case a.resp != nil && a.retryable:
-		o, cause = observeFailure, statusError(a.resp, now)
-	case a.resp != nil:
-		o = observeSuccess
-	case a.retryable || a.outcome == decide.OutcomeTimeout || a.outcome == decide.OutcomeUnknown:
-		o, cause = observeFailure, a.err
-	}
-	c.breakerChanged(ticket.done(o, cause, now))
-}
-
-func (c *call) breakerChanged(change BreakerChangeInfo) {
-	if change.To != 0 {
-		emit(c.t.Hooks.BreakerChange, change)
-	}
-}

@@ -47,8 +47,8 @@ func (c *call) hedges() bool {
 // when no hedge is to be sent (no estimate yet and no HedgeDelay).
 func (c *call) hedgeDelay() (time.Duration, bool) {
 	h := &c.p.hedge
-	if h.quantile > 0 {
-		if d, ok := c.limits().latency.quantile(h.quantile); ok {
+	if l := c.limits(); h.quantile > 0 && l != nil {
+		if d, ok := l.latency.quantile(h.quantile); ok {
 			if h.delay > 0 {
 				// HedgeDelay bounds the estimate: a few slow answers
 				// recorded never make hedging later than configured.
@@ -171,9 +171,9 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			}
 			a := c.finish(b.f, b.resp, b.err)
 			c.leave(b.ps, a)
-			if !a.ignored {
+			if l := c.limits(); l != nil && !a.ignored {
 				// Only the dependency's own doing tells its latency.
-				c.lim.latency.observe(b.took)
+				l.latency.observe(b.took)
 			}
 			if !a.retryable || a.outcome == decide.OutcomeSuccess {
 				winner, won = a, true
@@ -209,27 +209,6 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 		drain(a.resp, 0)
 	}
 	return winner, nil
-}
-
-// enterHedge admits a hedge: attempts left, the caller still waiting, the
-// budget's retry, then the breaker, the rate limiter and the bulkhead
-// without waiting. The gates are asked first whether they would refuse,
-// taking nothing, so that a hedge they refuse takes no retry from the
-// budget (as schedule spends none on a retry that will not be sent).
-func (c *call) enterHedge() (pass, error) {
-	if c.attempt+c.resent >= c.p.maxAttempts {
-		return pass{}, ErrAttemptsExhausted
-	}
-	if err := c.ctx.Err(); err != nil {
-		return pass{}, err
-	}
-	if err := c.wouldRefuseHedge(); err != nil {
-		return pass{}, err
-	}
-	if c.budget != nil && !c.allowRetry() {
-		return pass{}, ErrBudgetExhausted
-	}
-	return c.enter(true)
 }
 
 // cancelBranches cancels the branches still in flight.

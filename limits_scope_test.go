@@ -5,35 +5,39 @@ import (
 	"testing"
 )
 
-// The limits found last by host answer only for that host, and never once
-// dropped: a scope whose limits were dropped at MaxScopes gets new ones,
-// however they were dropped.
-func TestScopeLimitsFoundLastAreTheScopesOwn(t *testing.T) {
-	p := &policy{maxScopes: 1, maxInFlight: 1, clock: newFakeClock()}
-	var s scopeLimits
-	limitsOf := func(u string) *limits {
+// The record found last by host answers only for that host, and never once
+// dropped: a scope whose record was dropped at MaxScopes gets a new one,
+// however it was dropped.
+func TestScopeRecordFoundLastIsTheScopesOwn(t *testing.T) {
+	p := &policy{maxScopes: 1, maxInFlight: 1, clock: newFakeClock(), budget: UnlimitedBudget()}
+	var s scopes
+	recordOf := func(u string) *scopeRecord {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, u, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.forRequest(req, func() string { return hostScope(req) }, p)
+		st, err := s.find(req, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
 	}
-	a := limitsOf("http://a.test/x")
-	if got := limitsOf("http://a.test:80/y"); got != a {
-		t.Error("http://a.test and http://a.test:80, one scope, got two limits")
+	a := recordOf("http://a.test/x")
+	if got := recordOf("http://a.test:80/y"); got != a {
+		t.Error("http://a.test and http://a.test:80, one scope, got two record")
 	}
-	b := limitsOf("http://b.test/") // a is idle: dropped to make room
-	if b == a || limitsOf("http://b.test/z") != b {
-		t.Fatal("b's limits are not b's own")
+	b := recordOf("http://b.test/") // a is idle: dropped to make room
+	if b == a || recordOf("http://b.test/z") != b {
+		t.Fatal("b's record are not b's own")
 	}
-	if got := limitsOf("http://a.test/"); got == a {
-		t.Error("a's dropped limits were found again")
+	if got := recordOf("http://a.test/"); got == a {
+		t.Error("a's dropped record were found again")
 	}
 	// Dropped by a scope found by name (a custom Scope): forgotten too.
-	c := limitsOf("http://c.test/")
-	s.get("named", p)
-	if got := limitsOf("http://c.test/"); got == c {
-		t.Error("c's limits, dropped for a named scope, were found again")
+	c := recordOf("http://c.test/")
+	recordNamed(&s, "named", p)
+	if got := recordOf("http://c.test/"); got == c {
+		t.Error("c's record, dropped for a named scope, were found again")
 	}
 }

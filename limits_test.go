@@ -342,50 +342,50 @@ func TestBulkheadKeptWhileInFlight(t *testing.T) {
 func TestScopeLimitsEviction(t *testing.T) {
 	clk := newFakeClock()
 	p := &policy{maxScopes: 2, maxInFlight: 1, rateLimit: 1, rateBurst: 1, clock: clk}
-	var s scopeLimits
+	var s scopes
 	has := func(scopes ...string) {
 		t.Helper()
 		var got []string
 		for k := range s.m {
-			got = append(got, k)
+			got = append(got, k.scope)
 		}
 		slices.Sort(got)
 		if !slices.Equal(got, scopes) {
 			t.Errorf("scopes kept: got %v, want %v", got, scopes)
 		}
 	}
-	a, b := s.get("a", p), s.get("b", p)
+	a, b := recordNamed(&s, "a", p), recordNamed(&s, "b", p)
 	if !a.bulkhead.tryAcquire() {
 		t.Fatal("a's slot was taken")
 	}
 	b.rate.ReserveN(clk.Now(), 1) // b's bucket owes a token: something to forget
 
-	c := s.get("c", p) // a is busy: b goes, its debt forgotten
+	c := recordNamed(&s, "c", p) // a is busy: b goes, its debt forgotten
 	has("a", "c")
 	if !c.bulkhead.tryAcquire() {
 		t.Fatal("c's slot was taken")
 	}
-	s.get("d", p) // every scope busy: none goes
+	recordNamed(&s, "d", p) // every scope busy: none goes
 	has("a", "c", "d")
 
 	a.bulkhead.release()
 	a.rate.ReserveN(clk.Now(), 1)
 	// Back within the bound: d, with nothing to forget, goes first, then
 	// a, idle but owing a token; c, busy, stays.
-	s.get("e", p)
+	recordNamed(&s, "e", p)
 	has("c", "e")
-	if got := s.get("c", p); got != c {
+	if got := recordNamed(&s, "c", p); got != c {
 		t.Error("c's limits were replaced")
 	}
 
 	// Between two idle scopes, the one with nothing to forget goes.
 	for range 20 { // map order varies: try it often
-		var s2 scopeLimits
-		x := s2.get("x", p)
+		var s2 scopes
+		x := recordNamed(&s2, "x", p)
 		x.rate.ReserveN(clk.Now(), 1)
-		s2.get("y", p)
-		s2.get("z", p)
-		if _, ok := s2.m["x"]; !ok {
+		recordNamed(&s2, "y", p)
+		recordNamed(&s2, "z", p)
+		if _, ok := s2.m[hostKey{scope: "x"}]; !ok {
 			t.Fatal("x, owing a token, was dropped before y, full")
 		}
 	}

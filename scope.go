@@ -3,8 +3,6 @@ package retryfuse
 import (
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 )
 
 // hostScope is the default scope of a request: its scheme, host and port,
@@ -52,24 +50,9 @@ func hostScopeWith(req *http.Request, sep, suffix string) string {
 	return b.String()
 }
 
-// budgets keeps one Budget per scope, created on first use, at most max of
-// them. When full, an arbitrary scope's budget is dropped to make room: a
-// fresh budget for a scope that returns is the cost of the bound.
-type budgets struct {
-	last atomic.Pointer[scopedBudget] // the budget found or made last (in m, or just dropped from it), read without the lock
-	mu   sync.Mutex
-	m    map[hostKey]*scopedBudget
-}
-
-// scopedBudget is a scope's budget with its key.
-type scopedBudget struct {
-	key hostKey
-	b   Budget
-}
-
 // hostKey identifies a scope: by the request's scheme and host (as
-// written in its URL) for the default scope, so that finding a budget
-// builds no string; by name for a custom Scope.
+// written in its URL) for the default scope, so that finding its record
+// (scopes.go) builds no string; by name for a custom Scope.
 type hostKey struct{ scheme, host, scope string }
 
 // hostKeyOf is the key of req's default scope; req.URL is not nil.
@@ -79,7 +62,7 @@ func hostKeyOf(req *http.Request) hostKey {
 
 // withoutDefaultPort returns host without the scheme's default port
 // (":80" for http, ":443" for https), so that "h" and "h:80" find the same
-// budget, as hostScope names them both "http://h:80". It slices host and
+// record, as hostScope names them both "http://h:80". It slices host and
 // builds no string.
 func withoutDefaultPort(scheme, host string) string {
 	var port string
@@ -95,47 +78,4 @@ func withoutDefaultPort(scheme, host string) string {
 		return host[:len(host)-len(port)]
 	}
 	return host
-}
-
-// get returns the budget of scope k, creating it with p.newBudget on first
-// use, on p's clock; it keeps at most p.maxScopes.
-//
-// Most Transports call one dependency, so the budget found last is kept
-// apart and read first without the lock: most calls then touch neither
-// the lock nor the map (which costs more than its instructions suggest:
-// between two calls, the memory behind them has gone cold).
-func (b *budgets) get(k hostKey, scope func() string, p *policy) (Budget, error) {
-	if l := b.last.Load(); l != nil && l.key == k {
-		return l.b, nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if sb, ok := b.m[k]; ok {
-		b.last.Store(sb)
-		return sb.b, nil
-	}
-	// Created under the lock, so that a scope's budget is created once: a
-	// factory that keeps what it creates (to read Snapshots) sees exactly
-	// the budgets in use.
-	bud, err := p.newBudget(scope())
-	if err != nil {
-		return nil, err
-	}
-	if bud == nil {
-		bud = unlimitedBudget{}
-	}
-	bud = budgetOn(bud, p.clock)
-	if b.m == nil {
-		b.m = make(map[hostKey]*scopedBudget)
-	}
-	if len(b.m) >= p.maxScopes {
-		for k := range b.m {
-			delete(b.m, k)
-			break
-		}
-	}
-	sb := &scopedBudget{key: k, b: bud}
-	b.m[k] = sb
-	b.last.Store(sb)
-	return bud, nil
 }

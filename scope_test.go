@@ -40,7 +40,7 @@ func TestNewBudgetCalledOncePerScope(t *testing.T) {
 	got := make([]Budget, 64)
 	for i := range got {
 		wg.Go(func() {
-			b, err := tr.budget(req, func() string { return hostScope(req) })
+			b, err := budgetOf(tr, req)
 			if err != nil {
 				t.Error(err)
 			}
@@ -64,11 +64,11 @@ func TestBudgetScopesBounded(t *testing.T) {
 	tr.setup()
 	for i := range 20 {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://h%d.test/", i), nil)
-		if _, err := tr.budget(req, func() string { return hostScope(req) }); err != nil {
+		if _, err := budgetOf(tr, req); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := len(tr.budgets.m); n > 4 {
+	if n := len(tr.scopes.m); n > 4 {
 		t.Errorf("budgets kept: got %d, want at most 4", n)
 	}
 }
@@ -118,7 +118,7 @@ func TestBudgetFoundLastIsItsScopesOwn(t *testing.T) {
 	budgetOf := func(u string) Budget {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, u, nil)
-		b, err := tr.budget(req, func() string { return hostScope(req) })
+		b, err := budgetOf(tr, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,11 +135,35 @@ func TestBudgetFoundLastIsItsScopesOwn(t *testing.T) {
 	}
 	budgetOf("http://c.test/") // drops a or b
 	dropped := "http://a.test/"
-	if _, ok := tr.budgets.m[hostKey{scheme: "http", host: "a.test"}]; ok {
+	if _, ok := tr.scopes.m[hostKey{scheme: "http", host: "a.test"}]; ok {
 		dropped = "http://b.test/"
 	}
 	before := budgetOf(dropped)
 	if before == a || before == b || len(made) != 4 {
 		t.Errorf("a scope dropped at MaxScopes kept its old budget (NewBudget calls %v)", made)
 	}
+}
+
+// budgetOf returns the budget of req's scope in tr's records.
+func budgetOf(tr *Transport, req *http.Request) (Budget, error) {
+	st, err := tr.scopes.find(req, &tr.p)
+	if err != nil {
+		return nil, err
+	}
+	return st.budget, nil
+}
+
+// recordNamed returns the record of the scope named name in s, as a
+// custom Scope names it.
+func recordNamed(s *scopes, name string, p *policy) *scopeRecord {
+	q := *p
+	q.scope = func(*http.Request) string { return name }
+	if q.budget == nil && q.newBudget == nil {
+		q.budget = UnlimitedBudget()
+	}
+	st, err := s.find(&http.Request{}, &q)
+	if err != nil {
+		panic(err)
+	}
+	return st
 }

@@ -146,14 +146,15 @@ type Transport struct {
 	// ("https://api.example.com:443").
 	Scope func(*http.Request) string
 
-	// MaxScopes bounds the per-scope budgets kept, and the per-scope
-	// limits (rate limiters, bulkheads, latency estimates; the breaker has
-	// its own bound, BreakerSettings.MaxScopes). When it is reached, the
-	// budget of an arbitrary scope is dropped to make room, and that scope
-	// gets a fresh budget when it returns; the limits of a scope with no
-	// attempt in flight are dropped likewise (a bulkhead in use is never
-	// dropped, so while every scope has attempts in flight the limits may
-	// exceed the bound by as many scopes). Zero means 1024.
+	// MaxScopes bounds the scopes whose state the Transport keeps: each
+	// scope's budget (unless Budget is shared), rate limiter, bulkhead and
+	// latency estimate, in one record per scope (the breaker has its own
+	// bound, BreakerSettings.MaxScopes). When it is reached, the record of
+	// a scope with no attempt in flight is dropped to make room (one with
+	// nothing to forget first), and that scope starts afresh when it
+	// returns. A scope with attempts in flight or queued is never dropped,
+	// so while every scope is busy the records may exceed the bound by as
+	// many scopes. Zero means 1024.
 	MaxScopes int
 
 	// MaxHedges, when above zero, hedges requests for tail latency: when
@@ -266,8 +267,7 @@ type Transport struct {
 	once    sync.Once
 	p       policy // the settings, resolved once
 	initErr error
-	budgets budgets
-	limits  scopeLimits   // the bulkheads, rate limiters and latencies of the scopes
+	scopes  scopes        // the per-scope records: budgets, limits, latencies
 	keys    keyMemory     // without a Ledger, the keys left uncertain
 	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
 }
@@ -295,21 +295,6 @@ func (p *policy) scopeOf(req *http.Request) string {
 		return p.scope(req)
 	}
 	return hostScope(req)
-}
-
-// budget returns the retry budget of req's scope. scope computes the
-// scope's name; with the default scope it is only called when the scope's
-// budget is created, so that the common path builds no string.
-func (t *Transport) budget(req *http.Request, scope func() string) (Budget, error) {
-	p := &t.p
-	if p.budget != nil {
-		return p.budget, nil
-	}
-	if p.scope == nil && req.URL != nil {
-		return t.budgets.get(hostKeyOf(req), scope, p)
-	}
-	name := scope() // a custom Scope is user code: call it before the lock
-	return t.budgets.get(hostKey{scope: name}, func() string { return name }, p)
 }
 
 var errNilRequest = errors.New("retryfuse: nil Request")

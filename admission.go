@@ -1,0 +1,291 @@
+package retryfuse
+
+import (
+	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
+	"golang.org/x/time/rate"
+)
+
+// This file is admission: the gates an attempt passes before it is sent,
+// in the order of the stack (see Transport) — the breaker, the rate
+// limiter, the bulkhead — with a hedge's entry, the pass an admitted
+// attempt holds until it is over, and the refusals. The state they read is
+// the scope's record (scopes.go), found once per call.
+
+// pass is what an admitted attempt holds until it is over: the breaker's
+// ticket and the bulkhead's slot.
+type pass struct {
+	ticket breakerTicket
+	slot   *bulkhead // nil without a slot
+}
+
+// enter lets the next attempt through the breaker, the rate limiter and
+// the bulkhead, in that order. A hedge waits for none of them. A refusal
+// gives back what the gates before it granted.
+func (c *call) enter(hedge bool) (pass, error) {
+	ticket, err := c.admit()
+	if err != nil {
+		return pass{}, err
+	}
+	ps := pass{ticket: ticket}
+	if l := c.limits(); l != nil {
+		if err := c.rateLimit(l, hedge); err != nil {
+			c.leave(ps, attempt{result: result{ignored: true}})
+			return pass{}, err
+		}
+		if l.bulkhead != nil {
+			if err := c.bulkhead(l, hedge); err != nil {
+				c.leave(ps, attempt{result: result{ignored: true}})
+				return pass{}, err
+			}
+			ps.slot = l.bulkhead
+		}
+	}
+	return ps, nil
+}
+
+// leave ends an attempt's pass: the breaker hears what it showed, and its
+// bulkhead slot is free again.
+func (c *call) leave(ps pass, a attempt) {
+	if ps.slot != nil {
+		ps.slot.release()
+	}
+	c.observe(ps.ticket, a)
+}
+
+// limits returns the record of the call's scope when attempts pass
+// per-scope limits (a rate limiter, a bulkhead, the latencies of hedging),
+// nil otherwise. The call found it before its first attempt (see
+// recordRequest), or finds it now.
+func (c *call) limits() *scopeRecord {
+	if !c.p.usesLimits() {
+		return nil
+	}
+	st, _ := c.scopeRecord() // without a record (NewBudget failed), no limits apply
+	return st
+}
+
+// usesLimits reports whether attempts pass per-scope limits at all.
+func (p *policy) usesLimits() bool {
+	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0
+}
+
+// rateLimit takes a token from the scope's limiter, waiting for it when
+// that fits within MaxLimitWait and ends before the caller's deadline (a
+// wait that ends at the deadline leaves no time for the attempt; a hedge
+// never waits); otherwise it takes none and refuses with a
+// *RateLimitError.
+func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
+	if l.rate == nil {
+		return nil
+	}
+	now := c.p.clock.Now()
+	r := l.rate.ReserveN(now, 1)
+	if !r.OK() {
+		return &RateLimitError{Scope: l.name, RetryAfter: rate.InfDuration}
+	}
+	d := r.DelayFrom(now)
+	if d == 0 {
+		return nil
+	}
+	tooLong := d > c.p.maxLimitWait
+	if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(now) {
+		tooLong = true
+	}
+	if hedge || tooLong {
+		r.CancelAt(now)
+		err := &RateLimitError{Scope: l.name, RetryAfter: d}
+		if !hedge {
+			c.policyEvent(policyRateLimit, actionRejected, 0, err)
+		}
+		return err
+	}
+	if err := c.wait(d); err != nil {
+		r.CancelAt(c.p.clock.Now())
+		return err
+	}
+	c.policyEvent(policyRateLimit, actionWaited, d, nil)
+	return nil
+}
+
+// wouldRefuseHedge returns the refusal the breaker, the rate limiter or
+// the bulkhead would give a hedge now, taking nothing from any of them:
+// the scope open, no token in the limiter, no free slot. Another call may
+// take what it saw free before the hedge enters; then enter refuses it.
+func (c *call) wouldRefuseHedge() error {
+	now := c.p.clock.Now()
+	if err := c.openThrough(now); err != nil {
+		return err
+	}
+	l := c.limits()
+	if l == nil {
+		return nil
+	}
+	if l.rate != nil {
+		if tokens := l.rate.TokensAt(now); tokens < 1 {
+			wait := time.Duration((1 - tokens) / float64(l.rate.Limit()) * float64(time.Second))
+			return &RateLimitError{Scope: l.name, RetryAfter: wait}
+		}
+	}
+	if l.bulkhead != nil && !l.bulkhead.free() {
+		return &BulkheadFullError{Scope: l.name, MaxInFlight: l.bulkhead.limit}
+	}
+	return nil
+}
+
+// bulkhead takes a slot of the scope's bulkhead, waiting in its queue
+// unless the attempt is a hedge.
+func (c *call) bulkhead(l *scopeRecord, hedge bool) error {
+	maxWait := c.p.maxLimitWait
+	if hedge {
+		maxWait = -1
+	}
+	waited, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait)
+	if ok {
+		if waited > 0 {
+			c.policyEvent(policyBulkhead, actionQueued, waited, nil)
+		}
+		return nil
+	}
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	err := &BulkheadFullError{Scope: l.name, MaxInFlight: l.bulkhead.limit, QueueWait: waited}
+	if !hedge {
+		c.policyEvent(policyBulkhead, actionRejected, waited, err)
+	}
+	return err
+}
+
+// policyEvent reports an action of the hedge, the bulkhead, the rate
+// limiter or the fallback.
+func (c *call) policyEvent(policy, action string, wait time.Duration, err error) {
+	if h := c.t.Hooks.Policy; h != nil {
+		emit(h, PolicyInfo{CallInfo: c.info(), Policy: policy, Action: action, Wait: wait, Err: err})
+	}
+}
+
+// admit asks the breaker, if any, to let the next attempt through.
+func (c *call) admit() (breakerTicket, error) {
+	b := c.p.breaker
+	if b == nil {
+		return breakerTicket{}, nil
+	}
+	ticket, change, err := b.allow(c.scopeName(), c.p.clock.Now())
+	c.breakerChanged(change)
+	return ticket, err
+}
+
+// openThrough reports the breaker's refusal, if any, of an attempt that
+// would start at t: the scope is open and stays open until then. It
+// changes nothing: the breaker admits the attempt (admit) once the wait is
+// over, for the scope may open during the wait.
+func (c *call) openThrough(t time.Time) error {
+	if c.p.breaker == nil {
+		return nil
+	}
+	return c.p.breaker.openUntil(c.scopeName(), t)
+}
+
+// observe feeds an attempt's result to the breaker: only what the
+// dependency did counts. The caller's cancellation, an error of the
+// caller's body, and local errors that are not transient say nothing about
+// the dependency's health.
+func (c *call) observe(ticket breakerTicket, a attempt) {
+	if c.p.breaker == nil {
+		return
+	}
+	var (
+		o     = observeIgnore
+		cause error
+		now   = c.p.clock.Now()
+	)
+	switch {
+	case a.ignored:
+	case a.resp != nil && a.retryable:
+		o, cause = observeFailure, statusError(a.resp, now)
+	case a.resp != nil:
+		o = observeSuccess
+	case a.retryable || a.outcome == decide.OutcomeTimeout || a.outcome == decide.OutcomeUnknown:
+		o, cause = observeFailure, a.err
+	}
+	c.breakerChanged(ticket.done(o, cause, now))
+}
+
+func (c *call) breakerChanged(change BreakerChangeInfo) {
+	if change.To != 0 {
+		emit(c.t.Hooks.BreakerChange, change)
+	}
+}
+
+// enterHedge admits a hedge: attempts left, the caller still waiting, the
+// budget's retry, then the breaker, the rate limiter and the bulkhead
+// without waiting. The gates are asked first whether they would refuse,
+// taking nothing, so that a hedge they refuse takes no retry from the
+// budget (as schedule spends none on a retry that will not be sent).
+func (c *call) enterHedge() (pass, error) {
+	if c.attempt+c.resent >= c.p.maxAttempts {
+		return pass{}, ErrAttemptsExhausted
+	}
+	if err := c.ctx.Err(); err != nil {
+		return pass{}, err
+	}
+	if err := c.wouldRefuseHedge(); err != nil {
+		return pass{}, err
+	}
+	if c.budget != nil && !c.allowRetry() {
+		return pass{}, ErrBudgetExhausted
+	}
+	return c.enter(true)
+}
+
+
+// The sentinels behind *BulkheadFullError and *RateLimitError, so that
+// ReasonName names them.
+var (
+	errBulkheadFull = declined("retryfuse: bulkhead full")
+	errRateLimited  = declined("retryfuse: rate limited")
+)
+
+// BulkheadFullError is returned when the bulkhead of the request's scope
+// (Transport.MaxInFlight) had no slot for an attempt, and its queue
+// (MaxQueued) no room or no time: the attempt was not sent.
+// errors.Is(err, ErrDeclined) holds.
+type BulkheadFullError struct {
+	Scope       string
+	MaxInFlight int
+	// QueueWait is how long the attempt waited in the queue before it gave
+	// up; zero when the queue was full too.
+	QueueWait time.Duration
+}
+
+func (e *BulkheadFullError) Error() string {
+	s := "retryfuse: bulkhead full: " + counted(e.MaxInFlight, "attempt") + " in flight to " + e.Scope
+	if e.QueueWait > 0 {
+		s += " (waited " + e.QueueWait.String() + " in the queue)"
+	}
+	return s
+}
+
+// Unwrap makes errors.Is match ErrDeclined.
+func (e *BulkheadFullError) Unwrap() error { return errBulkheadFull }
+
+// RateLimitError is returned when the rate limiter of the request's scope
+// (Transport.RateLimit) would have made an attempt wait past MaxLimitWait
+// or the caller's deadline: the attempt was not sent, and no token was
+// taken. errors.Is(err, ErrDeclined) holds.
+type RateLimitError struct {
+	Scope string
+	// RetryAfter is how long until the limiter would admit the attempt,
+	// as it stood when the attempt was refused.
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	return "retryfuse: rate limited: " + e.Scope + " admits the next attempt in " + e.RetryAfter.String()
+}
+
+// Unwrap makes errors.Is match ErrDeclined.
+func (e *RateLimitError) Unwrap() error { return errRateLimited }
+

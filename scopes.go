@@ -1,0 +1,162 @@
+package retryfuse
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// This file is what a Transport keeps per scope, in one record: the retry
+// budget, the rate limiter, the bulkhead and the latencies that derive the
+// hedge delay. The records live in one bounded registry, with one eviction
+// rule, and a call finds its scope's once and hands it to every gate.
+
+// scopeRecord is one scope's record. Its fields are set when it is made and
+// never replaced; each is safe for concurrent use.
+type scopeRecord struct {
+	name     string
+	key      hostKey
+	budget   Budget        // nil when the Transport's Budget is shared by every scope
+	rate     *rate.Limiter // nil without a RateLimit
+	bulkhead *bulkhead     // nil without a MaxInFlight
+	latency  latencies
+}
+
+// scopes keeps the record of each scope, made on first use, at most
+// MaxScopes of them. When full, a scope's record is dropped to make room:
+// one with nothing to forget (its bulkhead idle, its limiter's bucket
+// full) if there is one, else one whose bulkhead is idle; a dropped scope
+// that returns gets a fresh record (a fresh budget among it). A scope with
+// attempts in flight or queued is never dropped — a fresh bulkhead would
+// admit MaxInFlight more beside them — so that while every scope kept is
+// busy, the map grows past MaxScopes, by at most the attempts in flight,
+// and shrinks back as they end.
+//
+// Most Transports call one dependency, so the record found last is kept
+// apart and read first without the lock: most calls then touch neither the
+// lock nor the map, and, with the default scope, build no string (the key
+// is the request's scheme and host as its URL writes them).
+type scopes struct {
+	last atomic.Pointer[scopeRecord] // the record found last, read without the lock
+	mu   sync.Mutex
+	m    map[hostKey]*scopeRecord
+}
+
+// find returns the record of req's scope, made on first use. Making it
+// asks p.newBudget for the scope's budget, under the lock, so that a
+// scope's budget is made once (a factory that keeps what it makes, to read
+// Snapshots, sees exactly the budgets in use); its error is returned.
+func (s *scopes) find(req *http.Request, p *policy) (*scopeRecord, error) {
+	byName := p.scope != nil || req.URL == nil
+	var k hostKey
+	if byName {
+		k = hostKey{scope: p.scopeOf(req)} // user code: called before the lock
+	} else {
+		k = hostKeyOf(req)
+	}
+	if st := s.last.Load(); st != nil && st.key == k {
+		return st, nil
+	}
+	name := k.scope
+	if !byName {
+		name = hostScope(req)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.m[k]; ok {
+		s.last.Store(st)
+		return st, nil
+	}
+	st, err := newScopeRecord(name, k, p)
+	if err != nil {
+		return nil, err
+	}
+	if s.m == nil {
+		s.m = make(map[hostKey]*scopeRecord)
+	}
+	for len(s.m) >= p.maxScopes && s.evictLocked(p.clock.Now()) {
+	}
+	s.m[k] = st
+	s.last.Store(st)
+	return st, nil
+}
+
+// newScopeRecord makes the record of scope name under key k.
+func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
+	st := &scopeRecord{name: name, key: k}
+	if p.budget == nil {
+		b, err := p.newBudget(name)
+		if err != nil {
+			return nil, err
+		}
+		if b == nil {
+			b = unlimitedBudget{}
+		}
+		st.budget = budgetOn(b, p.clock)
+	}
+	if p.rateLimit > 0 {
+		st.rate = rate.NewLimiter(rate.Limit(p.rateLimit), p.rateBurst)
+	}
+	if p.maxInFlight > 0 {
+		st.bulkhead = &bulkhead{limit: p.maxInFlight, maxQueue: p.maxQueued}
+	}
+	return st, nil
+}
+
+// busy reports whether the scope has attempts in flight or queued.
+func (st *scopeRecord) busy() bool { return st.bulkhead != nil && !st.bulkhead.idle() }
+
+// owes reports whether the scope's limiter has given out tokens not yet
+// refilled at now: something a fresh record would forget.
+func (st *scopeRecord) owes(now time.Time) bool {
+	return st.rate != nil && st.rate.TokensAt(now) < float64(st.rate.Burst())
+}
+
+// evictLocked drops one scope's record, and reports false when none may
+// go (see scopes). It looks at a few scopes past the first that may go, for
+// one with nothing to forget, rather than at them all: the map is large
+// when it is full. s.mu is held.
+func (s *scopes) evictLocked(now time.Time) bool {
+	const lookFurther = 8
+	var victim hostKey
+	found, looked := false, 0
+	for k, st := range s.m {
+		if found {
+			if looked++; looked > lookFurther {
+				break
+			}
+		}
+		if st.busy() {
+			continue
+		}
+		if !st.owes(now) {
+			s.dropLocked(k)
+			return true
+		}
+		if !found {
+			victim, found = k, true
+		}
+	}
+	if found {
+		s.dropLocked(victim)
+	}
+	return found
+}
+
+// dropLocked drops the record under k, and forgets it if it was the one
+// found last. s.mu is held.
+func (s *scopes) dropLocked(k hostKey) {
+	if st := s.last.Load(); st != nil && st == s.m[k] {
+		s.last.Store(nil)
+	}
+	delete(s.m, k)
+}
+
+// needsScopes reports whether calls need their scope's record: for a
+// budget per scope, or for limits per scope.
+func (p *policy) needsScopes() bool {
+	return p.budget == nil || p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0
+}
