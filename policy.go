@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -166,8 +167,9 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("InitialBackoff", "must not be negative")
 	case t.MaxBackoff < 0:
 		return p, invalidPolicy("MaxBackoff", "must not be negative")
-	case p.maxBackoff < p.initialBackoff:
-		return p, invalidPolicy("MaxBackoff", "must not be below InitialBackoff")
+	case p.maxBackoff < p.initialBackoff: // only a MaxBackoff set can be: a zero one follows InitialBackoff
+		return p, invalidPolicy("MaxBackoff "+t.MaxBackoff.String(),
+			"must not be below "+setting("InitialBackoff", p.initialBackoff, t.InitialBackoff == 0))
 	case t.AttemptTimeout < 0:
 		return p, invalidPolicy("AttemptTimeout", "must not be negative")
 	case t.MaxRetryAfter < 0:
@@ -239,4 +241,13 @@ func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// setting names a field and its value for an error message: "MaxAttempts
+// 4", or "MaxAttempts (3, its default)" when the field was left zero.
+func setting(field string, v any, byDefault bool) string {
+	if byDefault {
+		return fmt.Sprintf("%s (%v, its default)", field, v)
+	}
+	return fmt.Sprintf("%s %v", field, v)
 }
