@@ -73,7 +73,6 @@ func TestValidStackSettings(t *testing.T) {
 		{"hedge with a delay", &Transport{MaxHedges: 2, HedgeDelay: time.Millisecond}},
 		{"hedge with a quantile only", &Transport{MaxHedges: 1, HedgeQuantile: 0.95}},
 		{"hedge with both", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond, HedgeQuantile: 0.5}},
-		{"a HedgeDelay without MaxHedges", &Transport{HedgeDelay: time.Millisecond}},
 		{"HedgeMethods of tokens", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond,
 			HedgeMethods: []string{"GET", "PUT", "POST", "PROPFIND", "x-custom!"}}},
 		{"empty, non-nil HedgeMethods", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond, HedgeMethods: []string{}}},

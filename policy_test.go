@@ -81,6 +81,32 @@ func TestInvalidPolicyIsAnErrorAndSendsNothing(t *testing.T) {
 	})
 }
 
+// The message says what InitialBackoff is when the caller never set it:
+// its default.
+func TestMaxBackoffBelowInitialBackoffNamesItsValue(t *testing.T) {
+	tests := []struct {
+		name string
+		tr   *Transport
+		want string
+	}{
+		{"InitialBackoff left zero", &Transport{MaxBackoff: 50 * time.Millisecond},
+			"retryfuse: invalid policy: MaxBackoff 50ms must not be below InitialBackoff (100ms, its default)"},
+		{"both set", &Transport{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second},
+			"retryfuse: invalid policy: MaxBackoff 1s must not be below InitialBackoff 2s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.tr.Validate()
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("Validate: got %v, want an error wrapping ErrInvalidPolicy", err)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("Validate: got %q, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
 // A zero MaxBackoff follows a long InitialBackoff rather than making the
 // policy invalid: only values the caller set can conflict.
 func TestLongInitialBackoffWithDefaultMaxBackoff(t *testing.T) {

@@ -46,13 +46,17 @@ type Transport struct {
 	// Zero means 3; 1 disables retries. The decision
 	// core also stops a call after MaxFailureStreak failed attempts in a
 	// row; a zero MaxFailureStreak follows MaxAttempts, so that it never
-	// stops a call sooner.
+	// stops a call sooner. With MaxAttempts 1 the settings that shape
+	// retries (the backoff, MaxRetryAfter, MaxDrainBytes, the brakes, the
+	// budgets) are accepted and stay idle until retries are turned back
+	// on; MaxHedges is refused with it (a hedge counts as an attempt).
 	MaxAttempts int
 
 	// InitialBackoff and MaxBackoff shape the delay before a retry: the
 	// ceiling doubles from InitialBackoff up to MaxBackoff, and the delay is
 	// drawn uniformly below it (full jitter). Zero means 100ms and 10s (or
-	// InitialBackoff when that is longer).
+	// InitialBackoff when that is longer). A MaxBackoff below InitialBackoff,
+	// its default included, is refused.
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 
@@ -73,12 +77,24 @@ type Transport struct {
 	// (ErrFailureStreak, ErrCallCost). They are about one call, not a
 	// dependency: the Breaker's FailureThreshold opens a scope for every
 	// call. Zero means 5 or MaxAttempts, whichever is larger, and 100.
+	//
+	// A success ends a call, so the failed attempts in a row are all its
+	// attempts so far: MaxFailureStreak caps them as MaxAttempts does, and
+	// the lower of the two stops the call. Each brake is a ceiling: one
+	// that a call cannot reach before MaxAttempts stops it is accepted,
+	// as the defaults are beside 3 attempts.
 	MaxFailureStreak int
 	MaxCallCost      float64
 
 	// TimeoutCost is the cost of an attempt that timed out; other attempts
 	// cost 1. A timeout holds the dependency's resources longer than a fast
-	// failure; raise it to brake sooner on timeouts. Zero means 1.
+	// failure; raise it to brake sooner on timeouts. Zero means 1. A
+	// timeout of the Base's own (dial, TLS handshake) counts as well as
+	// one of AttemptTimeout. It weighs only the MaxCallCost brake: a
+	// TimeoutCost other than 1 is refused when no call can reach
+	// MaxCallCost (the default 100 included), as attempts that all time
+	// out cost less before MaxAttempts or MaxFailureStreak stops the call,
+	// unless a call makes a single attempt.
 	TimeoutCost float64
 
 	// Classifier changes how responses and errors are classified. Nil
@@ -104,7 +120,8 @@ type Transport struct {
 	// most 10% of requests plus a small floor). Return UnlimitedBudget() to
 	// turn budgets off; a nil Budget with a nil error counts as
 	// UnlimitedBudget() too. An error fails the call that needed the
-	// budget, before anything is sent.
+	// budget, before anything is sent. Setting both Budget and NewBudget
+	// is refused: NewBudget is never called with a Budget.
 	NewBudget func(scope string) (Budget, error)
 
 	// Breaker, when set, brakes a failing dependency per scope: an open
@@ -125,7 +142,8 @@ type Transport struct {
 	Ledger Ledger
 
 	// MaxFingerprintBytes bounds the body hashed for the Ledger; a longer
-	// body is refused with ErrFingerprintLimit. Zero means 1 MiB.
+	// body is refused with ErrFingerprintLimit. Zero means 1 MiB. It is
+	// refused without a Ledger: nothing else hashes bodies.
 	MaxFingerprintBytes int64
 
 	// MaxStoredBody bounds the response body recorded for the Ledger as the
@@ -133,7 +151,8 @@ type Transport struct {
 	// whole, but not stored: a later call under the key gets a
 	// error matching ErrAlreadyApplied rather than a
 	// replay. Zero means 64 KiB. The headers stored are bounded too, to 100
-	// values and 32 KiB: a response with more is not stored either.
+	// values and 32 KiB: a response with more is not stored either. It is
+	// refused without a Ledger: nothing else stores results.
 	MaxStoredBody int64
 
 	// Reconciler, when set, is asked whether an uncertain write took
@@ -154,7 +173,9 @@ type Transport struct {
 	// nothing to forget first), and that scope starts afresh when it
 	// returns. A scope with attempts in flight or queued is never dropped,
 	// so while every scope is busy the records may exceed the bound by as
-	// many scopes. Zero means 1024.
+	// many scopes. Zero means 1024. It is refused with a Budget when neither
+	// MaxInFlight, RateLimit nor MaxHedges keeps limits per scope: nothing
+	// is then kept per scope to bound.
 	MaxScopes int
 
 	// MaxHedges, when above zero, hedges requests for tail latency: when
@@ -166,12 +187,22 @@ type Transport struct {
 	// bulkhead without waiting, and is not sent when any of them refuses.
 	// A retry may hedge again. Only requests of HedgeMethods that may be
 	// repeated at all (see Transport) are hedged. Zero means no hedging.
+	//
+	// MaxHedges with MaxAttempts 1 is refused: the hedge would be a
+	// second attempt. A MaxHedges of MaxAttempts or more is a ceiling:
+	// hedges go while attempts remain, and the next is refused (reported
+	// through Hooks.Policy). As a hedge waits for nothing, it needs a free
+	// bulkhead slot and a rate limiter token beside its attempt's: with
+	// MaxInFlight 1, or a RateBurst of 1 that the RateLimit does not
+	// refill within the hedge delay, no hedge is ever sent.
 	MaxHedges int
 
 	// HedgeDelay is how long an attempt runs before a hedge is sent beside
 	// it. With HedgeQuantile set, it is the delay until the scope has a
 	// latency estimate (zero: no hedge until then), and the longest delay
-	// after: a few slow answers never make hedging later than this.
+	// after: a few slow answers never make hedging later than this. It is
+	// refused without MaxHedges, and at or above AttemptTimeout (every
+	// attempt would time out before its hedge is due).
 	HedgeDelay time.Duration
 
 	// HedgeQuantile, when set (above 0, below 1), derives the hedge delay
@@ -180,7 +211,8 @@ type Transport struct {
 	// the slowest 5%), kept in a small histogram per scope (quarter-octave
 	// buckets, recent answers weighing most). A branch cancelled because
 	// another answered first is not an answer, and is not counted. The
-	// estimate needs 20 answers; HedgeDelay applies before that.
+	// estimate needs 20 answers; HedgeDelay applies before that. It is
+	// refused without MaxHedges.
 	HedgeQuantile float64
 
 	// HedgeMethods are the methods that may be hedged. Nil means GET, HEAD
@@ -189,7 +221,9 @@ type Transport struct {
 	// concurrent copies (a PUT or DELETE applied twice, a keyed POST whose
 	// second copy finds the first still in progress). A POST or PATCH is
 	// hedged only when it may be repeated at all: with an idempotency key
-	// and a replayable body. The slice is copied at the first use.
+	// and a replayable body. The slice is copied at the first use. An
+	// empty, non-nil slice hedges no method; one listing methods is
+	// refused without MaxHedges.
 	HedgeMethods []string
 
 	// MaxInFlight, when above zero, is the bulkhead of each scope: at most
@@ -203,7 +237,9 @@ type Transport struct {
 	MaxInFlight int
 
 	// MaxQueued bounds the attempts waiting for a slot of a scope's
-	// bulkhead. Zero means none wait: a full bulkhead rejects at once.
+	// bulkhead. Zero means none wait: a full bulkhead rejects at once. It
+	// is refused without MaxInFlight, and with a negative MaxLimitWait
+	// (no attempt would wait in the queue).
 	MaxQueued int
 
 	// RateLimit, when above zero, is the rate limiter of each scope: at
@@ -226,7 +262,8 @@ type Transport struct {
 	// no waiting: an attempt is admitted at once or refused. The rate
 	// limiter refuses at once an attempt that would have to wait past
 	// the caller's deadline; a queued attempt whose caller's context ends
-	// first gets that context's error, as any wait of the call does.
+	// first gets that context's error, as any wait of the call does. It is
+	// refused without a RateLimit or a MaxQueued: nothing else waits.
 	MaxLimitWait time.Duration
 
 	// Fallback, when set, may answer for a call that failed all the way:

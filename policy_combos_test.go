@@ -1,0 +1,202 @@
+package retryfuse
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Settings checked together: one that the others leave without effect is
+// refused, naming both fields and saying why; one that the others only
+// bound, or that stays idle beside the switch that turns its feature off,
+// is accepted, and does what it says. policy.go's checkTogether gives the
+// reasoning of each.
+
+func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
+	breaker, err := NewBreaker(BreakerSettings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newBudget := func(string) (Budget, error) { return &RatioBudget{}, nil }
+	tests := []struct {
+		name   string
+		tr     *Transport
+		fields []string // named by the error
+	}{
+		{"MaxHedges with MaxAttempts 1: the hedge would be a second attempt",
+			&Transport{MaxAttempts: 1, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond}, []string{"MaxHedges 1", "MaxAttempts"}},
+		{"HedgeDelay without MaxHedges: nothing is hedged",
+			&Transport{HedgeDelay: 10 * time.Millisecond}, []string{"HedgeDelay 10ms", "MaxHedges"}},
+		{"HedgeQuantile without MaxHedges: nothing is hedged",
+			&Transport{HedgeQuantile: 0.95}, []string{"HedgeQuantile 0.95", "MaxHedges"}},
+		{"HedgeMethods without MaxHedges: nothing is hedged",
+			&Transport{HedgeMethods: []string{http.MethodPut}}, []string{"HedgeMethods", "MaxHedges"}},
+		{"HedgeDelay at AttemptTimeout: the attempt times out as its hedge is due",
+			&Transport{MaxHedges: 1, HedgeDelay: time.Second, AttemptTimeout: time.Second}, []string{"HedgeDelay 1s", "AttemptTimeout 1s"}},
+		{"HedgeDelay beyond AttemptTimeout with HedgeQuantile: before an estimate, and as its cap, the delay outlasts the attempt",
+			&Transport{MaxHedges: 1, HedgeDelay: 2 * time.Second, HedgeQuantile: 0.9, AttemptTimeout: time.Second}, []string{"HedgeDelay 2s", "AttemptTimeout 1s"}},
+		{"Budget and NewBudget: NewBudget is never called",
+			&Transport{Budget: UnlimitedBudget(), NewBudget: newBudget}, []string{"NewBudget", "Budget"}},
+		{"MaxScopes beside a Budget, with no limits per scope: nothing to bound",
+			&Transport{Budget: UnlimitedBudget(), MaxScopes: 64}, []string{"MaxScopes 64", "Budget"}},
+		{"MaxScopes beside a Budget and a Breaker: the breaker has its own bound",
+			&Transport{Budget: UnlimitedBudget(), Breaker: breaker, MaxScopes: 64}, []string{"MaxScopes 64", "Budget", "Breaker"}},
+		{"MaxStoredBody without a Ledger: nothing stores results",
+			&Transport{MaxStoredBody: 1 << 20}, []string{"MaxStoredBody 1048576", "Ledger"}},
+		{"MaxFingerprintBytes without a Ledger: nothing fingerprints bodies",
+			&Transport{MaxFingerprintBytes: 4 << 20}, []string{"MaxFingerprintBytes 4194304", "Ledger"}},
+		{"MaxLimitWait without a limiter or a bulkhead: nothing waits",
+			&Transport{MaxLimitWait: 2 * time.Second}, []string{"MaxLimitWait 2s", "RateLimit", "MaxQueued"}},
+		{"MaxLimitWait beside a bulkhead without a queue: a full bulkhead refuses at once",
+			&Transport{MaxInFlight: 4, MaxLimitWait: 2 * time.Second}, []string{"MaxLimitWait 2s", "MaxQueued"}},
+		{"negative MaxLimitWait without a limiter or a queue: there is no wait to forbid",
+			&Transport{MaxLimitWait: -1}, []string{"MaxLimitWait -1ns", "RateLimit"}},
+		{"MaxQueued with a negative MaxLimitWait: no attempt waits in the queue",
+			&Transport{MaxInFlight: 1, MaxQueued: 4, MaxLimitWait: -1}, []string{"MaxQueued 4", "MaxLimitWait -1ns"}},
+		{"TimeoutCost beside the default MaxCallCost: 3 attempts never cost 100",
+			&Transport{TimeoutCost: 2}, []string{"TimeoutCost 2", "MaxCallCost (100, its default)", "MaxAttempts (3, its default)"}},
+		{"TimeoutCost beside a MaxCallCost the attempts cannot reach",
+			&Transport{MaxAttempts: 4, MaxCallCost: 10, TimeoutCost: 2}, []string{"TimeoutCost 2", "MaxCallCost 10", "MaxAttempts 4"}},
+		{"TimeoutCost when MaxFailureStreak stops the call before the cost brake is asked",
+			&Transport{MaxAttempts: 5, MaxFailureStreak: 2, MaxCallCost: 6, TimeoutCost: 3}, []string{"TimeoutCost 3", "MaxCallCost 6", "MaxFailureStreak 2"}},
+		{"a cheaper TimeoutCost beside a MaxCallCost no call reaches",
+			&Transport{MaxAttempts: 4, MaxCallCost: 5, TimeoutCost: 0.5}, []string{"TimeoutCost 0.5", "MaxCallCost 5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sent atomic.Int32
+			tt.tr.Base = roundTripFunc(func(*http.Request) (*http.Response, error) {
+				sent.Add(1)
+				return nil, errors.New("sent")
+			})
+			err := tt.tr.Validate()
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("Validate: got %v, want an error wrapping ErrInvalidPolicy", err)
+			}
+			if errors.Is(err, ErrDeclined) {
+				t.Errorf("errors.Is(%v, ErrDeclined) = true, want false: invalid settings are not a refusal", err)
+			}
+			for _, f := range tt.fields {
+				if !strings.Contains(err.Error(), f) {
+					t.Errorf("Validate: got %q, want it to name %q", err, f)
+				}
+			}
+			if why := strings.TrimPrefix(err.Error(), ErrInvalidPolicy.Error()+": "); !strings.Contains(why, ": ") {
+				t.Errorf("Validate: got %q, want the reason after a colon", err)
+			}
+			_, err = tt.tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Errorf("RoundTrip: got %v, want an error wrapping ErrInvalidPolicy", err)
+			}
+			if n := sent.Load(); n != 0 {
+				t.Errorf("attempts sent: got %d, want 0", n)
+			}
+		})
+	}
+}
+
+// failingBase counts the attempts it is sent, and answers each with a
+// 503, or with a timeout of its own (as a dial or TLS handshake timeout
+// of the Base is).
+type failingBase struct {
+	sent    atomic.Int32
+	timeout bool
+}
+
+func (b *failingBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	b.sent.Add(1)
+	if b.timeout {
+		return nil, timeoutErr{}
+	}
+	return always503().RoundTrip(req)
+}
+
+func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
+	ledger, err := NewMemoryLedger(MemoryLedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconciler := func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) { return nil, false, nil }
+	type call struct {
+		sent   int32
+		sleeps int
+		reason error // the GiveUp reason, nil when none is given
+	}
+	tests := []struct {
+		name string
+		tr   *Transport
+		base *failingBase
+		want *call // nil: Validate only, the effect is pinned where the feature is tested
+	}{
+		{"the retry settings beside MaxAttempts 1 stay idle: one attempt, no wait",
+			&Transport{MaxAttempts: 1, InitialBackoff: time.Second, MaxBackoff: time.Minute, MaxRetryAfter: time.Minute,
+				MaxDrainBytes: 1, MaxFailureStreak: 3, MaxCallCost: 10, TimeoutCost: 5, GenerateIdempotencyKeys: true},
+			&failingBase{}, &call{sent: 1, sleeps: 0, reason: ErrAttemptsExhausted}},
+		{"TimeoutCost beside MaxFailureStreak 1: one attempt, the streak stops the call",
+			&Transport{MaxFailureStreak: 1, TimeoutCost: 5},
+			&failingBase{}, &call{sent: 1, reason: ErrFailureStreak}},
+		{"MaxFailureStreak above MaxAttempts is a ceiling: MaxAttempts stops the call",
+			&Transport{MaxAttempts: 2, MaxFailureStreak: 10},
+			&failingBase{}, &call{sent: 2, sleeps: 1, reason: ErrAttemptsExhausted}},
+		{"MaxCallCost above what the attempts cost is a ceiling: MaxAttempts stops the call",
+			&Transport{MaxAttempts: 2, MaxCallCost: 50},
+			&failingBase{}, &call{sent: 2, sleeps: 1, reason: ErrAttemptsExhausted}},
+		{"TimeoutCost without AttemptTimeout: the Base's own timeouts cost it",
+			&Transport{MaxAttempts: 5, MaxCallCost: 4, TimeoutCost: 2},
+			&failingBase{timeout: true}, &call{sent: 2, sleeps: 1, reason: ErrCallCost}},
+		{"TimeoutCost of 1 beside the default MaxCallCost: it is the default", &Transport{TimeoutCost: 1}, nil, nil},
+		{"MaxHedges of MaxAttempts: the hedges the attempts allow are sent",
+			&Transport{MaxAttempts: 2, MaxHedges: 3, HedgeDelay: time.Millisecond}, nil, nil},
+		{"HedgeDelay below AttemptTimeout",
+			&Transport{MaxHedges: 1, HedgeDelay: 10 * time.Millisecond, AttemptTimeout: time.Second}, nil, nil},
+		{"an empty, non-nil HedgeMethods without MaxHedges: none hedged, as it says",
+			&Transport{HedgeMethods: []string{}}, nil, nil},
+		{"MaxScopes beside a Budget bounds the limits kept per scope",
+			&Transport{Budget: UnlimitedBudget(), MaxScopes: 8, MaxInFlight: 4}, nil, nil},
+		{"MaxLimitWait with a RateLimit", &Transport{RateLimit: 5, RateBurst: 1, MaxLimitWait: time.Second}, nil, nil},
+		{"MaxLimitWait with a queue", &Transport{MaxInFlight: 4, MaxQueued: 8, MaxLimitWait: time.Second}, nil, nil},
+		{"MaxStoredBody and MaxFingerprintBytes with a Ledger",
+			&Transport{Ledger: ledger, MaxStoredBody: 1 << 20, MaxFingerprintBytes: 4 << 20}, nil, nil},
+		{"GenerateIdempotencyKeys with a Ledger: the callers' keys use it",
+			&Transport{Ledger: ledger, GenerateIdempotencyKeys: true}, nil, nil},
+		{"a Scope alone: the memory of uncertain keys is per scope",
+			&Transport{Budget: UnlimitedBudget(), Scope: func(*http.Request) string { return "dep" }}, nil, nil},
+		{"a Reconciler alone: any uncertain write asks it", &Transport{Reconciler: reconciler}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			var gu giveUpLog
+			if tt.base != nil {
+				tt.tr.Base = tt.base
+			}
+			tt.tr.Hooks.GiveUp = gu.hook
+			tr := newTransport(t, clk, tt.tr)
+			if err := tr.Validate(); err != nil {
+				t.Fatalf("Validate: got %v, want nil", err)
+			}
+			if tt.want == nil {
+				return
+			}
+			resp, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			if got := tt.base.sent.Load(); got != tt.want.sent {
+				t.Errorf("attempts sent: got %d, want %d", got, tt.want.sent)
+			}
+			if got := len(clk.Sleeps()); got != tt.want.sleeps {
+				t.Errorf("waits: got %d (%v), want %d", got, clk.Sleeps(), tt.want.sleeps)
+			}
+			gu.mu.Lock()
+			defer gu.mu.Unlock()
+			if len(gu.reasons) != 1 || !errors.Is(gu.reasons[0], tt.want.reason) {
+				t.Errorf("GiveUp reasons: got %v, want [%v]", gu.reasons, tt.want.reason)
+			}
+		})
+	}
+}
