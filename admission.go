@@ -240,7 +240,6 @@ func (c *call) enterHedge() (pass, error) {
 	return c.enter(true)
 }
 
-
 // The sentinels behind *BulkheadFullError and *RateLimitError, so that
 // ReasonName names them.
 var (
@@ -288,4 +287,3 @@ func (e *RateLimitError) Error() string {
 
 // Unwrap makes errors.Is match ErrDeclined.
 func (e *RateLimitError) Unwrap() error { return errRateLimited }
-

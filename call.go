@@ -33,8 +33,8 @@ type call struct {
 	scope  string      // the dependency, for the breaker and the ledger; see scopeName
 	budget Budget
 	st     *scopeRecord // the scope's record; see scopeRecord
-	w      *wire       // what outlives the call; the rest of it stays on the stack
-	copied bool        // w.first and w.firstCloser are taken
+	w      *wire        // what outlives the call; the rest of it stays on the stack
+	copied bool         // w.first and w.firstCloser are taken
 
 	attempt  int // attempts made
 	resent   int // requests the base re-sent by itself within them

@@ -71,4 +71,3 @@ func (c *call) chargeResends(n int) {
 
 // budgetContext is the caller's context without the retry-ownership mark.
 func (c *call) budgetContext() context.Context { return c.req.Context() }
-
