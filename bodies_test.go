@@ -247,7 +247,7 @@ func (b *chanBody) Close() error {
 // must allow it: under -race, this pins Close reading the recorded bytes
 // while Read appends to them.
 func TestRecordedBodyMayBeClosedDuringARead(t *testing.T) {
-	ledger, err := NewMemoryLedger(MemoryLedgerConfig{})
+	ledger, err := newMemoryLedger(&MemoryLedger{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 	}{
 		{"no ledger", func(*testing.T) Ledger { return nil }},
 		{"MemoryLedger", func(t *testing.T) Ledger {
-			l, err := NewMemoryLedger(MemoryLedgerConfig{})
+			l, err := newMemoryLedger(&MemoryLedger{})
 			require.NoError(t, err)
 			return l
 		}},

@@ -94,7 +94,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 		}, func(err error) bool { return errors.Is(err, ErrDeadline) }},
 
 		{"duplicate in flight", func(t *testing.T) (error, int) {
-			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 			srv := newOrdersServer(t, always(orderHold))
 			client, _ := newLedgerClient(t, ledger, nil)
 			held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), "k-dup", `{"item":"book"}`))
@@ -176,7 +176,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 		// Sent again later, the same request meets the same conflict: it
 		// is refused, not declined.
 		{"idempotency conflict", func(t *testing.T) (error, int) {
-			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 			srv := newOrdersServer(t, always(orderApply))
 			client, _ := newLedgerClient(t, ledger, nil)
 			if _, _, err := postKeyed(t, client, srv.url(), "k-conf", `{"item":"book"}`); err != nil {

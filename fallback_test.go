@@ -197,7 +197,7 @@ func TestFallbackNotAsked(t *testing.T) {
 
 	t.Run("uncertain write", func(t *testing.T) {
 		const key = "order-fb"
-		ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 		srv := newOrdersServer(t, always(orderApplyThenStall))
 		fb := &fallbackLog{answer: cached}
 		client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
@@ -250,7 +250,7 @@ func TestFallbackNotAsked(t *testing.T) {
 	t.Run("body over the fingerprint limit", func(t *testing.T) {
 		srv := statusServer(t, http.StatusOK, "fresh")
 		fb := &fallbackLog{answer: cached}
-		ledger, _ := NewMemoryLedger(MemoryLedgerConfig{})
+		ledger, _ := newMemoryLedger(&MemoryLedger{})
 		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Ledger: ledger, MaxFingerprintBytes: 4})
 		req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "longer than four bytes")
 		req.Header.Set("Idempotency-Key", "k-fp")

@@ -57,7 +57,7 @@ func TestNoAttemptAfterTheDeadlineStruckInAGate(t *testing.T) {
 // A generated key is new by construction: the ledger is not asked to hold it.
 func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 	srv := statusServer(t, http.StatusCreated, "created")
-	ledger, err := NewMemoryLedger(MemoryLedgerConfig{})
+	ledger, err := newMemoryLedger(&MemoryLedger{})
 	if err != nil {
 		t.Fatal(err)
 	}

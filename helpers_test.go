@@ -328,9 +328,15 @@ const heldAttemptTimeout = 500 * time.Millisecond
 // newLedgerOnFakeClock returns a MemoryLedger and a virtual clock for the
 // Transports that share it (newLedgerClientOn): a MemoryLedger runs on the
 // clock of the Transport that uses it.
-func newLedgerOnFakeClock(t *testing.T, cfg MemoryLedgerConfig) (*MemoryLedger, *fakeClock) {
+// newMemoryLedger returns l, and the error its settings give.
+func newMemoryLedger(l *MemoryLedger) (*MemoryLedger, error) { return l, l.validate() }
+
+func newLedgerOnFakeClock(t *testing.T, cfg *MemoryLedger) (*MemoryLedger, *fakeClock) {
 	t.Helper()
-	l, err := NewMemoryLedger(cfg)
+	if cfg == nil {
+		cfg = &MemoryLedger{}
+	}
+	l, err := newMemoryLedger(cfg)
 	require.NoError(t, err)
 	return l, newFakeClock()
 }

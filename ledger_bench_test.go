@@ -13,7 +13,7 @@ import (
 )
 
 func newBenchLedger(b *testing.B, maxEntries int) *MemoryLedger {
-	l, err := NewMemoryLedger(MemoryLedgerConfig{MaxEntries: maxEntries})
+	l, err := newMemoryLedger(&MemoryLedger{MaxEntries: maxEntries})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
-// Defaults of MemoryLedgerConfig.
+// Defaults of a MemoryLedger's settings.
 const (
 	defaultLedgerMaxEntries    = 10000
 	defaultLedgerTTL           = 24 * time.Hour
@@ -18,9 +18,30 @@ const (
 	defaultLedgerMaxStoredBody = 64 << 10
 )
 
-// MemoryLedgerConfig configures a MemoryLedger. Every zero value means the
-// default given; a negative value is invalid.
-type MemoryLedgerConfig struct {
+func (l *MemoryLedger) maxEntries() int {
+	return orDefault(l.MaxEntries, defaultLedgerMaxEntries)
+}
+func (l *MemoryLedger) ttl() time.Duration { return orDefault(l.TTL, defaultLedgerTTL) }
+func (l *MemoryLedger) inFlightTTL() time.Duration {
+	return orDefault(l.InFlightTTL, defaultLedgerInFlightTTL)
+}
+func (l *MemoryLedger) maxStoredBody() int {
+	return orDefault(l.MaxStoredBody, defaultLedgerMaxStoredBody)
+}
+
+// MemoryLedger is a Ledger held in this process's memory, bounded by
+// MaxEntries. It uses one mutex and no goroutines: keys expire lazily, when
+// they are next looked at or when room is needed; a claim that expires
+// becomes uncertain (see InFlightTTL). It never blocks on I/O and
+// does not look at its contexts. A clock that goes backwards only keeps keys
+// longer.
+//
+// The zero value is usable and has the default settings; every zero
+// setting means its default, and a negative one is invalid (Begin, and a
+// Transport's Validate, return an error wrapping ErrInvalidPolicy that
+// names it). The settings must not be changed once the ledger is in use.
+// This type is concurrency safe.
+type MemoryLedger struct {
 	// MaxEntries bounds the number of keys held. Zero means 10000. When the
 	// ledger is full, a new key first drops the expired keys, then evicts the
 	// least recently used completed or uncertain key. A key in flight is
@@ -48,31 +69,8 @@ type MemoryLedgerConfig struct {
 	// Headers are bounded too, to 100 values and 32 KiB of names and
 	// values: larger ones complete the key without a stored result.
 	MaxStoredBody int
-}
 
-func (c *MemoryLedgerConfig) maxEntries() int {
-	return orDefault(c.MaxEntries, defaultLedgerMaxEntries)
-}
-func (c *MemoryLedgerConfig) ttl() time.Duration { return orDefault(c.TTL, defaultLedgerTTL) }
-func (c *MemoryLedgerConfig) inFlightTTL() time.Duration {
-	return orDefault(c.InFlightTTL, defaultLedgerInFlightTTL)
-}
-func (c *MemoryLedgerConfig) maxStoredBody() int {
-	return orDefault(c.MaxStoredBody, defaultLedgerMaxStoredBody)
-}
-
-// MemoryLedger is a Ledger held in this process's memory, bounded by
-// MaxEntries. It uses one mutex and no goroutines: keys expire lazily, when
-// they are next looked at or when room is needed; a claim that expires
-// becomes uncertain (see InFlightTTL). It never blocks on I/O and
-// does not look at its contexts. A clock that goes backwards only keeps keys
-// longer.
-//
-// The zero value is usable and has the default configuration.
-// This type is concurrency safe.
-type MemoryLedger struct {
-	cfg MemoryLedgerConfig // read only after construction
-	mu  sync.Mutex         // guards everything below
+	mu sync.Mutex // guards everything below
 	m   map[string]*ledgerEntry
 	lru ledgerEntry // sentinel of the list of completed and uncertain entries, most recently used first
 	seq uint64      // last token issued
@@ -104,20 +102,20 @@ type ledgerEntry struct {
 	next    *ledgerEntry
 }
 
-// NewMemoryLedger returns an empty MemoryLedger. A negative setting gives an
-// error wrapping ErrInvalidPolicy that names the field.
-func NewMemoryLedger(cfg MemoryLedgerConfig) (*MemoryLedger, error) {
+// validate returns an error wrapping ErrInvalidPolicy that names the
+// first negative setting, nil when there is none.
+func (l *MemoryLedger) validate() error {
 	switch {
-	case cfg.MaxEntries < 0:
-		return nil, invalidPolicy("MemoryLedgerConfig.MaxEntries", "must not be negative")
-	case cfg.TTL < 0:
-		return nil, invalidPolicy("MemoryLedgerConfig.TTL", "must not be negative")
-	case cfg.InFlightTTL < 0:
-		return nil, invalidPolicy("MemoryLedgerConfig.InFlightTTL", "must not be negative")
-	case cfg.MaxStoredBody < 0:
-		return nil, invalidPolicy("MemoryLedgerConfig.MaxStoredBody", "must not be negative")
+	case l.MaxEntries < 0:
+		return invalidPolicy("MemoryLedger.MaxEntries", "must not be negative")
+	case l.TTL < 0:
+		return invalidPolicy("MemoryLedger.TTL", "must not be negative")
+	case l.InFlightTTL < 0:
+		return invalidPolicy("MemoryLedger.InFlightTTL", "must not be negative")
+	case l.MaxStoredBody < 0:
+		return invalidPolicy("MemoryLedger.MaxStoredBody", "must not be negative")
 	}
-	return &MemoryLedger{cfg: cfg}, nil
+	return nil
 }
 
 // lazyInit prepares the map and the list; l.mu must be held.
@@ -138,6 +136,9 @@ func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (Led
 func (l *MemoryLedger) beginAt(key string, fp Fingerprint, now time.Time) (LedgerClaim, error) {
 	if key == "" {
 		return LedgerClaim{}, fmt.Errorf("%w: empty key", ErrInvalidIdempotencyKey)
+	}
+	if err := l.validate(); err != nil {
+		return LedgerClaim{}, err
 	}
 	l.mu.Lock()
 	l.lazyInit()
@@ -163,14 +164,14 @@ func (l *MemoryLedger) beginAt(key string, fp Fingerprint, now time.Time) (Ledge
 			return LedgerClaim{State: decide.KeyCompleted, Stored: stored.clone()}, nil
 		}
 	}
-	if len(l.m) >= l.cfg.maxEntries() && !l.makeRoom(now) {
+	if len(l.m) >= l.maxEntries() && !l.makeRoom(now) {
 		l.mu.Unlock()
-		return LedgerClaim{}, fmt.Errorf("%w (%d keys)", errLedgerFull, l.cfg.maxEntries())
+		return LedgerClaim{}, fmt.Errorf("%w (%d keys)", errLedgerFull, l.maxEntries())
 	}
 	l.seq++
 	token := strconv.FormatUint(l.seq, 36)
 	e = &ledgerEntry{key: key, fp: fp, state: entryInFlight, token: token}
-	l.setExpiry(e, now.Add(l.cfg.inFlightTTL()))
+	l.setExpiry(e, now.Add(l.inFlightTTL()))
 	l.m[key] = e
 	l.mu.Unlock()
 	return LedgerClaim{State: decide.KeyNone, Token: token}, nil
@@ -206,14 +207,14 @@ func (l *MemoryLedger) completeOwnedAt(key, token string, res *StoredResponse, n
 // storable reports whether res is a result the ledger stores: within
 // MaxStoredBody and the bounds of the headers.
 func (l *MemoryLedger) storable(res *StoredResponse) bool {
-	return res != nil && len(res.Body) <= l.cfg.maxStoredBody() && storableHeader(res.Header)
+	return res != nil && len(res.Body) <= l.maxStoredBody() && storableHeader(res.Header)
 }
 
 // store completes key with stored, which is kept as it is.
 func (l *MemoryLedger) store(key, token string, stored *StoredResponse, now time.Time) error {
 	return l.end(key, token, now, true, func(e *ledgerEntry) {
 		e.state, e.token, e.stored = entryCompleted, "", stored
-		l.setExpiry(e, now.Add(l.cfg.ttl()))
+		l.setExpiry(e, now.Add(l.ttl()))
 		l.moveToFront(e)
 	})
 }
@@ -235,12 +236,12 @@ func (l *MemoryLedger) Uncertain(_ context.Context, key, token string) error {
 func (l *MemoryLedger) uncertainAt(key, token string, now time.Time) error {
 	return l.end(key, token, now, false, func(e *ledgerEntry) {
 		if e.state == entryUncertain { // its claim expired before this call: held for TTL from now
-			l.setExpiry(e, now.Add(l.cfg.ttl()))
+			l.setExpiry(e, now.Add(l.ttl()))
 			l.moveToFront(e)
 			return
 		}
 		e.state = entryUncertain // the token stays: it may end the claim once the outcome is known
-		l.setExpiry(e, now.Add(l.cfg.ttl()))
+		l.setExpiry(e, now.Add(l.ttl()))
 		l.pushFront(e)
 	})
 }
@@ -280,7 +281,7 @@ func (l *MemoryLedger) lapse(e *ledgerEntry, now time.Time) bool {
 	if e.state != entryInFlight {
 		return false
 	}
-	until := e.expires.Add(l.cfg.ttl())
+	until := e.expires.Add(l.ttl())
 	if !now.Before(until) {
 		return false
 	}
@@ -295,7 +296,7 @@ func (l *MemoryLedger) lapse(e *ledgerEntry, now time.Time) bool {
 // reports false when every entry is in flight.
 func (l *MemoryLedger) makeRoom(now time.Time) bool {
 	l.sweep(now)
-	if len(l.m) < l.cfg.maxEntries() {
+	if len(l.m) < l.maxEntries() {
 		return true
 	}
 	if oldest := l.lru.prev; oldest != &l.lru {

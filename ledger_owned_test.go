@@ -17,7 +17,7 @@ func TestStoredResultUntouchedByTheCallersResponse(t *testing.T) {
 	for _, known := range []bool{true, false} {
 		t.Run("known length "+strconv.FormatBool(known), func(t *testing.T) {
 			const want = `{"order":"o-1","status":"created"}`
-			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 			sent := 0
 			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 				sent++
@@ -64,7 +64,7 @@ func TestStoredResultUntouchedByTheCallersResponse(t *testing.T) {
 // beyond its length, and applies the ledger's bounds as Complete does.
 func TestMemoryLedgerCompleteOwnedKeepsOrTrims(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l, err := NewMemoryLedger(MemoryLedgerConfig{MaxStoredBody: 8})
+	l, err := newMemoryLedger(&MemoryLedger{MaxStoredBody: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func (l testLedger) len() int { return l.lenAt(l.clock.Now()) }
 // nothing sleeps.
 func newTestLedger(t testing.TB, maxEntries int) (testLedger, *fakeClock) {
 	t.Helper()
-	l, err := NewMemoryLedger(MemoryLedgerConfig{
+	l, err := newMemoryLedger(&MemoryLedger{
 		MaxEntries:    maxEntries,
 		TTL:           testLedgerTTL,
 		InFlightTTL:   testLedgerInFlightTTL,
@@ -365,22 +365,26 @@ func TestMemoryLedgerZeroValue(t *testing.T) {
 	assert.Equal(t, 1, l.lenAt(time.Now()))
 }
 
-func TestNewMemoryLedgerInvalid(t *testing.T) {
+// A negative setting of a MemoryLedger is refused, by Begin and by a
+// Transport's Validate, naming it.
+func TestMemoryLedgerInvalidSettings(t *testing.T) {
 	tests := []struct {
 		field string
-		cfg   MemoryLedgerConfig
+		cfg   *MemoryLedger
 	}{
-		{"MaxEntries", MemoryLedgerConfig{MaxEntries: -1}},
-		{"TTL", MemoryLedgerConfig{TTL: -time.Second}},
-		{"InFlightTTL", MemoryLedgerConfig{InFlightTTL: -time.Second}},
-		{"MaxStoredBody", MemoryLedgerConfig{MaxStoredBody: -1}},
+		{"MaxEntries", &MemoryLedger{MaxEntries: -1}},
+		{"TTL", &MemoryLedger{TTL: -time.Second}},
+		{"InFlightTTL", &MemoryLedger{InFlightTTL: -time.Second}},
+		{"MaxStoredBody", &MemoryLedger{MaxStoredBody: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.field, func(t *testing.T) {
-			l, err := NewMemoryLedger(tt.cfg)
-			assert.Nil(t, l)
+			_, err := tt.cfg.Begin(context.Background(), "k", ledgerFP(1))
 			require.ErrorIs(t, err, ErrInvalidPolicy)
-			assert.Contains(t, err.Error(), "MemoryLedgerConfig."+tt.field+" ")
+			assert.Contains(t, err.Error(), "MemoryLedger."+tt.field+" ")
+			err = (&Transport{Ledger: tt.cfg}).Validate()
+			require.ErrorIs(t, err, ErrInvalidPolicy)
+			assert.Contains(t, err.Error(), "MemoryLedger."+tt.field+" ")
 		})
 	}
 }

@@ -33,7 +33,7 @@ func doAsync(c *http.Client, req *http.Request) <-chan callReply {
 
 func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 	const callers = 32
-	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 	srv := newOrdersServer(t, always(orderHold))
 	client, _ := newLedgerClient(t, ledger, nil)
 
@@ -92,7 +92,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 	}
 
 	t.Run("in_flight", func(t *testing.T) {
-		ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 		srv := newOrdersServer(t, always(orderHold))
 		client, _ := newLedgerClient(t, ledger, nil)
 		held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"book"}`))
@@ -104,7 +104,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 		readAndClose(t, r.resp)
 	})
 	t.Run("completed", func(t *testing.T) {
-		ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 		srv := newOrdersServer(t, always(orderApply))
 		client, _ := newLedgerClient(t, ledger, nil)
 		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
@@ -112,7 +112,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 		conflict(t, client, srv)
 	})
 	t.Run("uncertain", func(t *testing.T) {
-		ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 		srv := newOrdersServer(t, always(orderApplyThenStall))
 		client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
 		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
@@ -138,7 +138,7 @@ func TestLedgerStoredResultReplayed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 			srv := newOrdersServer(t, always(tc.step))
 			client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = tc.timeout })
 			first, err := client.Do(newKeyedPOST(t, callCtx(t), srv.url(), "k-"+tc.name, `{"item":"book"}`))
@@ -161,10 +161,10 @@ func TestLedgerStoredResultReplayed(t *testing.T) {
 	}
 }
 
-func TestLedgerResultNotStoredAsksToReconcile(t *testing.T) {
+func TestLedgerResultNotStoredIsAlreadyApplied(t *testing.T) {
 	cases := []struct {
 		name   string
-		ledger MemoryLedgerConfig
+		ledger *MemoryLedger
 		tune   func(*Transport)
 		read   func(io.Reader) error
 	}{
@@ -175,7 +175,7 @@ func TestLedgerResultNotStoredAsksToReconcile(t *testing.T) {
 		},
 		{
 			name:   "over_ledger_max_stored_body",
-			ledger: MemoryLedgerConfig{MaxStoredBody: 8},
+			ledger: &MemoryLedger{MaxStoredBody: 8},
 			read:   func(r io.Reader) error { _, err := io.ReadAll(r); return err },
 		},
 		{
@@ -210,7 +210,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 		key = "order-4"
 		ttl = 10 * time.Minute
 	)
-	ledger, clock := newLedgerOnFakeClock(t, MemoryLedgerConfig{TTL: ttl})
+	ledger, clock := newLedgerOnFakeClock(t, &MemoryLedger{TTL: ttl})
 	srv := newOrdersServer(t, firstThenApply(orderApplyThenStall))
 	client, _ := newLedgerClientOn(t, clock, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
 
@@ -243,7 +243,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 
 func TestLedgerDefiniteFailureFreesKey(t *testing.T) {
 	const key = "order-5"
-	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 	srv := newOrdersServer(t, func(n int) orderStep {
 		if n <= 2 {
 			return orderUnavailable
@@ -327,7 +327,7 @@ func (d *decisionRecorder) take() []DecisionInfo {
 
 func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 	const key = "order-7"
-	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 	srv := newOrdersServer(t, always(orderHold))
 	var d decisionRecorder
 	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Hooks.Decision = d.hook })
@@ -375,7 +375,7 @@ func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 // Transport reports it; with a Ledger, fingerprinting such a keyed request
 // dereferenced the nil URL and panicked.
 func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
-	ledger, err := NewMemoryLedger(MemoryLedgerConfig{})
+	ledger, err := newMemoryLedger(&MemoryLedger{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
 // again although the panicking attempt may have been applied.
 func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 	clk := newFakeClock()
-	ledger, err := NewMemoryLedger(MemoryLedgerConfig{InFlightTTL: time.Minute})
+	ledger, err := newMemoryLedger(&MemoryLedger{InFlightTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,6 +219,11 @@ func (t *Transport) resolve() (policy, error) {
 	if err := t.checkTogether(&p); err != nil {
 		return p, err
 	}
+	if ml, ok := t.Ledger.(*MemoryLedger); ok {
+		if err := ml.validate(); err != nil {
+			return p, err
+		}
+	}
 	if p.base == nil {
 		p.base = cleanhttp.DefaultPooledTransport()
 	}

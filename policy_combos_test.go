@@ -116,7 +116,7 @@ func (b *failingBase) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
-	ledger, err := NewMemoryLedger(MemoryLedgerConfig{})
+	ledger, err := newMemoryLedger(&MemoryLedger{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 // the reconcile errors do.
 func TestLedgerRefusalsNameKeyAndScope(t *testing.T) {
 	const key = "order-22"
-	ledger, _ := newLedgerOnFakeClock(t, MemoryLedgerConfig{})
+	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 	srv := newOrdersServer(t, always(orderHold))
 	client, _ := newLedgerClient(t, ledger, nil)
 	held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"book"}`))

@@ -186,7 +186,7 @@ func BenchmarkTransportOverheadKeyedPOST(b *testing.B) {
 }
 
 func mustMemoryLedger(b *testing.B) *MemoryLedger {
-	l, err := NewMemoryLedger(MemoryLedgerConfig{})
+	l, err := newMemoryLedger(&MemoryLedger{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -31,7 +31,7 @@ var (
 	ledgerEndScript   = redis.NewScript(ledgerGuardSource + ledgerEndSource)
 )
 
-// Defaults of LedgerConfig, those of retryfuse.MemoryLedgerConfig.
+// Defaults of LedgerConfig, those of retryfuse.MemoryLedger's settings.
 const (
 	DefaultLedgerPrefix        = "retryfuse:ledger:"
 	defaultLedgerTTL           = 24 * time.Hour
@@ -59,7 +59,7 @@ var ErrClosed = errors.New("retryfuseredis: ledger closed")
 //
 // What it never forgets:
 //   - A claim not ended within InFlightTTL is uncertain for TTL, never
-//     free (retryfuse.MemoryLedgerConfig.InFlightTTL says why).
+//     free (retryfuse.MemoryLedger.InFlightTTL says why).
 //   - A Complete, Release or Uncertain that Redis could not take returns an
 //     error wrapping ErrUnavailable and is retried in the background (a
 //     bounded queue, with backoff) until Redis takes it or the key's TTL

@@ -37,10 +37,7 @@ func TestStoredHeaderBoundMatchesCore(t *testing.T) {
 	}
 	var stored, refused int
 	for name, h := range cases {
-		m, err := retryfuse.NewMemoryLedger(retryfuse.MemoryLedgerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := &retryfuse.MemoryLedger{}
 		cl, err := m.Begin(bg(), "k", fpA)
 		if err != nil || cl.State != decide.KeyNone {
 			t.Fatalf("%s: Begin: %v %v", name, cl.State, err)

@@ -69,11 +69,7 @@ func run(w io.Writer) error {
 // key ledger) and handles the reconcile error by looking the order up.
 func callerReconciles(ctx context.Context, out io.Writer, base string, api *ordersAPI) error {
 	const key = "checkout-1001"
-	ledger, err := retryfuse.NewMemoryLedger(retryfuse.MemoryLedgerConfig{})
-	if err != nil {
-		return err
-	}
-	tr := &retryfuse.Transport{AttemptTimeout: attemptTimeout, Ledger: ledger}
+	tr := &retryfuse.Transport{AttemptTimeout: attemptTimeout, Ledger: &retryfuse.MemoryLedger{}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
