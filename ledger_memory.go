@@ -70,7 +70,7 @@ type MemoryLedger struct {
 	// values: larger ones complete the key without a stored result.
 	MaxStoredBody int
 
-	mu sync.Mutex // guards everything below
+	mu  sync.Mutex // guards everything below
 	m   map[string]*ledgerEntry
 	lru ledgerEntry // sentinel of the list of completed and uncertain entries, most recently used first
 	seq uint64      // last token issued
