@@ -143,6 +143,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			if err == nil {
 				if body, err = c.body(); err != nil {
 					c.leave(ps, attempt{result: result{ignored: true}})
+					c.giveBackHedge()
 				}
 			}
 			if err != nil {
@@ -198,28 +199,38 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 		last := failed[len(failed)-1]
 		for _, a := range failed[:len(failed)-1] {
 			c.record(a)
-			c.chargeResends(a.resends)
+			c.chargeResends(a)
 			drain(a.resp, 0)
 		}
 		return last, nil
 	}
 	for _, a := range failed {
 		c.record(a)
-		c.chargeResends(a.resends)
+		c.chargeResends(a)
 		drain(a.resp, 0)
 	}
 	return winner, nil
 }
 
-// enterHedge admits a hedge: attempts left, the caller still waiting, the
-// budget's retry, then the breaker, the rate limiter and the bulkhead
-// without waiting. The gates are asked first whether they would refuse,
-// taking nothing, so that a hedge they refuse takes no retry from the
-// budget (as schedule spends none on a retry that will not be sent).
+// enterHedge admits a hedge: an attempt left (taken at once, see
+// takeHedge), the caller still waiting, the budget's retry, then the
+// breaker, the rate limiter and the bulkhead without waiting. The gates
+// are asked first whether they would refuse, taking nothing, so that a
+// hedge they refuse takes no retry from the budget (as schedule spends
+// none on a retry that will not be sent).
 func (c *call) enterHedge() (pass, error) {
-	if c.attempt+c.resent >= c.p.maxAttempts {
+	if !c.takeHedge() {
 		return pass{}, ErrAttemptsExhausted
 	}
+	ps, err := c.admitHedge()
+	if err != nil {
+		c.giveBackHedge()
+	}
+	return ps, err
+}
+
+// admitHedge asks the gates after the attempts for a hedge.
+func (c *call) admitHedge() (pass, error) {
 	if err := c.ctx.Err(); err != nil {
 		return pass{}, err
 	}
