@@ -219,15 +219,25 @@ func (c *call) breakerChanged(change BreakerChangeInfo) {
 	}
 }
 
-// enterHedge admits a hedge: attempts left, the caller still waiting, the
-// budget's retry, then the breaker, the rate limiter and the bulkhead
-// without waiting. The gates are asked first whether they would refuse,
-// taking nothing, so that a hedge they refuse takes no retry from the
-// budget (as schedule spends none on a retry that will not be sent).
+// enterHedge admits a hedge: an attempt left (taken at once, see
+// takeHedge), the caller still waiting, the budget's retry, then the
+// breaker, the rate limiter and the bulkhead without waiting. The gates
+// are asked first whether they would refuse, taking nothing, so that a
+// hedge they refuse takes no retry from the budget (as schedule spends
+// none on a retry that will not be sent).
 func (c *call) enterHedge() (pass, error) {
-	if c.attempt+c.resent >= c.p.maxAttempts {
+	if !c.takeHedge() {
 		return pass{}, ErrAttemptsExhausted
 	}
+	ps, err := c.admitHedge()
+	if err != nil {
+		c.giveBackHedge()
+	}
+	return ps, err
+}
+
+// admitHedge asks the gates after the attempts for a hedge.
+func (c *call) admitHedge() (pass, error) {
 	if err := c.ctx.Err(); err != nil {
 		return pass{}, err
 	}

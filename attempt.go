@@ -14,9 +14,11 @@ import (
 // attempt is what one attempt established: its response or error, and
 // their classification.
 type attempt struct {
-	resp    *http.Response
-	err     error
-	resends int // the base's own re-sends within the attempt
+	resp     *http.Response
+	err      error
+	resends  int          // the base's own re-sends within the attempt that went out
+	stopped  error        // why a further re-send was stopped (ErrAttemptsExhausted, ErrBudgetExhausted), or nil
+	evidence *budgetError // the budget's errors while it was asked for the re-sends
 	result
 }
 
@@ -86,6 +88,10 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 	if f.timeout > 0 {
 		f.timer = time.AfterFunc(f.timeout, f.cancel)
 	}
+	// The attempt's context is made cancellable for its timeout or its
+	// group, never for its re-sends alone: those are stopped without it
+	// (resend.go), and the default attempt allocates no context.
+	at.gate, at.cancel = c.resendGate(), f.cancel
 	if !c.copied {
 		// The first attempt's copy lives in the call. WithContext is
 		// inlined, and the copy it makes does not escape.
@@ -153,11 +159,21 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	t, p := c.t, c.p
 	callerDone := c.req.Context().Err() != nil
 	bodyErr := f.watched != nil && f.watched.failed(err)
+	stopped := f.trace.stopped()
+	if stopped != nil && resp == nil && !callerDone && !bodyErr {
+		// Whatever the base returned is the stop's doing: a connection
+		// closed before the write, or the attempt's context cancelled.
+		err = errResendStopped
+	}
 	a := attempt{resp: resp, err: err, result: classify(p.classifier, resp, err, f.trace.phase(resp, p.tracing), callerDone, bodyErr)}
+	if stopped != nil && !a.ignored {
+		c.stoppedResend(&a, stopped)
+	}
 	n := int(f.trace.conns.Load())
 	if n > 1 {
 		a.resends = n - 1
 	}
+	a.evidence = f.trace.evidence.Load()
 	if t.Hooks.AttemptDone == nil && (a.resends == 0 || t.Hooks.HiddenResend == nil) {
 		return a
 	}
@@ -175,6 +191,28 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	}
 	emit(t.Hooks.AttemptDone, info)
 	return a
+}
+
+// stoppedResend marks attempt a, whose base was stopped from re-sending
+// the request by itself, with why. Without a response, a counts as
+// retryable: the base re-sent after failures it judged safe to repeat. net/http's Transport
+// re-sends a request it does not judge replayable (see replayedAfterWrite)
+// only when nothing of it was written, and HTTP/2 only a stream the server
+// did not process: such an attempt, stopped before its next write, wrote
+// nothing that can have taken effect.
+func (c *call) stoppedResend(a *attempt, why error) {
+	a.stopped = why
+	if a.resp != nil {
+		return
+	}
+	a.retryable = true
+	header := c.header
+	if header == nil {
+		header = c.req.Header
+	}
+	if c.p.tracing && !replayedAfterWrite(c.method, header) {
+		a.phase, a.outcome = decide.PhasePreWrite, decide.OutcomeFailure
+	}
 }
 
 var errNilResponse = errors.New("retryfuse: base RoundTripper returned neither a response nor an error")

@@ -71,6 +71,7 @@ type wire struct {
 	trace       attemptTrace
 	first       http.Request   // the first attempt's copy of req
 	firstCloser cancelOnCloseR // the first attempt's response body, with AttemptTimeout
+	gate        resendGate     // admits the base's own re-sends; see resend.go
 }
 
 // run reads the facts about the request, passes the gates that come before
@@ -194,7 +195,7 @@ func (c *call) loop() (*http.Response, error) {
 			return c.stop(ErrNotRepeatable, decide.Verdict{})
 		}
 		c.record(a)
-		c.chargeResends(a.resends)
+		c.chargeResends(a)
 		switch {
 		case c.passThrough:
 			return a.resp, a.err // the Transport above decides
@@ -236,6 +237,9 @@ func (c *call) loop() (*http.Response, error) {
 		case !a.retryable:
 			c.giveUp(c.finalReason(), decide.Verdict{})
 			return a.resp, a.err
+		}
+		if a.stopped != nil { // the share of the attempt ran out within it
+			return c.stop(a.stopped, decide.Verdict{})
 		}
 		if v.Decision != decide.ReplaySafe {
 			return c.stop(brakeReason(v), v)

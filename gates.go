@@ -52,20 +52,26 @@ func (c *call) allowRetry() bool {
 	return ok
 }
 
-// chargeResends counts n requests that the base re-sent by itself within
-// an attempt (net/http does so for a GET whose reused connection had died)
-// against MaxAttempts, and takes a retry from the budget for each, as far
-// as it has any: they load the dependency as retries do.
-func (c *call) chargeResends(n int) {
-	if n <= 0 || c.passThrough {
+// chargeResends counts the requests that the base re-sent by itself within
+// attempt a (net/http does so for a GET whose reused connection had died)
+// against MaxAttempts: they load the dependency as retries do. Each took a
+// retry from the budget as it happened, or was stopped (resend.go); the
+// budget's errors then are reported now, on the call's goroutine.
+func (c *call) chargeResends(a attempt) {
+	if c.passThrough {
 		return
 	}
-	c.resent += n
-	if c.budget == nil {
-		return
+	c.resent += a.resends
+	if a.evidence != nil {
+		c.budgetUnavailable(a.evidence)
 	}
-	for range n {
-		c.allowRetry()
+}
+
+// budgetUnavailable reports the errors of the budget asked for re-sends:
+// its declared fail-safe answered instead.
+func (c *call) budgetUnavailable(errs *budgetError) {
+	for _, err := range errs.all() {
+		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err})
 	}
 }
 

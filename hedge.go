@@ -143,6 +143,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			if err == nil {
 				if body, err = c.body(); err != nil {
 					c.leave(ps, attempt{result: result{ignored: true}})
+					c.giveBackHedge()
 				}
 			}
 			if err != nil {
@@ -198,14 +199,14 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 		last := failed[len(failed)-1]
 		for _, a := range failed[:len(failed)-1] {
 			c.record(a)
-			c.chargeResends(a.resends)
+			c.chargeResends(a)
 			drain(a.resp, 0)
 		}
 		return last, nil
 	}
 	for _, a := range failed {
 		c.record(a)
-		c.chargeResends(a.resends)
+		c.chargeResends(a)
 		drain(a.resp, 0)
 	}
 	return winner, nil

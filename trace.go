@@ -23,9 +23,15 @@ type attemptTrace struct {
 	firstCx tracedContext         // the context that carries first, when it can
 	used    bool                  // first is taken
 	asked   atomic.Int32          // GetConn calls: the base traces
-	conns   atomic.Int32          // GotConn calls: connections obtained
+	conns   atomic.Int32          // GotConn calls: connections obtained and used (see resend.go)
+	stop    atomic.Int32          // why re-sends were stopped: stopNone, stopAttempts, stopBudget
 	getConn func(string)
 	gotConn func(httptrace.GotConnInfo)
+
+	// The attempt's share of the call's re-sends; see resend.go.
+	gate     *resendGate        // nil when the call does not charge re-sends
+	cancel   context.CancelFunc // the attempt's, when its context is cancellable
+	evidence atomic.Pointer[budgetError]
 }
 
 // context resets the trace for a new attempt and returns ctx with it
@@ -41,13 +47,16 @@ type attemptTrace struct {
 // asks for a connection tells whether it passes the trace on.
 func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Context {
 	if at.gotConn == nil {
-		at.gotConn = func(httptrace.GotConnInfo) { at.conns.Add(1) }
+		at.gotConn = func(info httptrace.GotConnInfo) { at.gotConnection(info) }
 	}
 	if askConn && at.getConn == nil {
 		at.getConn = func(string) { at.asked.Add(1) }
 	}
 	at.asked.Store(0)
 	at.conns.Store(0)
+	at.stop.Store(stopNone)
+	at.gate, at.cancel = nil, nil
+	at.evidence.Store(nil)
 	tr := &at.first
 	if at.used {
 		tr = new(httptrace.ClientTrace)
