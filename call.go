@@ -388,6 +388,12 @@ func (c *call) giveUp(reason error, v decide.Verdict) {
 
 // scopeName returns the call's scope, computed on first use.
 func (c *call) scopeName() string {
+	if c.scope == "" && c.p.keepsScopes() {
+		// The scope's record has the name, built once for every call.
+		if _, err := c.scopeRecord(); err == nil {
+			return c.scope
+		}
+	}
 	if c.scope == "" {
 		c.scope = c.p.scopeOf(c.req)
 	}

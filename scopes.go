@@ -155,8 +155,9 @@ func (s *scopes) dropLocked(k hostKey) {
 	delete(s.m, k)
 }
 
-// needsScopes reports whether calls need their scope's record: for a
-// budget per scope, or for limits per scope.
-func (p *policy) needsScopes() bool {
-	return p.budget == nil || p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0
+// keepsScopes reports whether the Transport keeps records per scope: for
+// a budget per scope, for limits per scope, or to name the scope for a
+// Breaker without building the name on every call.
+func (p *policy) keepsScopes() bool {
+	return p.budget == nil || p.usesLimits() || p.breaker != nil
 }
