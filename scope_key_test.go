@@ -30,14 +30,14 @@ func TestScopedKeyIsScopeSpaceKey(t *testing.T) {
 		if got := hostScope(req); got != want {
 			t.Errorf("%s: hostScope %q, want %q", raw, got, want)
 		}
-		c := &call{p: &policy{}, req: req, key: requestKey{value: "order-1", present: true}}
+		c := &call{p: &policy{budget: UnlimitedBudget()}, req: req, key: requestKey{value: "order-1", present: true}} // nothing kept per scope: the name is built
 		if got := c.scopedKey(); got != want+" order-1" {
 			t.Errorf("%s: scoped key %q, want %q", raw, got, want+" order-1")
 		}
 		if got := c.scopeName(); got != want {
 			t.Errorf("%s: scope %q, want %q", raw, got, want)
 		}
-		custom := &call{p: &policy{scope: func(*http.Request) string { return "payments" }}, req: req, key: c.key}
+		custom := &call{p: &policy{budget: UnlimitedBudget(), scope: func(*http.Request) string { return "payments" }}, req: req, key: c.key}
 		if got := custom.scopedKey(); got != "payments order-1" {
 			t.Errorf("%s, custom scope: scoped key %q, want %q", raw, got, "payments order-1")
 		}
