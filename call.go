@@ -21,7 +21,8 @@ type call struct {
 	p           *policy
 	req         *http.Request
 	ctx         context.Context // the caller's context, marked as owned
-	start       time.Time
+	start       time.Time       // with hooks, when the call began
+	at          time.Time       // the clock's reading for the current step; see now
 	id          uint64
 	passThrough bool // a retryfuse Transport above owns the repeating
 
@@ -176,6 +177,7 @@ func (c *call) loop() (*http.Response, error) {
 		if err := c.req.Context().Err(); err != nil {
 			return c.stopBefore(err, err)
 		}
+		c.step()
 		ps, err := c.enter(false)
 		if err != nil {
 			return c.stopBefore(err, err)
@@ -421,7 +423,7 @@ func (c *call) info() CallInfo {
 		IdempotencyKey: c.key.value,
 		KeyGenerated:   c.key.generated,
 		Phase:          c.phase,
-		Elapsed:        c.p.clock.Now().Sub(c.start),
+		Elapsed:        c.now().Sub(c.start),
 	}
 }
 

@@ -371,7 +371,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
 		// Only hooks report elapsed time and number the calls: a count
 		// that every call raised would be memory every core writes.
-		c.start = t.p.clock.Now()
+		c.start = c.now()
 		c.id = t.calls.Add(1)
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
