@@ -208,6 +208,8 @@ func (c *call) observe(ticket breakerTicket, a attempt) {
 	)
 	switch {
 	case a.ignored:
+	case a.keyed == answerInFlight:
+		o = observeSuccess // the server answered, as it should, that the key's first request runs
 	case a.resp != nil && a.retryable:
 		o, cause = observeFailure, statusError(a.resp, now)
 	case a.resp != nil:

@@ -19,6 +19,7 @@ type attempt struct {
 	resends  int          // the base's own re-sends within the attempt that went out
 	stopped  error        // why a further re-send was stopped (ErrAttemptsExhausted, ErrBudgetExhausted), or nil
 	evidence *budgetError // the budget's errors while it was asked for the re-sends
+	keyed    keyedAnswer  // what a server that honours keys answered about the key
 	result
 }
 
@@ -170,6 +171,14 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	if stopped != nil && !a.ignored {
 		c.stoppedResend(&a, stopped)
 	}
+	if resp != nil && c.key.present && !c.passThrough {
+		c.learnHonour(resp)
+		if a.keyed = readKeyedAnswer(resp); a.keyed == answerInFlight {
+			// The server runs the first request under the key: it will
+			// not run this one twice, and answers it once the first ends.
+			a.outcome, a.retryable = decide.OutcomeFailure, true
+		}
+	}
 	n := int(f.trace.conns.Load())
 	if n > 1 {
 		a.resends = n - 1
@@ -182,7 +191,7 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	info := AttemptDoneInfo{CallInfo: c.infoOf(f, a.phase), Err: err, Outcome: a.outcome, Retryable: a.retryable,
 		Duration: c.now().Sub(f.began), Connections: n}
 	if resp != nil {
-		info.StatusCode = resp.StatusCode
+		info.StatusCode, info.Replayed = resp.StatusCode, replayed(resp)
 		if a.retryable {
 			info.Err = statusError(resp, c.now())
 		}

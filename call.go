@@ -201,6 +201,12 @@ func (c *call) loop() (*http.Response, error) {
 		switch {
 		case c.passThrough:
 			return a.resp, a.err // the Transport above decides
+		case a.keyed == answerReused:
+			// The server refused the key, used before with another payload:
+			// nothing was run, and nothing will be under this key.
+			drain(a.resp, 0)
+			c.giveUp(ErrIdempotencyConflict, decide.Verdict{})
+			return nil, &RetryError{Reason: ErrIdempotencyConflict, Attempts: c.attempt, about: c.about()}
 		case a.outcome == decide.OutcomeSuccess:
 			// A confirmed result ends the call: nothing to ask the decision
 			// core (it would answer replay_stored, rule 2).
@@ -294,7 +300,9 @@ func (c *call) attempts() []decide.Attempt {
 
 // decide asks the decision core about the call as it stands.
 func (c *call) decide(ks decide.KeyState) decide.Verdict {
-	v := decide.Decide(decide.Input{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.attempts()})
+	req := c.facts
+	req.ServerHonoursKeys = c.key.present && c.serverHonoursKeys()
+	v := decide.Decide(decide.Input{Version: decide.Version, Policy: c.p.decision, Request: req, KeyState: ks, Attempts: c.attempts()})
 	if h := c.t.Hooks.Decision; h != nil && (c.attempt > 0 || v.Decision != decide.ReplaySafe) {
 		// Before the first attempt, replay_safe only means that nothing
 		// stops the call: nothing is replayed, and it is not reported.

@@ -301,6 +301,28 @@ type Transport struct {
 	// the Transport discards are closed unread.
 	MaxDrainBytes int64
 
+	// ServerHonoursKeys declares that the servers this Transport calls
+	// honour Idempotency-Key (as package idempotency's middleware does):
+	// each runs a key's request at most once, answers a repeat with the
+	// stored result, and a repeat while the first still runs with 409. A
+	// keyed write whose outcome is uncertain is then sent again, with the
+	// same key and body, instead of returning a *ReconcileRequiredError:
+	// the server answers with the stored result, or runs it once (decision
+	// contract version 2). Its body must be replayable (GetBody). False
+	// means a scope is known to honour keys only as learnt (HonourMemory).
+	ServerHonoursKeys bool
+
+	// HonourMemory is how long a scope is taken to honour Idempotency-Key
+	// after a response to a keyed request carrying the marker of such a
+	// server ("Idempotency-Key-Honoured: ?1"), counted from the latest such
+	// response. Zero means 10 minutes; a negative value means never: only
+	// ServerHonoursKeys declares it. Whatever it is, from such a server a
+	// 409 while the first request under the key runs is retried (after
+	// backoff, within the attempts, the budget and the deadline), and a 422
+	// for a key reused with another payload becomes an error matching
+	// ErrIdempotencyConflict.
+	HonourMemory time.Duration
+
 	once    sync.Once
 	p       policy // the settings, resolved once
 	initErr error

@@ -33,6 +33,7 @@ const (
 	keyKeyValue        = attribute.Key("retryfuse.idempotency_key.value")
 	keyResolution      = attribute.Key("retryfuse.reconcile.resolution")
 	keyConnections     = attribute.Key("retryfuse.connections")
+	keyReplayed        = attribute.Key("retryfuse.attempt.replayed")
 	keyBranch          = attribute.Key("retryfuse.attempt.branch")
 	keyWait            = attribute.Key("retryfuse.policy.wait")
 )
@@ -105,6 +106,9 @@ func attemptEvent(i retryfuse.AttemptDoneInfo) {
 	}
 	a.add(keyRetryable.Bool(i.Retryable))
 	a.add(keyAttemptDuration.Float64(i.Duration.Seconds()))
+	if i.Replayed {
+		a.add(keyReplayed.Bool(true))
+	}
 	addEvent(s, EventAttempt, &a)
 }
 
