@@ -43,6 +43,10 @@
 //     with retryfuse.ErrLedgerUnavailable. A step that ends a claim is
 //     retried in the background until Redis takes it (Ledger.Close
 //     flushes them), and a claim never ended is uncertain, never free.
+//   - An error of a call that got no answer while the client's dials were
+//     failing carries the last dial's error (connection refused, no such
+//     host), which go-redis would otherwise only log: the budgets and the
+//     ledger give each client one dial hook that keeps it.
 //   - When Redis comes back without the ledger's records, the ledger
 //     notices and refuses keyed requests for a quarantine (ErrDataLost).
 //     NewLedger refuses a Redis that keeps no append-only file unless

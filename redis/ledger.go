@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,6 +137,7 @@ func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) 
 	}
 	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost)
 	l.pending.init(l, cfg.MaxPending)
+	watchDials(client)
 
 	ctx, cancel := context.WithTimeout(context.Background(), max(startupTimeout, timeout))
 	defer cancel()
@@ -224,8 +224,11 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 // process: no connection was obtained (a refused or failed dial). Any
 // other failure may have come after the script was written.
 func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var u *unavailableError
+	if errors.As(err, &u) {
+		err = u.err // not the client's last dial, which may have been another call's
+	}
+	return isDialError(err)
 }
 
 // Complete ends a claim with a confirmed result, stored (encoded) when
