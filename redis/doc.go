@@ -52,6 +52,11 @@
 //     NewLedger refuses a Redis that keeps no append-only file unless
 //     told otherwise (LedgerConfig.AllowWithoutPersistence).
 //
+// A ledger call given a context that had already ended sends nothing and
+// returns an error wrapping ErrContextEnded, not ErrUnavailable: Redis is
+// not to blame. A step that ends a claim is then sent from the background
+// at once, with a context of its own.
+//
 // Apart from that quarantine, the ledger remembers no failure: the next
 // call tries Redis again. A budget probes Redis with backoff. So the shared
 // budget and ledger are back as soon as Redis is.
