@@ -102,10 +102,10 @@ func TestReconcileResolvedWithTheExpiredContext(t *testing.T) {
 			}
 			if err == nil {
 				resp.Body.Close()
-				t.Fatalf("the call after Resolve(ctx, true): got %d, want a *ReconcileRequiredError", resp.StatusCode)
+				t.Fatalf("the call after Resolve(ctx, true): got %d, want ErrAlreadyApplied", resp.StatusCode)
 			}
-			if !errors.As(err, &rec) || !errors.Is(err, retryfuse.ErrResultNotStored) {
-				t.Fatalf("the call after Resolve(ctx, true): got %v, want a *ReconcileRequiredError wrapping ErrResultNotStored", err)
+			if !errors.Is(err, retryfuse.ErrAlreadyApplied) || errors.As(err, &rec) {
+				t.Fatalf("the call after Resolve(ctx, true): got %v, want ErrAlreadyApplied, not a reconcile error", err)
 			}
 			if n := srv.applied.Load(); n != 1 {
 				t.Fatalf("server applied %d requests, want 1: the call after Resolve(ctx, true) is not sent", n)
