@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/retryfuse/retryfuse"
 	"go.uber.org/goleak"
@@ -143,7 +144,14 @@ type spyLedger struct {
 	fps   []retryfuse.Fingerprint
 	keys  []string
 	steps []string
-	ctxs  []context.Context
+	ctxs  []stepContext
+}
+
+// stepContext is what a step's context was when the step was called.
+type stepContext struct {
+	err      error
+	deadline time.Time
+	hasDL    bool
 }
 
 func (l *spyLedger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
@@ -157,7 +165,8 @@ func (l *spyLedger) Begin(ctx context.Context, key string, fp retryfuse.Fingerpr
 func (l *spyLedger) record(ctx context.Context, step string) {
 	l.mu.Lock()
 	l.steps = append(l.steps, step)
-	l.ctxs = append(l.ctxs, ctx)
+	dl, ok := ctx.Deadline()
+	l.ctxs = append(l.ctxs, stepContext{ctx.Err(), dl, ok})
 	l.mu.Unlock()
 }
 
