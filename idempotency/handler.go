@@ -128,6 +128,7 @@ type Handler struct {
 	retryAfter string
 	rerun      bool
 	log        *log.Logger
+	memory     bool // ledger is a *retryfuse.MemoryLedger
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -172,6 +173,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 		}
 		h.ledger = l
 	}
+	_, h.memory = h.ledger.(*retryfuse.MemoryLedger)
 	ra := orDefault(cfg.RetryAfter, defaultRetryAfter)
 	h.retryAfter = strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)
 	if h.log == nil {
@@ -206,7 +208,11 @@ func (h *Handler) handles(r *http.Request) bool {
 
 // settleContext returns the context of a Ledger step that records a
 // handler's outcome: ctx's values without its cancellation, bounded by
-// settleTimeout.
-func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// settleTimeout. A retryfuse.MemoryLedger never blocks and never looks at
+// its context: its steps are spared the timer.
+func (h *Handler) settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if h.memory {
+		return context.WithoutCancel(ctx), func() {}
+	}
 	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 }

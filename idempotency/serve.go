@@ -107,23 +107,35 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	if r.ContentLength > h.maxBody {
 		return tooLarge()
 	}
-	var buf bytes.Buffer
+	var body []byte
+	var err error
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1) // + 1: room for ReadFrom to see the end
+		body, err = readKnown(r.Body, r.ContentLength)
+	} else {
+		var buf bytes.Buffer
+		_, err = buf.ReadFrom(io.LimitReader(r.Body, h.maxBody+1))
+		body = buf.Bytes()
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.maxBody+1))
-	if n > h.maxBody {
+	var tooBig *http.MaxBytesError
+	switch {
+	case int64(len(body)) > h.maxBody || errors.As(err, &tooBig):
 		return tooLarge()
-	}
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return tooLarge()
-		}
+	case err != nil:
 		bodyUnreadable.write(w, "")
 		return nil, false
 	}
-	return buf.Bytes(), true
+	return body, true
+}
+
+// readKnown reads a body of n bytes, as its Content-Length says, into a
+// slice of that size. Bytes past n are left unread (net/http's server
+// lets none through): the fingerprint and the handler see the same n.
+func readKnown(r io.Reader, n int64) ([]byte, error) {
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // bufferedBody is the body the handler of a claimed key reads: the bytes
@@ -153,7 +165,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, lkey, token string
 		if returned {
 			return
 		}
-		ctx, cancel := settleContext(r.Context())
+		ctx, cancel := h.settleContext(r.Context())
 		defer cancel()
 		if err := h.ledger.Uncertain(ctx, lkey, token); err != nil {
 			h.log.Printf("idempotency: %s %s: the handler did not return, and the ledger could not record its outcome as unknown: %v", r.Method, r.URL.EscapedPath(), err)
@@ -161,7 +173,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, lkey, token string
 	}()
 	h.next.ServeHTTP(rec, r)
 	returned = true
-	ctx, cancel := settleContext(r.Context())
+	ctx, cancel := h.settleContext(r.Context())
 	defer cancel()
 	if err := h.ledger.Complete(ctx, lkey, token, rec.result()); err != nil {
 		h.log.Printf("idempotency: %s %s: the ledger could not record the handler's response: %v", r.Method, r.URL.EscapedPath(), err)
