@@ -116,8 +116,8 @@ func problemOf(t *testing.T, w *httptest.ResponseRecorder, typ string, status in
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem details: %v (body %s)", err, w.Body)
 	}
-	if p.Type != typ || p.Status != status || p.Title == "" || p.Detail == "" {
-		t.Errorf("problem %+v, want type %s, status %d, a title and a detail", p, typ, status)
+	if p.Type != typ || p.Status != status || p.Title == "" || !strings.Contains(p.Detail, draft+", Section") {
+		t.Errorf("problem %+v, want type %s, status %d, a title and a detail that names the draft's section", p, typ, status)
 	}
 	return p
 }

@@ -72,7 +72,7 @@ var (
 	inFlight = problem{ProblemInFlight, "A request is outstanding for this Idempotency-Key", http.StatusConflict,
 		"A request with the same Idempotency-Key is being processed; send it again after Retry-After to get its result (" + draft + ", Section 2.7)."}
 	outcomeUnknown = problem{ProblemOutcomeUnknown, "The outcome of the earlier request under this Idempotency-Key is unknown", http.StatusConflict,
-		"An earlier request under this Idempotency-Key ended without a result: its effect may have happened, and it will not be run again under this key. Check the resource's state before sending the operation under another key. (Not a case of " + draft + ", which assumes every request ends with a result: Section 2.6.)"}
+		"An earlier request under this Idempotency-Key ended without a result: its effect may have happened, and it will not be run again under this key. Check the resource's state before sending the operation under another key (" + draft + ", Section 2.6, assumes every request ends with a result; this one did not)."}
 	notStored = problem{ProblemNotStored, "The response to this Idempotency-Key was not stored", http.StatusConflict,
 		"An earlier request under this Idempotency-Key completed, but its response was not stored, so it cannot be replayed (" + draft + ", Section 2.6, asks for the earlier result). Its effect happened: do not send it again under another key."}
 	ledgerUnavailable = problem{ProblemLedgerUnavailable, "Idempotency-Key state unavailable", http.StatusServiceUnavailable,

@@ -275,3 +275,31 @@ func TestClientGoneStillRecordsTheOutcome(t *testing.T) {
 		})
 	}
 }
+
+// TestHijackedResponseIsNotStored: what a handler writes to a connection
+// it took over is not seen, so it is not replayed; it is not run again
+// either.
+func TestHijackedResponseIsNotStored(t *testing.T) {
+	runs := 0
+	h, _ := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		conn, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("Hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		bw.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 3\r\nConnection: close\r\n\r\nraw")
+		bw.Flush()
+	}), Config{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx := testContext(t)
+	if status, _, body := send(t, ctx, srv, "/x", "hijack", ""); status != http.StatusCreated || body != "raw" {
+		t.Fatalf("first: %d %q, want 201 raw", status, body)
+	}
+	status, _, body := send(t, ctx, srv, "/x", "hijack", "")
+	if status != http.StatusConflict || !strings.Contains(body, ProblemNotStored) || runs != 1 {
+		t.Errorf("repeat: %d %s after %d runs; want 409 %s after 1", status, body, runs, ProblemNotStored)
+	}
+}
