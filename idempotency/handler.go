@@ -209,10 +209,10 @@ func (h *Handler) handles(r *http.Request) bool {
 // settleContext returns the context of a Ledger step that records a
 // handler's outcome: ctx's values without its cancellation, bounded by
 // settleTimeout. A retryfuse.MemoryLedger never blocks and never looks at
-// its context: its steps are spared the timer.
+// its context: it is given ctx as it is.
 func (h *Handler) settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if h.memory {
-		return context.WithoutCancel(ctx), func() {}
+		return ctx, func() {}
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 }

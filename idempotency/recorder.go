@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"bufio"
-	"bytes"
 	"net"
 	"net/http"
 	"strings"
@@ -26,9 +25,10 @@ type recorder struct {
 	w        http.ResponseWriter
 	status   int         // the first final status written; 0 before
 	header   http.Header // a copy of the header as it was when status was written
-	body     bytes.Buffer
+	body     []byte
 	max      int64
-	over     bool // the body outgrew max: it is not kept
+	stored   *retryfuse.StoredResponse // where result puts the response
+	over     bool                      // the body outgrew max: it is not kept
 	hijacked bool
 }
 
@@ -58,11 +58,11 @@ func (rec *recorder) Write(p []byte) (int, error) {
 		rec.commit(http.StatusOK)
 	}
 	if !rec.over {
-		if int64(rec.body.Len()+len(p)) > rec.max {
+		if int64(len(rec.body)+len(p)) > rec.max {
 			rec.over = true
-			rec.body = bytes.Buffer{}
+			rec.body = nil
 		} else {
-			rec.body.Write(p)
+			rec.body = append(rec.body, p...)
 		}
 	}
 	return rec.w.Write(p)
@@ -102,7 +102,8 @@ func (rec *recorder) result() *retryfuse.StoredResponse {
 	if rec.over || rec.hijacked || hasTrailers(rec.w.Header()) || !storableHeader(rec.header) {
 		return nil
 	}
-	return &retryfuse.StoredResponse{StatusCode: rec.status, Header: rec.header, Body: rec.body.Bytes()}
+	*rec.stored = retryfuse.StoredResponse{StatusCode: rec.status, Header: rec.header, Body: rec.body}
+	return rec.stored
 }
 
 // hasTrailers reports whether h declares trailers, or holds one set after

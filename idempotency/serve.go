@@ -67,10 +67,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch cl.State {
 	case decide.KeyNone:
+		c := &claim{}
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &bufferedBody{Reader: *bytes.NewReader(body)} // read whole: the handler reads the copy
+			c.body.Reset(body) // read whole: the handler reads the copy
+			r.Body = &c.body
 		}
-		h.run(w, r, lkey, cl.Token)
+		h.run(w, r, c, lkey, cl.Token)
 	case decide.KeyConflict:
 		keyReused.write(w, "")
 	case decide.KeyCompleted:
@@ -144,6 +146,17 @@ type bufferedBody struct{ bytes.Reader }
 
 func (*bufferedBody) Close() error { return nil }
 
+// claim is what the run of a claimed key needs, in one allocation: the
+// body the handler reads, the recorder it writes to with room for a small
+// response body, and the response stored. Nothing in it is reused: the
+// handler may keep what it was given.
+type claim struct {
+	body    bufferedBody
+	rec     recorder
+	respBuf [512]byte
+	stored  retryfuse.StoredResponse
+}
+
 // rerunClaim releases the uncertain claim cl of a handler declared safe to
 // run again (Config.RerunUncertain) and claims the key afresh. Another
 // request may claim it in between: the answer is then that request's.
@@ -158,8 +171,9 @@ func (h *Handler) rerunClaim(r *http.Request, lkey string, fp retryfuse.Fingerpr
 // with what the handler did: its response is stored (Complete) when it
 // returns; when it panics (or calls runtime.Goexit), the key is left
 // uncertain (its effect may have happened) and the panic goes on.
-func (h *Handler) run(w http.ResponseWriter, r *http.Request, lkey, token string) {
-	rec := &recorder{w: w, max: h.maxStored}
+func (h *Handler) run(w http.ResponseWriter, r *http.Request, c *claim, lkey, token string) {
+	rec := &c.rec
+	rec.w, rec.max, rec.body, rec.stored = w, h.maxStored, c.respBuf[:0], &c.stored
 	returned := false
 	defer func() {
 		if returned {
