@@ -5,7 +5,10 @@
 // fingerprint of a request. It implements the IETF draft "The
 // Idempotency-Key HTTP Header Field",
 // draft-ietf-httpapi-idempotency-key-header-07 (cited below as "the
-// draft", by section).
+// draft", by section: 2.1 Syntax, 2.2 Uniqueness of Idempotency Key, 2.3
+// Idempotency Key Validity and Expiry, 2.4 Idempotency Fingerprint, 2.6
+// Idempotency Enforcement, 2.7 Error Handling, 5 Security
+// Considerations).
 //
 //	h, err := idempotency.New(mux, idempotency.Config{Ledger: ledger, Scope: tenantOf})
 //	if err != nil { ... }
