@@ -55,10 +55,7 @@ func benchHandlers(b *testing.B) map[string]http.Handler {
 // its Complete with a small stored response, and nothing else: the least
 // that keeping keys in a MemoryLedger costs.
 func ledgerFloor(b *testing.B) http.Handler {
-	l, err := retryfuse.NewMemoryLedger(retryfuse.MemoryLedgerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := &retryfuse.MemoryLedger{}
 	res := &retryfuse.StoredResponse{StatusCode: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"ch_1","amount":4200,"currency":"EUR"}`)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

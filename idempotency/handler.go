@@ -52,7 +52,7 @@ type Config struct {
 	// honoured by this process alone, kept for 24h. Servers that answer
 	// for the same keys (replicas behind a load balancer) must share a
 	// Ledger, such as retryfuseredis.Ledger. A key is kept for the
-	// Ledger's TTL (MemoryLedgerConfig.TTL, retryfuseredis.LedgerConfig.TTL):
+	// Ledger's TTL (MemoryLedger.TTL, retryfuseredis.LedgerConfig.TTL):
 	// publish it (draft Section 2.3). Give the server's keys a Ledger (or a
 	// Redis prefix) apart from any client's.
 	Ledger retryfuse.Ledger
@@ -167,11 +167,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 		h.methods = append([]string{}, cfg.Methods...)
 	}
 	if h.ledger == nil {
-		l, err := retryfuse.NewMemoryLedger(retryfuse.MemoryLedgerConfig{})
-		if err != nil {
-			return nil, err
-		}
-		h.ledger = l
+		h.ledger = &retryfuse.MemoryLedger{}
 	}
 	_, h.memory = h.ledger.(*retryfuse.MemoryLedger)
 	ra := orDefault(cfg.RetryAfter, defaultRetryAfter)

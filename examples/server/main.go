@@ -149,11 +149,13 @@ func run(w io.Writer) error {
 	}
 	show("the same POST again, same key and body", resp, body)
 
-	resp, body, err = post("order-42", `{"amount":1,"currency":"EUR"}`)
-	if err != nil {
-		return err
+	// The middleware answers 422; retryfuse's Transport, seeing it comes
+	// from a server that honours keys, returns it as the conflict error.
+	_, _, err = post("order-42", `{"amount":1,"currency":"EUR"}`)
+	if !errors.Is(err, retryfuse.ErrIdempotencyConflict) {
+		return fmt.Errorf("the same key, another body: got %v, want ErrIdempotencyConflict", err)
 	}
-	show("the same key, another body", resp, body)
+	fmt.Fprintf(w, "the same key, another body\n  refused: errors.Is(err, retryfuse.ErrIdempotencyConflict)\n  charges applied so far: %d\n", api.applied.Load())
 
 	resp, body, err = post("", charge)
 	if err != nil {
@@ -161,8 +163,20 @@ func run(w io.Writer) error {
 	}
 	show("a POST without a key", resp, body)
 
-	// A duplicate sent while the first request under its key is running.
+	// A duplicate sent while the first request under its key is running:
+	// the middleware answers 409 with Retry-After, and retryfuse's
+	// Transport waits and sends it again; by then the first has ended (it
+	// is let go when the 409 arrives), and the duplicate gets its stored
+	// response.
 	entered, release := api.holdNext()
+	var once sync.Once
+	var conflicts atomic.Int32
+	rt.Hooks.AttemptDone = func(i retryfuse.AttemptDoneInfo) {
+		if i.StatusCode == http.StatusConflict {
+			conflicts.Add(1)
+			once.Do(release)
+		}
+	}
 	first := make(chan error, 1)
 	go func() {
 		_, _, err := post("order-43", charge)
@@ -170,11 +184,12 @@ func run(w io.Writer) error {
 	}()
 	<-entered
 	resp, body, err = post("order-43", charge)
-	release()
+	once.Do(release)
 	if err := errors.Join(err, <-first); err != nil {
 		return err
 	}
-	show("Idempotency-Key: order-43 again while its first request runs", resp, body)
+	fmt.Fprintf(w, "Idempotency-Key: order-43 again while its first request runs\n  409 from the middleware, %d time(s); retryfuse waited its Retry-After and sent it again\n", conflicts.Load())
+	show(" then", resp, body)
 
 	if got := api.applied.Load(); got != 2 {
 		return fmt.Errorf("%d charges applied, want 2 (order-42 and order-43, once each)", got)

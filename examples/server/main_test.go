@@ -20,16 +20,16 @@ func TestRun(t *testing.T) {
 			`  201 (Idempotent-Replayed: true) {"id":"ch_1","request":{"amount":4200,"currency":"EUR"}}` + "\n" +
 			"  charges applied so far: 1\n",
 		"the same key, another body\n" +
-			"  422 Idempotency-Key is already used\n" +
-			"  " + problems + "ProblemKeyReused\n" +
+			"  refused: errors.Is(err, retryfuse.ErrIdempotencyConflict)\n" +
 			"  charges applied so far: 1\n",
 		"a POST without a key\n" +
 			"  400 Idempotency-Key is missing\n" +
 			"  " + problems + "ProblemKeyMissing\n" +
 			"  charges applied so far: 1\n",
 		"Idempotency-Key: order-43 again while its first request runs\n" +
-			"  409 (Retry-After: 1) A request is outstanding for this Idempotency-Key\n" +
-			"  " + problems + "ProblemInFlight\n" +
+			"  409 from the middleware, 1 time(s); retryfuse waited its Retry-After and sent it again\n" +
+			" then\n" +
+			`  201 (Idempotent-Replayed: true) {"id":"ch_2","request":{"amount":4200,"currency":"EUR"}}` + "\n" +
 			"  charges applied so far: 2\n",
 	}
 	if got := out.String(); got != strings.Join(want, "") {
