@@ -74,6 +74,18 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.row("calls without a 200", h.Plain.Failed, h.Fixed.Failed, h.Derived.Failed)
 	t.note("retryfuse: MaxHedges 1, HedgeDelay %s; then HedgeQuantile %.2f: once the scope has 20 answers, the delay is their p95 (at most 20ms)", dur(tailHedgeDelay), tailQuantile)
 	t.note("each hedge takes a retry from the budget; the slower copy is cancelled and its connection closed")
+
+	e := r.Exactly
+	t.section("6. Exactly once: the payment of section 2, with the Idempotency-Key middleware in front of the server")
+	t.row("times applied, behind the middleware", e.PlainApplied, e.FuseApplied)
+	t.row("what the caller got", e.PlainOutcome, e.FuseOutcome)
+	t.row("time until the caller had an answer", dur(e.PlainElapsed), dur(e.FuseElapsed))
+	replay := "not replayed"
+	if e.FuseReplayed {
+		replay = "the stored response, replayed"
+	}
+	t.note("the middleware (package idempotency) runs a key's request once and answers a repeat with the stored response")
+	t.note("retryfuse (ServerHonoursKeys) repeated the uncertain write with the same key and body: %d attempts, its answer %s", e.FuseAttempts, replay)
 	return t.err
 }
 

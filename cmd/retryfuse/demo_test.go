@@ -75,6 +75,16 @@ func TestDemo(t *testing.T) {
 		assertRow(t, out, "time until control came back", dur(a.PlainElapsed), dur(a.FuseElapsed))
 	})
 
+	t.Run("exactly once", func(t *testing.T) {
+		e := res.Exactly
+		assert.Equal(t, 1, e.FuseApplied, "retryfuse: times applied")
+		assert.Equal(t, 1, e.PlainApplied, "plain loop: the middleware runs the key's request once")
+		assert.Equal(t, "201 Created", e.FuseOutcome, "retryfuse's caller gets the payment, not a reconcile error")
+		assert.Greater(t, e.FuseAttempts, 1, "retryfuse repeated the uncertain write")
+		assert.True(t, e.FuseReplayed, "its answer is the stored response")
+		assertRow(t, out, "times applied, behind the middleware", e.PlainApplied, e.FuseApplied)
+	})
+
 	t.Run("brake", func(t *testing.T) {
 		k := res.Brake
 		assert.Less(t, k.Breaker.SentDown, k.Plain.SentDown, "requests while down: breaker against the plain loop")
