@@ -52,16 +52,20 @@ func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Conte
 	if askConn && at.getConn == nil {
 		at.getConn = func(string) { at.asked.Add(1) }
 	}
-	at.asked.Store(0)
-	at.conns.Store(0)
-	at.stop.Store(stopNone)
-	at.gate, at.cancel = nil, nil
-	at.evidence.Store(nil)
 	tr := &at.first
 	if at.used {
-		tr = new(httptrace.ClientTrace)
+		// A later attempt: what the earlier left is reset, and its
+		// ClientTrace is new. The first attempt's trace is fresh memory,
+		// all zero: only its two hooks are set.
+		at.asked.Store(0)
+		at.conns.Store(0)
+		at.stop.Store(stopNone)
+		at.gate, at.cancel = nil, nil
+		at.evidence.Store(nil)
+		tr = &httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
+	} else {
+		tr.GetConn, tr.GotConn = at.getConn, at.gotConn
 	}
-	*tr = httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
 	if !at.used && clientTraceKey != nil && httptrace.ContextClientTrace(ctx) == nil {
 		// Nothing to compose with: the first attempt's context answers
 		// for the trace itself, and costs no allocation.
