@@ -252,17 +252,36 @@ func ReasonName(err error) string {
 	return "other"
 }
 
-// BreakerChangeInfo reports a change of a breaker scope's state. It is
-// not about one call: CallInfo is absent.
+// BreakerChangeInfo reports a change of a breaker scope's state, or,
+// with From == To, the first request of a scope under settings of a new
+// version (see Breaker.Update): the state did not change, the settings
+// did. It is not about one call: CallInfo is absent.
+//
+// Breaker.Snapshot describes each scope as it stands with the same type:
+// To is its state, At since when (when it was first seen, for a scope
+// that has not changed), From the state before (zero when it has not
+// changed).
 type BreakerChangeInfo struct {
 	Scope    string
 	From, To BreakerState
-	At       time.Time
+	// At is when the scope changed state; for a change of settings
+	// (From == To), when its first request under them came.
+	At time.Time
 	// Cause is the dependency failure behind an opening (To == BreakerOpen);
 	// nil for other transitions.
 	Cause error
-	// Settings are the breaker's settings, defaults resolved.
+	// Settings are the breaker's settings in force, defaults resolved;
+	// Settings.Version names them.
 	Settings BreakerSettings
+	// The scope's counts as they stand after the change, each counted in
+	// one state only and zero in the others: Failures, the consecutive
+	// failures, and Observed, the outcomes since it last closed (closed);
+	// Successes, the consecutive successful probes, and Probes, the
+	// probes out (half-open). InFlight is the requests let through and
+	// not yet done, in any state.
+	Failures, Observed int
+	Successes, Probes  int
+	InFlight           int
 }
 
 // EvidenceUnavailableInfo reports a fail-safe applied by a budget or ledger.
