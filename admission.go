@@ -172,7 +172,7 @@ func (c *call) admit() (breakerTicket, error) {
 	if b == nil {
 		return breakerTicket{}, nil
 	}
-	ticket, change, err := b.allow(c.scopeName(), c.p.clock.Now())
+	ticket, change, err := b.allow(c.breakerScopeName(), c.p.clock.Now())
 	c.breakerChanged(change)
 	return ticket, err
 }
@@ -185,7 +185,7 @@ func (c *call) openThrough(t time.Time) error {
 	if c.p.breaker == nil {
 		return nil
 	}
-	return c.p.breaker.openUntil(c.scopeName(), t)
+	return c.p.breaker.openUntil(c.breakerScopeName(), t)
 }
 
 // observe feeds an attempt's result to the breaker: only what the

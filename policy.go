@@ -51,6 +51,7 @@ type policy struct {
 	budget         Budget                     // shared by every scope; nil means per-scope budgets
 	scope          func(*http.Request) string // nil means hostScope
 	breaker        *Breaker
+	breakerScope   func(*http.Request) string // nil: the breaker's scopes are scope's
 	ledger         Ledger
 	hedge          hedgePolicy
 	maxInFlight    int
@@ -124,6 +125,7 @@ func (t *Transport) resolve() (policy, error) {
 		budget:       t.Budget, // on the Transport's clock, below
 		newBudget:    t.NewBudget,
 		breaker:      t.Breaker,
+		breakerScope: t.BreakerScope,
 		ledger:       ledgerOn(t.Ledger, e.clock),
 		reconciler:   t.Reconciler,
 		scope:        t.Scope,
@@ -264,6 +266,7 @@ func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 //   - MaxHedges with a HedgeDelay at or above AttemptTimeout: every
 //     attempt times out before its hedge is due (with HedgeQuantile too:
 //     HedgeDelay is then both the delay before an estimate and its cap).
+//   - BreakerScope without a Breaker: nothing is braked.
 //   - NewBudget beside a Budget: it is never called.
 //   - MaxScopes beside a Budget, without MaxInFlight, RateLimit or
 //     MaxHedges: nothing is kept per scope (the Breaker has a bound of
@@ -313,6 +316,8 @@ func (t *Transport) checkTogether(p *policy) error {
 	case t.MaxHedges > 0 && t.AttemptTimeout > 0 && t.HedgeDelay >= t.AttemptTimeout:
 		return invalidPolicy("HedgeDelay "+t.HedgeDelay.String(),
 			"must be below AttemptTimeout "+t.AttemptTimeout.String()+": an attempt times out before its hedge is due")
+	case t.BreakerScope != nil && t.Breaker == nil:
+		return invalidPolicy("BreakerScope", "needs a Breaker: without it nothing is braked per scope")
 	case t.Budget != nil && t.NewBudget != nil:
 		return invalidPolicy("NewBudget", "must be nil with a Budget: Budget is the budget of every scope, and NewBudget is never called")
 	case t.MaxScopes != 0 && t.Budget != nil && !p.usesLimits():

@@ -132,6 +132,19 @@ type Transport struct {
 	// Breaker may be shared by several Transports.
 	Breaker *Breaker
 
+	// BreakerScope, when set, divides the Breaker's scopes by a function of
+	// the request, such as its route or operation, so that one failing
+	// route does not block the others of the same dependency. A request's
+	// scope at the breaker is then its Scope, a space and the function's
+	// value ("https://api.example.com:443 GET /orders"), or its Scope alone
+	// when the value is empty. Budgets, limits and the Ledger stay per
+	// Scope. A BreakerScope that panics counts as one that returns empty.
+	// Nil means the breaker's scopes are Scope's. It is refused without a
+	// Breaker. Keep the values few (a route's template, not its path with
+	// its identifiers): each is a scope the Breaker remembers, within its
+	// MaxScopes.
+	BreakerScope func(*http.Request) string
+
 	// Ledger, when set, remembers idempotency keys (scoped by Scope), so
 	// that a concurrent duplicate is braked (ErrDuplicateInFlight), a key
 	// reused with another body is refused (ErrIdempotencyConflict), and a
@@ -159,10 +172,10 @@ type Transport struct {
 	// effect before a *ReconcileRequiredError is returned. See Reconciler.
 	Reconciler Reconciler
 
-	// Scope names the dependency a request belongs to, for budgets and the
-	// breaker and the ledger. Nil means the request's scheme, host and port,
-	// the port written even when it is the scheme's default
-	// ("https://api.example.com:443").
+	// Scope names the dependency a request belongs to, for budgets, the
+	// breaker (unless BreakerScope divides it) and the ledger. Nil means
+	// the request's scheme, host and port, the port written even when it
+	// is the scheme's default ("https://api.example.com:443").
 	Scope func(*http.Request) string
 
 	// MaxScopes bounds the scopes whose state the Transport keeps: each
