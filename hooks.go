@@ -176,7 +176,14 @@ type GiveUpInfo struct {
 //	              "rejected": the attempt was not sent (Err, a *BulkheadFullError)
 //	"rate_limit"  "waited": the attempt waited Wait for the limiter
 //	              "rejected": the attempt was not sent (Err, a *RateLimitError)
-//	"fallback"    "answered": the Fallback answered a failed call
+//	"fallback"    "answered": the Fallback answered a failed call with a
+//	              response of its own (marked: see Transport.Fallback), or
+//	              with an error (Err)
+//	              "handed_on": it handed back the call's own response,
+//	              which goes to the caller unmarked
+//	              "withheld": the request needs current data (see
+//	              WithCurrentData), so the Fallback was not asked; the
+//	              call's own outcome was returned (Err, its error)
 //	              "failed": it panicked or returned neither a response nor
 //	              an error (Err); the call's own outcome was returned
 //
@@ -204,6 +211,8 @@ const (
 	actionRejected = "rejected"
 	actionWaited   = "waited"
 	actionAnswered = "answered"
+	actionHandedOn = "handed_on"
+	actionWithheld = "withheld"
 	actionFailed   = "failed"
 )
 

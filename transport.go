@@ -292,6 +292,22 @@ type Transport struct {
 	// a response nor an error, is reported (Hooks.Policy) and the call's
 	// own outcome is returned. It runs on the caller's goroutine, within
 	// the caller's deadline.
+	//
+	// A response the Fallback produces (not the call's own, handed back)
+	// is marked: it carries a Retryfuse-Fallback header whose value names
+	// why the call failed, as ReasonName does ("circuit_open",
+	// "attempts_exhausted", ...). Check it with
+	// resp.Header.Get("Retryfuse-Fallback") != "". The header is set on a
+	// copy of the response's header map, replacing any value the Fallback
+	// put there; a Fallback cannot leave its answer unmarked. A
+	// response from the dependency that carries the header (a fallback of
+	// a service upstream) keeps it.
+	//
+	// A request that needs current data is never answered by the
+	// Fallback: one whose context comes from WithCurrentData, or whose
+	// Cache-Control has no-cache or max-age=0 (or, without a
+	// Cache-Control, whose Pragma has no-cache). The caller gets the
+	// call's own failure, and Hooks.Policy reports the Fallback withheld.
 	Fallback func(req *http.Request, resp *http.Response, err error) (*http.Response, error)
 
 	// Hooks observe every decision. See Hooks.
