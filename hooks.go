@@ -186,6 +186,15 @@ type GiveUpInfo struct {
 //	              call's own outcome was returned (Err, its error)
 //	              "failed": it panicked or returned neither a response nor
 //	              an error (Err); the call's own outcome was returned
+//	"single_flight" (Transport.ShareReads; SharedCallID names the shared call)
+//	              "led": the call's result is shared with the reads of its
+//	              key that come while it is in flight (SharedCallID is its
+//	              own CallID)
+//	              "followed": the call waits for the shared call's result,
+//	              and takes a copy of it
+//	              "unshared": the call makes its own: ShareKey panicked
+//	              (Err), or the shared response's body was over
+//	              MaxSharedBody (Err; SharedCallID names the call)
 //
 // The names are a compatibility promise; names may be added.
 type PolicyInfo struct {
@@ -196,14 +205,18 @@ type PolicyInfo struct {
 	// group had waited for an answer before it was sent.
 	Wait time.Duration
 	Err  error
+	// SharedCallID is, for "single_flight", the CallID of the call whose
+	// result is shared; zero otherwise.
+	SharedCallID uint64
 }
 
 // The names of PolicyInfo.Policy and PolicyInfo.Action.
 const (
-	policyHedge     = "hedge"
-	policyBulkhead  = "bulkhead"
-	policyRateLimit = "rate_limit"
-	policyFallback  = "fallback"
+	policyHedge        = "hedge"
+	policyBulkhead     = "bulkhead"
+	policyRateLimit    = "rate_limit"
+	policyFallback     = "fallback"
+	policySingleFlight = "single_flight"
 
 	actionSent     = "sent"
 	actionRefused  = "refused"
@@ -214,6 +227,9 @@ const (
 	actionHandedOn = "handed_on"
 	actionWithheld = "withheld"
 	actionFailed   = "failed"
+	actionLed      = "led"
+	actionFollowed = "followed"
+	actionUnshared = "unshared"
 )
 
 // reasonNames name the reasons a call gives up with, in the order they

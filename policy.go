@@ -58,6 +58,7 @@ type policy struct {
 	rateLimit      float64
 	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
 	clock          clock
+	shareReads     bool
 
 	maxAttempts    int
 	initialBackoff time.Duration
@@ -74,8 +75,10 @@ type policy struct {
 	maxStored      int64
 	maxQueued      int
 	rateBurst      int
-	maxLimitWait   time.Duration       // negative: no waiting
-	randN          func(n int64) int64 // a uniform draw from [0, n)
+	maxLimitWait   time.Duration              // negative: no waiting
+	randN          func(n int64) int64        // a uniform draw from [0, n)
+	shareKey       func(*http.Request) string // nil: defaultShareKey
+	maxSharedBody  int64
 }
 
 // env is what a Transport takes from its surroundings.
@@ -141,14 +144,17 @@ func (t *Transport) resolve() (policy, error) {
 			quantile: t.HedgeQuantile,
 			methods:  slices.Clone(t.HedgeMethods),
 		},
-		maxInFlight:  t.MaxInFlight,
-		maxQueued:    t.MaxQueued,
-		rateLimit:    t.RateLimit,
-		rateBurst:    t.RateBurst,
-		maxLimitWait: orDefault(t.MaxLimitWait, defaultMaxLimitWait),
-		fallback:     t.Fallback,
-		clock:        e.clock,
-		randN:        e.randN,
+		maxInFlight:   t.MaxInFlight,
+		maxQueued:     t.MaxQueued,
+		rateLimit:     t.RateLimit,
+		rateBurst:     t.RateBurst,
+		maxLimitWait:  orDefault(t.MaxLimitWait, defaultMaxLimitWait),
+		fallback:      t.Fallback,
+		shareReads:    t.ShareReads,
+		shareKey:      t.ShareKey,
+		maxSharedBody: orDefault(t.MaxSharedBody, defaultMaxSharedBody),
+		clock:         e.clock,
+		randN:         e.randN,
 	}
 	if p.hedge.methods == nil {
 		p.hedge.methods = defaultHedgeMethods
@@ -212,6 +218,8 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("RateBurst", "must be at least 1 with a RateLimit")
 	case t.RateBurst > 0 && t.RateLimit == 0:
 		return p, invalidPolicy("RateBurst", "needs a RateLimit")
+	case t.MaxSharedBody < 0:
+		return p, invalidPolicy("MaxSharedBody", "must not be negative")
 	}
 	for _, m := range t.HedgeMethods {
 		if !validMethod(m) {
@@ -267,6 +275,7 @@ func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 //     attempt times out before its hedge is due (with HedgeQuantile too:
 //     HedgeDelay is then both the delay before an estimate and its cap).
 //   - BreakerScope without a Breaker: nothing is braked.
+//   - ShareKey or MaxSharedBody without ShareReads: nothing is shared.
 //   - NewBudget beside a Budget: it is never called.
 //   - MaxScopes beside a Budget, without MaxInFlight, RateLimit or
 //     MaxHedges: nothing is kept per scope (the Breaker has a bound of
@@ -316,6 +325,10 @@ func (t *Transport) checkTogether(p *policy) error {
 	case t.MaxHedges > 0 && t.AttemptTimeout > 0 && t.HedgeDelay >= t.AttemptTimeout:
 		return invalidPolicy("HedgeDelay "+t.HedgeDelay.String(),
 			"must be below AttemptTimeout "+t.AttemptTimeout.String()+": an attempt times out before its hedge is due")
+	case t.ShareKey != nil && !t.ShareReads:
+		return invalidPolicy("ShareKey", "needs ShareReads: without it no read is shared")
+	case t.MaxSharedBody != 0 && !t.ShareReads:
+		return invalidPolicy(fmt.Sprint("MaxSharedBody ", t.MaxSharedBody), "needs ShareReads: without it no body is shared")
 	case t.BreakerScope != nil && t.Breaker == nil:
 		return invalidPolicy("BreakerScope", "needs a Breaker: without it nothing is braked per scope")
 	case t.Budget != nil && t.NewBudget != nil:

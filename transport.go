@@ -133,16 +133,13 @@ type Transport struct {
 	Breaker *Breaker
 
 	// BreakerScope, when set, divides the Breaker's scopes by a function of
-	// the request, such as its route or operation, so that one failing
-	// route does not block the others of the same dependency. A request's
-	// scope at the breaker is then its Scope, a space and the function's
-	// value ("https://api.example.com:443 GET /orders"), or its Scope alone
-	// when the value is empty. Budgets, limits and the Ledger stay per
-	// Scope. A BreakerScope that panics counts as one that returns empty.
-	// Nil means the breaker's scopes are Scope's. It is refused without a
-	// Breaker. Keep the values few (a route's template, not its path with
-	// its identifiers): each is a scope the Breaker remembers, within its
-	// MaxScopes.
+	// the request (a route's template, an operation), so that one failing
+	// route does not block the others of its dependency: the scope at the
+	// breaker is Scope's, a space and the value ("https://api:443 GET
+	// /orders/{id}"), or Scope's alone for an empty value or a panic.
+	// Budgets, limits and the Ledger stay per Scope. Nil means Scope's.
+	// Refused without a Breaker. Keep the values few: each is a scope the
+	// Breaker remembers, within its MaxScopes.
 	BreakerScope func(*http.Request) string
 
 	// Ledger, when set, remembers idempotency keys (scoped by Scope), so
@@ -294,21 +291,47 @@ type Transport struct {
 	// the caller's deadline.
 	//
 	// A response the Fallback produces (not the call's own, handed back)
-	// is marked: it carries a Retryfuse-Fallback header whose value names
-	// why the call failed, as ReasonName does ("circuit_open",
-	// "attempts_exhausted", ...). Check it with
-	// resp.Header.Get("Retryfuse-Fallback") != "". The header is set on a
-	// copy of the response's header map, replacing any value the Fallback
-	// put there; a Fallback cannot leave its answer unmarked. A
-	// response from the dependency that carries the header (a fallback of
-	// a service upstream) keeps it.
-	//
-	// A request that needs current data is never answered by the
-	// Fallback: one whose context comes from WithCurrentData, or whose
-	// Cache-Control has no-cache or max-age=0 (or, without a
-	// Cache-Control, whose Pragma has no-cache). The caller gets the
-	// call's own failure, and Hooks.Policy reports the Fallback withheld.
+	// carries a Retryfuse-Fallback header naming why the call failed, as
+	// ReasonName does ("circuit_open", ...): test it with
+	// resp.Header.Get("Retryfuse-Fallback") != "". It is set on a copy of
+	// the response's header, over any value the Fallback put there. A
+	// dependency's response that carries it (an upstream's fallback)
+	// keeps it. A request that needs current data (WithCurrentData, or a
+	// Cache-Control of no-cache or max-age=0, or a Pragma of no-cache
+	// without a Cache-Control) never gets the Fallback's answer: the
+	// caller gets the call's own failure (Hooks.Policy: "withheld").
 	Fallback func(req *http.Request, resp *http.Response, err error) (*http.Response, error)
+
+	// ShareReads, when true, lets concurrent identical reads share one
+	// call, its retries and hedges included: a GET or HEAD without a body
+	// whose key (ShareKey) is that of a call in flight waits for its
+	// result. Each caller gets its own copy of the status, headers and
+	// body (buffered up to MaxSharedBody), and its own Fallback's answer.
+	// A caller whose context ends leaves the others be; the shared call is
+	// cancelled once every caller waiting for it has gone. It runs on a
+	// goroutine of its own, under the context values of the caller who
+	// started it but not its cancellation or deadline. Writes, requests
+	// with a body or an Upgrade, and calls a retryfuse Transport above
+	// owns are never shared. Hooks.Policy says which call led and which
+	// followed.
+	ShareReads bool
+
+	// ShareKey names the answer a read asks for: reads of one method with
+	// one key share a call. It must tell apart every request whose answer
+	// may differ, credentials above all. Nil means the method, the URL,
+	// the Host and every header but those that only trace a request
+	// (Traceparent, X-Request-Id, ...: see the README): reads whose
+	// Authorization, Cookie, Accept or any other header differs never
+	// share. A Base that adds credentials from the context needs a
+	// ShareKey that includes them. A ShareKey that returns "" or panics
+	// (reported) leaves the read unshared. Refused without ShareReads.
+	ShareKey func(*http.Request) string
+
+	// MaxSharedBody bounds the body buffered to be shared: past it, the
+	// caller who started the call reads the body as it comes, and every
+	// other makes a call of its own. Zero means 1 MiB. Refused without
+	// ShareReads.
+	MaxSharedBody int64
 
 	// Hooks observe every decision. See Hooks.
 	Hooks Hooks
@@ -335,6 +358,7 @@ type Transport struct {
 	initErr error
 	scopes  scopes        // the per-scope records: budgets, limits, latencies
 	keys    keyMemory     // without a Ledger, the keys left uncertain
+	flights flights       // with ShareReads, the shared calls in flight
 	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
 }
 
@@ -396,12 +420,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, t.initErr
 	}
+	var id uint64
+	if t.p.shareReads && shareable(req) {
+		sid, resp, err := t.shareRead(req)
+		if err != errNotShared {
+			return resp, err
+		}
+		id = sid // the call's events so far were under it
+	}
 	c := call{t: t, p: &t.p, req: req, w: new(wire)}
 	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
 		// Only hooks report elapsed time and number the calls: a count
 		// that every call raised would be memory every core writes.
 		c.start = t.p.clock.Now()
 		c.id = t.calls.Add(1)
+	}
+	if id != 0 {
+		c.id = id
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
 	resp, err := c.run()
