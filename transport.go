@@ -31,10 +31,11 @@ import (
 // ErrInvalidPolicy.
 //
 // Besides retrying, a Transport can hedge requests, limit the attempts in
-// flight (bulkhead) and their rate per dependency, and fall back to an
-// answer of the caller's. The order of these policies is fixed, outermost
-// first: Fallback, retry, hedge, circuit breaker, rate limiter, bulkhead,
-// per-attempt timeout. Each refusal matches ErrDeclined.
+// flight (bulkhead) and their rate per dependency, share identical reads,
+// and fall back to an answer of the caller's. The order of these policies
+// is fixed, outermost first: Fallback, single flight, retry, hedge,
+// circuit breaker, rate limiter, bulkhead, per-attempt timeout. Each
+// refusal matches ErrDeclined.
 //
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
