@@ -80,7 +80,7 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 	if l.rate == nil {
 		return nil
 	}
-	now := c.p.clock.Now()
+	now := c.now()
 	r := l.rate.ReserveN(now, 1)
 	if !r.OK() {
 		return &RateLimitError{Scope: l.name, RetryAfter: rate.InfDuration}
@@ -101,8 +101,10 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 		}
 		return err
 	}
-	if err := c.wait(d); err != nil {
-		r.CancelAt(c.p.clock.Now())
+	err := c.wait(d)
+	c.step() // time has passed
+	if err != nil {
+		r.CancelAt(c.now())
 		return err
 	}
 	c.policyEvent(policyRateLimit, actionWaited, d, nil)
@@ -142,6 +144,9 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) error {
 		maxWait = -1
 	}
 	waited, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait)
+	if waited > 0 {
+		c.step() // time has passed
+	}
 	if ok {
 		if waited > 0 {
 			c.policyEvent(policyBulkhead, actionQueued, waited, nil)
@@ -172,7 +177,7 @@ func (c *call) admit() (breakerTicket, error) {
 	if b == nil {
 		return breakerTicket{}, nil
 	}
-	ticket, change, err := b.allow(c.breakerScopeName(), c.p.clock.Now())
+	ticket, change, err := b.allow(c.breakerScopeName(), c.now())
 	c.breakerChanged(change)
 	return ticket, err
 }
@@ -199,10 +204,12 @@ func (c *call) observe(ticket breakerTicket, a attempt) {
 	var (
 		o     = observeIgnore
 		cause error
-		now   = c.p.clock.Now()
+		now   = c.now()
 	)
 	switch {
 	case a.ignored:
+	case a.keyed == answerInFlight:
+		o = observeSuccess // the server answered, as it should, that the key's first request runs
 	case a.resp != nil && a.retryable:
 		o, cause = observeFailure, statusError(a.resp, now)
 	case a.resp != nil:
@@ -226,6 +233,7 @@ func (c *call) breakerChanged(change BreakerChangeInfo) {
 // hedge they refuse takes no retry from the budget (as schedule spends
 // none on a retry that will not be sent).
 func (c *call) enterHedge() (pass, error) {
+	c.step() // a hedge is admitted later than its group's first attempt
 	if !c.takeHedge() {
 		return pass{}, ErrAttemptsExhausted
 	}

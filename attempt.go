@@ -19,6 +19,7 @@ type attempt struct {
 	resends  int          // the base's own re-sends within the attempt that went out
 	stopped  error        // why a further re-send was stopped (ErrAttemptsExhausted, ErrBudgetExhausted), or nil
 	evidence *budgetError // the budget's errors while it was asked for the re-sends
+	keyed    keyedAnswer  // what a server that honours keys answered about the key
 	result
 }
 
@@ -119,7 +120,7 @@ func (c *call) started(f *flight) {
 		emit(h, AttemptStartInfo{CallInfo: c.infoOf(f, decide.PhaseUnknown), Timeout: f.timeout})
 	}
 	if t.Hooks.AttemptDone != nil || t.Hooks.HiddenResend != nil {
-		f.began = c.p.clock.Now()
+		f.began = c.now()
 	}
 }
 
@@ -157,6 +158,7 @@ func (f *flight) exchange(base http.RoundTripper) (*http.Response, error) {
 // finish classifies an attempt's result and reports it.
 func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	t, p := c.t, c.p
+	c.step() // the attempt has returned: its end, the breaker's and the hooks' time
 	callerDone := c.req.Context().Err() != nil
 	bodyErr := f.watched != nil && f.watched.failed(err)
 	stopped := f.trace.stopped()
@@ -169,6 +171,14 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	if stopped != nil && !a.ignored {
 		c.stoppedResend(&a, stopped)
 	}
+	if resp != nil && c.key.present && !c.passThrough {
+		c.learnHonour(resp)
+		if a.keyed = readKeyedAnswer(resp); a.keyed == answerInFlight {
+			// The server runs the first request under the key: it will
+			// not run this one twice, and answers it once the first ends.
+			a.outcome, a.retryable = decide.OutcomeFailure, true
+		}
+	}
 	n := int(f.trace.conns.Load())
 	if n > 1 {
 		a.resends = n - 1
@@ -179,11 +189,11 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	}
 	c.phase = a.phase
 	info := AttemptDoneInfo{CallInfo: c.infoOf(f, a.phase), Err: err, Outcome: a.outcome, Retryable: a.retryable,
-		Duration: p.clock.Now().Sub(f.began), Connections: n}
+		Duration: c.now().Sub(f.began), Connections: n}
 	if resp != nil {
-		info.StatusCode = resp.StatusCode
+		info.StatusCode, info.Replayed = resp.StatusCode, replayed(resp)
 		if a.retryable {
-			info.Err = statusError(resp, p.clock.Now())
+			info.Err = statusError(resp, c.now())
 		}
 	}
 	if a.resends > 0 {
@@ -229,7 +239,7 @@ func (c *call) attemptTimeout() time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(c.p.clock.Now()) <= d {
+	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(c.now()) <= d {
 		return 0
 	}
 	return d

@@ -21,7 +21,8 @@ type call struct {
 	p           *policy
 	req         *http.Request
 	ctx         context.Context // the caller's context, marked as owned
-	start       time.Time
+	start       time.Time       // with hooks, when the call began
+	at          time.Time       // the clock's reading for the current step; see now
 	id          uint64
 	passThrough bool // a retryfuse Transport above owns the repeating
 
@@ -177,6 +178,7 @@ func (c *call) loop() (*http.Response, error) {
 		if err := c.req.Context().Err(); err != nil {
 			return c.stopBefore(err, err)
 		}
+		c.step()
 		ps, err := c.enter(false)
 		if err != nil {
 			return c.stopBefore(err, err)
@@ -200,6 +202,12 @@ func (c *call) loop() (*http.Response, error) {
 		switch {
 		case c.passThrough:
 			return a.resp, a.err // the Transport above decides
+		case a.keyed == answerReused:
+			// The server refused the key, used before with another payload:
+			// nothing was run, and nothing will be under this key.
+			drain(a.resp, 0)
+			c.giveUp(ErrIdempotencyConflict, decide.Verdict{})
+			return nil, &RetryError{Reason: ErrIdempotencyConflict, Attempts: c.attempt, about: c.about()}
 		case a.outcome == decide.OutcomeSuccess:
 			// A confirmed result ends the call: nothing to ask the decision
 			// core (it would answer replay_stored, rule 2).
@@ -293,7 +301,9 @@ func (c *call) attempts() []decide.Attempt {
 
 // decide asks the decision core about the call as it stands.
 func (c *call) decide(ks decide.KeyState) decide.Verdict {
-	v := decide.Decide(decide.Input{Policy: c.p.decision, Request: c.facts, KeyState: ks, Attempts: c.attempts()})
+	req := c.facts
+	req.ServerHonoursKeys = c.key.present && c.serverHonoursKeys()
+	v := decide.Decide(decide.Input{Version: decide.Version, Policy: c.p.decision, Request: req, KeyState: ks, Attempts: c.attempts()})
 	if h := c.t.Hooks.Decision; h != nil && (c.attempt > 0 || v.Decision != decide.ReplaySafe) {
 		// Before the first attempt, replay_safe only means that nothing
 		// stops the call: nothing is replayed, and it is not reported.
@@ -422,7 +432,7 @@ func (c *call) info() CallInfo {
 		IdempotencyKey: c.key.value,
 		KeyGenerated:   c.key.generated,
 		Phase:          c.phase,
-		Elapsed:        c.p.clock.Now().Sub(c.start),
+		Elapsed:        c.now().Sub(c.start),
 	}
 }
 

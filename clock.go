@@ -34,6 +34,23 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// now returns the time of the call's current step, reading the clock on
+// the step's first need. A step — the call's start, an attempt's
+// admission, its end, a retry's scheduling — reads the clock once at most,
+// and every gate and hook of the step takes that reading: on some machines
+// a reading costs more than the rest of a gate's work.
+func (c *call) now() time.Time {
+	if c.at.IsZero() {
+		c.at = c.p.clock.Now()
+	}
+	return c.at
+}
+
+// step begins a new step of the call: the next reading is fresh. It is
+// taken where time has passed since the last: before an attempt is
+// admitted, when it returns, before a retry is scheduled, after a wait.
+func (c *call) step() { c.at = time.Time{} }
+
 // timedBudget is a budget of this package: it takes the time as an
 // argument.
 type timedBudget interface {

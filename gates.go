@@ -22,7 +22,11 @@ func (c *call) recordRequest() error {
 		b = st.budget
 	}
 	c.budget = b
-	b.RecordRequest(c.budgetContext())
+	if cb, ok := b.(clockedBudget); ok {
+		cb.b.recordRequestAt(c.now()) // the call's start: the step's reading
+	} else {
+		b.RecordRequest(c.budgetContext())
+	}
 	return nil
 }
 
@@ -45,6 +49,9 @@ func (c *call) scopeRecord() (*scopeRecord, error) {
 // allowRetry asks the budget for one retry. When the budget cannot
 // establish its answer, its declared fail-safe applies and is reported.
 func (c *call) allowRetry() bool {
+	if cb, ok := c.budget.(clockedBudget); ok {
+		return cb.b.allowRetryAt(c.now()) // the step's reading
+	}
 	ok, err := c.budget.AllowRetry(c.budgetContext())
 	if err != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err})

@@ -112,6 +112,11 @@ type AttemptDoneInfo struct {
 	// the attempt, when it reports them (net/http does): more than one
 	// means it re-sent the request by itself. Zero when unknown.
 	Connections int
+	// Replayed is true when the response is the stored response of an
+	// earlier request under the key, replayed by a server that honours
+	// Idempotency-Key (its Idempotent-Replayed header): the write was not
+	// run again.
+	Replayed bool
 }
 
 // DecisionInfo carries a verdict of the decision core.

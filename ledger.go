@@ -3,17 +3,14 @@ package retryfuse
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
-	"math"
 	"net/http"
 	"sync"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/fingerprint"
 )
 
 // This file is the ledger of idempotency keys: what it promises (the Ledger
@@ -51,10 +48,6 @@ var (
 // the keys of different servers apart, prefix the ledger key with the host.
 type Fingerprint [32]byte
 
-// fpRequestPrefix separates the domain of request fingerprints, so that
-// future versions never equal these.
-const fpRequestPrefix = "retryfuse fingerprint v1 request\x00"
-
 // fingerprintRequest returns the fingerprint of req's method, escaped URL
 // path ("/" when empty) and body, reading the body through req.GetBody (at
 // most limit bytes) so that req.Body is never consumed. A request without a
@@ -63,6 +56,9 @@ const fpRequestPrefix = "retryfuse fingerprint v1 request\x00"
 // error. A body longer than limit gives an error wrapping
 // ErrFingerprintLimit; an error from GetBody or from reading is returned
 // wrapped. A negative limit is an error wrapping ErrInvalidPolicy.
+//
+// The hashing is internal/fingerprint's, shared with the server's
+// middleware (package idempotency), so that both halves agree.
 func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	if req.URL == nil {
 		return Fingerprint{}, errNilURL
@@ -71,18 +67,9 @@ func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	if getBody == nil && (req.Body == nil || req.Body == http.NoBody) {
 		getBody = noBody
 	}
-	path := redirectOrigin(req).URL.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
 	f := fingerprinters.Get().(*fingerprinter)
 	defer f.put()
-	b := append(f.buf[:0], fpRequestPrefix...) // a long path may outgrow f.buf: b is then a slice of its own
-	for _, s := range [...]string{req.Method, path} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	f.h.Write(b)
+	f.h.Start(req.Method, redirectOrigin(req).URL.EscapedPath())
 	if err := f.hashBody(getBody, limit); err != nil {
 		return Fingerprint{}, err
 	}
@@ -111,32 +98,26 @@ func followsRedirect(resp *http.Response) bool {
 		resp.Header.Get("Location") != ""
 }
 
-// fingerprinter is the state of one fingerprint: the hash, a buffer to
-// copy the body through, and the reader that bounds the body. It is
-// pooled, so that a fingerprint allocates nothing of its own.
+// fingerprinter is the state of one fingerprint (internal/fingerprint's
+// Hasher: the hash, a buffer to copy the body through, and the reader that
+// bounds the body). It is pooled, so that a fingerprint allocates nothing
+// of its own.
 type fingerprinter struct {
-	h   hash.Hash
-	buf []byte
-	lr  io.LimitedReader
-	out Fingerprint
+	h *fingerprint.Hasher
 }
 
 var fingerprinters = sync.Pool{New: func() any {
-	return &fingerprinter{h: sha256.New(), buf: make([]byte, 16<<10)}
+	return &fingerprinter{h: fingerprint.New()}
 }}
 
 // put resets f and gives it back to the pool.
 func (f *fingerprinter) put() {
 	f.h.Reset()
-	f.lr = io.LimitedReader{}
 	fingerprinters.Put(f)
 }
 
 // sum returns the fingerprint of what was written.
-func (f *fingerprinter) sum() Fingerprint {
-	f.h.Sum(f.out[:0])
-	return f.out
-}
+func (f *fingerprinter) sum() Fingerprint { return f.h.Sum() }
 
 func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
 
@@ -157,25 +138,15 @@ func (f *fingerprinter) hashBody(getBody func() (io.ReadCloser, error), limit in
 		return nil // GetBody gave no reader: an empty body
 	}
 	defer rc.Close()
+	var body io.Reader = rc
 	if r, ok := inMemory(rc).(*bytes.Reader); ok {
-		// Hashed where it lies, without a copy through the buffer.
-		if int64(r.Len()) > limit {
-			return fmt.Errorf("%w (%d bytes)", ErrFingerprintLimit, limit)
-		}
-		_, _ = r.WriteTo(f.h) // a hash's Write never fails
-		return nil
+		body = r // hashed where it lies, without a copy through the buffer
 	}
-	readMax := limit
-	if readMax < math.MaxInt64 {
-		readMax++ // one byte more tells a body of exactly limit bytes from a longer one
-	}
-	f.lr = io.LimitedReader{R: rc, N: readMax}
-	n, err := io.CopyBuffer(f.h, &f.lr, f.buf)
-	if err != nil {
-		return fmt.Errorf("retryfuse: fingerprint: read body: %w", err)
-	}
-	if n > limit {
+	switch err := f.h.Body(body, limit); {
+	case errors.Is(err, fingerprint.ErrTooLong):
 		return fmt.Errorf("%w (%d bytes)", ErrFingerprintLimit, limit)
+	case err != nil:
+		return fmt.Errorf("retryfuse: fingerprint: read body: %w", err)
 	}
 	return nil
 }

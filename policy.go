@@ -76,6 +76,8 @@ type policy struct {
 	maxQueued      int
 	rateBurst      int
 	maxLimitWait   time.Duration              // negative: no waiting
+	honoursKeys    bool                       // every scope's server honours Idempotency-Key
+	honourMemory   time.Duration              // how long a scope's marker is remembered; 0: never learnt
 	randN          func(n int64) int64        // a uniform draw from [0, n)
 	shareKey       func(*http.Request) string // nil: defaultShareKey
 	maxSharedBody  int64
@@ -149,6 +151,8 @@ func (t *Transport) resolve() (policy, error) {
 		rateLimit:     t.RateLimit,
 		rateBurst:     t.RateBurst,
 		maxLimitWait:  orDefault(t.MaxLimitWait, defaultMaxLimitWait),
+		honoursKeys:   t.ServerHonoursKeys,
+		honourMemory:  max(0, orDefault(t.HonourMemory, defaultHonourMemory)), // negative: never learnt
 		fallback:      t.Fallback,
 		shareReads:    t.ShareReads,
 		shareKey:      t.ShareKey,

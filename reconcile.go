@@ -50,7 +50,7 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		KeyGenerated:   c.key.generated,
 		Attempts:       c.attempt,
 		Phase:          c.phase,
-		At:             c.p.clock.Now(),
+		At:             c.now(),
 		Cause:          cause,
 		resolve:        c.resolver(),
 	}

@@ -23,6 +23,7 @@ type scopeRecord struct {
 	rate     *rate.Limiter // nil without a RateLimit
 	bulkhead *bulkhead     // nil without a MaxInFlight
 	latency  latencies
+	honour   honour // whether its server honours Idempotency-Key, learnt
 }
 
 // scopes keeps the record of each scope, made on first use, at most
@@ -156,8 +157,9 @@ func (s *scopes) dropLocked(k hostKey) {
 }
 
 // keepsScopes reports whether the Transport keeps records per scope: for
-// a budget per scope, for limits per scope, or to name the scope for a
-// Breaker without building the name on every call.
+// a budget per scope, for limits per scope, to learn whether a scope's
+// server honours Idempotency-Key, or to name the scope for a Breaker
+// without building the name on every call.
 func (p *policy) keepsScopes() bool {
-	return p.budget == nil || p.usesLimits() || p.breaker != nil
+	return p.budget == nil || p.usesLimits() || p.breaker != nil || p.honourMemory > 0
 }

@@ -189,6 +189,9 @@ func (h slogHooks) attemptDone(i AttemptDoneInfo) {
 	a.add(slog.String("outcome", i.Outcome.String()))
 	a.add(slog.Bool("retryable", i.Retryable))
 	a.add(slog.Duration("duration", i.Duration))
+	if i.Replayed {
+		a.add(slog.Bool("replayed", true))
+	}
 	a.err(i.Err)
 	h.log(i.Context, slog.LevelDebug, "retryfuse: attempt done", &a)
 }

@@ -291,30 +291,23 @@ type Transport struct {
 	// own outcome is returned. It runs on the caller's goroutine, within
 	// the caller's deadline.
 	//
-	// A response the Fallback produces (not the call's own, handed back)
-	// carries a Retryfuse-Fallback header naming why the call failed, as
-	// ReasonName does ("circuit_open", ...): test it with
-	// resp.Header.Get("Retryfuse-Fallback") != "". It is set on a copy of
-	// the response's header, over any value the Fallback put there. A
-	// dependency's response that carries it (an upstream's fallback)
-	// keeps it. A request that needs current data (WithCurrentData, or a
-	// Cache-Control of no-cache or max-age=0, or a Pragma of no-cache
-	// without a Cache-Control) never gets the Fallback's answer: the
-	// caller gets the call's own failure (Hooks.Policy: "withheld").
+	// A response of the Fallback's own (not the call's, handed back)
+	// carries a Retryfuse-Fallback header naming why the call failed
+	// (ReasonName), set on a copy of its header over any value there. A
+	// request that needs current data (WithCurrentData, Cache-Control
+	// no-cache or max-age=0, Pragma no-cache) never gets the Fallback's
+	// answer: the caller gets the call's own failure.
 	Fallback func(req *http.Request, resp *http.Response, err error) (*http.Response, error)
 
-	// ShareReads, when true, lets concurrent identical reads share one
-	// call, its retries and hedges included: a GET or HEAD without a body
-	// whose key (ShareKey) is that of a call in flight waits for its
-	// result. Each caller gets its own copy of the status, headers and
-	// body (buffered up to MaxSharedBody), and its own Fallback's answer.
-	// A caller whose context ends leaves the others be; the shared call is
-	// cancelled once every caller waiting for it has gone. It runs on a
-	// goroutine of its own, under the context values of the caller who
-	// started it but not its cancellation or deadline. Writes, requests
-	// with a body or an Upgrade, and calls a retryfuse Transport above
-	// owns are never shared. Hooks.Policy says which call led and which
-	// followed.
+	// ShareReads, when true, lets concurrent identical reads (a GET or
+	// HEAD without a body, of one ShareKey) share one call, its retries and
+	// hedges included. Each caller gets its own copy of the status,
+	// headers and body (buffered up to MaxSharedBody) and its own
+	// Fallback's answer; a caller whose context ends leaves the others be,
+	// and the call is cancelled once every caller has gone. It runs on a
+	// goroutine of its own, under the values of the context of the caller
+	// who started it but not its cancellation or deadline. Hooks.Policy
+	// says which call led and which followed.
 	ShareReads bool
 
 	// ShareKey names the answer a read asks for: reads of one method with
@@ -353,6 +346,28 @@ type Transport struct {
 	// still arriving then is closed, its connection with it. Other bodies
 	// the Transport discards are closed unread.
 	MaxDrainBytes int64
+
+	// ServerHonoursKeys declares that the servers this Transport calls
+	// honour Idempotency-Key (as package idempotency's middleware does):
+	// each runs a key's request at most once, answers a repeat with the
+	// stored result, and a repeat while the first still runs with 409. A
+	// keyed write whose outcome is uncertain is then sent again, with the
+	// same key and body, instead of returning a *ReconcileRequiredError:
+	// the server answers with the stored result, or runs it once (decision
+	// contract version 2). Its body must be replayable (GetBody). False
+	// means a scope is known to honour keys only as learnt (HonourMemory).
+	ServerHonoursKeys bool
+
+	// HonourMemory is how long a scope is taken to honour Idempotency-Key
+	// after a response to a keyed request carrying the marker of such a
+	// server ("Idempotency-Key-Honoured: ?1"), counted from the latest such
+	// response. Zero means 10 minutes; a negative value means never: only
+	// ServerHonoursKeys declares it. Whatever it is, from such a server a
+	// 409 while the first request under the key runs is retried (after
+	// backoff, within the attempts, the budget and the deadline), and a 422
+	// for a key reused with another payload becomes an error matching
+	// ErrIdempotencyConflict.
+	HonourMemory time.Duration
 
 	once    sync.Once
 	p       policy // the settings, resolved once
@@ -433,7 +448,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
 		// Only hooks report elapsed time and number the calls: a count
 		// that every call raised would be memory every core writes.
-		c.start = t.p.clock.Now()
+		c.start = c.now()
 		c.id = t.calls.Add(1)
 	}
 	if id != 0 {

@@ -27,7 +27,8 @@ type retryPlan struct {
 // token for a retry that will not be sent.
 func (c *call) schedule() (retryPlan, error) {
 	p := c.p
-	now := p.clock.Now()
+	c.step()
+	now := c.now()
 	retryNo := c.attempt // the coming attempt is retry number c.attempt
 	d := fullJitter(backoffCeiling(p.initialBackoff, p.maxBackoff, retryNo), p.randN)
 	src := "backoff"

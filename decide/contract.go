@@ -83,7 +83,9 @@ func DecodeInput(r io.Reader) (Input, error) {
 	return in, nil
 }
 
-// EncodeVerdict writes v as one line of JSON in contract v1's output form:
+// EncodeVerdict writes v as one line of JSON in the contract's output form,
+// the same for versions 1 and 2, with the version of the question (v.Version;
+// zero counts as 1):
 //
 //	{"contractVersion":1,"decision":"brake","evidence":"fail","rule":6,"reason":"..."}
 //
@@ -108,7 +110,7 @@ func EncodeVerdict(w io.Writer, v Verdict) error {
 		Evidence string `json:"evidence"`
 		Rule     int    `json:"rule,omitempty"`
 		Reason   string `json:"reason"`
-	}{Version, string(decision), string(evidence), int(v.Rule), v.Reason})
+	}{max(v.Version, 1), string(decision), string(evidence), int(v.Rule), v.Reason})
 }
 
 // The text forms below are the contract's names. They let the

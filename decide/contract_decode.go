@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// This file holds the schema of contract v1's input: each field, its type,
-// its default and its checks.
+// This file holds the schema of the contract's input (versions 1 and 2):
+// each field, its type, its default and its checks.
 
 func (d *contractDecoder) root(in *Input) error {
 	if err := d.object(""); err != nil {
@@ -22,9 +22,10 @@ func (d *contractDecoder) root(in *Input) error {
 			if err != nil {
 				return err
 			}
-			if dec.neg || !dec.integral() || dec.clampedInt() != Version {
-				return invalidf(kp, "unsupported version %s, want %d", shortNumber(n), Version)
+			if dec.neg || !dec.integral() || dec.clampedInt() < 1 || dec.clampedInt() > Version {
+				return invalidf(kp, "unsupported version %s, want 1 or %d", shortNumber(n), Version)
 			}
+			in.Version = dec.clampedInt()
 			haveVersion = true
 			return nil
 		case "policy":
@@ -52,6 +53,9 @@ func (d *contractDecoder) root(in *Input) error {
 	}
 	if !haveVersion {
 		return invalidf("contractVersion", "is required")
+	}
+	if d.sawHonours && in.Version < 2 {
+		return invalidf("request.serverHonoursKeys", "needs contractVersion 2")
 	}
 	return nil
 }
@@ -111,6 +115,10 @@ func (d *contractDecoder) request(path string, r *Request) error {
 			return err
 		case "replayableBody":
 			r.ReplayableBody, err = d.boolean(kp)
+			return err
+		case "serverHonoursKeys":
+			d.sawHonours = true
+			r.ServerHonoursKeys, err = d.boolean(kp)
 			return err
 		}
 		return unknownField(kp)

@@ -57,14 +57,19 @@ func FuzzDecodeInput(f *testing.F) {
 	})
 }
 
-// encodeContractInput writes in as contract v1 input with every field given.
+// encodeContractInput writes in as contract input of its version with
+// every field of that version given.
 func encodeContractInput(in Input) []byte {
 	var b strings.Builder
 	method, _ := json.Marshal(in.Request.Method)
-	fmt.Fprintf(&b, `{"contractVersion":1,"policy":{"failureThreshold":%d,"budgetUnits":%s},`,
-		in.Policy.FailureThreshold, strconv.FormatFloat(in.Policy.BudgetUnits, 'g', -1, 64))
-	fmt.Fprintf(&b, `"request":{"method":%s,"idempotencyKey":%t,"replayableBody":%t},"keyState":"%s","attempts":[`,
-		method, in.Request.IdempotencyKey, in.Request.ReplayableBody, in.KeyState)
+	fmt.Fprintf(&b, `{"contractVersion":%d,"policy":{"failureThreshold":%d,"budgetUnits":%s},`,
+		in.Version, in.Policy.FailureThreshold, strconv.FormatFloat(in.Policy.BudgetUnits, 'g', -1, 64))
+	fmt.Fprintf(&b, `"request":{"method":%s,"idempotencyKey":%t,"replayableBody":%t`,
+		method, in.Request.IdempotencyKey, in.Request.ReplayableBody)
+	if in.Version >= 2 {
+		fmt.Fprintf(&b, `,"serverHonoursKeys":%t`, in.Request.ServerHonoursKeys)
+	}
+	fmt.Fprintf(&b, `},"keyState":"%s","attempts":[`, in.KeyState)
 	for i, a := range in.Attempts {
 		if i > 0 {
 			b.WriteByte(',')

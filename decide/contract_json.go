@@ -52,9 +52,10 @@ func (rr *readRecorder) readError() error {
 }
 
 type contractDecoder struct {
-	dec     *json.Decoder
-	rec     *readRecorder
-	started bool // a token was read
+	dec        *json.Decoder
+	rec        *readRecorder
+	started    bool // a token was read
+	sawHonours bool // request.serverHonoursKeys was given (version 2 only)
 }
 
 // token reads the next token; path names where the reader stands.

@@ -2,13 +2,16 @@ package decide
 
 import "strconv"
 
-// This file is the decision core: contract v1 (docs/CONTRACT.md). It is
-// pure: no I/O, no clock, no globals, no allocation. Every "may this
-// request be sent (again)?" question of the transport is answered here and
-// nowhere else.
+// This file is the decision core: contract versions 1 and 2
+// (docs/CONTRACT.md). It is pure: no I/O, no clock, no globals, no
+// allocation. Every "may this request be sent (again)?" question of the
+// transport is answered here and nowhere else.
 
-// Version is the version of the decision contract Decide implements.
-const Version = 1
+// Version is the newest version of the decision contract Decide
+// implements. It answers every question of an older version as that
+// version did: version 2 adds one fact (Request.ServerHonoursKeys), which
+// a question of version 1 cannot set.
+const Version = 2
 
 // Phase says how far an attempt got on the wire.
 type Phase uint8
@@ -140,6 +143,18 @@ type Request struct {
 	Method         string // case-sensitive, as on the wire
 	IdempotencyKey bool   // the request carries an idempotency key
 	ReplayableBody bool   // the body can be sent again byte for byte (no body counts)
+	// ServerHonoursKeys (contract version 2): the server is known to honour
+	// Idempotency-Key — it runs a key's request at most once and answers a
+	// repeat with the stored result, or 409 while the first is in progress.
+	// A repeat with the same key and body then cannot apply the effect twice.
+	ServerHonoursKeys bool
+}
+
+// keyedRepeatSafe reports whether the server makes a repeat of r safe
+// whatever became of the earlier attempts: it honours keys, and r carries
+// its key and the same body.
+func (r Request) keyedRepeatSafe() bool {
+	return r.ServerHonoursKeys && r.IdempotencyKey && r.ReplayableBody
 }
 
 // Policy holds the contract's policy. Both fields must be positive;
@@ -156,6 +171,9 @@ func DefaultPolicy() Policy {
 
 // Input is one question to the decision core.
 type Input struct {
+	// Version is the contract version of the question: 1 (or zero) or 2.
+	// It is echoed in the verdict; the answer depends on the facts alone.
+	Version  int
 	Policy   Policy
 	Request  Request
 	KeyState KeyState
@@ -169,6 +187,7 @@ type Verdict struct {
 	Evidence Evidence
 	Rule     Rule
 	Reason   string
+	Version  int // the contract version of the question, 1 or 2
 }
 
 // Rule names the contract rule that decided a verdict. Rules are evaluated
@@ -202,10 +221,16 @@ func (r Request) Repeatable() bool {
 	return (IdempotentMethod(r.Method) || r.IdempotencyKey) && r.ReplayableBody
 }
 
-// Decide applies contract v1 to in. The rules are evaluated in order and the
-// first that matches decides. Decide does not validate in: callers that take
-// input from outside use DecodeInput, which does.
+// Decide applies the contract to in. The rules are evaluated in order and
+// the first that matches decides. Decide does not validate in: callers that
+// take input from outside use DecodeInput, which does.
 func Decide(in Input) Verdict {
+	v := decide(in)
+	v.Version = max(in.Version, 1)
+	return v
+}
+
+func decide(in Input) Verdict {
 	n := len(in.Attempts)
 	var last Attempt
 	if n > 0 {
@@ -213,17 +238,17 @@ func Decide(in Input) Verdict {
 	}
 	switch {
 	case in.KeyState == KeyConflict:
-		return Verdict{RejectConflict, EvidenceFail, RuleConflict, "the idempotency key was used before with a different body"}
+		return Verdict{RejectConflict, EvidenceFail, RuleConflict, "the idempotency key was used before with a different body", 0}
 	case in.KeyState == KeyCompleted:
-		return Verdict{ReplayStored, EvidencePass, RuleCompleted, "an earlier call under this key got a confirmed result"}
+		return Verdict{ReplayStored, EvidencePass, RuleCompleted, "an earlier call under this key got a confirmed result", 0}
 	case n > 0 && last.Outcome == OutcomeSuccess:
-		return Verdict{ReplayStored, EvidencePass, RuleCompleted, "the last attempt succeeded"}
-	case n > 0 && last.uncertain() && !IdempotentMethod(in.Request.Method):
-		return Verdict{ReconcileRequired, EvidenceUnknown, RuleUncertainWrite, "the last attempt's outcome is uncertain and the method is not idempotent"}
+		return Verdict{ReplayStored, EvidencePass, RuleCompleted, "the last attempt succeeded", 0}
+	case n > 0 && last.uncertain() && !IdempotentMethod(in.Request.Method) && !in.Request.keyedRepeatSafe():
+		return Verdict{ReconcileRequired, EvidenceUnknown, RuleUncertainWrite, "the last attempt's outcome is uncertain and the method is not idempotent", 0}
 	case in.KeyState == KeyInFlight:
-		return Verdict{Brake, EvidencePass, RuleInFlight, "another call holds this idempotency key now"}
+		return Verdict{Brake, EvidencePass, RuleInFlight, "another call holds this idempotency key now", 0}
 	case n > 0 && !in.Request.Repeatable():
-		return Verdict{Brake, EvidencePass, RuleNotRepeatable, "the request may not be repeated"}
+		return Verdict{Brake, EvidencePass, RuleNotRepeatable, "the request may not be repeated", 0}
 	}
 	streak, cost := 0, 0.0
 	for _, a := range in.Attempts {
@@ -236,9 +261,12 @@ func Decide(in Input) Verdict {
 	}
 	switch {
 	case streak >= in.Policy.FailureThreshold:
-		return Verdict{Brake, EvidenceFail, RuleFailureThreshold, "the trailing streak of failed attempts reached the failure threshold"}
+		return Verdict{Brake, EvidenceFail, RuleFailureThreshold, "the trailing streak of failed attempts reached the failure threshold", 0}
 	case cost >= in.Policy.BudgetUnits:
-		return Verdict{Brake, EvidenceFail, RuleCostBudget, "the total cost of the attempts reached the budget"}
+		return Verdict{Brake, EvidenceFail, RuleCostBudget, "the total cost of the attempts reached the budget", 0}
 	}
-	return Verdict{ReplaySafe, EvidencePass, RuleSend, "the request may be sent"}
+	if n > 0 && last.uncertain() && !IdempotentMethod(in.Request.Method) {
+		return Verdict{ReplaySafe, EvidencePass, RuleSend, "the server honours the idempotency key: a repeat with the same key and body cannot apply the write twice", 0}
+	}
+	return Verdict{ReplaySafe, EvidencePass, RuleSend, "the request may be sent", 0}
 }

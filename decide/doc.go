@@ -1,4 +1,4 @@
-// Package decide is retryfuse's decision core: contract v1 of the question
+// Package decide is retryfuse's decision core: contract versions 1 and 2 of the question
 // "may this request be sent (again)?", and its JSON form.
 //
 // Decide is pure: no I/O, no clock, no globals, no allocation. Given the

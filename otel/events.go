@@ -34,6 +34,7 @@ const (
 	keyKeyValue        = attribute.Key("retryfuse.idempotency_key.value")
 	keyResolution      = attribute.Key("retryfuse.reconcile.resolution")
 	keyConnections     = attribute.Key("retryfuse.connections")
+	keyReplayed        = attribute.Key("retryfuse.attempt.replayed")
 	keyBranch          = attribute.Key("retryfuse.attempt.branch")
 	keyWait            = attribute.Key("retryfuse.policy.wait")
 	keySharedCall      = attribute.Key("retryfuse.single_flight.call_id")
@@ -107,6 +108,9 @@ func attemptEvent(i retryfuse.AttemptDoneInfo) {
 	}
 	a.add(keyRetryable.Bool(i.Retryable))
 	a.add(keyAttemptDuration.Float64(i.Duration.Seconds()))
+	if i.Replayed {
+		a.add(keyReplayed.Bool(true))
+	}
 	addEvent(s, EventAttempt, &a)
 }
 

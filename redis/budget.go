@@ -160,6 +160,7 @@ func newShared(client redis.UniversalClient, name string, opts BudgetOptions) (*
 	if opts.RedisLogger != nil {
 		redis.SetLogger(slogLogger{opts.RedisLogger})
 	}
+	watchDials(client)
 	return &shared{
 		client:   client,
 		key:      prefix + "{" + name + "}",

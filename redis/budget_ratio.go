@@ -168,7 +168,7 @@ func (k *ratioKind) sync(ctx context.Context, c redis.UniversalClient, key strin
 func runSync(ctx context.Context, c redis.UniversalClient, s *redis.Script, key string, args []any) (int64, int64, error) {
 	v, err := s.Run(ctx, c, []string{key}, args...).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return 0, 0, unavailable(c, "", err)
 	}
 	pair, ok := v.([]any)
 	if !ok || len(pair) != 2 {

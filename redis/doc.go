@@ -43,10 +43,19 @@
 //     with retryfuse.ErrLedgerUnavailable. A step that ends a claim is
 //     retried in the background until Redis takes it (Ledger.Close
 //     flushes them), and a claim never ended is uncertain, never free.
+//   - An error of a call that got no answer while the client's dials were
+//     failing carries the last dial's error (connection refused, no such
+//     host), which go-redis would otherwise only log: the budgets and the
+//     ledger give each client one dial hook that keeps it.
 //   - When Redis comes back without the ledger's records, the ledger
 //     notices and refuses keyed requests for a quarantine (ErrDataLost).
 //     NewLedger refuses a Redis that keeps no append-only file unless
 //     told otherwise (LedgerConfig.AllowWithoutPersistence).
+//
+// A ledger call given a context that had already ended sends nothing and
+// returns an error wrapping ErrContextEnded, not ErrUnavailable: Redis is
+// not to blame. A step that ends a claim is then sent from the background
+// at once, with a context of its own.
 //
 // Apart from that quarantine, the ledger remembers no failure: the next
 // call tries Redis again. A budget probes Redis with backoff. So the shared

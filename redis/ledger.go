@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,7 +62,9 @@ var ErrClosed = errors.New("retryfuseredis: ledger closed")
 //   - A Complete, Release or Uncertain that Redis could not take returns an
 //     error wrapping ErrUnavailable and is retried in the background (a
 //     bounded queue, with backoff) until Redis takes it or the key's TTL
-//     passes; Close flushes the queue.
+//     passes; Close flushes the queue. One given a context that had
+//     already ended returns an error wrapping ErrContextEnded, and is sent
+//     from the queue at once.
 //   - A Begin that failed (timed out, connection lost) may still run once
 //     Redis answers again: its claim is cancelled in the background, and a
 //     later Begin of this process on the same key takes it over, so that
@@ -138,6 +139,7 @@ func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) 
 	}
 	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost)
 	l.pending.init(l, cfg.MaxPending)
+	watchDials(client)
 
 	ctx, cancel := context.WithTimeout(context.Background(), max(startupTimeout, timeout))
 	defer cancel()
@@ -165,16 +167,20 @@ func (l *Ledger) Key(key string) string { return l.prefix + bucketTag(bucketOf(k
 // Begin claims key when it is free (KeyNone, with a token), else reports
 // its state; a fingerprint other than the stored one is KeyConflict
 // whatever the state. An empty key is an error wrapping
-// retryfuse.ErrInvalidIdempotencyKey; a Redis failure, an error wrapping
-// ErrUnavailable; during a quarantine after lost data, an error wrapping
-// ErrDataLost; after Close, one wrapping ErrClosed (each of the last two
-// wraps retryfuse.ErrLedgerUnavailable too).
+// retryfuse.ErrInvalidIdempotencyKey; a context that had already ended,
+// one wrapping ErrContextEnded (nothing is sent); a Redis failure, one
+// wrapping ErrUnavailable; during a quarantine after lost data, one
+// wrapping ErrDataLost; after Close, one wrapping ErrClosed (each of the
+// last two wraps retryfuse.ErrLedgerUnavailable too).
 func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
 	if key == "" {
 		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
 	}
 	if l.pending.isClosed() {
 		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: %w", retryfuse.ErrLedgerUnavailable, ErrClosed)
+	}
+	if ctx.Err() != nil {
+		return retryfuse.LedgerClaim{}, contextEnded(ctx, "Begin") // nothing sent, nothing to cancel
 	}
 	if err := l.guard.ready(ctx, l); err != nil {
 		return retryfuse.LedgerClaim{}, err
@@ -187,7 +193,7 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 		if errors.Is(err, ErrUnavailable) && !neverSent(err) {
 			// The script may run yet, once Redis answers: cancel its claim,
 			// since the caller, told of the failure, sends nothing.
-			l.pending.add(key, token, opCancel, nil)
+			l.pending.add(key, token, opCancel, nil, err, false)
 		}
 		return retryfuse.LedgerClaim{}, err
 	}
@@ -224,8 +230,11 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 // process: no connection was obtained (a refused or failed dial). Any
 // other failure may have come after the script was written.
 func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var u *unavailableError
+	if errors.As(err, &u) {
+		err = u.err // not the client's last dial, which may have been another call's
+	}
+	return isDialError(err)
 }
 
 // Complete ends a claim with a confirmed result, stored (encoded) when
@@ -251,11 +260,19 @@ func (l *Ledger) Uncertain(ctx context.Context, key, token string) error {
 
 // end runs the end script. A token that does not own the key is an error
 // wrapping retryfuse.ErrLedgerToken; a Redis failure, one wrapping
-// ErrUnavailable, and the step is then retried in the background.
+// ErrUnavailable, and the step is then retried in the background. A
+// context that had ended is an error wrapping ErrContextEnded: nothing is
+// sent, and the background retries the step at once, with a context of
+// its own.
 func (l *Ledger) end(ctx context.Context, key, token string, op ledgerOp, stored []byte) error {
+	if ctx.Err() != nil {
+		e := contextEnded(ctx, op.method())
+		e.queued = l.pending.add(key, token, op, stored, e, true)
+		return e
+	}
 	err := l.endOnce(ctx, key, token, op, stored)
-	if errors.Is(err, ErrUnavailable) && l.pending.add(key, token, op, stored) {
-		return fmt.Errorf("%w (retried in the background)", err)
+	if errors.Is(err, ErrUnavailable) && l.pending.add(key, token, op, stored, err, false) {
+		return fmt.Errorf("%w; retried in the background", err)
 	}
 	return err
 }

@@ -132,7 +132,7 @@ func (g *guard) adopt(ctx context.Context, l *Ledger) error {
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: read the ledger's markers: %w", ErrUnavailable, err)
+		return unavailable(l.client, "read the ledger's markers", err)
 	}
 	var ids [ledgerBuckets]string
 	var seen [ledgerBuckets]int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 
 // This file is the queue of the ledger's steps that Redis could not take
 // (Complete, Release, Uncertain, and the cancellation of a failed Begin's
-// claim), retried in the background by one goroutine, which runs only
-// while the queue is not empty, and flushed by Close.
+// claim), or that were not sent because the caller's context had ended,
+// retried in the background by one goroutine, which runs only while the
+// queue is not empty, and flushed by Close.
 
 type ledgerOp uint8
 
@@ -26,6 +28,11 @@ const (
 
 func (o ledgerOp) String() string {
 	return [...]string{"complete", "release", "uncertain", "cancel"}[o]
+}
+
+// method returns the name of the Ledger method of the step.
+func (o ledgerOp) method() string {
+	return [...]string{"Complete", "Release", "Uncertain", "cancel"}[o]
 }
 
 // The backoff between rounds of retries while Redis does not answer.
@@ -41,12 +48,20 @@ type pendingStep struct {
 	op       ledgerOp
 	stored   []byte
 	deadline time.Time // the key's TTL has passed by then: give up
+	// unsent: the step was queued without being sent, its caller's
+	// context having ended. Redis is not known to be down: the step is
+	// tried at once, before the others.
+	unsent bool
 }
 
 // pending is the queue. This type is concurrency safe.
 type pending struct {
 	l   *Ledger
 	max int
+	// The backoff between rounds that fail: pendingMinBackoff doubling up
+	// to pendingMaxBackoff (fields, for the tests).
+	minBackoff, maxBackoff time.Duration
+	wake                   chan struct{} // cuts a backoff short: an unsent step came
 
 	mu      sync.Mutex // guards the fields below
 	steps   map[pendingID]*pendingStep
@@ -60,6 +75,8 @@ type pending struct {
 
 func (p *pending) init(l *Ledger, max int) {
 	p.l, p.max = l, orDefaultInt(max, defaultLedgerMaxPending)
+	p.minBackoff, p.maxBackoff = pendingMinBackoff, pendingMaxBackoff
+	p.wake = make(chan struct{}, 1)
 	p.steps = make(map[pendingID]*pendingStep)
 	p.cancels = make(map[string]string)
 	p.stop = make(chan struct{})
@@ -86,10 +103,12 @@ func (p *pending) cancelled(key string) string {
 	return p.cancels[key]
 }
 
-// add queues a step, replacing one queued for the same claim, and starts
-// the goroutine if it is not running. It reports false, having reported
-// the step as unrecorded, when the queue is full or closed.
-func (p *pending) add(key, token string, op ledgerOp, stored []byte) bool {
+// add queues a step that failed with err (unsent: not sent at all, its
+// caller's context having ended), replacing one queued for the same claim,
+// and starts the goroutine if it is not running; an unsent step cuts its
+// backoff short. It reports false, having reported the step as
+// unrecorded, when the queue is full or closed.
+func (p *pending) add(key, token string, op ledgerOp, stored []byte, err error, unsent bool) bool {
 	id := pendingID{key, token}
 	p.mu.Lock()
 	if p.closed || len(p.steps) >= p.max && p.steps[id] == nil {
@@ -99,13 +118,13 @@ func (p *pending) add(key, token string, op ledgerOp, stored []byte) bool {
 		if closed {
 			why = "ledger closed"
 		}
-		p.l.unrecorded(key, op, fmt.Errorf("%w: %s", ErrUnavailable, why))
+		p.l.unrecorded(key, op, fmt.Errorf("%w; not retried: %s", err, why))
 		return false
 	}
 	if p.steps[id] == nil {
 		p.order = append(p.order, id)
 	}
-	p.steps[id] = &pendingStep{id: id, op: op, stored: stored, deadline: time.Now().Add(addSat(p.l.flight, p.l.ttl))}
+	p.steps[id] = &pendingStep{id: id, op: op, stored: stored, deadline: time.Now().Add(addSat(p.l.flight, p.l.ttl)), unsent: unsent}
 	if op == opCancel {
 		p.cancels[key] = token
 	}
@@ -113,6 +132,11 @@ func (p *pending) add(key, token string, op ledgerOp, stored []byte) bool {
 		p.running = true
 		p.done = make(chan struct{})
 		go p.work(p.done)
+	} else if unsent {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
 	}
 	p.mu.Unlock()
 	return true
@@ -130,30 +154,46 @@ func (p *pending) remove(s *pendingStep) {
 	p.mu.Unlock()
 }
 
-// snapshot returns the queued steps, oldest first, compacting the order.
+// snapshot returns the queued steps, the unsent ones first, then oldest
+// first, compacting the order.
 func (p *pending) snapshot() []*pendingStep {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]*pendingStep, 0, len(p.steps))
 	order := p.order[:0]
 	seen := make(map[pendingID]bool, len(p.steps))
+	unsent := 0
 	for _, id := range p.order {
 		if s := p.steps[id]; s != nil && !seen[id] {
 			seen[id] = true
 			out = append(out, s)
 			order = append(order, id)
+			if s.unsent {
+				unsent++
+			}
 		}
 	}
 	p.order = order
+	if unsent > 0 {
+		slices.SortStableFunc(out, func(a, b *pendingStep) int {
+			switch {
+			case a.unsent == b.unsent:
+				return 0
+			case a.unsent:
+				return -1
+			}
+			return 1
+		})
+	}
 	return out
 }
 
 // work retries the queued steps until the queue is empty or Close stops
 // it: a round over every step, then, if one failed, a backoff that doubles
-// up to pendingMaxBackoff.
+// up to maxBackoff, cut short when an unsent step is queued.
 func (p *pending) work(done chan struct{}) {
 	defer close(done)
-	backoff := pendingMinBackoff
+	backoff := p.minBackoff
 	for {
 		if p.round(context.Background(), p.stop) {
 			p.mu.Lock()
@@ -163,7 +203,7 @@ func (p *pending) work(done chan struct{}) {
 				return
 			}
 			p.mu.Unlock()
-			backoff = pendingMinBackoff
+			backoff = p.minBackoff
 			continue
 		}
 		t := time.NewTimer(backoff)
@@ -171,9 +211,12 @@ func (p *pending) work(done chan struct{}) {
 		case <-p.stop:
 			t.Stop()
 			return
+		case <-p.wake:
+			t.Stop()
+			continue
 		case <-t.C:
 		}
-		backoff = min(2*backoff, pendingMaxBackoff)
+		backoff = min(2*backoff, p.maxBackoff)
 	}
 }
 
@@ -242,7 +285,7 @@ func (l *Ledger) Close(ctx context.Context) error {
 	if running {
 		<-done
 	}
-	backoff := pendingMinBackoff
+	backoff := p.minBackoff
 	for !p.round(ctx, nil) {
 		t := time.NewTimer(backoff)
 		select {
@@ -253,7 +296,7 @@ func (l *Ledger) Close(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		backoff = min(2*backoff, pendingMaxBackoff)
+		backoff = min(2*backoff, p.maxBackoff)
 	}
 	left := p.snapshot()
 	if len(left) == 0 {

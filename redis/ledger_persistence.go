@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/retryfuse/retryfuse"
 )
 
 // checkPersistence asks every server the client reaches (every master of
@@ -14,30 +15,37 @@ import (
 // taken at its word; one that keeps none gives an error wrapping
 // retryfuse.ErrInvalidPolicy; one that cannot be reached, an error
 // wrapping ErrUnavailable.
-func checkPersistence(ctx context.Context, c redis.UniversalClient) error {
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, checkServerPersistence)
-	case *redis.Ring:
-		return c.ForEachShard(ctx, checkServerPersistence)
-	case *redis.Client:
-		return checkServerPersistence(ctx, c)
+func checkPersistence(ctx context.Context, client redis.UniversalClient) error {
+	checkServer := func(ctx context.Context, c *redis.Client) error {
+		return checkConfig(ctx, client, c, c.Options().Addr)
 	}
-	return checkConfig(ctx, c, "the server")
+	var err error
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, checkServer)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, checkServer)
+	case *redis.Client:
+		return checkServer(ctx, c)
+	default:
+		return checkConfig(ctx, client, client, "the server")
+	}
+	if err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, retryfuse.ErrInvalidPolicy) {
+		// The cluster's own failure to list its masters.
+		return unavailable(client, "list the servers", err)
+	}
+	return err
 }
 
-func checkServerPersistence(ctx context.Context, c *redis.Client) error {
-	return checkConfig(ctx, c, c.Options().Addr)
-}
-
-func checkConfig(ctx context.Context, c redis.Cmdable, addr string) error {
+// checkConfig asks c, a server of client, for its append-only setting.
+func checkConfig(ctx context.Context, client redis.UniversalClient, c redis.Cmdable, addr string) error {
 	aof, err := c.ConfigGet(ctx, "appendonly").Result()
 	if err != nil {
 		var refused redis.Error
 		if errors.As(err, &refused) {
 			return nil // CONFIG not permitted: nothing to check
 		}
-		return fmt.Errorf("%w: CONFIG GET appendonly on %s: %w", ErrUnavailable, addr, err)
+		return unavailable(client, "CONFIG GET appendonly on "+addr, err)
 	}
 	if aof["appendonly"] == "yes" {
 		return nil

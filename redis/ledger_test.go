@@ -426,6 +426,9 @@ func TestNeverSent(t *testing.T) {
 	}{
 		{dial, true},
 		{fmt.Errorf("%w: %w", ErrUnavailable, dial), true},
+		{unavailable(nil, "", dial), true},
+		// The client's last dial, which may have been another call's.
+		{&unavailableError{err: context.DeadlineExceeded, dial: dial}, false},
 		{read, false},
 		{context.DeadlineExceeded, false},
 		{io.EOF, false},

@@ -17,7 +17,10 @@ import (
 
 // ErrUnavailable is wrapped by every error of a Redis call that failed or
 // did not answer in time: the shared evidence is unavailable, and a
-// fail-safe applied.
+// fail-safe applied. When the call got no answer and the client's last
+// dial had failed, the error wraps that dial's error too, and says so
+// ("last connection attempt: dial tcp ...: connect: connection refused"):
+// errors.Is(err, syscall.ECONNREFUSED) holds.
 var ErrUnavailable = errors.New("retryfuseredis: redis unavailable")
 
 // DefaultTimeout bounds each Redis call when a Timeout option is zero.
@@ -99,13 +102,13 @@ func resolveTimeout(field string, d time.Duration) (time.Duration, error) {
 }
 
 // run runs script on key with args, within timeout and the caller's ctx.
-// Every failure is returned wrapping ErrUnavailable.
-func run(ctx context.Context, c redis.Scripter, timeout time.Duration, s *redis.Script, keys []string, args ...any) (any, error) {
+// Every failure is returned wrapping ErrUnavailable (see unavailable).
+func run(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *redis.Script, keys []string, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err := s.Run(ctx, c, keys, args...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, unavailable(c, "", err)
 	}
 	return v, nil
 }

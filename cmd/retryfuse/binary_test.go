@@ -95,7 +95,9 @@ func TestBinaryFixtures(t *testing.T) {
 			}
 			dec := json.NewDecoder(strings.NewReader(stdout.String()))
 			require.NoError(t, dec.Decode(&got))
-			assert.Equal(t, 1, got.ContractVersion)
+			var asked struct{ ContractVersion float64 }
+			require.NoError(t, json.Unmarshal(f.Input, &asked))
+			assert.Equal(t, int(asked.ContractVersion), got.ContractVersion, "the verdict echoes the question's version")
 			assert.Equal(t, f.Want.Decision, got.Decision, "got decision %s, want %s", got.Decision, f.Want.Decision)
 			assert.Equal(t, f.Want.Evidence, got.Evidence, "got evidence %s, want %s", got.Evidence, f.Want.Evidence)
 			assert.Equal(t, f.Want.Rule, got.Rule, "got rule %d, want %d", got.Rule, f.Want.Rule)

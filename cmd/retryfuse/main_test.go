@@ -81,7 +81,9 @@ func TestDecideFixtures(t *testing.T) {
 				Decision, Evidence string
 			}
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
-			assert.Equal(t, 1, got.ContractVersion)
+			var asked struct{ ContractVersion float64 }
+			require.NoError(t, json.Unmarshal(f.Input, &asked))
+			assert.Equal(t, int(asked.ContractVersion), got.ContractVersion, "the verdict echoes the question's version")
 			assert.Equal(t, f.Want.Decision, got.Decision, "got decision %s, want %s", got.Decision, f.Want.Decision)
 			assert.Equal(t, f.Want.Evidence, got.Evidence, "got evidence %s, want %s", got.Evidence, f.Want.Evidence)
 		})
