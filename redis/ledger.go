@@ -137,7 +137,7 @@ func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) 
 	if l.maxStoredBody == 0 {
 		l.maxStoredBody = defaultLedgerMaxStoredBody
 	}
-	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost)
+	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost, cfg.OnQuarantineEnd)
 	l.pending.init(l, cfg.MaxPending)
 	watchDials(client)
 
