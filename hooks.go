@@ -9,9 +9,10 @@ import (
 )
 
 // Hooks observe what the transport decides. Every field may be nil. Hooks
-// run synchronously on the goroutine of the call, never while the
-// transport holds a lock, and may be called concurrently by concurrent
-// calls. A hook must not keep the Info's fields that are documented as
+// run synchronously on the goroutine of the call (a call that
+// Transport.ShareReads shares runs on a goroutine of its own), never
+// while the transport holds a lock, and may be called concurrently by
+// concurrent calls. A hook must not keep the Info's fields that are documented as
 // borrowed. A panicking hook is recovered and ignored: it never breaks the
 // call. Combine several Hooks values with JoinHooks.
 //
@@ -45,7 +46,9 @@ type Hooks struct {
 	// written, or, for requests it judges replayable, after a failure on a
 	// reused connection).
 	HiddenResend func(AttemptDoneInfo)
-	// BreakerChange is called when a breaker scope changes state.
+	// BreakerChange is called when a breaker scope changes state, and on a
+	// scope's first request under settings of a new version (From == To;
+	// see Breaker.Update).
 	BreakerChange func(BreakerChangeInfo)
 	// EvidenceUnavailable is called when a budget or ledger could not
 	// establish its answer (a remote store is down or slow) and its
@@ -56,7 +59,9 @@ type Hooks struct {
 	EvidenceUnavailable func(EvidenceUnavailableInfo)
 	// Policy is called when a hedge is sent or refused, when the bulkhead
 	// queues or rejects an attempt, when the rate limiter makes one wait or
-	// rejects it, and when the Fallback answers or fails. See PolicyInfo.
+	// rejects it, when the Fallback answers, hands on, is withheld or
+	// fails, and when a read leads, follows or does not share a shared
+	// call. See PolicyInfo.
 	Policy func(PolicyInfo)
 }
 
@@ -171,7 +176,8 @@ type GiveUpInfo struct {
 }
 
 // PolicyInfo reports an action of the hedge, the bulkhead, the rate
-// limiter or the fallback (see Transport). Policy and Action name it:
+// limiter, the fallback or single flight (see Transport). Policy and
+// Action name it:
 //
 //	Policy        Action
 //	"hedge"       "sent": a hedge was sent after Wait (Branch numbers it)
