@@ -130,6 +130,7 @@ func (t *Transport) shareRead(req *http.Request) (uint64, *http.Response, error)
 		return c.id, resp, r.err
 	}
 	c.gaveUp = r.gaveUp
+	c.step()
 	resp, err := c.fallback(resp, r.err)
 	return c.id, resp, err
 }
@@ -152,6 +153,7 @@ func (t *Transport) sharingCall(req *http.Request) call {
 // shared call. The call is numbered when it was not.
 func (c *call) shareEvent(action string, shared uint64, err error) {
 	if h := c.t.Hooks.Policy; h != nil {
+		c.step() // the time of this event, not of an earlier one
 		emit(h, PolicyInfo{CallInfo: c.info(), Policy: policySingleFlight, Action: action, Err: err, SharedCallID: shared})
 	}
 }
