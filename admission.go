@@ -177,7 +177,7 @@ func (c *call) admit() (breakerTicket, error) {
 	if b == nil {
 		return breakerTicket{}, nil
 	}
-	ticket, change, err := b.allow(c.scopeName(), c.now())
+	ticket, change, err := b.allow(c.breakerScopeName(), c.now())
 	c.breakerChanged(change)
 	return ticket, err
 }
@@ -190,7 +190,7 @@ func (c *call) openThrough(t time.Time) error {
 	if c.p.breaker == nil {
 		return nil
 	}
-	return c.p.breaker.openUntil(c.scopeName(), t)
+	return c.p.breaker.openUntil(c.breakerScopeName(), t)
 }
 
 // observe feeds an attempt's result to the breaker: only what the

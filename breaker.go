@@ -69,6 +69,13 @@ type BreakerSettings struct {
 	// open or half-open, a new scope's requests pass unbraked and
 	// uncounted. Zero means 1024.
 	MaxScopes int
+	// Version names these settings, so that every change of a scope's
+	// state, every refusal and every event says which settings were in
+	// force (BreakerChangeInfo.Settings, CircuitOpenError.Version): a
+	// change of thresholds is never mistaken for a recovery. Zero means
+	// the next version: 1 for NewBreaker, one above the version in force
+	// for Update. A version set must not go backwards (see Update).
+	Version uint64
 }
 
 // resolve validates s and fills in the defaults.
@@ -101,6 +108,9 @@ func (s BreakerSettings) resolve() (BreakerSettings, error) {
 	orDefault(&s.MaxProbes, 1)
 	orDefault(&s.ProbeSuccesses, 1)
 	orDefault(&s.MaxScopes, 1024)
+	if s.Version == 0 {
+		s.Version = 1 // NewBreaker's; Update gives the next
+	}
 	if s.OpenTimeout == 0 {
 		s.OpenTimeout = 30 * time.Second
 	}
@@ -135,6 +145,9 @@ const (
 // never closes it. The BreakerChange hook reports every change. The memory
 // a scope holds grows with its largest number of requests in flight at
 // once (12 bytes each).
+//
+// Its settings can be changed while traffic flows (Update), without
+// losing any scope's state, and its scopes read (Snapshot).
 //
 // The zero value is a Breaker with the default settings. A Breaker never
 // calls user code. This type is concurrency safe.
@@ -191,34 +204,40 @@ func (b *Breaker) openUntil(scope string, t time.Time) error {
 	if s == nil || s.state != BreakerOpen || t.Sub(s.openedAt) >= b.set.OpenTimeout {
 		return nil
 	}
-	return s.openError(b.set.OpenTimeout)
+	return s.openError(b.set)
 }
 
 // allow asks to send one request in scope at now. It returns a ticket to
 // mark done with the request's outcome, or a *CircuitOpenError (nothing may be
 // sent) when the scope is open, or half-open with MaxProbes probes out. The
 // transition is non-zero when this call moved the scope from open to
-// half-open.
+// half-open, or is the first request of the scope under settings of a new
+// version (From == To).
 func (b *Breaker) allow(scope string, now time.Time) (breakerTicket, BreakerChangeInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := b.scopeLocked(scope)
+	s := b.scopeLocked(scope, now)
 	if s == nil {
 		return breakerTicket{}, BreakerChangeInfo{}, nil // not remembered: see MaxScopes
 	}
 	var tr BreakerChangeInfo
+	if s.version != b.set.Version {
+		// The first request under new settings reports them; a
+		// transition below reports them instead.
+		tr = b.settingsChangedLocked(s, now)
+	}
 	switch s.state {
 	case BreakerClosed:
 		b.closed.touch(s)
 		return s.issue(), tr, nil
 	case BreakerOpen:
 		if now.Sub(s.openedAt) < b.set.OpenTimeout {
-			return breakerTicket{}, tr, s.openError(b.set.OpenTimeout)
+			return breakerTicket{}, tr, s.openError(b.set)
 		}
 		tr = b.moveLocked(s, BreakerHalfOpen, now, nil)
 	}
 	if s.probes >= b.set.MaxProbes {
-		return breakerTicket{}, tr, s.openError(b.set.OpenTimeout)
+		return breakerTicket{}, tr, s.openError(b.set)
 	}
 	s.probes++
 	return s.issue(), tr, nil
@@ -279,7 +298,7 @@ func (t breakerTicket) done(o observation, cause error, now time.Time) BreakerCh
 // moveLocked moves s to state to and returns the transition.
 func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, cause error) BreakerChangeInfo {
 	from := s.state
-	s.state = to
+	s.state, s.from, s.since, s.version = to, from, now, b.set.Version
 	s.gen++
 	s.failures, s.successes, s.probes = 0, 0, 0
 	switch to {
@@ -292,9 +311,35 @@ func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, caus
 		s.observed, s.openedAt, s.cause = 0, time.Time{}, nil
 		b.closed.pushFront(s)
 	}
-	return BreakerChangeInfo{Scope: s.name, From: from, To: to, At: now, Cause: cause, Settings: b.set}
+	return b.infoLocked(s)
 }
 
-func (s *scopeState) openError(timeout time.Duration) error {
-	return &CircuitOpenError{Scope: s.name, OpenedAt: s.openedAt, ProbeAt: s.openedAt.Add(timeout), Cause: s.cause}
+// settingsChangedLocked notes that s is now under the settings in force,
+// and returns the event that says so: its state unchanged (From == To).
+func (b *Breaker) settingsChangedLocked(s *scopeState, now time.Time) BreakerChangeInfo {
+	s.version = b.set.Version
+	info := b.infoLocked(s)
+	info.From, info.At = s.state, now
+	return info
+}
+
+// infoLocked describes s as it stands: its last change (From, To, At; At
+// is when it was first seen when it has not changed), the settings in
+// force, and its counts.
+func (b *Breaker) infoLocked(s *scopeState) BreakerChangeInfo {
+	info := BreakerChangeInfo{Scope: s.name, From: s.from, To: s.state, At: s.since, Settings: b.set,
+		InFlight: len(s.slots) - len(s.free)}
+	switch s.state {
+	case BreakerClosed:
+		info.Failures, info.Observed = s.failures, s.observed
+	case BreakerOpen:
+		info.Cause = s.cause
+	case BreakerHalfOpen:
+		info.Successes, info.Probes = s.successes, s.probes
+	}
+	return info
+}
+
+func (s *scopeState) openError(set BreakerSettings) error {
+	return &CircuitOpenError{Scope: s.name, OpenedAt: s.openedAt, ProbeAt: s.openedAt.Add(set.OpenTimeout), Cause: s.cause, Version: set.Version}
 }

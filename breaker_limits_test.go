@@ -166,7 +166,7 @@ func TestNewBreakerInvalidSettings(t *testing.T) {
 }
 
 func TestBreakerSettingsDefaults(t *testing.T) {
-	want := BreakerSettings{FailureThreshold: 5, MinObservations: 5, OpenTimeout: 30 * time.Second, MaxProbes: 1, ProbeSuccesses: 1, MaxScopes: 1024}
+	want := BreakerSettings{FailureThreshold: 5, MinObservations: 5, OpenTimeout: 30 * time.Second, MaxProbes: 1, ProbeSuccesses: 1, MaxScopes: 1024, Version: 1}
 	b, err := NewBreaker(BreakerSettings{})
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +209,7 @@ func TestBreakerTransitionAndErrorFields(t *testing.T) {
 	if !errors.As(err, &coe) {
 		t.Fatalf("allow while open: error %v, want *CircuitOpenError", err)
 	}
-	wantErr := CircuitOpenError{Scope: "api.example", OpenedAt: opened, ProbeAt: opened.Add(10 * time.Second), Cause: cause}
+	wantErr := CircuitOpenError{Scope: "api.example", OpenedAt: opened, ProbeAt: opened.Add(10 * time.Second), Cause: cause, Version: 1}
 	if *coe != wantErr {
 		t.Errorf("CircuitOpenError = %+v, want %+v", *coe, wantErr)
 	}

@@ -10,6 +10,11 @@ type scopeState struct {
 	b     *Breaker
 	name  string
 	state BreakerState
+	from  BreakerState // the state before the last change; 0 before any
+	since time.Time    // when it entered its state, or was first seen
+	// version is the version of the settings the scope was last reported
+	// under (see allow).
+	version uint64
 	// gen changes with every change of state; tickets of an older
 	// generation count nothing.
 	gen       uint64
@@ -29,7 +34,7 @@ type scopeState struct {
 
 // scopeLocked returns the state of scope, remembering it if need be. It
 // returns nil when the scope cannot be remembered (see MaxScopes).
-func (b *Breaker) scopeLocked(name string) *scopeState {
+func (b *Breaker) scopeLocked(name string, now time.Time) *scopeState {
 	if s, ok := b.scopes[name]; ok {
 		return s
 	}
@@ -37,7 +42,7 @@ func (b *Breaker) scopeLocked(name string) *scopeState {
 	if len(b.scopes) >= b.set.MaxScopes && !b.evictLocked() {
 		return nil
 	}
-	s := &scopeState{b: b, name: name, state: BreakerClosed, gen: 1}
+	s := &scopeState{b: b, name: name, state: BreakerClosed, since: now, version: b.set.Version, gen: 1}
 	b.scopes[name] = s
 	b.closed.pushFront(s)
 	return s

@@ -32,6 +32,7 @@ type call struct {
 	header http.Header // the header to send when it differs from req.Header
 	url    string      // redacted, computed on first use
 	scope  string      // the dependency, for the breaker and the ledger; see scopeName
+	bscope string      // with BreakerScope, the scope at the breaker; see breakerScopeName
 	budget Budget
 	st     *scopeRecord // the scope's record; see scopeRecord
 	w      *wire        // what outlives the call; the rest of it stays on the stack

@@ -296,6 +296,9 @@ type CircuitOpenError struct {
 	ProbeAt time.Time
 	// Cause is the dependency failure that opened the circuit, when known.
 	Cause error
+	// Version is the version of the breaker's settings in force when the
+	// request was refused (BreakerSettings.Version).
+	Version uint64
 }
 
 func (e *CircuitOpenError) Error() string {

@@ -9,9 +9,10 @@ import (
 )
 
 // Hooks observe what the transport decides. Every field may be nil. Hooks
-// run synchronously on the goroutine of the call, never while the
-// transport holds a lock, and may be called concurrently by concurrent
-// calls. A hook must not keep the Info's fields that are documented as
+// run synchronously on the goroutine of the call (a call that
+// Transport.ShareReads shares runs on a goroutine of its own), never
+// while the transport holds a lock, and may be called concurrently by
+// concurrent calls. A hook must not keep the Info's fields that are documented as
 // borrowed. A panicking hook is recovered and ignored: it never breaks the
 // call. Combine several Hooks values with JoinHooks.
 //
@@ -45,7 +46,9 @@ type Hooks struct {
 	// written, or, for requests it judges replayable, after a failure on a
 	// reused connection).
 	HiddenResend func(AttemptDoneInfo)
-	// BreakerChange is called when a breaker scope changes state.
+	// BreakerChange is called when a breaker scope changes state, and on a
+	// scope's first request under settings of a new version (From == To;
+	// see Breaker.Update).
 	BreakerChange func(BreakerChangeInfo)
 	// EvidenceUnavailable is called when a budget or ledger could not
 	// establish its answer (a remote store is down or slow) and its
@@ -56,7 +59,9 @@ type Hooks struct {
 	EvidenceUnavailable func(EvidenceUnavailableInfo)
 	// Policy is called when a hedge is sent or refused, when the bulkhead
 	// queues or rejects an attempt, when the rate limiter makes one wait or
-	// rejects it, and when the Fallback answers or fails. See PolicyInfo.
+	// rejects it, when the Fallback answers, hands on, is withheld or
+	// fails, and when a read leads, follows or does not share a shared
+	// call. See PolicyInfo.
 	Policy func(PolicyInfo)
 }
 
@@ -171,7 +176,8 @@ type GiveUpInfo struct {
 }
 
 // PolicyInfo reports an action of the hedge, the bulkhead, the rate
-// limiter or the fallback (see Transport). Policy and Action name it:
+// limiter, the fallback or single flight (see Transport). Policy and
+// Action name it:
 //
 //	Policy        Action
 //	"hedge"       "sent": a hedge was sent after Wait (Branch numbers it)
@@ -181,9 +187,25 @@ type GiveUpInfo struct {
 //	              "rejected": the attempt was not sent (Err, a *BulkheadFullError)
 //	"rate_limit"  "waited": the attempt waited Wait for the limiter
 //	              "rejected": the attempt was not sent (Err, a *RateLimitError)
-//	"fallback"    "answered": the Fallback answered a failed call
+//	"fallback"    "answered": the Fallback answered a failed call with a
+//	              response of its own (marked: see Transport.Fallback), or
+//	              with an error (Err)
+//	              "handed_on": it handed back the call's own response,
+//	              which goes to the caller unmarked
+//	              "withheld": the request needs current data (see
+//	              WithCurrentData), so the Fallback was not asked; the
+//	              call's own outcome was returned (Err, its error)
 //	              "failed": it panicked or returned neither a response nor
 //	              an error (Err); the call's own outcome was returned
+//	"single_flight" (Transport.ShareReads; SharedCallID names the shared call)
+//	              "led": the call's result is shared with the reads of its
+//	              key that come while it is in flight (SharedCallID is its
+//	              own CallID)
+//	              "followed": the call waits for the shared call's result,
+//	              and takes a copy of it
+//	              "unshared": the call makes its own: ShareKey panicked
+//	              (Err), or the shared response's body was over
+//	              MaxSharedBody (Err; SharedCallID names the call)
 //
 // The names are a compatibility promise; names may be added.
 type PolicyInfo struct {
@@ -194,14 +216,18 @@ type PolicyInfo struct {
 	// group had waited for an answer before it was sent.
 	Wait time.Duration
 	Err  error
+	// SharedCallID is, for "single_flight", the CallID of the call whose
+	// result is shared; zero otherwise.
+	SharedCallID uint64
 }
 
 // The names of PolicyInfo.Policy and PolicyInfo.Action.
 const (
-	policyHedge     = "hedge"
-	policyBulkhead  = "bulkhead"
-	policyRateLimit = "rate_limit"
-	policyFallback  = "fallback"
+	policyHedge        = "hedge"
+	policyBulkhead     = "bulkhead"
+	policyRateLimit    = "rate_limit"
+	policyFallback     = "fallback"
+	policySingleFlight = "single_flight"
 
 	actionSent     = "sent"
 	actionRefused  = "refused"
@@ -209,7 +235,12 @@ const (
 	actionRejected = "rejected"
 	actionWaited   = "waited"
 	actionAnswered = "answered"
+	actionHandedOn = "handed_on"
+	actionWithheld = "withheld"
 	actionFailed   = "failed"
+	actionLed      = "led"
+	actionFollowed = "followed"
+	actionUnshared = "unshared"
 )
 
 // reasonNames name the reasons a call gives up with, in the order they
@@ -257,17 +288,36 @@ func ReasonName(err error) string {
 	return "other"
 }
 
-// BreakerChangeInfo reports a change of a breaker scope's state. It is
-// not about one call: CallInfo is absent.
+// BreakerChangeInfo reports a change of a breaker scope's state, or,
+// with From == To, the first request of a scope under settings of a new
+// version (see Breaker.Update): the state did not change, the settings
+// did. It is not about one call: CallInfo is absent.
+//
+// Breaker.Snapshot describes each scope as it stands with the same type:
+// To is its state, At since when (when it was first seen, for a scope
+// that has not changed), From the state before (zero when it has not
+// changed).
 type BreakerChangeInfo struct {
 	Scope    string
 	From, To BreakerState
-	At       time.Time
+	// At is when the scope changed state; for a change of settings
+	// (From == To), when its first request under them came.
+	At time.Time
 	// Cause is the dependency failure behind an opening (To == BreakerOpen);
 	// nil for other transitions.
 	Cause error
-	// Settings are the breaker's settings, defaults resolved.
+	// Settings are the breaker's settings in force, defaults resolved;
+	// Settings.Version names them.
 	Settings BreakerSettings
+	// The scope's counts as they stand after the change, each counted in
+	// one state only and zero in the others: Failures, the consecutive
+	// failures, and Observed, the outcomes since it last closed (closed);
+	// Successes, the consecutive successful probes, and Probes, the
+	// probes out (half-open). InFlight is the requests let through and
+	// not yet done, in any state.
+	Failures, Observed int
+	Successes, Probes  int
+	InFlight           int
 }
 
 // EvidenceUnavailableInfo reports a fail-safe applied by a budget or ledger.

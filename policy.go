@@ -51,12 +51,14 @@ type policy struct {
 	budget         Budget                     // shared by every scope; nil means per-scope budgets
 	scope          func(*http.Request) string // nil means hostScope
 	breaker        *Breaker
+	breakerScope   func(*http.Request) string // nil: the breaker's scopes are scope's
 	ledger         Ledger
 	hedge          hedgePolicy
 	maxInFlight    int
 	rateLimit      float64
 	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
 	clock          clock
+	shareReads     bool
 
 	maxAttempts    int
 	initialBackoff time.Duration
@@ -73,10 +75,12 @@ type policy struct {
 	maxStored      int64
 	maxQueued      int
 	rateBurst      int
-	maxLimitWait   time.Duration       // negative: no waiting
-	honoursKeys    bool                // every scope's server honours Idempotency-Key
-	honourMemory   time.Duration       // how long a scope's marker is remembered; 0: never learnt
-	randN          func(n int64) int64 // a uniform draw from [0, n)
+	maxLimitWait   time.Duration              // negative: no waiting
+	honoursKeys    bool                       // every scope's server honours Idempotency-Key
+	honourMemory   time.Duration              // how long a scope's marker is remembered; 0: never learnt
+	randN          func(n int64) int64        // a uniform draw from [0, n)
+	shareKey       func(*http.Request) string // nil: defaultShareKey
+	maxSharedBody  int64
 }
 
 // env is what a Transport takes from its surroundings.
@@ -126,6 +130,7 @@ func (t *Transport) resolve() (policy, error) {
 		budget:       t.Budget, // on the Transport's clock, below
 		newBudget:    t.NewBudget,
 		breaker:      t.Breaker,
+		breakerScope: t.BreakerScope,
 		ledger:       ledgerOn(t.Ledger, e.clock),
 		reconciler:   t.Reconciler,
 		scope:        t.Scope,
@@ -141,16 +146,19 @@ func (t *Transport) resolve() (policy, error) {
 			quantile: t.HedgeQuantile,
 			methods:  slices.Clone(t.HedgeMethods),
 		},
-		maxInFlight:  t.MaxInFlight,
-		maxQueued:    t.MaxQueued,
-		rateLimit:    t.RateLimit,
-		rateBurst:    t.RateBurst,
-		maxLimitWait: orDefault(t.MaxLimitWait, defaultMaxLimitWait),
-		honoursKeys:  t.ServerHonoursKeys,
-		honourMemory: max(0, orDefault(t.HonourMemory, defaultHonourMemory)), // negative: never learnt
-		fallback:     t.Fallback,
-		clock:        e.clock,
-		randN:        e.randN,
+		maxInFlight:   t.MaxInFlight,
+		maxQueued:     t.MaxQueued,
+		rateLimit:     t.RateLimit,
+		rateBurst:     t.RateBurst,
+		maxLimitWait:  orDefault(t.MaxLimitWait, defaultMaxLimitWait),
+		honoursKeys:   t.ServerHonoursKeys,
+		honourMemory:  max(0, orDefault(t.HonourMemory, defaultHonourMemory)), // negative: never learnt
+		fallback:      t.Fallback,
+		shareReads:    t.ShareReads,
+		shareKey:      t.ShareKey,
+		maxSharedBody: orDefault(t.MaxSharedBody, defaultMaxSharedBody),
+		clock:         e.clock,
+		randN:         e.randN,
 	}
 	if p.hedge.methods == nil {
 		p.hedge.methods = defaultHedgeMethods
@@ -214,6 +222,8 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("RateBurst", "must be at least 1 with a RateLimit")
 	case t.RateBurst > 0 && t.RateLimit == 0:
 		return p, invalidPolicy("RateBurst", "needs a RateLimit")
+	case t.MaxSharedBody < 0:
+		return p, invalidPolicy("MaxSharedBody", "must not be negative")
 	}
 	for _, m := range t.HedgeMethods {
 		if !validMethod(m) {
@@ -268,6 +278,8 @@ func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 //   - MaxHedges with a HedgeDelay at or above AttemptTimeout: every
 //     attempt times out before its hedge is due (with HedgeQuantile too:
 //     HedgeDelay is then both the delay before an estimate and its cap).
+//   - BreakerScope without a Breaker: nothing is braked.
+//   - ShareKey or MaxSharedBody without ShareReads: nothing is shared.
 //   - NewBudget beside a Budget: it is never called.
 //   - MaxScopes beside a Budget, without MaxInFlight, RateLimit or
 //     MaxHedges: nothing is kept per scope (the Breaker has a bound of
@@ -317,6 +329,12 @@ func (t *Transport) checkTogether(p *policy) error {
 	case t.MaxHedges > 0 && t.AttemptTimeout > 0 && t.HedgeDelay >= t.AttemptTimeout:
 		return invalidPolicy("HedgeDelay "+t.HedgeDelay.String(),
 			"must be below AttemptTimeout "+t.AttemptTimeout.String()+": an attempt times out before its hedge is due")
+	case t.ShareKey != nil && !t.ShareReads:
+		return invalidPolicy("ShareKey", "needs ShareReads: without it no read is shared")
+	case t.MaxSharedBody != 0 && !t.ShareReads:
+		return invalidPolicy(fmt.Sprint("MaxSharedBody ", t.MaxSharedBody), "needs ShareReads: without it no body is shared")
+	case t.BreakerScope != nil && t.Breaker == nil:
+		return invalidPolicy("BreakerScope", "needs a Breaker: without it nothing is braked per scope")
 	case t.Budget != nil && t.NewBudget != nil:
 		return invalidPolicy("NewBudget", "must be nil with a Budget: Budget is the budget of every scope, and NewBudget is never called")
 	case t.MaxScopes != 0 && t.Budget != nil && !p.usesLimits():

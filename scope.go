@@ -79,3 +79,30 @@ func withoutDefaultPort(scheme, host string) string {
 	}
 	return host
 }
+
+// breakerScopeName returns the call's scope at the breaker: its scope, or,
+// with BreakerScope, the scope divided by the function's value. It is
+// computed on first use.
+func (c *call) breakerScopeName() string {
+	if c.p.breakerScope == nil {
+		return c.scopeName()
+	}
+	if c.bscope == "" {
+		c.bscope = breakerScopeOf(c.p.breakerScope, c.req, c.scopeName())
+	}
+	return c.bscope
+}
+
+// breakerScopeOf returns scope divided by f's value for req: scope, a
+// space and the value, or scope alone when f returns empty or panics.
+func breakerScopeOf(f func(*http.Request) string, req *http.Request, scope string) (name string) {
+	defer func() {
+		if recover() != nil {
+			name = scope
+		}
+	}()
+	if v := f(req); v != "" {
+		return scope + " " + v
+	}
+	return scope
+}

@@ -18,15 +18,18 @@ import (
 //     decision core except the two below. A call whose first attempt
 //     succeeds logs at Debug only.
 //   - Info: a retry being scheduled; a breaker scope closing or turning
-//     half open.
+//     half open, or coming under settings of a new version ("retryfuse:
+//     breaker settings").
 //   - Warn: a reconcile error; a verdict that stops a call on evidence of
 //     failure (brake or reject_conflict with evidence fail, rules 1, 6 and
 //     7); a call giving up; a hidden re-send by the base of a method that
 //     is not idempotent (of an idempotent one: Debug); a breaker scope
 //     opening; a budget or ledger applying its fail-safe.
-//   - Policy events (hedge, bulkhead, rate limiter, fallback): Info for a
-//     refusal or a rejection, or a fallback answering or failing; Debug
-//     for a hedge sent or an attempt that waited.
+//   - Policy events (hedge, bulkhead, rate limiter, fallback, single
+//     flight): Info for a refusal or a rejection, a fallback answering,
+//     handing on, withheld or failing, or a read left unshared; Debug for
+//     a hedge sent, an attempt that waited, or a read that led or followed
+//     a shared call.
 //
 // Messages ("retryfuse: retry", ...) and attribute names are a
 // compatibility promise; new attributes may be added. Attributes, each
@@ -64,8 +67,10 @@ import (
 //	connections      int    connections obtained within one attempt (hidden re-send)
 //	source           string budget or ledger (evidence unavailable)
 //	scope, from, to  string breaker scope and states (closed, open, half_open)
-//	policy, action   string hedge, bulkhead, rate_limit or fallback, and what it did (see PolicyInfo)
+//	version          uint   the version of the breaker's settings in force
+//	policy, action   string hedge, bulkhead, rate_limit, fallback or single_flight, and what it did (see PolicyInfo)
 //	wait             dur    how long the attempt waited (policy)
+//	shared_call_id   uint   the call whose result is shared (single_flight)
 //
 // Durations are slog Duration values (the JSON handler writes nanoseconds).
 //
@@ -280,8 +285,11 @@ func (h slogHooks) hiddenResend(i AttemptDoneInfo) {
 }
 
 func (h slogHooks) breakerChange(i BreakerChangeInfo) {
-	level := slog.LevelInfo
-	if i.To == BreakerOpen {
+	level, msg := slog.LevelInfo, "retryfuse: breaker change"
+	switch {
+	case i.From == i.To:
+		msg = "retryfuse: breaker settings" // the state did not change
+	case i.To == BreakerOpen:
 		level = slog.LevelWarn
 	}
 	if !h.enabled(context.Background(), level) {
@@ -291,8 +299,11 @@ func (h slogHooks) breakerChange(i BreakerChangeInfo) {
 	a.add(slog.String("scope", i.Scope))
 	a.add(slog.String("from", i.From.String()))
 	a.add(slog.String("to", i.To.String()))
+	if i.Settings.Version != 0 {
+		a.add(slog.Uint64("version", i.Settings.Version))
+	}
 	a.err(i.Cause)
-	h.log(context.Background(), level, "retryfuse: breaker change", &a)
+	h.log(context.Background(), level, msg, &a)
 }
 
 func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
@@ -306,12 +317,13 @@ func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
 	h.log(i.Context, slog.LevelWarn, "retryfuse: evidence unavailable", &a)
 }
 
-// policy logs an action of the hedge, the bulkhead, the rate limiter or
-// the fallback: a refusal at Info, the rest at Debug.
+// policy logs an action of the hedge, the bulkhead, the rate limiter, the
+// fallback or single flight: a refusal, the fallback's doing and a read
+// left unshared at Info, the rest at Debug.
 func (h slogHooks) policy(i PolicyInfo) {
 	level := slog.LevelDebug
 	switch i.Action {
-	case actionRefused, actionRejected, actionAnswered, actionFailed:
+	case actionRefused, actionRejected, actionAnswered, actionHandedOn, actionWithheld, actionFailed, actionUnshared:
 		level = slog.LevelInfo
 	}
 	if !h.enabled(i.Context, level) {
@@ -323,6 +335,9 @@ func (h slogHooks) policy(i PolicyInfo) {
 	a.add(slog.String("action", i.Action))
 	if i.Wait > 0 {
 		a.add(slog.Duration("wait", i.Wait))
+	}
+	if i.SharedCallID != 0 {
+		a.add(slog.Uint64("shared_call_id", i.SharedCallID))
 	}
 	a.err(i.Err)
 	h.log(i.Context, level, "retryfuse: "+i.Policy+" "+i.Action, &a)

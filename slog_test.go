@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,6 +245,36 @@ func TestSlogHooksBreakerChange(t *testing.T) {
 	want := []map[string]any{
 		rec("WARN", "retryfuse: breaker change", "scope", "api.example:443", "from", "closed", "to", "open", "error", "503"),
 		rec("INFO", "retryfuse: breaker change", "scope", "api.example:443", "from", "open", "to", "closed"),
+	}
+	assertRecords(t, slogRecords(t, &buf), want)
+}
+
+func TestSlogHooksBreakerSettingsAndVersion(t *testing.T) {
+	var buf bytes.Buffer
+	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
+	set := BreakerSettings{FailureThreshold: 5, Version: 4}
+	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerOpen, To: BreakerOpen, Settings: set})
+	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerOpen, To: BreakerHalfOpen, Settings: set})
+	want := []map[string]any{
+		rec("INFO", "retryfuse: breaker settings", "scope", "api.example:443", "from", "open", "to", "open", "version", 4),
+		rec("INFO", "retryfuse: breaker change", "scope", "api.example:443", "from", "open", "to", "half_open", "version", 4),
+	}
+	assertRecords(t, slogRecords(t, &buf), want)
+}
+
+func TestSlogHooksSingleFlightAndFallbackWithheld(t *testing.T) {
+	var buf bytes.Buffer
+	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	ci := CallInfo{CallID: 9, Method: "GET", URL: "http://x/y"}
+	h.Policy(PolicyInfo{CallInfo: ci, Policy: policySingleFlight, Action: actionFollowed, SharedCallID: 3})
+	h.Policy(PolicyInfo{CallInfo: ci, Policy: policySingleFlight, Action: actionUnshared, SharedCallID: 3, Err: errors.New("too large")})
+	h.Policy(PolicyInfo{CallInfo: ci, Policy: policyFallback, Action: actionWithheld, Err: ErrAttemptsExhausted})
+	base := []any{"call_id", 9, "attempt", 0, "method", "GET", "url", "http://x/y", "elapsed", 0}
+	with := func(kv ...any) []any { return append(slices.Clone(base), kv...) }
+	want := []map[string]any{
+		rec("DEBUG", "retryfuse: single_flight followed", with("policy", "single_flight", "action", "followed", "shared_call_id", 3)...),
+		rec("INFO", "retryfuse: single_flight unshared", with("policy", "single_flight", "action", "unshared", "shared_call_id", 3, "error", "too large")...),
+		rec("INFO", "retryfuse: fallback withheld", with("policy", "fallback", "action", "withheld", "error", ErrAttemptsExhausted.Error())...),
 	}
 	assertRecords(t, slogRecords(t, &buf), want)
 }

@@ -31,10 +31,11 @@ import (
 // ErrInvalidPolicy.
 //
 // Besides retrying, a Transport can hedge requests, limit the attempts in
-// flight (bulkhead) and their rate per dependency, and fall back to an
-// answer of the caller's. The order of these policies is fixed, outermost
-// first: Fallback, retry, hedge, circuit breaker, rate limiter, bulkhead,
-// per-attempt timeout. Each refusal matches ErrDeclined.
+// flight (bulkhead) and their rate per dependency, share identical reads,
+// and fall back to an answer of the caller's. The order of these policies
+// is fixed, outermost first: Fallback, single flight, retry, hedge,
+// circuit breaker, rate limiter, bulkhead, per-attempt timeout. Each
+// refusal matches ErrDeclined.
 //
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
@@ -132,6 +133,16 @@ type Transport struct {
 	// Breaker may be shared by several Transports.
 	Breaker *Breaker
 
+	// BreakerScope, when set, divides the Breaker's scopes by a function of
+	// the request (a route's template, an operation), so that one failing
+	// route does not block the others of its dependency: the scope at the
+	// breaker is Scope's, a space and the value ("https://api:443 GET
+	// /orders/{id}"), or Scope's alone for an empty value or a panic.
+	// Budgets, limits and the Ledger stay per Scope. Nil means Scope's.
+	// Refused without a Breaker. Keep the values few: each is a scope the
+	// Breaker remembers, within its MaxScopes.
+	BreakerScope func(*http.Request) string
+
 	// Ledger, when set, remembers idempotency keys (scoped by Scope), so
 	// that a concurrent duplicate is braked (ErrDuplicateInFlight), a key
 	// reused with another body is refused (ErrIdempotencyConflict), and a
@@ -159,10 +170,10 @@ type Transport struct {
 	// effect before a *ReconcileRequiredError is returned. See Reconciler.
 	Reconciler Reconciler
 
-	// Scope names the dependency a request belongs to, for budgets and the
-	// breaker and the ledger. Nil means the request's scheme, host and port,
-	// the port written even when it is the scheme's default
-	// ("https://api.example.com:443").
+	// Scope names the dependency a request belongs to, for budgets, the
+	// breaker (unless BreakerScope divides it) and the ledger. Nil means
+	// the request's scheme, host and port, the port written even when it
+	// is the scheme's default ("https://api.example.com:443").
 	Scope func(*http.Request) string
 
 	// MaxScopes bounds the scopes whose state the Transport keeps: each
@@ -279,7 +290,42 @@ type Transport struct {
 	// a response nor an error, is reported (Hooks.Policy) and the call's
 	// own outcome is returned. It runs on the caller's goroutine, within
 	// the caller's deadline.
+	//
+	// A response of the Fallback's own (not the call's, handed back)
+	// carries a Retryfuse-Fallback header naming why the call failed
+	// (ReasonName), set on a copy of its header over any value there. A
+	// request that needs current data (WithCurrentData, Cache-Control
+	// no-cache or max-age=0, Pragma no-cache) never gets the Fallback's
+	// answer: the caller gets the call's own failure.
 	Fallback func(req *http.Request, resp *http.Response, err error) (*http.Response, error)
+
+	// ShareReads, when true, lets concurrent identical reads (a GET or
+	// HEAD without a body, of one ShareKey) share one call, its retries and
+	// hedges included. Each caller gets its own copy of the status,
+	// headers and body (buffered up to MaxSharedBody) and its own
+	// Fallback's answer; a caller whose context ends leaves the others be,
+	// and the call is cancelled once every caller has gone. It runs on a
+	// goroutine of its own, under the values of the context of the caller
+	// who started it but not its cancellation or deadline. Hooks.Policy
+	// says which call led and which followed.
+	ShareReads bool
+
+	// ShareKey names the answer a read asks for: reads of one method with
+	// one key share a call. It must tell apart every request whose answer
+	// may differ, credentials above all. Nil means the method, the URL,
+	// the Host and every header but those that only trace a request
+	// (Traceparent, X-Request-Id, ...: see the README): reads whose
+	// Authorization, Cookie, Accept or any other header differs never
+	// share. A Base that adds credentials from the context needs a
+	// ShareKey that includes them. A ShareKey that returns "" or panics
+	// (reported) leaves the read unshared. Refused without ShareReads.
+	ShareKey func(*http.Request) string
+
+	// MaxSharedBody bounds the body buffered to be shared: past it, the
+	// caller who started the call reads the body as it comes, and every
+	// other makes a call of its own. Zero means 1 MiB. Refused without
+	// ShareReads.
+	MaxSharedBody int64
 
 	// Hooks observe every decision. See Hooks.
 	Hooks Hooks
@@ -328,6 +374,7 @@ type Transport struct {
 	initErr error
 	scopes  scopes        // the per-scope records: budgets, limits, latencies
 	keys    keyMemory     // without a Ledger, the keys left uncertain
+	flights flights       // with ShareReads, the shared calls in flight
 	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
 }
 
@@ -389,12 +436,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, t.initErr
 	}
+	var id uint64
+	if t.p.shareReads && shareable(req) {
+		sid, resp, err := t.shareRead(req)
+		if err != errNotShared {
+			return resp, err
+		}
+		id = sid // the call's events so far were under it
+	}
 	c := call{t: t, p: &t.p, req: req, w: new(wire)}
 	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
 		// Only hooks report elapsed time and number the calls: a count
 		// that every call raised would be memory every core writes.
 		c.start = c.now()
 		c.id = t.calls.Add(1)
+	}
+	if id != 0 {
+		c.id = id
 	}
 	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
 	resp, err := c.run()

@@ -2,6 +2,7 @@ package retryfuseotel
 
 import (
 	"errors"
+	"math"
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
@@ -36,6 +37,7 @@ const (
 	keyReplayed        = attribute.Key("retryfuse.attempt.replayed")
 	keyBranch          = attribute.Key("retryfuse.attempt.branch")
 	keyWait            = attribute.Key("retryfuse.policy.wait")
+	keySharedCall      = attribute.Key("retryfuse.single_flight.call_id")
 )
 
 // maxEventAttrs bounds the attributes of one event; an array of this size
@@ -215,6 +217,9 @@ func policyEvent(i retryfuse.PolicyInfo) {
 	a.add(keyAction.String(i.Action))
 	if i.Wait > 0 {
 		a.add(keyWait.Float64(i.Wait.Seconds()))
+	}
+	if i.SharedCallID != 0 {
+		a.add(keySharedCall.Int64(int64(min(i.SharedCallID, math.MaxInt64))))
 	}
 	if i.Err != nil {
 		a.add(keyReason.String(retryfuse.ReasonName(i.Err)))

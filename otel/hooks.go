@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
@@ -54,6 +55,7 @@ type instruments struct {
 	hiddenResends      metric.Int64Counter
 	breakerTransitions metric.Int64Counter
 	breakerState       metric.Int64Gauge
+	breakerVersion     metric.Int64Gauge
 	evidenceUnavail    metric.Int64Counter
 	policyActions      metric.Int64Counter
 }
@@ -95,7 +97,7 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 	ins.hiddenResends = counter("retryfuse.hidden_resends", "{resend}", "Requests the base transport re-sent by itself within one attempt.")
 	ins.breakerTransitions = counter("retryfuse.breaker.transitions", "{transition}", "Breaker state changes, by scope.")
 	ins.evidenceUnavail = counter("retryfuse.evidence_unavailable", "{event}", "Fail-safes applied because a budget or ledger could not answer.")
-	ins.policyActions = counter("retryfuse.policy.actions", "{event}", "Actions of the hedge, bulkhead, rate limiter and fallback, by policy and action.")
+	ins.policyActions = counter("retryfuse.policy.actions", "{event}", "Actions of the hedge, bulkhead, rate limiter, fallback and single flight, by policy and action.")
 	var err error
 	ins.attemptDuration, err = m.Float64Histogram("retryfuse.attempt.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of one attempt, until its response headers or its error."),
@@ -107,6 +109,9 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 	errs = append(errs, err)
 	ins.breakerState, err = m.Int64Gauge("retryfuse.breaker.state", metric.WithUnit("1"),
 		metric.WithDescription("1 for the state a breaker scope is in, 0 for the states it left."))
+	errs = append(errs, err)
+	ins.breakerVersion, err = m.Int64Gauge("retryfuse.breaker.settings.version", metric.WithUnit("1"),
+		metric.WithDescription("The version of the breaker settings a scope was last reported under."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return retryfuse.Hooks{}, fmt.Errorf("retryfuseotel: creating instruments: %w", err)
@@ -231,10 +236,18 @@ func (ins *instruments) hiddenResend(i retryfuse.AttemptDoneInfo) {
 	}
 }
 
-// breakerChange records a transition. It belongs to a scope, not to one
-// call: it has no context and adds no span event.
+// breakerChange records a transition, or a scope's first request under
+// settings of a new version (From == To: no transition), with the version
+// in force. It belongs to a scope, not to one call: it has no context and
+// adds no span event.
 func (ins *instruments) breakerChange(i retryfuse.BreakerChangeInfo) {
 	ctx := context.Background()
+	if v := i.Settings.Version; v != 0 {
+		ins.breakerVersion.Record(ctx, int64(min(v, math.MaxInt64)), metric.WithAttributes(keyScope.String(i.Scope)))
+	}
+	if i.From == i.To {
+		return
+	}
 	from, to := i.From.String(), i.To.String()
 	ins.breakerTransitions.Add(ctx, 1, metric.WithAttributes(keyScope.String(i.Scope), keyFrom.String(from), keyTo.String(to)))
 	ins.breakerState.Record(ctx, 0, metric.WithAttributes(keyScope.String(i.Scope), keyState.String(from)))
@@ -246,8 +259,8 @@ func (ins *instruments) evidenceUnavailable(i retryfuse.EvidenceUnavailableInfo)
 	ins.evidenceUnavail.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method), keySource.String(i.Source)))
 }
 
-// policy counts an action of the hedge, the bulkhead, the rate limiter or
-// the fallback, and adds it to the call's span.
+// policy counts an action of the hedge, the bulkhead, the rate limiter,
+// the fallback or single flight, and adds it to the call's span.
 func (ins *instruments) policy(i retryfuse.PolicyInfo) {
 	policyEvent(i)
 	ins.policyActions.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method), keyPolicy.String(i.Policy), keyAction.String(i.Action)))

@@ -72,7 +72,8 @@ var ErrClosed = errors.New("retryfuseredis: ledger closed")
 //   - Records that Redis lost (restarted without persistence, a snapshot
 //     restored, a failover to a lagging replica) are noticed, and the
 //     ledger refuses every Begin for a quarantine rather than take the
-//     lost keys to be free.
+//     lost keys to be free, until it ends, or until an operator who has
+//     reconciled them ends it (EndQuarantine).
 //
 // Keys are hash-tagged (see Key) so that it works on Redis Cluster.
 //
@@ -137,7 +138,7 @@ func NewLedger(client redis.UniversalClient, cfg LedgerConfig) (*Ledger, error) 
 	if l.maxStoredBody == 0 {
 		l.maxStoredBody = defaultLedgerMaxStoredBody
 	}
-	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost)
+	l.guard.init(orDefault(cfg.Quarantine, addSat(flight, ttl)), cfg.OnDataLost, cfg.OnQuarantineEnd)
 	l.pending.init(l, cfg.MaxPending)
 	watchDials(client)
 

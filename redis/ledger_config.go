@@ -44,6 +44,11 @@ type LedgerConfig struct {
 	// notices, with an error wrapping ErrDataLost that says until when
 	// keyed requests are refused. It must not block.
 	OnDataLost func(err error)
+	// OnQuarantineEnd, when not nil, is called when this process's
+	// quarantine is ended deliberately (Ledger.EndQuarantine, here or in
+	// another process), with who ended it, why and when. It must not
+	// block.
+	OnQuarantineEnd func(QuarantineEnd)
 
 	// MaxPending bounds the Complete, Release and Uncertain calls, and the
 	// cancellations of failed Begins, waiting to be retried in the

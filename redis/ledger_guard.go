@@ -30,18 +30,22 @@ type guard struct {
 	quarantine       time.Duration
 	quarantineMillis int64
 	onDataLost       func(error)
-	adopting         sync.Mutex // one adoption at a time
+	onEnd            func(QuarantineEnd)
+	recheckEvery     time.Duration // see recheck
+	adopting         sync.Mutex    // one adoption at a time
 
-	mu    sync.Mutex // guards the fields below
-	ids   [ledgerBuckets]string
-	seen  [ledgerBuckets]int64
-	fresh string    // a random id for a marker remade after a loss
-	until time.Time // the quarantine's end, by this process's clock
-	stale bool      // the markers must be adopted again before a Begin
+	mu      sync.Mutex // guards the fields below
+	ids     [ledgerBuckets]string
+	seen    [ledgerBuckets]int64
+	fresh   string    // a random id for a marker remade after a loss
+	until   time.Time // the quarantine's end, by this process's clock
+	stale   bool      // the markers must be adopted again before a Begin
+	checked time.Time // when the markers were last looked at in quarantine
 }
 
-func (g *guard) init(quarantine time.Duration, onDataLost func(error)) {
-	g.quarantine, g.quarantineMillis, g.onDataLost = quarantine, ceilMillis(quarantine), onDataLost
+func (g *guard) init(quarantine time.Duration, onDataLost func(error), onEnd func(QuarantineEnd)) {
+	g.quarantine, g.quarantineMillis, g.onDataLost, g.onEnd = quarantine, ceilMillis(quarantine), onDataLost, onEnd
+	g.recheckEvery = recheckEvery
 	g.fresh = rand.Text()
 }
 
@@ -97,13 +101,14 @@ func lostError(until time.Time) error {
 	return fmt.Errorf("%w: keyed requests refused until %s", ErrDataLost, until.UTC().Format(time.RFC3339))
 }
 
-// ready returns nil when a Begin may go ahead: not in quarantine, and the
-// markers adopted again after one.
+// ready returns nil when a Begin may go ahead: not in quarantine (or the
+// quarantine ended deliberately: see recheck), and the markers adopted
+// again after one.
 func (g *guard) ready(ctx context.Context, l *Ledger) error {
 	g.mu.Lock()
 	until, stale := g.until, g.stale
 	g.mu.Unlock()
-	if time.Now().Before(until) {
+	if time.Now().Before(until) && !g.recheck(ctx, l) {
 		return lostError(until)
 	}
 	if !stale {

@@ -1,0 +1,358 @@
+package retryfuse
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// This file is single-flight (Transport.ShareReads): concurrent identical
+// reads share one call, its retries and hedges included. It sits outside
+// the retry and inside the Fallback: each caller gets its own copy of the
+// shared result, and its own Fallback's answer to it.
+//
+// The shared call runs on a goroutine of its own, with a context detached
+// from any one caller's (their values kept), so that the caller who
+// started it may go without cancelling it for the others; it is cancelled
+// when the last caller waiting for it has gone, and that caller returns
+// only once it has ended.
+
+// defaultMaxSharedBody is MaxSharedBody's default.
+const defaultMaxSharedBody = 1 << 20
+
+// errNotShared: the request was not shared, and makes its own call.
+var errNotShared = errors.New("retryfuse: not shared")
+
+// flights are the shared calls in flight of a Transport, by key.
+type flights struct {
+	mu sync.Mutex
+	m  map[string]*sharedFlight
+}
+
+// sharedFlight is one shared call and the callers waiting for it.
+type sharedFlight struct {
+	key    string
+	id     uint64 // the shared call's CallID, while there are hooks
+	req    *http.Request
+	cancel context.CancelFunc
+	done   chan struct{} // closed once res is set and the call has ended
+
+	// Guarded by flights.mu.
+	waiters    int  // callers waiting, the leader among them
+	leaderGone bool // the caller who started it has gone
+	finished   bool // res is set
+
+	res sharedResult // set before done is closed; read-only after
+}
+
+// sharedResult is the outcome of a shared call, as each caller copies it.
+type sharedResult struct {
+	resp     *http.Response // the response's status and headers; its Body is not read
+	body     []byte
+	bodyErr  error // the error that cut the body short, after body
+	err      error
+	gaveUp   error // why the call gave up (for the Fallback's mark)
+	stream   *http.Response
+	tooLarge bool // the body was over the bound: stream, for the leader
+	panicked any
+}
+
+// shareable reports whether req may share a call: a GET or HEAD without a
+// body or an upgrade, which no retryfuse Transport above owns.
+func shareable(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead:
+	default:
+		return false
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		return false
+	}
+	if req.Header.Get("Upgrade") != "" {
+		return false
+	}
+	_, owned := req.Context().Value(ownerKey{}).(*Transport)
+	return !owned
+}
+
+// shareRead makes req's call a shared one: it joins the call in flight
+// under the request's key, or starts it. It returns errNotShared when req
+// makes its own call (its key is empty, the key function panicked, or the
+// shared response's body was too large to share), with the CallID its
+// events were reported under, if any.
+func (t *Transport) shareRead(req *http.Request) (uint64, *http.Response, error) {
+	key, kerr := shareKeyOf(t.p.shareKey, req)
+	c := t.sharingCall(req)
+	if key == "" {
+		if kerr != nil {
+			c.shareEvent(actionUnshared, 0, kerr)
+		}
+		return c.id, nil, errNotShared
+	}
+	f, leader := t.flights.join(t, key, req)
+	if leader {
+		c.id = f.id
+		c.shareEvent(actionLed, f.id, nil)
+		go t.fly(f)
+	} else {
+		c.shareEvent(actionFollowed, f.id, nil)
+	}
+	select {
+	case <-f.done:
+	case <-req.Context().Done():
+	}
+	finished, stream := t.flights.leave(f, leader)
+	if !finished {
+		return c.id, nil, req.Context().Err()
+	}
+	r := &f.res
+	if r.panicked != nil {
+		panic(r.panicked)
+	}
+	var resp *http.Response
+	switch {
+	case r.err != nil:
+	case r.tooLarge && stream == nil:
+		c.shareEvent(actionUnshared, f.id, &sharedBodyError{limit: t.p.maxSharedBody})
+		return c.id, nil, errNotShared
+	case stream != nil:
+		resp = stream
+		resp.Request = req
+	default:
+		resp = r.copyFor(req)
+	}
+	if t.p.fallback == nil {
+		return c.id, resp, r.err
+	}
+	c.gaveUp = r.gaveUp
+	c.step()
+	resp, err := c.fallback(resp, r.err)
+	return c.id, resp, err
+}
+
+// sharingCall returns the call that stands for req while it shares
+// another's: it makes no attempt, and only reports (its events, and the
+// Fallback's).
+func (t *Transport) sharingCall(req *http.Request) call {
+	c := call{t: t, p: &t.p, req: req, method: req.Method}
+	if c.method == "" {
+		c.method = http.MethodGet
+	}
+	if t.Hooks.any() {
+		c.start = t.p.clock.Now()
+	}
+	return c
+}
+
+// shareEvent reports a single-flight event of the call, shared naming the
+// shared call. The call is numbered when it was not.
+func (c *call) shareEvent(action string, shared uint64, err error) {
+	if h := c.t.Hooks.Policy; h != nil {
+		c.step() // the time of this event, not of an earlier one
+		emit(h, PolicyInfo{CallInfo: c.info(), Policy: policySingleFlight, Action: action, Err: err, SharedCallID: shared})
+	}
+}
+
+// join adds a caller to the flight under key, starting it when there is
+// none: the caller is then its leader.
+func (fs *flights) join(t *Transport, key string, req *http.Request) (*sharedFlight, bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f := fs.m[key]; f != nil {
+		f.waiters++
+		return f, false
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(req.Context()))
+	f := &sharedFlight{key: key, req: req.Clone(ctx), cancel: cancel, done: make(chan struct{}), waiters: 1}
+	if t.Hooks.any() {
+		f.id = t.calls.Add(1)
+	}
+	if fs.m == nil {
+		fs.m = make(map[string]*sharedFlight)
+	}
+	fs.m[key] = f
+	return f, true
+}
+
+// leave ends a caller's wait. It reports whether the result is in, and,
+// to the leader, hands the response too large to share. The last caller
+// to go before the result cancels the call and waits until it has ended,
+// so that no goroutine outlives every caller.
+func (fs *flights) leave(f *sharedFlight, leader bool) (finished bool, stream *http.Response) {
+	fs.mu.Lock()
+	f.waiters--
+	if f.finished {
+		if leader {
+			stream, f.res.stream = f.res.stream, nil
+		}
+		fs.mu.Unlock()
+		return true, stream
+	}
+	if leader {
+		f.leaderGone = true
+	}
+	last := f.waiters == 0
+	if last && fs.m[f.key] == f {
+		delete(fs.m, f.key) // no one joins a call being cancelled
+	}
+	fs.mu.Unlock()
+	if last {
+		f.cancel()
+		<-f.done
+	}
+	return false, nil
+}
+
+// fly makes the shared call, on its own goroutine, and publishes its
+// result.
+func (t *Transport) fly(f *sharedFlight) {
+	var res sharedResult
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				res = sharedResult{panicked: v}
+			}
+		}()
+		c := call{t: t, p: &t.p, req: f.req, w: new(wire), id: f.id}
+		if c.id != 0 {
+			c.start = t.p.clock.Now()
+		}
+		resp, err := c.run()
+		res = t.share(resp, err, f.cancel)
+		res.gaveUp = c.gaveUp
+	}()
+	if res.stream == nil {
+		f.cancel() // the call is over, and nothing reads on
+	}
+
+	fs := &t.flights
+	fs.mu.Lock()
+	f.res, f.finished = res, true
+	if fs.m[f.key] == f {
+		delete(fs.m, f.key)
+	}
+	orphan := f.leaderGone && res.stream != nil
+	if orphan {
+		f.res.stream = nil
+	}
+	fs.mu.Unlock()
+	if orphan {
+		drain(res.stream, 0) // no one to hand it to
+	}
+	close(f.done)
+}
+
+// share reads resp's body, up to MaxSharedBody, for every caller to copy.
+// A longer body (or a switch of protocols) is left as a stream for the
+// leader alone, to read on; cancel ends the shared call's context when it
+// is closed.
+func (t *Transport) share(resp *http.Response, err error, cancel context.CancelFunc) sharedResult {
+	if resp == nil {
+		return sharedResult{err: err}
+	}
+	res := sharedResult{resp: resp, err: err}
+	limit := t.p.maxSharedBody
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return res
+	}
+	if _, rw := resp.Body.(io.Writer); rw || resp.ContentLength > limit || resp.StatusCode == http.StatusSwitchingProtocols {
+		res.tooLarge, res.stream = true, streamOf(resp, nil, cancel)
+		return res
+	}
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	_, rerr := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
+	if int64(buf.Len()) > limit {
+		res.tooLarge, res.stream = true, streamOf(resp, buf.Bytes(), cancel)
+		return res
+	}
+	_ = resp.Body.Close()
+	res.body, res.bodyErr = buf.Bytes(), rerr
+	return res
+}
+
+// streamOf returns resp with its body read from read first, then from
+// its body; closing it closes the body and calls cancel.
+func streamOf(resp *http.Response, read []byte, cancel context.CancelFunc) *http.Response {
+	body := resp.Body
+	resp.Body = &streamBody{Reader: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel}
+	return resp
+}
+
+type streamBody struct {
+	io.Reader
+	body   io.Closer
+	cancel context.CancelFunc
+}
+
+func (b *streamBody) Close() error {
+	err := b.body.Close()
+	b.cancel()
+	return err
+}
+
+// copyFor returns a copy of the shared response for req: its status, a
+// copy of its headers and trailers, and a body of its own.
+func (r *sharedResult) copyFor(req *http.Request) *http.Response {
+	if r.resp == nil {
+		return nil
+	}
+	resp := new(http.Response)
+	*resp = *r.resp
+	resp.Header = r.resp.Header.Clone()
+	resp.Trailer = r.resp.Trailer.Clone()
+	resp.Request = req
+	switch {
+	case r.resp.Body == nil:
+	case r.body == nil && r.bodyErr == nil:
+		resp.Body = http.NoBody
+	case r.bodyErr != nil:
+		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(r.body), errReader{r.bodyErr}))
+	default:
+		resp.Body = io.NopCloser(bytes.NewReader(r.body))
+	}
+	return resp
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// sharedBodyError says why a caller made a call of its own: the shared
+// response's body was over MaxSharedBody.
+type sharedBodyError struct{ limit int64 }
+
+func (e *sharedBodyError) Error() string {
+	return "retryfuse: shared response body over MaxSharedBody (" + strconv.FormatInt(e.limit, 10) + " bytes): each waiting caller makes its own call"
+}
+
+// shareKeyOf returns req's key under f (the default key when f is nil),
+// prefixed with its method: a GET never shares a HEAD's answer. A
+// function that panics gives an empty key and an error that says so.
+func shareKeyOf(f func(*http.Request) string, req *http.Request) (key string, err error) {
+	if f == nil {
+		return defaultShareKey(req), nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			key, err = "", fmt.Errorf("retryfuse: ShareKey panicked: %v", v)
+		}
+	}()
+	k := f(req)
+	if k == "" {
+		return "", nil
+	}
+	m := req.Method
+	if m == "" {
+		m = http.MethodGet
+	}
+	return m + " " + k, nil
+}
