@@ -110,11 +110,6 @@ var (
 	// outcome: errors.Is(err, ErrReconcileRequired) is false.
 	ErrAlreadyApplied = errors.New("retryfuse: already applied under this idempotency key; its result was not stored to replay")
 
-	// ErrEarlierUncertain: an earlier call under the key ended with an
-	// uncertain outcome. It is the Cause of the *ReconcileRequiredError
-	// returned instead of sending the request again.
-	ErrEarlierUncertain = errors.New("retryfuse: an earlier call under this idempotency key ended with an uncertain outcome")
-
 	// ErrInvalidIdempotencyKey: the Idempotency-Key header cannot be sent
 	// safely (empty, control characters, longer than 255 bytes).
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
@@ -197,8 +192,7 @@ type ReconcileRequiredError struct {
 	Phase decide.Phase
 	// At is when the uncertain attempt ended.
 	At time.Time
-	// Cause is the error of the uncertain attempt; ErrEarlierUncertain
-	// when Earlier.
+	// Cause is the error of the uncertain attempt; nil when Earlier.
 	Cause error
 	// Earlier is true when this call sent nothing: it was refused because
 	// an earlier call under the same key left its write uncertain. Attempts,

@@ -44,7 +44,7 @@ func TestUnrecordedResultNeverFreesTheKey(t *testing.T) {
 		clock.Advance(advance)
 		_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 		rec := reconcileErrOf(t, err, key)
-		assert.Truef(t, errors.Is(rec.Cause, ErrEarlierUncertain), "%v later: got Cause %v, want ErrEarlierUncertain", advance, rec.Cause)
+		assert.Truef(t, rec.Earlier, "%v later: got %v, want a refusal because of the earlier call", advance, rec)
 	}
 	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1: the write must not be applied twice", srv.effects(key))
 

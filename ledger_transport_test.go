@@ -227,7 +227,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 		resp, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 		require.Nil(t, resp)
 		rec = reconcileErrOf(t, err, key)
-		assert.Truef(t, errors.Is(rec.Cause, ErrEarlierUncertain), "got Cause %v, want ErrEarlierUncertain", rec.Cause)
+		assert.Truef(t, rec.Earlier, "got %v, want a refusal because of the earlier call", rec)
 		assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1: a held key must not be sent", srv.posts.Load())
 	}
 
@@ -440,8 +440,8 @@ func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 			_ = resp.Body.Close()
 		}
 		var rec *ReconcileRequiredError
-		if !errors.As(err, &rec) || !errors.Is(err, ErrEarlierUncertain) {
-			t.Errorf("a later call under the key, %v on: got %v, %v; want a *ReconcileRequiredError (ErrEarlierUncertain)", after, resp, err)
+		if !errors.As(err, &rec) || !rec.Earlier {
+			t.Errorf("a later call under the key, %v on: got %v, %v; want a *ReconcileRequiredError for the earlier call", after, resp, err)
 		}
 	}
 	if got := base.seen.Load(); got != 1 {

@@ -103,7 +103,7 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 // Reconciler is not asked (that call's own reconciliation was the time to
 // ask); the Reconcile hook reports it.
 func (c *call) refuseUncertain() *ReconcileRequiredError {
-	e := c.reconcileError(ErrEarlierUncertain)
+	e := c.reconcileError(nil)
 	e.Earlier, e.scope = true, boundedScope(c.scopeName())
 	e.Attempts, e.Phase, e.At = c.earlier.attempts, c.earlier.phase, c.earlier.at // zero: unknown
 	if h := c.t.Hooks.Reconcile; h != nil {

@@ -200,7 +200,7 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			resp, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 			require.Nil(t, resp)
 			rec = reconcileErrOf(t, err, key)
-			assert.Truef(t, errors.Is(rec.Cause, ErrEarlierUncertain), "got Cause %v, want ErrEarlierUncertain", rec.Cause)
+			assert.Truef(t, rec.Earlier, "got %v, want a refusal because of the earlier call", rec)
 			assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
 		})
 	}
@@ -348,11 +348,11 @@ func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
 	_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"lamp"}`)
 	reconcileErrOf(t, err, key)
 	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"lamp"}`)
-	require.ErrorIsf(t, err, ErrEarlierUncertain, "again: got %v, want cause ErrEarlierUncertain", err)
+	require.Truef(t, refusedForEarlier(err), "again: got %v, want a refusal because of the earlier call", err)
 	assert.Equalf(t, int32(1), asked.Load(), "got %d Reconciler calls, want 1: the refusal does not ask again", asked.Load())
 	hooks.mu.Lock()
 	defer hooks.mu.Unlock()
 	require.Lenf(t, hooks.seen, 2, "got %d Reconcile events, want 2", len(hooks.seen))
-	assert.ErrorIsf(t, hooks.seen[1].Err, ErrEarlierUncertain, "second event: got %v, want cause ErrEarlierUncertain", hooks.seen[1].Err)
+	assert.Truef(t, hooks.seen[1].Err.Earlier, "second event: got %v, want a refusal because of the earlier call", hooks.seen[1].Err)
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs, want 1", srv.posts.Load())
 }

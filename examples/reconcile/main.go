@@ -87,8 +87,8 @@ func callerReconciles(ctx context.Context, out io.Writer, base string, api *orde
 
 	// Sending it again under the same key is refused until it is reconciled.
 	_, err = postOrder(ctx, client, base, key, `{"item":"espresso machine"}`)
-	if !errors.Is(err, retryfuse.ErrEarlierUncertain) {
-		return fmt.Errorf("POST again: got %v, want ErrEarlierUncertain", err)
+	if !errors.As(err, &rerr) || !rerr.Earlier {
+		return fmt.Errorf("POST again: got %v, want a *retryfuse.ReconcileRequiredError for the earlier call", err)
 	}
 	fmt.Fprintln(out, "client: POST again under the same key: refused without sending (an earlier call under it is uncertain)")
 
