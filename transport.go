@@ -1,7 +1,6 @@
 package retryfuse
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -405,26 +404,6 @@ func (p *policy) scopeOf(req *http.Request) string {
 
 var errNilRequest = errors.New("retryfuse: nil Request")
 
-// ownedContext is a call's context marked with ownerKey. It lives inside
-// the call, so marking costs no allocation.
-type ownedContext struct {
-	context.Context
-	owner *Transport
-}
-
-func (c *ownedContext) Value(key any) any {
-	if _, ok := key.(ownerKey); ok {
-		return c.owner
-	}
-	return c.Context.Value(key)
-}
-
-// ownerKey marks, in an attempt's context, that a retryfuse Transport
-// already owns the repeating of this request: a Transport beneath it (or
-// called again beneath it through the context) passes each attempt
-// through, so that stacked layers do not multiply load.
-type ownerKey struct{}
-
 // RoundTrip implements http.RoundTripper. See Transport for what is
 // repeated and what is returned.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -460,10 +439,4 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return c.fallback(resp, err)
 	}
 	return resp, err
-}
-
-func closeRequestBody(req *http.Request) {
-	if req != nil && req.Body != nil {
-		_ = req.Body.Close()
-	}
 }
