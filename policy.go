@@ -281,9 +281,9 @@ func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 //   - BreakerScope without a Breaker: nothing is braked.
 //   - ShareKey or MaxSharedBody without ShareReads: nothing is shared.
 //   - NewBudget beside a Budget: it is never called.
-//   - MaxScopes beside a Budget, without MaxInFlight, RateLimit or
-//     MaxHedges: nothing is kept per scope (the Breaker has a bound of
-//     its own).
+//   - MaxScopes beside a Budget when nothing is kept per scope (no
+//     MaxInFlight, RateLimit, MaxHedges or Breaker, and a negative
+//     HonourMemory: see keepsScopes).
 //   - MaxStoredBody or MaxFingerprintBytes without a Ledger: only the
 //     Ledger fingerprints bodies and stores results.
 //   - MaxLimitWait without RateLimit or MaxQueued: no attempt waits (a
@@ -337,9 +337,9 @@ func (t *Transport) checkTogether(p *policy) error {
 		return invalidPolicy("BreakerScope", "needs a Breaker: without it nothing is braked per scope")
 	case t.Budget != nil && t.NewBudget != nil:
 		return invalidPolicy("NewBudget", "must be nil with a Budget: Budget is the budget of every scope, and NewBudget is never called")
-	case t.MaxScopes != 0 && t.Budget != nil && !p.usesLimits():
+	case t.MaxScopes != 0 && t.Budget != nil && !p.keepsScopes():
 		return invalidPolicy(fmt.Sprint("MaxScopes ", t.MaxScopes),
-			"has nothing to bound: with a Budget, and without MaxInFlight, RateLimit or MaxHedges, nothing is kept per scope (the Breaker has its own MaxScopes)")
+			"has nothing to bound: with a Budget, without MaxInFlight, RateLimit, MaxHedges or a Breaker, and with a negative HonourMemory, nothing is kept per scope")
 	case t.MaxStoredBody != 0 && t.Ledger == nil:
 		return invalidPolicy(fmt.Sprint("MaxStoredBody ", t.MaxStoredBody), "needs a Ledger: only a Ledger stores results")
 	case t.MaxFingerprintBytes != 0 && t.Ledger == nil:
