@@ -161,31 +161,6 @@ type StoredResponse struct {
 	Body       []byte
 }
 
-// The bounds of a stored result's headers. A result whose headers are
-// larger is not stored, as one whose body is too long is not: the key is
-// completed without a result to replay.
-const (
-	maxStoredHeaderFields = 100
-	maxStoredHeaderBytes  = 32 << 10
-)
-
-// storableHeader reports whether h is within the bounds of a stored
-// result's headers: its fields, each value counted as a field, and its
-// bytes, names and values both.
-func storableHeader(h http.Header) bool {
-	fields, size := 0, 0
-	for name, values := range h {
-		for _, v := range values {
-			fields++
-			size += len(name) + len(v)
-		}
-		if fields > maxStoredHeaderFields || size > maxStoredHeaderBytes {
-			return false
-		}
-	}
-	return true
-}
-
 // clone returns a deep copy of r (nil for nil).
 func (r *StoredResponse) clone() *StoredResponse {
 	if r == nil {

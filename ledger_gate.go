@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
 // This file is the key ledger's gate in the transport: the claim taken
@@ -193,7 +194,7 @@ type completion struct {
 // it.
 func (cp *completion) complete(resp *http.Response, body []byte, whole bool) {
 	var res *StoredResponse // nil: completed, but without a result to replay
-	if whole && !cp.notStored && storableHeader(resp.Header) {
+	if whole && !cp.notStored && stored.HeaderFits(resp.Header) {
 		res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
 	}
 	ctx, cancel := ledgerStepContext(cp.ctx)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/internal/stored"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,7 +31,7 @@ func (r completeRecorder) Complete(ctx context.Context, key, token string, res *
 // without a result, and a later call under it is told to reconcile.
 func TestResultWithLargeHeadersIsNotStored(t *testing.T) {
 	srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("X-Big", strings.Repeat("a", maxStoredHeaderBytes))
+		w.Header().Set("X-Big", strings.Repeat("a", stored.MaxHeaderBytes))
 		w.WriteHeader(http.StatusCreated)
 	})
 	rec := completeRecorder{&MemoryLedger{}, make(chan *StoredResponse, 1)}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
 // Defaults of a MemoryLedger's settings.
@@ -207,7 +208,7 @@ func (l *MemoryLedger) completeOwnedAt(key, token string, res *StoredResponse, n
 // storable reports whether res is a result the ledger stores: within
 // MaxStoredBody and the bounds of the headers.
 func (l *MemoryLedger) storable(res *StoredResponse) bool {
-	return res != nil && len(res.Body) <= l.maxStoredBody() && storableHeader(res.Header)
+	return res != nil && len(res.Body) <= l.maxStoredBody() && stored.HeaderFits(res.Header)
 }
 
 // store completes key with stored, which is kept as it is.

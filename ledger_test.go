@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/stored"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -409,7 +410,7 @@ func TestMemoryLedgerStoredHeaderBound(t *testing.T) {
 	l, _ := newTestLedger(t, 0)
 	ctx := context.Background()
 	many := http.Header{}
-	for i := range maxStoredHeaderFields + 1 {
+	for i := range stored.MaxHeaderFields + 1 {
 		many.Add(fmt.Sprintf("X-H%d", i), "v")
 	}
 	for i, tc := range []struct {
@@ -417,7 +418,7 @@ func TestMemoryLedgerStoredHeaderBound(t *testing.T) {
 		stored bool
 	}{
 		{http.Header{"Content-Type": {"application/json"}}, true},
-		{http.Header{"X-Big": {strings.Repeat("a", maxStoredHeaderBytes)}}, false},
+		{http.Header{"X-Big": {strings.Repeat("a", stored.MaxHeaderBytes)}}, false},
 		{many, false},
 	} {
 		key := fmt.Sprint("k", i)

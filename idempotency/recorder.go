@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
 // This file is the ResponseWriter the handler of a claimed key writes to:
@@ -99,7 +100,7 @@ func (rec *recorder) result() *retryfuse.StoredResponse {
 	if rec.status == 0 {
 		rec.commit(http.StatusOK) // nothing written: net/http sends 200 with the header as it is
 	}
-	if rec.over || rec.hijacked || hasTrailers(rec.w.Header()) || !storableHeader(rec.header) {
+	if rec.over || rec.hijacked || hasTrailers(rec.w.Header()) || !stored.HeaderFits(rec.header) {
 		return nil
 	}
 	*rec.stored = retryfuse.StoredResponse{StatusCode: rec.status, Header: rec.header, Body: rec.body}
@@ -118,28 +119,4 @@ func hasTrailers(h http.Header) bool {
 		}
 	}
 	return false
-}
-
-// The bounds of a stored response's header, those of retryfuse's ledgers
-// (which complete a key without a stored result past them): 100 values,
-// and 32 KiB of names and values.
-const (
-	maxStoredHeaderFields = 100
-	maxStoredHeaderBytes  = 32 << 10
-)
-
-// storableHeader reports whether h is within the bounds of a stored
-// response's header, each value counted as a field.
-func storableHeader(h http.Header) bool {
-	fields, size := 0, 0
-	for name, values := range h {
-		for _, v := range values {
-			fields++
-			size += len(name) + len(v)
-		}
-		if fields > maxStoredHeaderFields || size > maxStoredHeaderBytes {
-			return false
-		}
-	}
-	return true
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse"
 )
 
 // Tests over real loopback sockets: HTTP/1 and HTTP/2.
@@ -281,6 +283,7 @@ func TestClientGoneStillRecordsTheOutcome(t *testing.T) {
 // either.
 func TestHijackedResponseIsNotStored(t *testing.T) {
 	runs := 0
+	settled := &settleSignal{Ledger: newMemoryLedger(t), done: make(chan struct{}, 1)}
 	h, _ := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		conn, bw, err := http.NewResponseController(w).Hijack()
@@ -291,15 +294,51 @@ func TestHijackedResponseIsNotStored(t *testing.T) {
 		defer conn.Close()
 		bw.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 3\r\nConnection: close\r\n\r\nraw")
 		bw.Flush()
-	}), Config{})
+	}), Config{Ledger: settled})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	ctx := testContext(t)
 	if status, _, body := send(t, ctx, srv, "/x", "hijack", ""); status != http.StatusCreated || body != "raw" {
 		t.Fatalf("first: %d %q, want 201 raw", status, body)
 	}
+	// The client reads the raw response before the handler has returned:
+	// the key is settled once it has.
+	select {
+	case <-settled.done:
+	case <-ctx.Done():
+		t.Fatal("the first request's key was never settled")
+	}
 	status, _, body := send(t, ctx, srv, "/x", "hijack", "")
 	if status != http.StatusConflict || !strings.Contains(body, ProblemNotStored) || runs != 1 {
 		t.Errorf("repeat: %d %s after %d runs; want 409 %s after 1", status, body, runs, ProblemNotStored)
 	}
+}
+
+// settleSignal is a Ledger that signals each Complete, Release or
+// Uncertain once it has been recorded.
+type settleSignal struct {
+	retryfuse.Ledger
+	done chan struct{}
+}
+
+func (l *settleSignal) signal() {
+	select {
+	case l.done <- struct{}{}:
+	default:
+	}
+}
+
+func (l *settleSignal) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
+	defer l.signal()
+	return l.Ledger.Complete(ctx, key, token, res)
+}
+
+func (l *settleSignal) Release(ctx context.Context, key, token string) error {
+	defer l.signal()
+	return l.Ledger.Release(ctx, key, token)
+}
+
+func (l *settleSignal) Uncertain(ctx context.Context, key, token string) error {
+	defer l.signal()
+	return l.Ledger.Uncertain(ctx, key, token)
 }

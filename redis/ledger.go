@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
 //go:embed lua/ledger_guard.lua
@@ -242,7 +243,7 @@ func neverSent(err error) bool {
 // res is not nil, its body is at most MaxStoredBody bytes and its headers
 // at most 100 values and 32 KiB; the record is then kept for TTL.
 func (l *Ledger) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
-	if res != nil && len(res.Body) <= l.maxStoredBody && storableHeader(res.Header) {
+	if res != nil && len(res.Body) <= l.maxStoredBody && stored.HeaderFits(res.Header) {
 		return l.end(ctx, key, token, opComplete, encodeResponse(res))
 	}
 	return l.end(ctx, key, token, opComplete, nil)

@@ -142,28 +142,3 @@ func (d *decoder) string() string {
 	d.b = d.b[n:]
 	return s
 }
-
-// The bounds of a stored result's headers, those of the core's
-// MemoryLedger (which keeps them unexported): a result with larger headers
-// completes the key without a stored result. TestStoredHeaderBoundMatchesCore
-// checks that both ledgers draw the line at the same place.
-const (
-	maxStoredHeaderFields = 100
-	maxStoredHeaderBytes  = 32 << 10
-)
-
-// storableHeader reports whether h is within those bounds: its fields,
-// each value counted as a field, and its bytes, names and values both.
-func storableHeader(h http.Header) bool {
-	fields, size := 0, 0
-	for name, values := range h {
-		for _, v := range values {
-			fields++
-			size += len(name) + len(v)
-		}
-		if fields > maxStoredHeaderFields || size > maxStoredHeaderBytes {
-			return false
-		}
-	}
-	return true
-}

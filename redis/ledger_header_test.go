@@ -8,11 +8,12 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
 // TestStoredHeaderBoundMatchesCore pins the copy of the core's header
 // bound (kept unexported there) to the core: at each edge, a
-// MemoryLedger stores the result exactly when storableHeader says so.
+// MemoryLedger stores the result exactly when stored.HeaderFits says so.
 func TestStoredHeaderBoundMatchesCore(t *testing.T) {
 	fields := func(n int) http.Header {
 		h := http.Header{}
@@ -26,16 +27,16 @@ func TestStoredHeaderBoundMatchesCore(t *testing.T) {
 	}
 	cases := map[string]http.Header{
 		"none":                       nil,
-		"100 values":                 fields(maxStoredHeaderFields),
-		"101 values":                 fields(maxStoredHeaderFields + 1),
-		"100 values of one name":     {"X-Many": make([]string, maxStoredHeaderFields)},
-		"101 values of one name":     {"X-Many": make([]string, maxStoredHeaderFields+1)},
-		"32 KiB":                     sized(maxStoredHeaderBytes),
-		"32 KiB and a byte":          sized(maxStoredHeaderBytes + 1),
+		"100 values":                 fields(stored.MaxHeaderFields),
+		"101 values":                 fields(stored.MaxHeaderFields + 1),
+		"100 values of one name":     {"X-Many": make([]string, stored.MaxHeaderFields)},
+		"101 values of one name":     {"X-Many": make([]string, stored.MaxHeaderFields+1)},
+		"32 KiB":                     sized(stored.MaxHeaderBytes),
+		"32 KiB and a byte":          sized(stored.MaxHeaderBytes + 1),
 		"32 KiB over two names":      {"A": {strings.Repeat("a", 16<<10-1)}, "B": {strings.Repeat("b", 16<<10-1)}},
 		"32 KiB and a byte over two": {"A": {strings.Repeat("a", 16<<10)}, "B": {strings.Repeat("b", 16<<10-1)}},
 	}
-	var stored, refused int
+	var kept, refused int
 	for name, h := range cases {
 		m := &retryfuse.MemoryLedger{}
 		cl, err := m.Begin(bg(), "k", fpA)
@@ -47,16 +48,16 @@ func TestStoredHeaderBoundMatchesCore(t *testing.T) {
 		}
 		cl, _ = m.Begin(bg(), "k", fpA)
 		core := cl.Stored != nil
-		if got := storableHeader(h); got != core {
-			t.Errorf("%s: storableHeader %v, the core's MemoryLedger stores it: %v", name, got, core)
+		if got := stored.HeaderFits(h); got != core {
+			t.Errorf("%s: stored.HeaderFits %v, the core's MemoryLedger stores it: %v", name, got, core)
 		}
 		if core {
-			stored++
+			kept++
 		} else {
 			refused++
 		}
 	}
-	if stored == 0 || refused == 0 {
-		t.Fatalf("the cases stored %d and refused %d: want both sides of the bound", stored, refused)
+	if kept == 0 || refused == 0 {
+		t.Fatalf("the cases stored %d and refused %d: want both sides of the bound", kept, refused)
 	}
 }
