@@ -45,7 +45,7 @@ func main() {
 	keyed := flag.Float64("keyed", 0.35, "share of keyed writes")
 	unkeyed := flag.Float64("unkeyed", 0.15, "share of unkeyed writes")
 	resend := flag.Float64("resend", 0.05, "share of the keyed writes that re-send a key sent before")
-	attempts := flag.Int("attempts", 5, "Transport.MaxAttempts")
+	attempts := flag.Int("attempts", 7, "Transport.MaxAttempts")
 	attemptTimeout := flag.Duration("attempt-timeout", 500*time.Millisecond, "Transport.AttemptTimeout")
 	budget := flag.Float64("budget-ratio", 0.5, "the retry budget's Ratio (0: the Transport's default budget, 0.1)")
 	ledgerTimeout := flag.Duration("ledger-timeout", 0, "the servers' LedgerConfig.Timeout (0: the default, 50ms)")

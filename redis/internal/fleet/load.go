@@ -55,6 +55,23 @@ type Call struct {
 	Outcome    Outcome
 	Detail     string // the cause of a reconcile; what an unexpected outcome was
 	Start, End time.Time
+	// Trail is how each attempt ended: a status, "replay", or the error's
+	// kind ("timeout", "reset", "EOF").
+	Trail []string
+}
+
+// trailKey carries a call's *Call in its request's context, for the hooks.
+type trailKey struct{}
+
+// attemptSummary is how an attempt ended, in a word.
+func attemptSummary(i retryfuse.AttemptDoneInfo) string {
+	switch {
+	case i.Replayed:
+		return "replay"
+	case i.StatusCode != 0:
+		return strconv.Itoa(i.StatusCode)
+	}
+	return causeName(i.Err)
 }
 
 // LoadResult is what the callers saw.
@@ -96,6 +113,9 @@ func Load(o LoadOptions) (*LoadResult, error) {
 				if i.Replayed {
 					replays.Add(1)
 				}
+				if c, ok := i.Context.Value(trailKey{}).(*Call); ok {
+					c.Trail = append(c.Trail, attemptSummary(i)) // the call's attempts are one after another
+				}
 			},
 			HiddenResend: func(retryfuse.AttemptDoneInfo) { hidden.Add(1) },
 		},
@@ -133,7 +153,7 @@ func Load(o LoadOptions) (*LoadResult, error) {
 					}
 					mu.Unlock()
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), o.CallTimeout)
+				ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), trailKey{}, c), o.CallTimeout)
 				req := newRequest(ctx, o.URL, o.Phase, i, c)
 				c.Start = time.Now()
 				resp, err := client.Do(req)

@@ -47,7 +47,7 @@ const (
 	OutReconcileEarlier                // *ReconcileRequiredError, Earlier: not sent, the key was left uncertain before
 	OutConflict                        // ErrIdempotencyConflict
 	OutBudget                          // ErrBudgetExhausted: no retry left in the budget, and no response
-	OutAttempts                        // ErrAttemptsExhausted: the attempts ran out, and no response
+	OutAttempts                        // ErrAttemptsExhausted or ErrFailureStreak: the attempts ran out, and no response
 	OutDeadline                        // the call's deadline
 	OutOtherError                      // any other error
 	numOutcomes
@@ -55,7 +55,7 @@ const (
 
 var outcomeNames = [numOutcomes]string{"applied (2xx)", "replayed (2xx, Idempotent-Replayed)", "2xx, body cut",
 	"409 outcome unknown", "409 in flight", "503", "other status", "other status, body cut", "*ReconcileRequiredError",
-	"*ReconcileRequiredError (earlier call uncertain)", "ErrIdempotencyConflict", "ErrBudgetExhausted", "ErrAttemptsExhausted",
+	"*ReconcileRequiredError (earlier call uncertain)", "ErrIdempotencyConflict", "ErrBudgetExhausted", "ErrAttemptsExhausted or ErrFailureStreak",
 	"deadline", "other error"}
 
 func (o Outcome) String() string { return outcomeNames[o] }
@@ -74,8 +74,8 @@ func classify(resp *http.Response, err error) (o Outcome, detail string) {
 			return OutConflict, ""
 		case errors.Is(err, retryfuse.ErrBudgetExhausted):
 			return OutBudget, ""
-		case errors.Is(err, retryfuse.ErrAttemptsExhausted):
-			return OutAttempts, causeName(errors.Unwrap(err))
+		case errors.Is(err, retryfuse.ErrAttemptsExhausted), errors.Is(err, retryfuse.ErrFailureStreak):
+			return OutAttempts, causeName(err)
 		case errors.Is(err, context.DeadlineExceeded):
 			return OutDeadline, ""
 		}

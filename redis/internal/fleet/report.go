@@ -86,12 +86,13 @@ func (r *PhaseResult) causes(kind Kind) string {
 }
 
 // Unexpected lists the details of the calls that ended in another status
-// or another error, at most 10.
+// or another error, and of the keyed writes that ended in a reconcile
+// error, at most 10, with how each attempt ended.
 func (r *PhaseResult) Unexpected() []string {
 	var s []string
 	for _, c := range r.Load.Calls {
-		if (c.Outcome == OutOtherStatus || c.Outcome == OutOtherError) && len(s) < 10 {
-			s = append(s, fmt.Sprintf("%s %s: %s", c.Kind, c.ID, c.Detail))
+		if (c.Outcome == OutOtherStatus || c.Outcome == OutOtherError || (c.Kind == KindKeyed && c.Outcome == OutReconcile)) && len(s) < 10 {
+			s = append(s, fmt.Sprintf("%s %s, %s: %s; attempts: %s", c.Kind, c.ID, c.Outcome, c.Detail, strings.Join(c.Trail, ", ")))
 		}
 	}
 	return s
@@ -171,7 +172,7 @@ func (r *PhaseResult) Report(w io.Writer) {
 	fmt.Fprintf(w, "- every keyed write sent once more after the load, straight to the servers (%d round(s)): %s\n",
 		r.Rounds, strings.Join(red, ", "))
 	for _, u := range r.Unexpected() {
-		fmt.Fprintf(w, "- unexpected: %s\n", u)
+		fmt.Fprintf(w, "- %s\n", u)
 	}
 	fmt.Fprintln(w)
 }
