@@ -47,7 +47,7 @@ func main() {
 	resend := flag.Float64("resend", 0.05, "share of the keyed writes that re-send a key sent before")
 	attempts := flag.Int("attempts", 7, "Transport.MaxAttempts")
 	attemptTimeout := flag.Duration("attempt-timeout", 500*time.Millisecond, "Transport.AttemptTimeout")
-	budget := flag.Float64("budget-ratio", 0.5, "the retry budget's Ratio (0: the Transport's default budget, 0.1)")
+	budget := flag.Float64("budget-ratio", 0, "the retry budget's Ratio (0: the Transport's default budget, 0.1)")
 	ledgerTimeout := flag.Duration("ledger-timeout", 0, "the servers' LedgerConfig.Timeout (0: the default, 50ms)")
 	phases := flag.String("phases", "steady,redis", "phases to run, in order: steady, redis")
 	honour := flag.String("honour", "both", "learnt, declared or both")

@@ -63,6 +63,9 @@ func startTestFleet(t *testing.T) *Fleet {
 // independently: a keyed write all of whose 7 attempts are faulted (0.12
 // to the 7th, one in about 3 million) ends in *ReconcileRequiredError with
 // Redis healthy; with 700 keyed writes a phase, one run in about 4,000.
+// The retry budget deposits half a retry per call: the Transport's
+// default (a tenth), which a 2s Redis pause drains, would make the
+// test about the budget (redis/BENCHMARKS.md shows both).
 func testPhase(name string, declared bool, seed uint64) PhaseOptions {
 	return PhaseOptions{
 		Name: name,

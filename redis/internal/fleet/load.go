@@ -85,6 +85,7 @@ type LoadResult struct {
 	// HiddenResends (requests net/http re-sent by itself) count what the
 	// Transport reported through its hooks.
 	Attempts, Retries, Replays, HiddenResends int64
+	Start                                     time.Time
 	Took                                      time.Duration
 }
 
@@ -176,7 +177,7 @@ func Load(o LoadOptions) (*LoadResult, error) {
 		})
 	}
 	wg.Wait()
-	res.Took = time.Since(start)
+	res.Start, res.Took = start, time.Since(start)
 	if m := marker.Load(); m != 0 {
 		res.FirstMarker = time.Unix(0, m)
 	}

@@ -57,6 +57,7 @@ func (r *Redis) Restart() error {
 	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
 		"--daemonize", "no", "--dir", r.dir, "--loglevel", "warning"}, r.args...)
 	r.cmd = exec.Command(r.bin, args...)
+	r.cmd.SysProcAttr = childAttr()
 	if err := r.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}

@@ -116,6 +116,16 @@ func (r *PhaseResult) Report(w io.Writer) {
 		proxy = append(proxy, fmt.Sprintf("%s %d", f, r.Proxy[f]))
 	}
 	fmt.Fprintf(w, "Proxy: %d exchanges; faults: %s.\n", sum(r.Proxy[:]), strings.Join(proxy, ", "))
+	if m := l.FirstMarker; !m.IsZero() {
+		before := 0
+		for _, c := range l.Calls {
+			if c.Kind == KindKeyed && !c.Start.After(m) {
+				before++
+			}
+		}
+		fmt.Fprintf(w, "A caller first got the servers' marker (Idempotency-Key-Honoured) %.1f ms into the load; %d keyed writes had started by then.\n",
+			float64(m.Sub(l.Start).Microseconds())/1000, before)
+	}
 	if len(r.Events) > 0 {
 		var ev []string
 		for _, e := range r.Events {
