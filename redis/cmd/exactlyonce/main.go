@@ -15,7 +15,9 @@
 //
 // Each phase runs with the client learning that the servers honour keys
 // (HonourMemory's default), or told so (ServerHonoursKeys), or both in
-// turn (-honour). After each phase every keyed write is sent once more,
+// turn (-honour); or never learning it (HonourMemory -1), as clients did
+// before servers honoured keys: every uncertain keyed write then ends in
+// *ReconcileRequiredError. After each phase every keyed write is sent once more,
 // straight to the servers: answered by a replay, or run now if it never
 // was, never run twice.
 //
@@ -50,7 +52,7 @@ func main() {
 	budget := flag.Float64("budget-ratio", 0, "the retry budget's Ratio (0: the Transport's default budget, 0.1)")
 	ledgerTimeout := flag.Duration("ledger-timeout", 0, "the servers' LedgerConfig.Timeout (0: the default, 50ms)")
 	phases := flag.String("phases", "steady,redis", "phases to run, in order: steady, redis")
-	honour := flag.String("honour", "both", "learnt, declared or both")
+	honour := flag.String("honour", "both", "the client: learnt (HonourMemory's default), declared (ServerHonoursKeys), unaware (HonourMemory -1, as before servers honoured keys), both (learnt and declared) or all")
 	pause := flag.Duration("pause", 2*time.Second, "how long Redis is paused in the redis phase")
 	down := flag.Duration("down", 500*time.Millisecond, "how long Redis stays killed in the redis phase")
 	seed := flag.Uint64("seed", 1, "seed of the calls and of the proxy's faults")
@@ -63,16 +65,16 @@ func main() {
 	flag.Parse()
 	rates.Stall = 2 * *attemptTimeout
 
-	var modes []bool
+	var modes []string
 	switch *honour {
-	case "learnt":
-		modes = []bool{false}
-	case "declared":
-		modes = []bool{true}
+	case "unaware", "learnt", "declared":
+		modes = []string{*honour}
 	case "both":
-		modes = []bool{false, true}
+		modes = []string{"learnt", "declared"}
+	case "all":
+		modes = []string{"unaware", "learnt", "declared"}
 	default:
-		fmt.Fprintln(os.Stderr, "exactlyonce: -honour is learnt, declared or both")
+		fmt.Fprintln(os.Stderr, "exactlyonce: -honour is unaware, learnt, declared, both or all")
 		os.Exit(2)
 	}
 	self, err := os.Executable()
@@ -95,13 +97,13 @@ func main() {
 		*servers, f.Redis.Addr(), *callers, *calls, 100**keyed, 100**resend, 100**unkeyed)
 	failed := false
 	for i, name := range strings.Split(*phases, ",") {
-		for j, declared := range modes {
+		for j, mode := range modes {
 			o := fleet.PhaseOptions{
-				Name: fmt.Sprintf("%s-%s", name, map[bool]string{false: "learnt", true: "declared"}[declared]),
+				Name: name + "-" + mode,
 				Load: fleet.LoadOptions{
 					Calls: *calls, Callers: *callers, Seed: *seed + uint64(10*i+j), CallTimeout: 30 * time.Second,
 					Mix:    fleet.Mix{Keyed: *keyed, Unkeyed: *unkeyed, Resend: *resend},
-					Client: fleet.ClientOptions{Declared: declared, MaxAttempts: *attempts, AttemptTimeout: *attemptTimeout, BudgetRatio: *budget},
+					Client: fleet.ClientOptions{Declared: mode == "declared", Unaware: mode == "unaware", MaxAttempts: *attempts, AttemptTimeout: *attemptTimeout, BudgetRatio: *budget},
 				},
 				Faults: rates, ProxySeed: *seed + uint64(10*i+j),
 			}

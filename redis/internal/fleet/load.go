@@ -21,10 +21,13 @@ import (
 // ClientOptions are the Transport's settings under test.
 type ClientOptions struct {
 	// Declared sets ServerHonoursKeys; false leaves HonourMemory at its
-	// default, so that the Transport learns it from the servers' marker.
-	Declared       bool
-	MaxAttempts    int
-	AttemptTimeout time.Duration
+	// default, so that the Transport learns it from the servers' marker,
+	// unless Unaware sets HonourMemory negative: the client as it was
+	// before servers could honour keys, which never repeats an uncertain
+	// write.
+	Declared, Unaware bool
+	MaxAttempts       int
+	AttemptTimeout    time.Duration
 	// BudgetRatio is the retry budget's RatioBudgetConfig.Ratio; 0 is the
 	// Transport's default budget (Ratio 0.1).
 	BudgetRatio float64
@@ -120,6 +123,9 @@ func Load(o LoadOptions) (*LoadResult, error) {
 			},
 			HiddenResend: func(retryfuse.AttemptDoneInfo) { hidden.Add(1) },
 		},
+	}
+	if o.Client.Unaware {
+		tr.HonourMemory = -1
 	}
 	if r := o.Client.BudgetRatio; r > 0 {
 		tr.NewBudget = func(string) (retryfuse.Budget, error) {

@@ -102,8 +102,11 @@ func (r *PhaseResult) Unexpected() []string {
 func (r *PhaseResult) Report(w io.Writer) {
 	o, l := r.Options, r.Load
 	client := "HonourMemory default (learnt from the marker)"
-	if o.Load.Client.Declared {
+	switch {
+	case o.Load.Client.Declared:
 		client = "ServerHonoursKeys true"
+	case o.Load.Client.Unaware:
+		client = "HonourMemory -1 (never learnt: no uncertain write repeated)"
 	}
 	fmt.Fprintf(w, "#### %s\n\n", o.Name)
 	fmt.Fprintf(w, "%d calls from %d callers in %.1fs (%.0f calls/s); client: %s, MaxAttempts %d, AttemptTimeout %v, budget ratio %s.\n",
