@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -58,13 +59,25 @@ type Call struct {
 	Outcome    Outcome
 	Detail     string // the cause of a reconcile; what an unexpected outcome was
 	Start, End time.Time
-	// Trail is how each attempt ended: a status, "replay", or the error's
-	// kind ("timeout", "reset", "EOF").
+	// Trail is how each attempt ended (a status, "replay", or the error's
+	// kind: "attempt timeout", "connection reset", "EOF"), and why the
+	// call stopped repeating, if it gave up ("stopped: ...").
 	Trail []string
 }
 
 // trailKey carries a call's *Call in its request's context, for the hooks.
 type trailKey struct{}
+
+// giveUpName is why a call stopped repeating, in a few words.
+func giveUpName(err error) string {
+	switch {
+	case errors.Is(err, retryfuse.ErrBudgetExhausted):
+		return "retry budget exhausted"
+	case errors.Is(err, retryfuse.ErrAttemptsExhausted):
+		return "attempts exhausted"
+	}
+	return err.Error()
+}
 
 // attemptSummary is how an attempt ended, in a word.
 func attemptSummary(i retryfuse.AttemptDoneInfo) string {
@@ -122,6 +135,11 @@ func Load(o LoadOptions) (*LoadResult, error) {
 				}
 			},
 			HiddenResend: func(retryfuse.AttemptDoneInfo) { hidden.Add(1) },
+			GiveUp: func(i retryfuse.GiveUpInfo) {
+				if c, ok := i.Context.Value(trailKey{}).(*Call); ok {
+					c.Trail = append(c.Trail, "stopped: "+giveUpName(i.Reason))
+				}
+			},
 		},
 	}
 	if o.Client.Unaware {
