@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -64,6 +65,9 @@ type Proxy struct {
 
 // StartProxy starts a proxy to backends (host:port each, in turn).
 func StartProxy(backends []string, rates FaultRates, seed uint64) (*Proxy, error) {
+	if len(backends) == 0 {
+		return nil, errors.New("fleet: a proxy needs at least one backend")
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

@@ -92,12 +92,13 @@ func RunPhase(f *Fleet, o PhaseOptions) (*PhaseResult, error) {
 	lo := o.Load
 	lo.URL, lo.Phase = p.URL(), o.Name
 	quarter, half := make(chan struct{}), make(chan struct{})
+	var quartered, halved sync.Once
 	lo.Progress = func(n int) {
-		switch n {
-		case lo.Calls / 4:
-			close(quarter)
-		case lo.Calls / 2:
-			close(half)
+		if n >= lo.Calls/4 {
+			quartered.Do(func() { close(quarter) })
+		}
+		if n >= lo.Calls/2 {
+			halved.Do(func() { close(half) })
 		}
 	}
 	var (
@@ -123,6 +124,8 @@ func RunPhase(f *Fleet, o PhaseOptions) (*PhaseResult, error) {
 		})
 	}
 	res.Load, err = Load(lo)
+	quartered.Do(func() { close(quarter) }) // a load too short to reach them
+	halved.Do(func() { close(half) })
 	wg.Wait()
 	p.Close() // no stalled request arrives late from now on
 	res.Proxy = p.Counts()

@@ -46,6 +46,9 @@ type serverProc struct {
 
 // StartServers starts o.N server processes and waits until each listens.
 func StartServers(o ServerOptions) (*Servers, error) {
+	if o.N < 1 || len(o.Command) == 0 {
+		return nil, errors.New("fleet: ServerOptions need a Command and N of at least 1")
+	}
 	s := &Servers{}
 	for i := range o.N {
 		path := filepath.Join(o.Dir, "effects-"+strconv.Itoa(i)+".log")
