@@ -60,6 +60,8 @@ type call struct {
 	uncertain        bool          // the call ends with an uncertain write
 	settled          bool          // settle has run
 	gaveUp           error         // the reason the call gave up, if it did
+
+	repeated *ReconcileRequiredError // an uncertain write repeated, not settled since; see honour.go
 }
 
 // wire is the part of a call that net/http, the response or the caller
@@ -216,6 +218,7 @@ func (c *call) loop() (*http.Response, error) {
 		}
 
 		v := c.decide(decide.KeyNone)
+		c.noteRepeated(a, v)
 		switch {
 		case v.Decision == decide.ReplayStored:
 			c.confirmed = true
@@ -243,6 +246,8 @@ func (c *call) loop() (*http.Response, error) {
 				c.uncertain = true
 				return nil, rec
 			}
+		case !a.retryable && a.resp == nil && c.repeated != nil:
+			return c.stopUnsettled(c.finalReason(), decide.Verdict{})
 		case !a.retryable:
 			c.giveUp(c.finalReason(), decide.Verdict{})
 			return a.resp, a.err
@@ -261,6 +266,9 @@ func (c *call) loop() (*http.Response, error) {
 			return c.stop(err, decide.Verdict{})
 		}
 		if err := c.wait(next.delay); err != nil {
+			if c.repeated != nil {
+				return c.stopUnsettled(err, decide.Verdict{})
+			}
 			c.giveUp(err, decide.Verdict{})
 			// The set-aside response is not handed back: the caller stopped
 			// waiting for it. Its status stays reachable through Last.
@@ -367,6 +375,9 @@ func (c *call) stopBefore(err, reason error) (*http.Response, error) {
 // stop ends a call that may not go on: the last response goes back as it
 // is, or, without one, an error carrying reason and the last error.
 func (c *call) stop(reason error, v decide.Verdict) (*http.Response, error) {
+	if c.repeated != nil {
+		return c.stopUnsettled(reason, v)
+	}
 	c.giveUp(reason, v)
 	if c.lastResp != nil {
 		return c.lastResp, nil

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // This file is the client's side of a server that honours Idempotency-Key
@@ -120,6 +122,47 @@ func readKeyedAnswer(resp *http.Response) keyedAnswer {
 		return answerReused
 	}
 	return answerPlain
+}
+
+// noteRepeated keeps, when the attempt a left the call's write uncertain
+// and the verdict v lets it be repeated (the server honours keys), the
+// reconcile error the call ends with unless an answer settles the write.
+func (c *call) noteRepeated(a attempt, v decide.Verdict) {
+	if v.Decision == decide.ReconcileRequired || decide.IdempotentMethod(c.method) {
+		return
+	}
+	if a.outcome == decide.OutcomeUnknown || (a.outcome == decide.OutcomeTimeout && a.phase != decide.PhasePreWrite) {
+		c.repeated = c.reconcileError(a.err)
+	}
+}
+
+// stopUnsettled ends a call that repeated an uncertain write and stops
+// (reason: its attempts, its budget or its deadline ran out; a brake) with
+// no response since that settles it: a success or a final answer. The
+// first attempts may have applied the write, and a 503 or a 409 answered
+// to a repeat says nothing of them: the caller reconciles, as for a write
+// never repeated, and the key is held. The response set aside, if any, is
+// closed.
+func (c *call) stopUnsettled(reason error, v decide.Verdict) (*http.Response, error) {
+	c.giveUp(reason, v)
+	rec := c.repeated
+	rec.Attempts = c.attempt
+	res := c.reconcile(rec)
+	switch res.resolution {
+	case resolutionApplied:
+		drain(c.lastResp, 0)
+		c.confirmed, c.notStored = true, true
+		return res.resp, nil
+	case resolutionNotApplied:
+		// Known not to have happened: the call ends as its last attempt did.
+		if c.lastResp != nil {
+			return c.lastResp, nil
+		}
+		return nil, &RetryError{Reason: reason, Last: c.lastErr, Attempts: c.attempt}
+	}
+	drain(c.lastResp, 0)
+	c.uncertain = true
+	return nil, rec
 }
 
 // replayed reports whether resp is a stored response a server replayed.

@@ -353,8 +353,11 @@ type Transport struct {
 	// keyed write whose outcome is uncertain is then sent again, with the
 	// same key and body, instead of returning a *ReconcileRequiredError:
 	// the server answers with the stored result, or runs it once (decision
-	// contract version 2). Its body must be replayable (GetBody). False
-	// means a scope is known to honour keys only as learnt (HonourMemory).
+	// contract version 2). Its body must be replayable (GetBody). Repeats
+	// that end without a response settling the write (the attempts, the
+	// budget or the deadline ran out on timeouts, resets or 503s) still
+	// end in a *ReconcileRequiredError. False means a scope is known to
+	// honour keys only as learnt (HonourMemory).
 	ServerHonoursKeys bool
 
 	// HonourMemory is how long a scope is taken to honour Idempotency-Key

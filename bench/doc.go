@@ -10,6 +10,9 @@
 // runs the benchmarks and prints each client's medians and ratios to bare
 // net/http. hedge_test.go compares hedged requests against a dependency
 // with a slow tail (retryfuse beside failsafe-go's hedge policy); the script
-// ./hedge runs it. The results are in the repository's BENCHMARKS.md. This
-// module is never tagged.
+// ./hedge runs it. middleware_test.go serves a small handler over
+// loopback bare and behind the idempotency middleware and compares the
+// two, interleaved call by call; the script ./middleware runs it. The
+// results are in the repository's BENCHMARKS.md. This module is never
+// tagged.
 package bench

@@ -1,0 +1,68 @@
+package retryfuse
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Toward a server that honours keys, an uncertain keyed write is repeated;
+// when the call stops before an answer settles it — the attempts run out on
+// timeouts, or on 503s of a server whose ledger cannot answer, or the
+// budget refuses the repeat — the write may still have been applied by the
+// first attempt: the caller gets a *ReconcileRequiredError, not the last
+// 503 nor an error that reads as a failure, and the key is held as for any
+// uncertain write.
+func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		later  func(w http.ResponseWriter, r *http.Request) // the answer to every attempt after the first
+		budget Budget
+		sent   int
+	}{
+		{"every attempt times out", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, UnlimitedBudget(), 3},
+		{"503 while the ledger is down", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set(headerHonoured, "?1")
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, UnlimitedBudget(), 3},
+		{"the budget refuses the repeat", nil, mustRatioBudget(t, RatioBudgetConfig{MinPerSecond: -1}), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				if n == 1 { // applied; its response is lost
+					<-r.Context().Done()
+					return
+				}
+				tc.later(w, r)
+			})
+			var reconciled int
+			tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: tc.budget,
+				ServerHonoursKeys: true, Hooks: Hooks{Reconcile: func(ReconcileInfo) { reconciled++ }}})
+			resp, _, err := keyedPOST(t, tr, srv.URL, "pay-u")
+			assert.Nil(t, resp)
+			var rec *ReconcileRequiredError
+			require.ErrorAs(t, err, &rec)
+			assert.False(t, rec.Earlier)
+			assert.Equal(t, "pay-u", rec.IdempotencyKey)
+			assert.Equal(t, tc.sent, rec.Attempts)
+			assert.ErrorIs(t, rec.Cause, ErrAttemptTimeout, "the cause is the uncertain attempt's")
+			assert.Equal(t, tc.sent, srv.count())
+			assert.Equal(t, 1, reconciled)
+
+			_, _, err = keyedPOST(t, tr, srv.URL, "pay-u")
+			require.ErrorAs(t, err, &rec, "the key is held until the caller resolves it")
+			assert.True(t, rec.Earlier)
+			assert.Equal(t, tc.sent, srv.count(), "not sent")
+		})
+	}
+}
+
+func mustRatioBudget(t *testing.T, cfg RatioBudgetConfig) Budget {
+	b, err := NewRatioBudget(cfg)
+	require.NoError(t, err)
+	return b
+}
