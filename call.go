@@ -428,28 +428,3 @@ func (c *call) redactedURL() string {
 	}
 	return c.url
 }
-
-// info returns the CallInfo of the call's current attempt.
-func (c *call) info() CallInfo {
-	if c.id == 0 { // hooks set during the call
-		c.id = c.t.calls.Add(1)
-	}
-	return CallInfo{
-		Context:        c.req.Context(),
-		CallID:         c.id,
-		Attempt:        c.attempt,
-		Method:         c.method,
-		URL:            c.redactedURL(),
-		IdempotencyKey: c.key.value,
-		KeyGenerated:   c.key.generated,
-		Phase:          c.phase,
-		Elapsed:        c.now().Sub(c.start),
-	}
-}
-
-// infoOf returns the CallInfo of attempt f at phase.
-func (c *call) infoOf(f *flight, phase decide.Phase) CallInfo {
-	ci := c.info()
-	ci.Attempt, ci.Branch, ci.Phase = f.number, f.branch, phase
-	return ci
-}
