@@ -102,6 +102,18 @@ func retryfuseTimeoutClient() client {
 	return client{"retryfuse-timeout", &http.Client{Transport: rt}, base}
 }
 
+// retryfuseGatedClient has the gates a real deployment turns on: a
+// RatioBudget shared by every scope, a Breaker and two no-op hooks.
+func retryfuseGatedClient() client {
+	base := cleanhttp.DefaultPooledTransport()
+	br, _ := retryfuse.NewBreaker(retryfuse.BreakerSettings{})
+	rt := &retryfuse.Transport{Base: base, Budget: &retryfuse.RatioBudget{}, Breaker: br, Hooks: retryfuse.Hooks{
+		AttemptStart: func(retryfuse.AttemptStartInfo) {},
+		AttemptDone:  func(retryfuse.AttemptDoneInfo) {},
+	}}
+	return client{"retryfuse-gated", &http.Client{Transport: rt}, base}
+}
+
 func retryfuseLedgerClient() client {
 	base := cleanhttp.DefaultPooledTransport()
 	rt := &retryfuse.Transport{Base: base, Ledger: &retryfuse.MemoryLedger{}}
@@ -143,7 +155,7 @@ func failsafeHedgeClient() client {
 
 // getClients are the clients of the GET family, bare first.
 func getClients() []client {
-	return []client{bareClient(), retryfuseClient(), retryfuseTimeoutClient(), retryfuseHedgeClient(),
+	return []client{bareClient(), retryfuseClient(), retryfuseTimeoutClient(), retryfuseGatedClient(), retryfuseHedgeClient(),
 		retryablehttpClient(), failsafeClient(), failsafeHedgeClient()}
 }
 
