@@ -56,7 +56,9 @@ type Hooks struct {
 	EvidenceUnavailable func(EvidenceUnavailableInfo)
 	// Policy is called when a hedge is sent or refused, when the bulkhead
 	// queues or rejects an attempt, when the rate limiter makes one wait or
-	// rejects it, and when the Fallback answers or fails. See PolicyInfo.
+	// rejects it, when the throttle refuses a call, when a learnt limit
+	// changes, when slow start begins, and when the Fallback answers or
+	// fails. See PolicyInfo.
 	Policy func(PolicyInfo)
 }
 
@@ -166,29 +168,52 @@ type GiveUpInfo struct {
 }
 
 // PolicyInfo reports an action of the hedge, the bulkhead, the rate
-// limiter or the fallback (see Transport). Policy and Action name it:
+// limiter, the throttle, the learnt limit, slow start or the fallback
+// (see Transport). Policy and Action name it:
 //
-//	Policy        Action
-//	"hedge"       "sent": a hedge was sent after Wait (Branch numbers it)
-//	              "refused": a hedge was due but not sent (Err says why:
-//	              the budget, the breaker, the rate limiter, the bulkhead)
-//	"bulkhead"    "queued": the attempt waited Wait for a slot
-//	              "rejected": the attempt was not sent (Err, a *BulkheadFullError)
-//	"rate_limit"  "waited": the attempt waited Wait for the limiter
-//	              "rejected": the attempt was not sent (Err, a *RateLimitError)
-//	"fallback"    "answered": the Fallback answered a failed call
-//	              "failed": it panicked or returned neither a response nor
-//	              an error (Err); the call's own outcome was returned
+//	Policy            Action
+//	"hedge"           "sent": a hedge was sent after Wait (Branch numbers it)
+//	                  "refused": a hedge was due but not sent (Err says why:
+//	                  the budget, the breaker, the rate limiter, the bulkhead)
+//	"bulkhead"        "queued": the attempt waited Wait for a slot
+//	                  "rejected": the attempt was not sent (Err, a
+//	                  *BulkheadFullError; its limit learnt or slow start's)
+//	"rate_limit"      "waited": the attempt waited Wait for the limiter
+//	                  "rejected": the attempt was not sent (Err, a *RateLimitError)
+//	"throttle"        "rejected": the call was refused before anything was
+//	                  sent (Err matches ErrThrottled and says the share refused)
+//	"adaptive_limit"  "changed": the scope's learnt limit went from PrevLimit
+//	                  to Limit; Why is "latency" (queueing shows in the
+//	                  latency), "overload" (the dependency shed or lost
+//	                  attempts) or "growth" (in use, without queueing)
+//	"slow_start"      "started": admission ramps up from Limit attempts over
+//	                  Wait; Why is "breaker_closed" or "limit_recovered"
+//	                  (the learnt limit rose from its floor)
+//	"fallback"        "answered": the Fallback answered a failed call
+//	                  "failed": it panicked or returned neither a response nor
+//	                  an error (Err); the call's own outcome was returned
 //
+// A limit's change and slow start are about a scope, not one call: they
+// are reported with the CallInfo of the call whose attempt moved them.
 // The names are a compatibility promise; names may be added.
 type PolicyInfo struct {
 	CallInfo
 	Policy string
 	Action string
+	// Scope is the scope of the call (see Transport.Scope).
+	Scope string
 	// Wait is how long the attempt waited, or, for a hedge, how long its
-	// group had waited for an answer before it was sent.
+	// group had waited for an answer before it was sent; for slow start,
+	// the length of its ramp (SlowStart).
 	Wait time.Duration
 	Err  error
+	// Limit and PrevLimit are the learnt limit after and before a change
+	// ("adaptive_limit"), or the attempts admitted at once as slow start
+	// begins (Limit alone); zero for the other actions.
+	Limit, PrevLimit int
+	// Why says why a limit changed or slow start began; empty for the
+	// other actions.
+	Why string
 }
 
 // The names of PolicyInfo.Policy and PolicyInfo.Action.
@@ -223,6 +248,7 @@ var reasonNames = [...]struct {
 	{ErrCircuitOpen, "circuit_open"},
 	{errBulkheadFull, "bulkhead_full"},
 	{errRateLimited, "rate_limited"},
+	{ErrThrottled, "throttled"},
 	{ErrLedgerUnavailable, "ledger_unavailable"},
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},
@@ -235,7 +261,7 @@ var reasonNames = [...]struct {
 // ReasonName returns a stable snake_case name for a GiveUpInfo.Reason,
 // for logs and metrics: attempts_exhausted, budget_exhausted,
 // not_repeatable, failure_streak, call_cost, retry_after_too_long,
-// deadline, circuit_open, bulkhead_full, rate_limited,
+// deadline, circuit_open, bulkhead_full, rate_limited, throttled,
 // ledger_unavailable, duplicate_in_flight, idempotency_conflict,
 // already_applied, final, canceled or deadline_exceeded, matched with errors.Is; "other"
 // for any other error, which keeps the set of names bounded; "" for nil.

@@ -17,10 +17,6 @@ import (
 // reasoning of each.
 
 func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
-	breaker, err := NewBreaker(BreakerSettings{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	newBudget := func(string) (Budget, error) { return &RatioBudget{}, nil }
 	tests := []struct {
 		name   string
@@ -41,10 +37,8 @@ func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
 			&Transport{MaxHedges: 1, HedgeDelay: 2 * time.Second, HedgeQuantile: 0.9, AttemptTimeout: time.Second}, []string{"HedgeDelay 2s", "AttemptTimeout 1s"}},
 		{"Budget and NewBudget: NewBudget is never called",
 			&Transport{Budget: UnlimitedBudget(), NewBudget: newBudget}, []string{"NewBudget", "Budget"}},
-		{"MaxScopes beside a Budget, with no limits per scope: nothing to bound",
-			&Transport{Budget: UnlimitedBudget(), MaxScopes: 64}, []string{"MaxScopes 64", "Budget"}},
-		{"MaxScopes beside a Budget and a Breaker: the breaker has its own bound",
-			&Transport{Budget: UnlimitedBudget(), Breaker: breaker, MaxScopes: 64}, []string{"MaxScopes 64", "Budget", "Breaker"}},
+		{"MaxScopes beside a Budget, without the throttle and with no limits per scope: nothing to bound",
+			&Transport{Budget: UnlimitedBudget(), DisableThrottle: true, MaxScopes: 64}, []string{"MaxScopes 64", "Budget", "DisableThrottle", "Breaker"}},
 		{"MaxStoredBody without a Ledger: nothing stores results",
 			&Transport{MaxStoredBody: 1 << 20}, []string{"MaxStoredBody 1048576", "Ledger"}},
 		{"MaxFingerprintBytes without a Ledger: nothing fingerprints bodies",
@@ -121,6 +115,10 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconciler := func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) { return nil, false, nil }
+	breaker, err := NewBreaker(BreakerSettings{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	type call struct {
 		sent   int32
 		sleeps int
@@ -157,6 +155,10 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 			&Transport{HedgeMethods: []string{}}, nil, nil},
 		{"MaxScopes beside a Budget bounds the limits kept per scope",
 			&Transport{Budget: UnlimitedBudget(), MaxScopes: 8, MaxInFlight: 4}, nil, nil},
+		{"MaxScopes beside a Budget bounds the throttles kept per scope",
+			&Transport{Budget: UnlimitedBudget(), MaxScopes: 8}, nil, nil},
+		{"MaxScopes beside a Budget and a Breaker bounds the slow starts kept per scope",
+			&Transport{Budget: UnlimitedBudget(), Breaker: breaker, DisableThrottle: true, MaxScopes: 8}, nil, nil},
 		{"MaxLimitWait with a RateLimit", &Transport{RateLimit: 5, RateBurst: 1, MaxLimitWait: time.Second}, nil, nil},
 		{"MaxLimitWait with a queue", &Transport{MaxInFlight: 4, MaxQueued: 8, MaxLimitWait: time.Second}, nil, nil},
 		{"MaxStoredBody and MaxFingerprintBytes with a Ledger",

@@ -24,9 +24,11 @@ import (
 //     7); a call giving up; a hidden re-send by the base of a method that
 //     is not idempotent (of an idempotent one: Debug); a breaker scope
 //     opening; a budget or ledger applying its fail-safe.
-//   - Policy events (hedge, bulkhead, rate limiter, fallback): Info for a
-//     refusal or a rejection, or a fallback answering or failing; Debug
-//     for a hedge sent or an attempt that waited.
+//   - Policy events (hedge, bulkhead, rate limiter, throttle, learnt
+//     limit, slow start, fallback): Info for a refusal or a rejection, a
+//     learnt limit cut, slow start beginning, or a fallback answering or
+//     failing; Debug for a hedge sent, an attempt that waited, or a
+//     learnt limit that grew.
 //
 // Messages ("retryfuse: retry", ...) and attribute names are a
 // compatibility promise; new attributes may be added. Attributes, each
@@ -57,15 +59,18 @@ import (
 //	                        give-up one of attempts_exhausted, budget_exhausted,
 //	                        not_repeatable, failure_streak, call_cost,
 //	                        retry_after_too_long, deadline, circuit_open,
-//	                        bulkhead_full, rate_limited, ledger_unavailable,
+//	                        bulkhead_full, rate_limited, throttled, ledger_unavailable,
 //	                        duplicate_in_flight, idempotency_conflict, final,
 //	                        canceled, deadline_exceeded, else other (ReasonName)
 //	error            string the error's text
 //	connections      int    connections obtained within one attempt (hidden re-send)
 //	source           string budget or ledger (evidence unavailable)
 //	scope, from, to  string breaker scope and states (closed, open, half_open)
-//	policy, action   string hedge, bulkhead, rate_limit or fallback, and what it did (see PolicyInfo)
-//	wait             dur    how long the attempt waited (policy)
+//	policy, action   string hedge, bulkhead, rate_limit, throttle, adaptive_limit, slow_start
+//	                        or fallback, and what it did (see PolicyInfo)
+//	wait             dur    how long the attempt waited, or slow start's window (policy)
+//	limit, prev_limit int   the learnt limit after and before a change; slow start's first (policy)
+//	why              string why a learnt limit changed or slow start began (policy)
 //
 // Durations are slog Duration values (the JSON handler writes nanoseconds).
 //
@@ -303,12 +308,14 @@ func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
 	h.log(i.Context, slog.LevelWarn, "retryfuse: evidence unavailable", &a)
 }
 
-// policy logs an action of the hedge, the bulkhead, the rate limiter or
-// the fallback: a refusal at Info, the rest at Debug.
+// policy logs an action of the hedge, the bulkhead, the rate limiter,
+// the throttle, the learnt limit, slow start or the fallback: a refusal,
+// a cut or a ramp at Info, the rest at Debug.
 func (h slogHooks) policy(i PolicyInfo) {
 	level := slog.LevelDebug
-	switch i.Action {
-	case actionRefused, actionRejected, actionAnswered, actionFailed:
+	switch {
+	case i.Action == actionRefused, i.Action == actionRejected, i.Action == actionAnswered, i.Action == actionFailed,
+		i.Action == actionStarted, i.Action == actionChanged && i.Limit < i.PrevLimit:
 		level = slog.LevelInfo
 	}
 	if !h.enabled(i.Context, level) {
@@ -316,10 +323,22 @@ func (h slogHooks) policy(i PolicyInfo) {
 	}
 	var a slogAttrs
 	a.call(i.CallInfo, false)
+	if i.Scope != "" {
+		a.add(slog.String("scope", i.Scope))
+	}
 	a.add(slog.String("policy", i.Policy))
 	a.add(slog.String("action", i.Action))
 	if i.Wait > 0 {
 		a.add(slog.Duration("wait", i.Wait))
+	}
+	if i.Limit > 0 {
+		a.add(slog.Int("limit", i.Limit))
+	}
+	if i.PrevLimit > 0 {
+		a.add(slog.Int("prev_limit", i.PrevLimit))
+	}
+	if i.Why != "" {
+		a.add(slog.String("why", i.Why))
 	}
 	a.err(i.Err)
 	h.log(i.Context, level, "retryfuse: "+i.Policy+" "+i.Action, &a)

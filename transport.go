@@ -31,10 +31,13 @@ import (
 // ErrInvalidPolicy.
 //
 // Besides retrying, a Transport can hedge requests, limit the attempts in
-// flight (bulkhead) and their rate per dependency, and fall back to an
-// answer of the caller's. The order of these policies is fixed, outermost
-// first: Fallback, retry, hedge, circuit breaker, rate limiter, bulkhead,
-// per-attempt timeout. Each refusal matches ErrDeclined.
+// flight (bulkhead, a number or a learnt limit) and their rate per
+// dependency, throttle new calls to a dependency that rejects most of
+// them, ramp admission up after recovery, and fall back to an answer of
+// the caller's. The order of these policies is fixed, outermost first:
+// Fallback, throttle, retry, hedge, circuit breaker, rate limiter,
+// bulkhead (slow start within it), per-attempt timeout. Each refusal
+// matches ErrDeclined.
 //
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
@@ -233,13 +236,47 @@ type Transport struct {
 	// MaxLimitWait and never past the caller's deadline; when the queue is
 	// full (MaxQueued) or the wait runs out, the attempt is not sent, and
 	// the call gets a *BulkheadFullError (or, after earlier attempts, its
-	// last result). Zero means no bulkhead.
+	// last result). Zero means no bulkhead. With AdaptiveInFlight it is
+	// the ceiling of the learnt limit instead.
 	MaxInFlight int
 
+	// AdaptiveInFlight, when true, learns each scope's bulkhead limit
+	// rather than taking it from MaxInFlight: the attempts in flight the
+	// dependency takes without queueing, between MinInFlight and
+	// MaxInFlight (1000 when MaxInFlight is zero). The limit starts at 4
+	// and doubles once per window (a tenth of a second or more) while the
+	// fastest tenth of the answers stays at the scope's unloaded latency
+	// (the lowest such tenth of recent windows); once queueing shows, it
+	// grows by one a window (by its square root while even the median
+	// answer shows no queue), holds while that tenth is up to 1.2 times
+	// the unloaded latency, and beyond is cut in proportion. It is cut by
+	// a tenth when the dependency signals overload (429, 503, timeouts,
+	// lost connections) on the attempts sent with the most in flight. A
+	// limit not in use (less than half of it in flight) does not move,
+	// and a dependency that answers nothing leaves it as it was. Attempts
+	// over it wait in the scope's queue (MaxQueued: zero means a quarter
+	// of the learnt limit, and no queue that stands), for at most a
+	// quarter of the unloaded latency (or MaxLimitWait, when set), and
+	// never longer than the caller's deadline leaves less that latency;
+	// or are refused with a *BulkheadFullError (Learnt set) matching
+	// ErrDeclined. Retries and hedges pass the same limit (a hedge never
+	// waits). Changes are reported (Hooks.Policy, "adaptive_limit"). It is
+	// off by default: a learnt limit refuses work that a dependency might
+	// have queued and served (a burst it would absorb within the callers'
+	// deadlines), which only the user can accept. See the README's
+	// "Load" for what it does to an overloaded dependency.
+	AdaptiveInFlight bool
+
+	// MinInFlight is the floor of the learnt limit: it is never cut below
+	// it. Zero means 2 (or MaxInFlight when that is lower). It is refused
+	// without AdaptiveInFlight, and above MaxInFlight.
+	MinInFlight int
+
 	// MaxQueued bounds the attempts waiting for a slot of a scope's
-	// bulkhead. Zero means none wait: a full bulkhead rejects at once. It
-	// is refused without MaxInFlight, and with a negative MaxLimitWait
-	// (no attempt would wait in the queue).
+	// bulkhead. Zero means none wait: a full bulkhead rejects at once;
+	// with AdaptiveInFlight, zero means a quarter of the learnt limit. It is
+	// refused without MaxInFlight or AdaptiveInFlight, and with a
+	// negative MaxLimitWait (no attempt would wait in the queue).
 	MaxQueued int
 
 	// RateLimit, when above zero, is the rate limiter of each scope: at
@@ -258,13 +295,61 @@ type Transport struct {
 	RateBurst int
 
 	// MaxLimitWait bounds the wait of an attempt for the bulkhead's queue
-	// or the rate limiter. Zero means one second; a negative value means
+	// or the rate limiter. Zero means one second (with AdaptiveInFlight, a
+	// quarter of the scope's unloaded latency in the queue); a negative value means
 	// no waiting: an attempt is admitted at once or refused. The rate
 	// limiter refuses at once an attempt that would have to wait past
 	// the caller's deadline; a queued attempt whose caller's context ends
 	// first gets that context's error, as any wait of the call does. It is
-	// refused without a RateLimit or a MaxQueued: nothing else waits.
+	// refused without a RateLimit, a MaxQueued or AdaptiveInFlight:
+	// nothing else waits.
 	MaxLimitWait time.Duration
+
+	// ThrottleRatio is K of the throttle of new calls, which is on unless
+	// DisableThrottle: when a scope's dependency has rejected most of the
+	// requests of the last ThrottleWindow (answered 429 or 503, or not at
+	// all: a timeout, a connection refused or lost), a share of new calls
+	// is refused before anything is sent, with an error matching
+	// ErrThrottled (and ErrDeclined), so that the attempts that reach it
+	// stay about K times those it accepts, retries included. The share is
+	// (requests − K·accepts) / (calls + 1), the requests counting the
+	// calls refused, and at most 90%; it is zero while the dependency
+	// accepts at least 1/K of the requests, and the window holds at least
+	// 5 rejections. Once the dependency accepts 3 attempts in a row over
+	// a tenth of a second or more, the window forgets the rejections
+	// before them: work flows again as soon as it is accepted. A refusal
+	// is reported (Hooks.Policy, "throttle"), counts as a request, and is
+	// never fed to the Breaker. Zero means 1.4; a value below 1, NaN or
+	// infinite is refused, as is any value with DisableThrottle.
+	//
+	// It is on by default because it refuses nothing a healthy dependency
+	// would have served: it acts only when the dependency rejects more
+	// than 1 − 1/K (29%) of what it is sent.
+	ThrottleRatio float64
+
+	// ThrottleWindow is how long the throttle remembers requests, in
+	// twenty buckets. Zero means 2s; a negative or shorter than 20ns
+	// window is refused, as is any with DisableThrottle.
+	ThrottleWindow time.Duration
+
+	// DisableThrottle turns the throttle of new calls off.
+	DisableThrottle bool
+
+	// SlowStart is the window over which admission ramps up after a
+	// scope's Breaker closes, and after its learnt limit (AdaptiveInFlight)
+	// rises from its floor, instead of all the waiting work going at once.
+	// The attempts admitted at once start from the Breaker's MaxProbes
+	// (or the floor) and double every tenth of the window, and one more
+	// is admitted for each attempt that succeeds, whichever is lower;
+	// the bulkhead's limit (MaxInFlight, or the learnt one) bounds them
+	// too. Attempts over the ramp wait in the queue or are refused, as
+	// for the bulkhead (a *BulkheadFullError with SlowStart set). A ramp
+	// that starts is reported (Hooks.Policy, "slow_start"). The ramp
+	// follows a close that this Transport's calls saw: with a Breaker
+	// shared by several Transports, each ramps after the closes it saw.
+	// Zero means one second; a negative value is refused, as is any
+	// value without a Breaker or AdaptiveInFlight.
+	SlowStart time.Duration
 
 	// Fallback, when set, may answer for a call that failed all the way:
 	// an error (a refusal included: budget, breaker, bulkhead, rate
