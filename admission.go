@@ -19,7 +19,7 @@ import (
 type pass struct {
 	ticket breakerTicket
 	slot   *bulkhead // nil without a slot
-	sent   time.Time // when the slot was taken, with a learnt limit
+	sent   time.Time // when the slot was taken
 	load   int       // the attempts in flight then, its own included
 	first  bool      // the call's first attempt
 }
@@ -39,15 +39,12 @@ func (c *call) enter(hedge bool) (pass, error) {
 			return pass{}, err
 		}
 		if l.bulkhead != nil {
-			load, err := c.bulkhead(l, hedge)
+			load, sent, err := c.bulkhead(l, hedge)
 			if err != nil {
 				c.leave(ps, attempt{result: result{ignored: true}})
 				return pass{}, err
 			}
-			ps.slot, ps.load = l.bulkhead, load
-			if l.adaptive != nil {
-				ps.sent = c.p.clock.Now()
-			}
+			ps.slot, ps.load, ps.sent = l.bulkhead, load, sent
 		}
 	}
 	return ps, nil
@@ -152,7 +149,11 @@ func (c *call) wouldRefuseHedge() error {
 // slot that does not come by then is not coming soon, and a longer wait
 // would only add to the latency; and it leaves the attempt that latency
 // before the caller's deadline.
-func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, error) {
+func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
+	now := c.p.clock.Now()
+	if load, ok := l.bulkhead.tryAcquireAt(now); ok {
+		return load, now, nil
+	}
 	maxWait := c.p.maxLimitWait
 	switch {
 	case hedge:
@@ -163,7 +164,7 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, error) {
 			maxWait = unloaded / 4
 		}
 		if dl, ok := c.ctx.Deadline(); ok {
-			maxWait = min(maxWait, dl.Sub(c.p.clock.Now())-unloaded)
+			maxWait = min(maxWait, dl.Sub(now)-unloaded)
 		}
 	}
 	waited, load, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait)
@@ -171,16 +172,16 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, error) {
 		if waited > 0 {
 			c.policyEvent(policyBulkhead, actionQueued, waited, nil)
 		}
-		return load, nil
+		return load, now.Add(waited), nil
 	}
 	if err := c.ctx.Err(); err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
-	err := l.bulkheadFull(c.p.clock.Now(), waited)
+	err := l.bulkheadFull(now.Add(waited), waited)
 	if !hedge {
 		c.policyEvent(policyBulkhead, actionRejected, waited, err)
 	}
-	return 0, err
+	return 0, time.Time{}, err
 }
 
 // bulkheadFull is the refusal of the scope's bulkhead at now, after a
