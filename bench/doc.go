@@ -10,6 +10,10 @@
 // runs the benchmarks and prints each client's medians and ratios to bare
 // net/http. hedge_test.go compares hedged requests against a dependency
 // with a slow tail (retryfuse beside failsafe-go's hedge policy); the script
-// ./hedge runs it. The results are in the repository's BENCHMARKS.md. This
-// module is never tagged.
+// ./hedge runs it. overload_test.go offers dependencies more than they take
+// (a queue of workers, a quota answering 429, an outage and its return)
+// through retryfuse's controls of load beside failsafe-go's adaptive
+// limiter and adaptive throttler; the script ./overload runs it. The
+// results are in the repository's BENCHMARKS.md. This module is never
+// tagged.
 package bench
