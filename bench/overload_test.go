@@ -5,9 +5,9 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"time"
-
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
@@ -326,16 +326,23 @@ func BenchmarkOverloadRecovery(b *testing.B) {
 		down     = 2 * time.Second
 		back     = 2 * time.Second
 	)
+	var closed atomic.Int64 // when the breaker last closed, in unix nanoseconds
 	breakerClient := func() loadClient {
 		return retryfuseLoad("retryfuse-adaptive-breaker", func(t *retryfuse.Transport) {
 			t.AdaptiveInFlight = true
 			t.Breaker, _ = retryfuse.NewBreaker(retryfuse.BreakerSettings{OpenTimeout: 100 * time.Millisecond})
+			t.Hooks.BreakerChange = func(i retryfuse.BreakerChangeInfo) {
+				if i.To == retryfuse.BreakerClosed {
+					closed.Store(i.At.UnixNano())
+				}
+			}
 		})
 	}
 	clients := []func() loadClient{plainLoop, retryfuseDefault, retryfuseAdaptive, breakerClient, failsafeLimiter}
 	for range b.N {
 		for _, mk := range rotate(clients, int(round)) {
 			c := mk()
+			closed.Store(0)
 			start := time.Now()
 			dep := newQueueDep(b, start, warm+down+back+time.Second, workers, service)
 			stop := make(chan struct{})
@@ -354,6 +361,13 @@ func BenchmarkOverloadRecovery(b *testing.B) {
 				b.ReportMetric(float64(dep.received.maxIn(up, up+time.Second))/(capacity*bucket.Seconds()), "peak-x")
 				b.ReportMetric(float64(rec.completedOK(up, up+time.Second))/capacity, "goodput-x")
 				b.ReportMetric(float64(rec.completedOK(warm/2, warm))/(capacity/2), "goodput-warm-x")
+				if at := time.Unix(0, closed.Load()).Sub(start); at > up {
+					// With a breaker: the second after it closed, and how long
+					// after the dependency came back that was.
+					b.ReportMetric(float64(rec.completedOK(at, at+time.Second))/capacity, "goodput-close-x")
+					b.ReportMetric(float64(dep.received.maxIn(at, at+time.Second))/(capacity*bucket.Seconds()), "peak-close-x")
+					b.ReportMetric(ms(at-up), "closed-after-ms")
+				}
 				b.ReportMetric(0, "ns/op")
 			})
 		}
