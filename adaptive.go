@@ -119,6 +119,7 @@ type limitChange struct {
 	from, to  int
 	why       string
 	fromFloor bool // it rose from its floor
+	learning  bool // it still doubles
 }
 
 // current is the limit now.
@@ -129,11 +130,12 @@ func (l *adaptiveLimit) current() int {
 }
 
 // unloadedLatency is the scope's latency without queueing: the lowest
-// p10 of the recent windows; zero before the first window.
-func (l *adaptiveLimit) unloadedLatency() time.Duration {
+// p10 of the recent windows; zero before the first window. learning says
+// that the limit still doubles (see queueBoundLocked).
+func (l *adaptiveLimit) unloadedLatency() (unloaded time.Duration, learning bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.unloaded
+	return l.unloaded, l.limit < l.threshold
 }
 
 // observe takes the outcome of one attempt that went out at sent with
@@ -183,7 +185,7 @@ func (l *adaptiveLimit) observe(now, sent time.Time, inFlight int, shed bool) (l
 	why := l.decide()
 	l.resetWindow(now)
 	if now := int(l.limit); now != old {
-		return limitChange{from: old, to: now, why: why, fromFloor: atFloor && now > old}, true
+		return limitChange{from: old, to: now, why: why, fromFloor: atFloor && now > old, learning: l.limit < l.threshold}, true
 	}
 	return limitChange{}, false
 }

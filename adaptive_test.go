@@ -248,7 +248,7 @@ func TestAdaptiveLimitClockJumps(t *testing.T) {
 	// Back an hour: the window starts over, and the latency of an attempt
 	// sent "after" it ended is no latency at all: the unloaded latency
 	// learnt stays.
-	unloaded := l.unloadedLatency()
+	unloaded, _ := l.unloadedLatency()
 	now = now.Add(-time.Hour)
 	for range 300 {
 		now = now.Add(time.Millisecond)
@@ -256,7 +256,7 @@ func TestAdaptiveLimitClockJumps(t *testing.T) {
 			t.Fatalf("after the clock went back: %+v out of bounds", ch)
 		}
 	}
-	if got := l.unloadedLatency(); got != unloaded {
+	if got, _ := l.unloadedLatency(); got != unloaded {
 		t.Errorf("unloaded latency after the clock went back: got %v, want %v, as learnt", got, unloaded)
 	}
 	// Forward an hour: one window decides, within bounds.

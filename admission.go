@@ -148,7 +148,8 @@ func (c *call) wouldRefuseHedge() error {
 // the limit waiting at most, as many slots free up in that time, so that a
 // slot that does not come by then is not coming soon, and a longer wait
 // would only add to the latency; and it leaves the attempt that latency
-// before the caller's deadline.
+// before the caller's deadline. While the limit still doubles (it has
+// not met a queue yet), the wait is MaxLimitWait's.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.p.clock.Now()
 	if load, ok := l.bulkhead.tryAcquireAt(now); ok {
@@ -159,8 +160,8 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	case hedge:
 		maxWait = -1
 	case l.adaptive != nil && maxWait > 0:
-		unloaded := l.adaptive.unloadedLatency()
-		if c.p.learntWait == 0 && unloaded > 0 {
+		unloaded, learning := l.adaptive.unloadedLatency()
+		if c.p.learntWait == 0 && unloaded > 0 && !learning {
 			maxWait = unloaded / 4
 		}
 		if dl, ok := c.ctx.Deadline(); ok {

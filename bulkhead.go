@@ -21,7 +21,8 @@ type bulkhead struct {
 	mu       sync.Mutex
 	inFlight int
 	limit    int             // MaxInFlight, the learnt limit, or noLimit
-	maxQueue int             // negative: a quarter of the limit may wait, and no standing queue
+	maxQueue int             // negative: a quarter of the limit may wait (all of it while learning), and no standing queue
+	learning bool            // the learnt limit still doubles: see queueBoundLocked
 	queue    []chan struct{} // closed when the slot is handed over
 	drained  time.Time       // when the queue was last empty
 	ramp     ramp
@@ -40,10 +41,16 @@ func (b *bulkhead) allowedLocked(now time.Time) int {
 	return min(b.limit, b.ramp.capAt(now))
 }
 
-// queueBoundLocked is the number of attempts that may wait. b.mu is held.
+// queueBoundLocked is the number of attempts that may wait. With a learnt
+// limit (maxQueue negative), a quarter of it; while it still doubles, as
+// many as it admits, so that a burst meets a queue and not a refusal while
+// the limit rises to it. b.mu is held.
 func (b *bulkhead) queueBoundLocked() int {
-	if b.maxQueue >= 0 {
+	switch {
+	case b.maxQueue >= 0:
 		return b.maxQueue
+	case b.learning:
+		return max(1, b.limit)
 	}
 	return max(1, b.limit/4)
 }
@@ -146,12 +153,12 @@ func (b *bulkhead) releaseAt(now time.Time, acked bool) {
 	b.admitLocked(now)
 }
 
-// setLimit sets the limit to n and lets in the waiting attempts it
-// admits at now.
-func (b *bulkhead) setLimit(n int, now time.Time) {
+// setLimit sets the limit to n, learning or not, and lets in the waiting
+// attempts it admits at now.
+func (b *bulkhead) setLimit(n int, learning bool, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.limit = n
+	b.limit, b.learning = n, learning
 	b.admitLocked(now)
 }
 

@@ -244,9 +244,10 @@ type Transport struct {
 	// rather than taking it from MaxInFlight: the attempts in flight the
 	// dependency takes without queueing, between MinInFlight and
 	// MaxInFlight (1000 when MaxInFlight is zero). The limit starts at 4
-	// and doubles once per window (a tenth of a second or more) while the
-	// fastest tenth of the answers stays at the scope's unloaded latency
-	// (the lowest such tenth of recent windows); once queueing shows, it
+	// and doubles once per window (a fiftieth of a second or more, three
+	// unloaded latencies) while the fastest tenth of the answers stays at
+	// the scope's unloaded latency (the lowest such tenth of recent
+	// windows, of a tenth of a second or more); once queueing shows, it
 	// grows by one a window (by its square root while even the median
 	// answer shows no queue), holds while that tenth is up to 1.2 times
 	// the unloaded latency, and beyond is cut in proportion. It is cut by
@@ -258,7 +259,9 @@ type Transport struct {
 	// of the learnt limit, and no queue that stands), for at most a
 	// quarter of the unloaded latency (or MaxLimitWait, when set), and
 	// never longer than the caller's deadline leaves less that latency;
-	// or are refused with a *BulkheadFullError (Learnt set) matching
+	// while the limit still doubles, as many as it admits wait, for
+	// MaxLimitWait. Those that cannot are refused at once with a
+	// *BulkheadFullError (Learnt set) matching
 	// ErrDeclined. Retries and hedges pass the same limit (a hedge never
 	// waits). Changes are reported (Hooks.Policy, "adaptive_limit"). It is
 	// off by default: a learnt limit refuses work that a dependency might
@@ -274,7 +277,8 @@ type Transport struct {
 
 	// MaxQueued bounds the attempts waiting for a slot of a scope's
 	// bulkhead. Zero means none wait: a full bulkhead rejects at once;
-	// with AdaptiveInFlight, zero means a quarter of the learnt limit. It is
+	// with AdaptiveInFlight, zero means a quarter of the learnt limit (all
+	// of it while the limit still doubles). It is
 	// refused without MaxInFlight or AdaptiveInFlight, and with a
 	// negative MaxLimitWait (no attempt would wait in the queue).
 	MaxQueued int
