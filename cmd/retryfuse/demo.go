@@ -61,6 +61,7 @@ type demoResults struct {
 	RetryAfter retryAfterResults
 	Brake      brakeResults
 	Tail       tailResults
+	Overload   overloadResults
 }
 
 // runDemo runs the demo and prints its table to stdout. It returns the
@@ -96,7 +97,7 @@ func demoMain(cfg demoConfig, args []string, stdout, stderr io.Writer) (demoResu
 	return res, 0
 }
 
-// measure runs the five scenarios one after the other.
+// measure runs the six scenarios one after the other.
 func measure(cfg demoConfig) (demoResults, error) {
 	srv := &servers{listen: cfg.listen}
 	defer srv.close()
@@ -117,6 +118,9 @@ func measure(cfg demoConfig) (demoResults, error) {
 		return res, err
 	}
 	if res.Tail, err = runTail(srv, cfg.tailCalls); err != nil {
+		return res, err
+	}
+	if res.Overload, err = runOverload(srv); err != nil {
 		return res, err
 	}
 	return res, nil
