@@ -21,7 +21,7 @@ type bulkhead struct {
 	mu       sync.Mutex
 	inFlight int
 	limit    int             // MaxInFlight, the learnt limit, or noLimit
-	maxQueue int             // negative: a quarter of the limit may wait (all of it while learning), and no standing queue
+	maxQueue int             // negative: a quarter of the limit may wait (four times it while learning), and no standing queue
 	learning bool            // the learnt limit still doubles: see queueBoundLocked
 	queue    []chan struct{} // closed when the slot is handed over
 	drained  time.Time       // when the queue was last empty
@@ -42,15 +42,16 @@ func (b *bulkhead) allowedLocked(now time.Time) int {
 }
 
 // queueBoundLocked is the number of attempts that may wait. With a learnt
-// limit (maxQueue negative), a quarter of it; while it still doubles, as
-// many as it admits, so that a burst meets a queue and not a refusal while
-// the limit rises to it. b.mu is held.
+// limit (maxQueue negative), a quarter of it; while it still doubles, four
+// times as many as it admits, so that a burst meets a queue and not a
+// refusal while the limit rises to it (as at the start, when the first
+// attempts also dial). b.mu is held.
 func (b *bulkhead) queueBoundLocked() int {
 	switch {
 	case b.maxQueue >= 0:
 		return b.maxQueue
 	case b.learning:
-		return max(1, b.limit)
+		return 4 * max(1, b.limit)
 	}
 	return max(1, b.limit/4)
 }

@@ -259,8 +259,8 @@ type Transport struct {
 	// of the learnt limit, and no queue that stands), for at most a
 	// quarter of the unloaded latency (or MaxLimitWait, when set), and
 	// never longer than the caller's deadline leaves less that latency;
-	// while the limit still doubles, as many as it admits wait, for
-	// MaxLimitWait. Those that cannot are refused at once with a
+	// while the limit still doubles, four times as many as it admits
+	// wait, for MaxLimitWait. Those that cannot are refused at once with a
 	// *BulkheadFullError (Learnt set) matching
 	// ErrDeclined. Retries and hedges pass the same limit (a hedge never
 	// waits). Changes are reported (Hooks.Policy, "adaptive_limit"). It is
@@ -277,8 +277,8 @@ type Transport struct {
 
 	// MaxQueued bounds the attempts waiting for a slot of a scope's
 	// bulkhead. Zero means none wait: a full bulkhead rejects at once;
-	// with AdaptiveInFlight, zero means a quarter of the learnt limit (all
-	// of it while the limit still doubles). It is
+	// with AdaptiveInFlight, zero means a quarter of the learnt limit
+	// (four times it while the limit still doubles). It is
 	// refused without MaxInFlight or AdaptiveInFlight, and with a
 	// negative MaxLimitWait (no attempt would wait in the queue).
 	MaxQueued int

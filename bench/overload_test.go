@@ -275,6 +275,47 @@ func BenchmarkOverloadHealthy(b *testing.B) {
 	}
 }
 
+// BenchmarkOverloadBurst: the dependency of BenchmarkOverload at 0.5× its
+// capacity, with a burst at 2× for 200 ms a second in, then 0.5× again for
+// 800 ms. Its queue absorbs the burst within the callers' deadline: the
+// calls that arrive in the burst all succeed without a limit, while a
+// learnt limit refuses some of them. Per client: the share of the burst's
+// calls that succeeded, and the calls refused.
+func BenchmarkOverloadBurst(b *testing.B) {
+	const (
+		workers  = 8
+		service  = 10 * time.Millisecond
+		capacity = 800.0
+		burst    = 200 * time.Millisecond
+	)
+	clients := []func() loadClient{retryfuseBudgets, retryfuseDefault, retryfuseAdaptive}
+	for range b.N {
+		for i, mk := range rotate(clients, int(round)) {
+			c := mk()
+			start := time.Now()
+			dep := newQueueDep(b, start, 3*time.Second, workers, service)
+			rec := openLoop(c.doer(), dep.URL, start, []phase{{capacity / 2, time.Second}, {2 * capacity, burst}, {capacity / 2, 800 * time.Millisecond}}, deadline, uint64(i)+60)
+			c.base.CloseIdleConnections()
+			during := rec.in(time.Second, time.Second+burst)
+			ok, refused := 0, 0
+			for _, cl := range during {
+				if cl.ok {
+					ok++
+				}
+				if cl.refused {
+					refused++
+				}
+			}
+			b.Run(c.name, func(b *testing.B) {
+				b.ReportMetric(100*float64(ok)/float64(max(1, len(during))), "burst-ok-%")
+				b.ReportMetric(float64(refused), "burst-refused")
+				b.ReportMetric(ms(p99OK(during)), "burst-p99-ms")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
 // BenchmarkOverloadQuota: a dependency that accepts at most 400 requests
 // a second (serving each in 10 ms) and answers the rest with 429 at once,
 // offered 2× that for 5 s, then 0.5× for 5 s. Per client: what reached it
