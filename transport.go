@@ -169,16 +169,19 @@ type Transport struct {
 	Scope func(*http.Request) string
 
 	// MaxScopes bounds the scopes whose state the Transport keeps: each
-	// scope's budget (unless Budget is shared), rate limiter, bulkhead and
-	// latency estimate, in one record per scope (the breaker has its own
-	// bound, BreakerSettings.MaxScopes). When it is reached, the record of
-	// a scope with no attempt in flight is dropped to make room (one with
-	// nothing to forget first), and that scope starts afresh when it
-	// returns. A scope with attempts in flight or queued is never dropped,
-	// so while every scope is busy the records may exceed the bound by as
-	// many scopes. Zero means 1024. It is refused with a Budget when neither
-	// MaxInFlight, RateLimit nor MaxHedges keeps limits per scope: nothing
-	// is then kept per scope to bound.
+	// scope's budget (unless Budget is shared), rate limiter, bulkhead (its
+	// learnt limit, its slow start), throttle and latency estimate, in one
+	// record per scope (the breaker has its own bound,
+	// BreakerSettings.MaxScopes). When it is reached, the record of a scope
+	// with no attempt in flight is dropped to make room (one with nothing
+	// to forget first: no token owed to its rate limiter, no rejection in
+	// its throttle), and that scope starts afresh when it returns. A scope
+	// with attempts in flight or queued is never dropped, so while every
+	// scope is busy the records may exceed the bound by as many scopes.
+	// Zero means 1024. It is refused with a Budget and DisableThrottle when
+	// neither MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges nor a
+	// Breaker keeps state per scope: nothing is then kept per scope to
+	// bound.
 	MaxScopes int
 
 	// MaxHedges, when above zero, hedges requests for tail latency: when
