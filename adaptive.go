@@ -29,10 +29,17 @@ import (
 //     level (TCP's slow start): a limit that starts above the dependency's
 //     capacity meets a queue in its first window, and would take the
 //     queued latency for the unloaded one. The first cut ends the
-//     doubling; after it, the limit grows by its square root a window.
+//     doubling; after it, the limit grows by one a window, or by its
+//     square root while even the median answer shows no queue.
 //   - With the p10 within growTolerance of the unloaded latency, it
 //     grows (while in use); up to cutTolerance it holds; beyond, it is
 //     cut in proportion, to where the p10 would be growTolerance again.
+//   - A cut that does not bring the p10 down (the next window's is still
+//     above cutHelped of it) shows that the latency is not this client's
+//     queue: noise, or a dependency that got slower. The unloaded latency
+//     is learnt anew from there, and the limit holds: noise never locks
+//     it at its floor, and a slower dependency keeps the limit that
+//     keeps its workers busy.
 //   - Overload signals (429, 503, a timeout, a connection lost) cut it by
 //     a tenth, but only when they come from the attempts sent with more in
 //     flight than those answered: a dependency that sheds or times out
@@ -49,9 +56,12 @@ import (
 //     bulkhead ramps admission up, slowstart.go).
 //
 // It decides once per window: at least adaptiveMinWindow and twice the
-// unloaded latency, with at least adaptiveMinSamples outcomes, or
-// adaptiveMaxWindow (ten times that latency) with any. A clock that went
-// back by more than adaptiveMaxWindow starts a new window.
+// unloaded latency (while doubling, a fifth of that and three unloaded
+// latencies), with at least adaptiveMinSamples latencies of attempts sent
+// once the window had run for the last window's median (one sent before
+// tells of the limit before); or adaptiveMaxWindow (ten times that
+// median) with any latency, or twice that with any outcome. A clock that
+// went back by more than adaptiveMaxWindow starts a new window.
 
 // The learnt limit's constants. None is a setting: the floor and the
 // ceiling are (MinInFlight, MaxInFlight).

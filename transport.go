@@ -246,31 +246,20 @@ type Transport struct {
 	// AdaptiveInFlight, when true, learns each scope's bulkhead limit
 	// rather than taking it from MaxInFlight: the attempts in flight the
 	// dependency takes without queueing, between MinInFlight and
-	// MaxInFlight (1000 when MaxInFlight is zero). The limit starts at 4
-	// and doubles once per window (a fiftieth of a second or more, three
-	// unloaded latencies) while the fastest tenth of the answers stays at
-	// the scope's unloaded latency (the lowest such tenth of recent
-	// windows, of a tenth of a second or more); once queueing shows, it
-	// grows by one a window (by its square root while even the median
-	// answer shows no queue), holds while that tenth is up to 1.2 times
-	// the unloaded latency, and beyond is cut in proportion. It is cut by
-	// a tenth when the dependency signals overload (429, 503, timeouts,
-	// lost connections) on the attempts sent with the most in flight. A
-	// limit not in use (less than half of it in flight) does not move,
-	// and a dependency that answers nothing leaves it as it was. Attempts
-	// over it wait in the scope's queue (MaxQueued: zero means a quarter
-	// of the learnt limit, and no queue that stands), for at most a
-	// quarter of the unloaded latency (or MaxLimitWait, when set), and
-	// never longer than the caller's deadline leaves less that latency;
-	// while the limit still doubles, four times as many as it admits
-	// wait, for MaxLimitWait. Those that cannot are refused at once with a
-	// *BulkheadFullError (Learnt set) matching
-	// ErrDeclined. Retries and hedges pass the same limit (a hedge never
-	// waits). Changes are reported (Hooks.Policy, "adaptive_limit"). It is
-	// off by default: a learnt limit refuses work that a dependency might
-	// have queued and served (a burst it would absorb within the callers'
-	// deadlines), which only the user can accept. See the README's
-	// "Load" for what it does to an overloaded dependency.
+	// MaxInFlight (1000 when zero). It starts at 4 and doubles while the
+	// fastest tenth of the answers stays at its unloaded level, then grows
+	// by one a window (a tenth of a second or more), holds while that tenth
+	// is up to 1.2 times the unloaded level, and is cut in proportion
+	// beyond, or by a tenth on overload signals (429, 503, timeouts, lost
+	// connections) from the attempts sent with the most in flight (see the
+	// README's "Load"). Attempts over it wait in the scope's queue (a
+	// quarter of the limit, for a quarter of the unloaded latency, never
+	// past the caller's deadline less that latency; MaxQueued and
+	// MaxLimitWait, when set, instead), or are refused with a
+	// *BulkheadFullError (Learnt) matching ErrDeclined. Retries and hedges
+	// pass it too. Changes are reported (Hooks.Policy, "adaptive_limit").
+	// Off by default: a learnt limit refuses work that a dependency would
+	// have queued and served within the callers' deadlines (a burst).
 	AdaptiveInFlight bool
 
 	// MinInFlight is the floor of the learnt limit: it is never cut below
@@ -313,25 +302,19 @@ type Transport struct {
 	MaxLimitWait time.Duration
 
 	// ThrottleRatio is K of the throttle of new calls, which is on unless
-	// DisableThrottle: when a scope's dependency has rejected most of the
-	// requests of the last ThrottleWindow (answered 429 or 503, or not at
-	// all: a timeout, a connection refused or lost), a share of new calls
-	// is refused before anything is sent, with an error matching
-	// ErrThrottled (and ErrDeclined), so that the attempts that reach it
-	// stay about K times those it accepts, retries included. The share is
-	// (requests − K·accepts) / (calls + 1), the requests counting the
-	// calls refused, and at most 90%; it is zero while the dependency
-	// accepts at least 1/K of the requests, and the window holds at least
-	// 5 rejections. Once the dependency accepts 3 attempts in a row over
-	// a tenth of a second or more, the window forgets the rejections
-	// before them: work flows again as soon as it is accepted. A refusal
-	// is reported (Hooks.Policy, "throttle"), counts as a request, and is
-	// never fed to the Breaker. Zero means 1.4; a value below 1, NaN or
-	// infinite is refused, as is any value with DisableThrottle.
-	//
-	// It is on by default because it refuses nothing a healthy dependency
-	// would have served: it acts only when the dependency rejects more
-	// than 1 − 1/K (29%) of what it is sent.
+	// DisableThrottle: when a scope's dependency has rejected most of what
+	// it was sent over the last ThrottleWindow (a 429, a 503, or no answer),
+	// a share of new calls, (requests − K·accepts) / (calls + 1) and at most
+	// 90%, is refused before anything is sent with an error matching
+	// ErrThrottled (and ErrDeclined), so that what reaches it, retries
+	// included, stays about K times what it accepts. Nothing is refused
+	// while it accepts 1/K of what it is sent, nor before 5 rejections;
+	// once it accepts 3 attempts in a row over a tenth of a second, the
+	// rejections are forgotten. A refusal counts as a request, is reported
+	// (Hooks.Policy, "throttle"), and never reaches the Breaker. Zero means
+	// 1.4; below 1, NaN or infinite is refused, as is any value with
+	// DisableThrottle. It is on by default because it refuses nothing a
+	// healthy dependency would serve.
 	ThrottleRatio float64
 
 	// ThrottleWindow is how long the throttle remembers requests, in
@@ -343,19 +326,14 @@ type Transport struct {
 	DisableThrottle bool
 
 	// SlowStart is the window over which admission ramps up after a
-	// scope's Breaker closes, and after its learnt limit (AdaptiveInFlight)
-	// rises from its floor, instead of all the waiting work going at once.
-	// The attempts admitted at once start from the Breaker's MaxProbes
-	// (or the floor) and double every tenth of the window, and one more
-	// is admitted for each attempt that succeeds, whichever is lower;
-	// the bulkhead's limit (MaxInFlight, or the learnt one) bounds them
-	// too. Attempts over the ramp wait in the queue or are refused, as
-	// for the bulkhead (a *BulkheadFullError with SlowStart set). A ramp
-	// that starts is reported (Hooks.Policy, "slow_start"). The ramp
-	// follows a close that this Transport's calls saw: with a Breaker
-	// shared by several Transports, each ramps after the closes it saw.
-	// Zero means one second; a negative value is refused, as is any
-	// value without a Breaker or AdaptiveInFlight.
+	// scope's Breaker closes (one this Transport's calls saw close), and
+	// after its learnt limit rises from its floor: the attempts admitted at
+	// once start from the Breaker's MaxProbes (or the floor), double every
+	// tenth of the window and grow by one per success, whichever is lower,
+	// under the bulkhead's limit; the rest wait or are refused as for the
+	// bulkhead (a *BulkheadFullError with SlowStart set). Reported through
+	// Hooks.Policy ("slow_start"). Zero means one second; negative, or
+	// set without a Breaker or AdaptiveInFlight, is refused.
 	SlowStart time.Duration
 
 	// Fallback, when set, may answer for a call that failed all the way:
