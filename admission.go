@@ -14,10 +14,14 @@ import (
 // the scope's record (scopes.go), found once per call.
 
 // pass is what an admitted attempt holds until it is over: the breaker's
-// ticket and the bulkhead's slot.
+// ticket and the bulkhead's slot, with what the learnt limit and the
+// throttle read when it is over (overload.go).
 type pass struct {
 	ticket breakerTicket
 	slot   *bulkhead // nil without a slot
+	sent   time.Time // when the slot was taken
+	load   int       // the attempts in flight then, its own included
+	first  bool      // the call's first attempt
 }
 
 // enter lets the next attempt through the breaker, the rate limiter and
@@ -28,28 +32,30 @@ func (c *call) enter(hedge bool) (pass, error) {
 	if err != nil {
 		return pass{}, err
 	}
-	ps := pass{ticket: ticket}
+	ps := pass{ticket: ticket, first: c.attempt == 0 && !hedge}
 	if l := c.limits(); l != nil {
 		if err := c.rateLimit(l, hedge); err != nil {
 			c.leave(ps, attempt{result: result{ignored: true}})
 			return pass{}, err
 		}
 		if l.bulkhead != nil {
-			if err := c.bulkhead(l, hedge); err != nil {
+			load, sent, err := c.bulkhead(l, hedge)
+			if err != nil {
 				c.leave(ps, attempt{result: result{ignored: true}})
 				return pass{}, err
 			}
-			ps.slot = l.bulkhead
+			ps.slot, ps.load, ps.sent = l.bulkhead, load, sent
 		}
 	}
 	return ps, nil
 }
 
-// leave ends an attempt's pass: the breaker hears what it showed, and its
-// bulkhead slot is free again.
+// leave ends an attempt's pass: its bulkhead slot is free again, the
+// learnt limit and the throttle hear what it showed (overload.go), and so
+// does the breaker.
 func (c *call) leave(ps pass, a attempt) {
-	if ps.slot != nil {
-		ps.slot.release()
+	if ps.slot != nil || c.st != nil && c.st.throttle != nil {
+		c.feedLoad(ps, a)
 	}
 	c.observe(ps.ticket, a)
 }
@@ -66,9 +72,10 @@ func (c *call) limits() *scopeRecord {
 	return st
 }
 
-// usesLimits reports whether attempts pass per-scope limits at all.
+// usesLimits reports whether attempts pass per-scope limits at all (a
+// Breaker's closes start a scope's slow start).
 func (p *policy) usesLimits() bool {
-	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0
+	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0 || p.adaptive || p.breaker != nil
 }
 
 // rateLimit takes a token from the scope's limiter, waiting for it when
@@ -130,20 +137,40 @@ func (c *call) wouldRefuseHedge() error {
 			return &RateLimitError{Scope: l.name, RetryAfter: wait}
 		}
 	}
-	if l.bulkhead != nil && !l.bulkhead.free() {
-		return &BulkheadFullError{Scope: l.name, MaxInFlight: l.bulkhead.limit}
+	if l.bulkhead != nil && !l.bulkhead.free(now) {
+		return l.bulkheadFull(now, 0)
 	}
 	return nil
 }
 
 // bulkhead takes a slot of the scope's bulkhead, waiting in its queue
-// unless the attempt is a hedge.
-func (c *call) bulkhead(l *scopeRecord, hedge bool) error {
-	maxWait := c.p.maxLimitWait
-	if hedge {
-		maxWait = -1
+// unless the attempt is a hedge, and returns the attempts then in flight.
+// With a learnt limit, the wait is at most a quarter of the scope's
+// unloaded latency (unless MaxLimitWait says otherwise): with a quarter of
+// the limit waiting at most, as many slots free up in that time, so that a
+// slot that does not come by then is not coming soon, and a longer wait
+// would only add to the latency; and it leaves the attempt that latency
+// before the caller's deadline. While the limit still doubles (it has
+// not met a queue yet), the wait is MaxLimitWait's.
+func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
+	now := c.p.clock.Now()
+	if load, ok := l.bulkhead.tryAcquireAt(now); ok {
+		return load, now, nil
 	}
-	waited, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait)
+	maxWait := c.p.maxLimitWait
+	switch {
+	case hedge:
+		maxWait = -1
+	case l.adaptive != nil && maxWait > 0:
+		unloaded, learning := l.adaptive.unloadedLatency()
+		if c.p.learntWait == 0 && unloaded > 0 && !learning {
+			maxWait = unloaded / 4
+		}
+		if dl, ok := c.ctx.Deadline(); ok {
+			maxWait = min(maxWait, dl.Sub(now)-unloaded)
+		}
+	}
+	waited, load, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait)
 	if waited > 0 {
 		c.step() // time has passed
 	}
@@ -151,23 +178,39 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) error {
 		if waited > 0 {
 			c.policyEvent(policyBulkhead, actionQueued, waited, nil)
 		}
-		return nil
+		return load, now.Add(waited), nil
 	}
 	if err := c.ctx.Err(); err != nil {
-		return err
+		return 0, time.Time{}, err
 	}
-	err := &BulkheadFullError{Scope: l.name, MaxInFlight: l.bulkhead.limit, QueueWait: waited}
+	err := l.bulkheadFull(now.Add(waited), waited)
 	if !hedge {
 		c.policyEvent(policyBulkhead, actionRejected, waited, err)
 	}
-	return err
+	return 0, time.Time{}, err
+}
+
+// bulkheadFull is the refusal of the scope's bulkhead at now, after a
+// wait of waited in its queue.
+func (l *scopeRecord) bulkheadFull(now time.Time, waited time.Duration) *BulkheadFullError {
+	allowed, limit := l.bulkhead.limits(now)
+	return &BulkheadFullError{Scope: l.name, MaxInFlight: allowed, QueueWait: waited,
+		Learnt: l.adaptive != nil, SlowStart: allowed < limit}
 }
 
 // policyEvent reports an action of the hedge, the bulkhead, the rate
 // limiter or the fallback.
 func (c *call) policyEvent(policy, action string, wait time.Duration, err error) {
+	if c.t.Hooks.Policy != nil {
+		c.reportPolicy(PolicyInfo{Policy: policy, Action: action, Wait: wait, Err: err})
+	}
+}
+
+// reportPolicy reports i, with the call's CallInfo and scope.
+func (c *call) reportPolicy(i PolicyInfo) {
 	if h := c.t.Hooks.Policy; h != nil {
-		emit(h, PolicyInfo{CallInfo: c.info(), Policy: policy, Action: action, Wait: wait, Err: err})
+		i.CallInfo, i.Scope = c.info(), c.scopeName()
+		emit(h, i)
 	}
 }
 
@@ -222,6 +265,9 @@ func (c *call) observe(ticket breakerTicket, a attempt) {
 
 func (c *call) breakerChanged(change BreakerChangeInfo) {
 	if change.To != 0 {
+		if change.To == BreakerClosed {
+			c.rampAfterClose(change)
+		}
 		emit(c.t.Hooks.BreakerChange, change)
 	}
 }
@@ -266,19 +312,32 @@ var (
 )
 
 // BulkheadFullError is returned when the bulkhead of the request's scope
-// (Transport.MaxInFlight) had no slot for an attempt, and its queue
-// (MaxQueued) no room or no time: the attempt was not sent.
-// errors.Is(err, ErrDeclined) holds.
+// (Transport.MaxInFlight, or the limit AdaptiveInFlight learns, or slow
+// start's ramp) had no slot for an attempt, and its queue (MaxQueued) no
+// room or no time: the attempt was not sent. errors.Is(err, ErrDeclined)
+// holds.
 type BulkheadFullError struct {
-	Scope       string
+	Scope string
+	// MaxInFlight is the limit the attempt met: MaxInFlight, the learnt
+	// limit (Learnt), or less during slow start (SlowStart).
 	MaxInFlight int
 	// QueueWait is how long the attempt waited in the queue before it gave
 	// up; zero when the queue was full too.
 	QueueWait time.Duration
+	// Learnt says that the limit was learnt (AdaptiveInFlight).
+	Learnt bool
+	// SlowStart says that slow start admitted fewer than the limit.
+	SlowStart bool
 }
 
 func (e *BulkheadFullError) Error() string {
 	s := "retryfuse: bulkhead full: " + counted(e.MaxInFlight, "attempt") + " in flight to " + e.Scope
+	switch {
+	case e.SlowStart:
+		s += " (slow start)"
+	case e.Learnt:
+		s += " (the learnt limit)"
+	}
 	if e.QueueWait > 0 {
 		s += " (waited " + e.QueueWait.String() + " in the queue)"
 	}

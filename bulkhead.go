@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -10,30 +11,82 @@ import (
 // first-in, first-out queue of attempts waiting for a slot. A slot freed
 // while attempts wait is handed to the first of them, so that a newcomer
 // never overtakes the queue.
+//
+// Its limit is MaxInFlight, or the limit a scope learns (adaptive.go),
+// which moves; during slow start (a ramp, below) fewer are admitted. When
+// the limit rises, waiting attempts are let in at once; when it falls,
+// the attempts in flight finish, and no slot is handed over until they
+// are below it.
 type bulkhead struct {
 	mu       sync.Mutex
 	inFlight int
-	limit    int
-	maxQueue int
+	limit    int             // MaxInFlight, the learnt limit, or noLimit
+	maxQueue int             // negative: a quarter of the limit may wait (four times it while learning), and no standing queue
+	learning bool            // the learnt limit still doubles: see queueBoundLocked
 	queue    []chan struct{} // closed when the slot is handed over
+	drained  time.Time       // when the queue was last empty
+	ramp     ramp
+}
+
+// noLimit is the limit of a bulkhead that bounds attempts only during
+// slow start.
+const noLimit = math.MaxInt32
+
+// allowedLocked is the number of attempts admitted at once at now: the
+// limit, or less during slow start. b.mu is held.
+func (b *bulkhead) allowedLocked(now time.Time) int {
+	if !b.ramp.on {
+		return b.limit
+	}
+	return min(b.limit, b.ramp.capAt(now))
+}
+
+// queueBoundLocked is the number of attempts that may wait. With a learnt
+// limit (maxQueue negative), a quarter of it; while it still doubles, four
+// times as many as it admits, so that a burst meets a queue and not a
+// refusal while the limit rises to it (as at the start, when the first
+// attempts also dial). b.mu is held.
+func (b *bulkhead) queueBoundLocked() int {
+	switch {
+	case b.maxQueue >= 0:
+		return b.maxQueue
+	case b.learning:
+		return 4 * max(1, b.limit)
+	}
+	return max(1, b.limit/4)
 }
 
 // tryAcquire takes a slot when one is free and nobody waits for one.
 func (b *bulkhead) tryAcquire() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.inFlight < b.limit && len(b.queue) == 0 {
-		b.inFlight++
-		return true
-	}
-	return false
+	_, ok := b.tryAcquireAt(time.Time{})
+	return ok
 }
 
-// free reports whether tryAcquire would take a slot now.
-func (b *bulkhead) free() bool {
+// tryAcquireAt takes a slot at now when one is free and nobody waits for
+// one, and returns the attempts then in flight, its own included.
+func (b *bulkhead) tryAcquireAt(now time.Time) (int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.inFlight < b.limit && len(b.queue) == 0
+	if b.inFlight < b.allowedLocked(now) && len(b.queue) == 0 {
+		b.inFlight++
+		return b.inFlight, true
+	}
+	return 0, false
+}
+
+// free reports whether tryAcquire would take a slot at now.
+func (b *bulkhead) free(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight < b.allowedLocked(now) && len(b.queue) == 0
+}
+
+// limits returns the number of attempts admitted at once at now, and the
+// limit (more during slow start).
+func (b *bulkhead) limits(now time.Time) (allowed, limit int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.allowedLocked(now), b.limit
 }
 
 // idle reports whether no attempt holds a slot or waits for one.
@@ -44,17 +97,26 @@ func (b *bulkhead) idle() bool {
 }
 
 // enqueue joins the queue, when it has room, and returns the channel
-// closed when a slot is handed over.
-func (b *bulkhead) enqueue() (chan struct{}, bool) {
+// closed when a slot is handed over. With a learnt limit, the queue also
+// refuses while it stands: when it has not been empty for standing, the
+// attempts in it are not a burst that the slots will absorb, and a wait
+// would only add to every attempt's latency (CoDel's rule).
+func (b *bulkhead) enqueue(now time.Time, standing time.Duration) (chan struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.inFlight < b.limit && len(b.queue) == 0 {
+	if b.inFlight < b.allowedLocked(now) && len(b.queue) == 0 {
 		b.inFlight++
 		ch := make(chan struct{})
 		close(ch)
 		return ch, true
 	}
-	if len(b.queue) >= b.maxQueue {
+	if len(b.queue) >= b.queueBoundLocked() {
+		return nil, false
+	}
+	switch {
+	case len(b.queue) == 0:
+		b.drained = now
+	case b.maxQueue < 0 && now.Sub(b.drained) > standing:
 		return nil, false
 	}
 	ch := make(chan struct{})
@@ -76,49 +138,80 @@ func (b *bulkhead) abandon(ch chan struct{}) bool {
 	return false
 }
 
-// release gives a slot back, to the first waiter if there is one.
-func (b *bulkhead) release() {
+// release gives a slot back.
+func (b *bulkhead) release() { b.releaseAt(time.Time{}, false) }
+
+// releaseAt gives a slot back at now, and lets in the waiting attempts
+// the limit admits. acked says that the attempt succeeded: during slow
+// start, each success admits one attempt more.
+func (b *bulkhead) releaseAt(now time.Time, acked bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.queue) > 0 {
+	b.inFlight--
+	if acked && b.ramp.on {
+		b.ramp.acks++
+	}
+	b.admitLocked(now)
+}
+
+// setLimit sets the limit to n, learning or not, and lets in the waiting
+// attempts it admits at now.
+func (b *bulkhead) setLimit(n int, learning bool, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.limit, b.learning = n, learning
+	b.admitLocked(now)
+}
+
+// admitLocked hands slots to the first waiters while the limit admits
+// them. b.mu is held.
+func (b *bulkhead) admitLocked(now time.Time) {
+	allowed := b.allowedLocked(now)
+	for len(b.queue) > 0 && b.inFlight < allowed {
 		ch := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
-		close(ch) // the slot passes to the waiter: inFlight stays
-		return
+		b.inFlight++
+		close(ch) // the slot passes to the waiter
 	}
-	b.inFlight--
 }
 
 // acquire takes a slot, waiting in the queue for at most maxWait (timed
-// on clk) and never after ctx is done. It returns how long it waited, and
-// false when it got no slot.
-func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration) (time.Duration, bool) {
-	if b.tryAcquire() {
-		return 0, true
+// on clk) and never after ctx is done. It returns how long it waited, the
+// attempts in flight once it took its slot, and false when it got none.
+func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration) (time.Duration, int, bool) {
+	now := clk.Now()
+	if n, ok := b.tryAcquireAt(now); ok {
+		return 0, n, true
 	}
-	if maxWait < 0 || ctx.Err() != nil {
-		return 0, false
+	if maxWait <= 0 || ctx.Err() != nil {
+		return 0, 0, false
 	}
-	ch, ok := b.enqueue()
+	ch, ok := b.enqueue(now, maxWait)
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	began := clk.Now()
 	timeout := after(clk, maxWait)
 	defer timeout.stop()
 	select {
 	case <-ch:
-		return clk.Now().Sub(began), true
+		return clk.Now().Sub(now), b.inFlightNow(), true
 	case <-timeout.C:
 	case <-ctx.Done():
 	}
-	waited := clk.Now().Sub(began)
+	waited := clk.Now().Sub(now)
 	if !b.abandon(ch) {
 		// The slot came as the wait ended: give it on.
-		b.release()
+		b.releaseAt(clk.Now(), false)
 	}
-	return waited, false
+	return waited, 0, false
+}
+
+// inFlightNow is the number of attempts in flight.
+func (b *bulkhead) inFlightNow() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight
 }
 
 // alarm receives on C once its clock has slept a while; stop ends the

@@ -106,6 +106,10 @@ func (c *call) run() (*http.Response, error) {
 		return c.refuse(v, stored)
 	}
 	if !c.passThrough {
+		if err := c.admitCall(); err != nil {
+			closeRequestBody(req)
+			return c.settle(nil, err)
+		}
 		if err := c.recordRequest(); err != nil {
 			closeRequestBody(req)
 			return c.settle(nil, err)

@@ -83,6 +83,19 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 			return err, srv.count() - 1
 		}, errAs[*RateLimitError]},
 
+		{"throttled", func(t *testing.T) (error, int) {
+			srv := statusServer(t, http.StatusServiceUnavailable, "busy")
+			tr := newDeclinedTransport(t, &Transport{MaxAttempts: 1})
+			setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
+			for range throttleMinRejects {
+				if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
+					t.Fatalf("a call the dependency rejects: %v", err)
+				}
+			}
+			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
+			return err, srv.count() - throttleMinRejects
+		}, func(err error) bool { return errors.Is(err, ErrThrottled) }},
+
 		{"deadline before the retry", func(t *testing.T) (error, int) {
 			u := refusedURL(t)
 			tr := newDeclinedTransport(t, &Transport{InitialBackoff: time.Hour})
@@ -226,6 +239,7 @@ func TestDeclinedSentinelsAndTypes(t *testing.T) {
 	declinedErrs := []error{
 		ErrBudgetExhausted, ErrCircuitOpen, &CircuitOpenError{Scope: "dep"},
 		&BulkheadFullError{Scope: "dep", MaxInFlight: 8}, &RateLimitError{Scope: "dep", RetryAfter: time.Second},
+		&BulkheadFullError{Scope: "dep", MaxInFlight: 3, Learnt: true}, ErrThrottled, &throttledError{scope: "dep", share: 0.5},
 		ErrDeadline, ErrDuplicateInFlight, ErrLedgerUnavailable,
 		&RetryError{Reason: ErrBudgetExhausted, Last: errors.New("connection refused"), Attempts: 1},
 		&url.Error{Op: "Get", URL: "http://dep", Err: &BulkheadFullError{Scope: "dep"}},
@@ -258,6 +272,7 @@ func TestReasonNameOfStackRefusals(t *testing.T) {
 		{&BulkheadFullError{Scope: "dep", MaxInFlight: 8}, "bulkhead_full"},
 		{&RateLimitError{Scope: "dep", RetryAfter: time.Second}, "rate_limited"},
 		{fmt.Errorf("attempt: %w", &RateLimitError{}), "rate_limited"},
+		{&throttledError{scope: "dep", share: 0.5}, "throttled"},
 		{ErrLedgerUnavailable, "ledger_unavailable"},
 		{&CircuitOpenError{Scope: "dep"}, "circuit_open"},
 		{ErrDeclined, "other"},

@@ -144,7 +144,9 @@ func ExampleReconcileRequiredError() {
 // One RatioBudget shared by every caller of a dependency that is down. Each
 // of 20 callers would send 3 attempts, 60 in all. The budget grants its
 // reserve (10 retries per 10-second window by default) and then one retry
-// per 10 requests, so the dependency sees 32.
+// per 10 requests, so the dependency sees 32. (The throttle, which would
+// refuse most new calls to a dependency that rejects them all, is off here
+// to show the budget alone; see Transport.ThrottleRatio.)
 func ExampleRatioBudget_shared() {
 	var mu sync.Mutex
 	perCaller := map[string]int{}
@@ -160,7 +162,7 @@ func ExampleRatioBudget_shared() {
 	if err != nil {
 		panic(err)
 	}
-	client := &http.Client{Transport: &retryfuse.Transport{Budget: budget, InitialBackoff: time.Millisecond}}
+	client := &http.Client{Transport: &retryfuse.Transport{Budget: budget, InitialBackoff: time.Millisecond, DisableThrottle: true}}
 	var counts []string
 	for i := range 20 {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)

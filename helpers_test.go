@@ -250,8 +250,13 @@ var fixedStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 // newNoWaitTransport returns a Transport that does not wait between
 // attempts (the waits are still bounded by the caller's context) nor move
 // clock, draws zero jitter, and reads clock.
+//
+// Its throttle is off: the tests that use it are about the retry loop, the
+// budgets and the breaker, against dependencies that fail on purpose, and
+// with zero jitter the throttle would refuse every call it may refuse.
+// The throttle's own tests turn it on (throttle_test.go).
 func newNoWaitTransport(clock *fakeClock) *Transport {
-	tr := &Transport{}
+	tr := &Transport{DisableThrottle: true}
 	setClock(tr, clock.Now, func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
 	setRandN(tr, func(int64) int64 { return 0 })
 	return tr

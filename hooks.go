@@ -59,9 +59,10 @@ type Hooks struct {
 	EvidenceUnavailable func(EvidenceUnavailableInfo)
 	// Policy is called when a hedge is sent or refused, when the bulkhead
 	// queues or rejects an attempt, when the rate limiter makes one wait or
-	// rejects it, when the Fallback answers, hands on, is withheld or
-	// fails, and when a read leads, follows or does not share a shared
-	// call. See PolicyInfo.
+	// rejects it, when the throttle refuses a call, when a learnt limit
+	// changes, when slow start begins, when the Fallback answers, hands
+	// on, is withheld or fails, and when a read leads, follows or does not
+	// share a shared call. See PolicyInfo.
 	Policy func(PolicyInfo)
 }
 
@@ -176,49 +177,71 @@ type GiveUpInfo struct {
 }
 
 // PolicyInfo reports an action of the hedge, the bulkhead, the rate
-// limiter, the fallback or single flight (see Transport). Policy and
-// Action name it:
+// limiter, the throttle, the learnt limit, slow start, the fallback or
+// single flight (see Transport). Policy and Action name it:
 //
-//	Policy        Action
-//	"hedge"       "sent": a hedge was sent after Wait (Branch numbers it)
-//	              "refused": a hedge was due but not sent (Err says why:
-//	              the budget, the breaker, the rate limiter, the bulkhead)
-//	"bulkhead"    "queued": the attempt waited Wait for a slot
-//	              "rejected": the attempt was not sent (Err, a *BulkheadFullError)
-//	"rate_limit"  "waited": the attempt waited Wait for the limiter
-//	              "rejected": the attempt was not sent (Err, a *RateLimitError)
-//	"fallback"    "answered": the Fallback answered a failed call with a
-//	              response of its own (marked: see Transport.Fallback), or
-//	              with an error (Err)
-//	              "handed_on": it handed back the call's own response,
-//	              which goes to the caller unmarked
-//	              "withheld": the request needs current data (see
-//	              WithCurrentData), so the Fallback was not asked; the
-//	              call's own outcome was returned (Err, its error)
-//	              "failed": it panicked or returned neither a response nor
-//	              an error (Err); the call's own outcome was returned
-//	"single_flight" (Transport.ShareReads; SharedCallID names the shared call)
-//	              "led": the call's result is shared with the reads of its
-//	              key that come while it is in flight (SharedCallID is its
-//	              own CallID)
-//	              "followed": the call waits for the shared call's result,
-//	              and takes a copy of it
-//	              "unshared": the call makes its own: ShareKey panicked
-//	              (Err), or the shared response's body was over
-//	              MaxSharedBody (Err; SharedCallID names the call)
+//	Policy            Action
+//	"hedge"           "sent": a hedge was sent after Wait (Branch numbers it)
+//	                  "refused": a hedge was due but not sent (Err says why:
+//	                  the budget, the breaker, the rate limiter, the bulkhead)
+//	"bulkhead"        "queued": the attempt waited Wait for a slot
+//	                  "rejected": the attempt was not sent (Err, a
+//	                  *BulkheadFullError; its limit learnt or slow start's)
+//	"rate_limit"      "waited": the attempt waited Wait for the limiter
+//	                  "rejected": the attempt was not sent (Err, a *RateLimitError)
+//	"throttle"        "rejected": the call was refused before anything was
+//	                  sent (Err matches ErrThrottled and says the share refused)
+//	"adaptive_limit"  "changed": the scope's learnt limit went from PrevLimit
+//	                  to Limit; Why is "latency" (queueing shows in the
+//	                  latency), "overload" (the dependency shed or lost
+//	                  attempts) or "growth" (in use, without queueing)
+//	"slow_start"      "started": admission ramps up from Limit attempts over
+//	                  Wait; Why is "breaker_closed" or "limit_recovered"
+//	                  (the learnt limit rose from its floor)
+//	"fallback"        "answered": the Fallback answered a failed call with a
+//	                  response of its own (marked: see Transport.Fallback), or
+//	                  with an error (Err)
+//	                  "handed_on": it handed back the call's own response,
+//	                  which goes to the caller unmarked
+//	                  "withheld": the request needs current data (see
+//	                  WithCurrentData), so the Fallback was not asked; the
+//	                  call's own outcome was returned (Err, its error)
+//	                  "failed": it panicked or returned neither a response nor
+//	                  an error (Err); the call's own outcome was returned
+//	"single_flight"   (Transport.ShareReads; SharedCallID names the shared call)
+//	                  "led": the call's result is shared with the reads of its
+//	                  key that come while it is in flight (SharedCallID is its
+//	                  own CallID)
+//	                  "followed": the call waits for the shared call's result,
+//	                  and takes a copy of it
+//	                  "unshared": the call makes its own: ShareKey panicked
+//	                  (Err), or the shared response's body was over
+//	                  MaxSharedBody (Err; SharedCallID names the call)
 //
+// A limit's change and slow start are about a scope, not one call: they
+// are reported with the CallInfo of the call whose attempt moved them.
 // The names are a compatibility promise; names may be added.
 type PolicyInfo struct {
 	CallInfo
 	Policy string
 	Action string
+	// Scope is the scope of the call (see Transport.Scope).
+	Scope string
 	// Wait is how long the attempt waited, or, for a hedge, how long its
-	// group had waited for an answer before it was sent.
+	// group had waited for an answer before it was sent; for slow start,
+	// the length of its ramp (SlowStart).
 	Wait time.Duration
 	Err  error
 	// SharedCallID is, for "single_flight", the CallID of the call whose
 	// result is shared; zero otherwise.
 	SharedCallID uint64
+	// Limit and PrevLimit are the learnt limit after and before a change
+	// ("adaptive_limit"), or the attempts admitted at once as slow start
+	// begins (Limit alone); zero for the other actions.
+	Limit, PrevLimit int
+	// Why says why a limit changed or slow start began; empty for the
+	// other actions.
+	Why string
 }
 
 // The names of PolicyInfo.Policy and PolicyInfo.Action.
@@ -259,6 +282,7 @@ var reasonNames = [...]struct {
 	{ErrCircuitOpen, "circuit_open"},
 	{errBulkheadFull, "bulkhead_full"},
 	{errRateLimited, "rate_limited"},
+	{ErrThrottled, "throttled"},
 	{ErrLedgerUnavailable, "ledger_unavailable"},
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},
@@ -271,7 +295,7 @@ var reasonNames = [...]struct {
 // ReasonName returns a stable snake_case name for a GiveUpInfo.Reason,
 // for logs and metrics: attempts_exhausted, budget_exhausted,
 // not_repeatable, failure_streak, call_cost, retry_after_too_long,
-// deadline, circuit_open, bulkhead_full, rate_limited,
+// deadline, circuit_open, bulkhead_full, rate_limited, throttled,
 // ledger_unavailable, duplicate_in_flight, idempotency_conflict,
 // already_applied, final, canceled or deadline_exceeded, matched with errors.Is; "other"
 // for any other error, which keeps the set of names bounded; "" for nil.

@@ -32,6 +32,7 @@ const (
 	defaultMaxScopes           = 1024
 	defaultMaxDrainBytes       = 64 << 10
 	defaultMaxLimitWait        = time.Second
+	defaultSlowStart           = time.Second
 	// defaultMaxDrainTime bounds how long a discarded response body is read
 	// before it is closed. No field sets it.
 	defaultMaxDrainTime = time.Second
@@ -54,7 +55,9 @@ type policy struct {
 	breakerScope   func(*http.Request) string // nil: the breaker's scopes are scope's
 	ledger         Ledger
 	hedge          hedgePolicy
-	maxInFlight    int
+	maxInFlight    int  // with adaptive, the ceiling of the learnt limit, resolved
+	adaptive       bool // the bulkhead's limit is learnt
+	throttle       bool
 	rateLimit      float64
 	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
 	clock          clock
@@ -75,9 +78,14 @@ type policy struct {
 	maxStored      int64
 	maxQueued      int
 	rateBurst      int
-	maxLimitWait   time.Duration              // negative: no waiting
-	honoursKeys    bool                       // every scope's server honours Idempotency-Key
-	honourMemory   time.Duration              // how long a scope's marker is remembered; 0: never learnt
+	maxLimitWait   time.Duration // negative: no waiting
+	honoursKeys    bool          // every scope's server honours Idempotency-Key
+	honourMemory   time.Duration // how long a scope's marker is remembered; 0: never learnt
+	minInFlight    int           // the floor of the learnt limit
+	learntWait     time.Duration // MaxLimitWait as set: zero means a learnt limit's own
+	throttleRatio  float64
+	throttleWindow time.Duration
+	slowStart      time.Duration
 	randN          func(n int64) int64        // a uniform draw from [0, n)
 	shareKey       func(*http.Request) string // nil: defaultShareKey
 	maxSharedBody  int64
@@ -159,6 +167,18 @@ func (t *Transport) resolve() (policy, error) {
 		maxSharedBody: orDefault(t.MaxSharedBody, defaultMaxSharedBody),
 		clock:         e.clock,
 		randN:         e.randN,
+
+		adaptive:       t.AdaptiveInFlight,
+		minInFlight:    t.MinInFlight,
+		learntWait:     t.MaxLimitWait,
+		throttle:       !t.DisableThrottle,
+		throttleRatio:  orDefault(t.ThrottleRatio, defaultThrottleRatio),
+		throttleWindow: orDefault(t.ThrottleWindow, defaultThrottleWindow),
+		slowStart:      orDefault(t.SlowStart, defaultSlowStart),
+	}
+	if p.adaptive {
+		p.maxInFlight = orDefault(p.maxInFlight, defaultMaxInFlightLimit)
+		p.minInFlight = orDefault(p.minInFlight, min(defaultMinInFlight, p.maxInFlight))
 	}
 	if p.hedge.methods == nil {
 		p.hedge.methods = defaultHedgeMethods
@@ -212,8 +232,8 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("MaxInFlight", "must not be negative")
 	case t.MaxQueued < 0:
 		return p, invalidPolicy("MaxQueued", "must not be negative")
-	case t.MaxQueued > 0 && t.MaxInFlight == 0:
-		return p, invalidPolicy("MaxQueued", "needs a MaxInFlight to queue for")
+	case t.MaxQueued > 0 && t.MaxInFlight == 0 && !t.AdaptiveInFlight:
+		return p, invalidPolicy("MaxQueued", "needs a MaxInFlight or AdaptiveInFlight to queue for")
 	case t.RateLimit < 0 || math.IsNaN(t.RateLimit) || math.IsInf(t.RateLimit, 0):
 		return p, invalidPolicy("RateLimit", "must be a finite, non-negative number")
 	case t.RateBurst < 0:
@@ -224,6 +244,17 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("RateBurst", "needs a RateLimit")
 	case t.MaxSharedBody < 0:
 		return p, invalidPolicy("MaxSharedBody", "must not be negative")
+	case t.MinInFlight < 0:
+		return p, invalidPolicy("MinInFlight", "must not be negative")
+	case math.IsNaN(t.ThrottleRatio) || math.IsInf(t.ThrottleRatio, 0) || t.ThrottleRatio != 0 && t.ThrottleRatio < 1:
+		return p, invalidPolicy(fmt.Sprint("ThrottleRatio ", t.ThrottleRatio),
+			"must be a finite number of at least 1: it is the attempts sent per attempt accepted, and below 1 a dependency that accepts every request would be throttled")
+	case t.ThrottleWindow < 0:
+		return p, invalidPolicy("ThrottleWindow "+t.ThrottleWindow.String(), "must not be negative")
+	case t.ThrottleWindow > 0 && t.ThrottleWindow < throttleBuckets:
+		return p, invalidPolicy("ThrottleWindow "+t.ThrottleWindow.String(), "is shorter than 20ns, the least that divides into its 20 buckets")
+	case t.SlowStart < 0:
+		return p, invalidPolicy("SlowStart "+t.SlowStart.String(), "must not be negative")
 	}
 	for _, m := range t.HedgeMethods {
 		if !validMethod(m) {
@@ -281,14 +312,18 @@ func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 //   - BreakerScope without a Breaker: nothing is braked.
 //   - ShareKey or MaxSharedBody without ShareReads: nothing is shared.
 //   - NewBudget beside a Budget: it is never called.
-//   - MaxScopes beside a Budget when nothing is kept per scope (no
-//     MaxInFlight, RateLimit, MaxHedges or Breaker, and a negative
-//     HonourMemory: see keepsScopes).
+//   - MaxScopes beside a Budget when nothing is kept per scope: no
+//     MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges or Breaker
+//     (whose closes start a scope's slow start), DisableThrottle, and a
+//     negative HonourMemory (see keepsScopes).
 //   - MaxStoredBody or MaxFingerprintBytes without a Ledger: only the
 //     Ledger fingerprints bodies and stores results.
-//   - MaxLimitWait without RateLimit or MaxQueued: no attempt waits (a
-//     bulkhead without a queue refuses at once); MaxQueued with a
-//     negative MaxLimitWait: no attempt waits in the queue.
+//   - MaxLimitWait without RateLimit, MaxQueued or AdaptiveInFlight: no
+//     attempt waits (a bulkhead without a queue refuses at once);
+//     MaxQueued with a negative MaxLimitWait: no attempt waits in the
+//     queue.
+//   - The settings of the learnt limit, the throttle and slow start
+//     without the feature they shape (see checkLoad).
 //   - TimeoutCost (other than 1) when no call can reach MaxCallCost: the
 //     brake it weighs never stops a call.
 //
@@ -339,19 +374,46 @@ func (t *Transport) checkTogether(p *policy) error {
 		return invalidPolicy("NewBudget", "must be nil with a Budget: Budget is the budget of every scope, and NewBudget is never called")
 	case t.MaxScopes != 0 && t.Budget != nil && !p.keepsScopes():
 		return invalidPolicy(fmt.Sprint("MaxScopes ", t.MaxScopes),
-			"has nothing to bound: with a Budget, without MaxInFlight, RateLimit, MaxHedges or a Breaker, and with a negative HonourMemory, nothing is kept per scope")
+			"has nothing to bound: with a Budget and DisableThrottle, without MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges or a Breaker, and with a negative HonourMemory, nothing is kept per scope")
 	case t.MaxStoredBody != 0 && t.Ledger == nil:
 		return invalidPolicy(fmt.Sprint("MaxStoredBody ", t.MaxStoredBody), "needs a Ledger: only a Ledger stores results")
 	case t.MaxFingerprintBytes != 0 && t.Ledger == nil:
 		return invalidPolicy(fmt.Sprint("MaxFingerprintBytes ", t.MaxFingerprintBytes), "needs a Ledger: only a Ledger fingerprints bodies")
-	case t.MaxLimitWait != 0 && t.RateLimit == 0 && t.MaxQueued == 0:
+	case t.MaxLimitWait != 0 && t.RateLimit == 0 && t.MaxQueued == 0 && !t.AdaptiveInFlight:
 		return invalidPolicy("MaxLimitWait "+t.MaxLimitWait.String(),
-			"needs a RateLimit or a MaxQueued: without them no attempt waits (a bulkhead without a queue refuses at once)")
+			"needs a RateLimit, a MaxQueued or AdaptiveInFlight: without them no attempt waits (a bulkhead without a queue refuses at once)")
 	case t.MaxQueued > 0 && t.MaxLimitWait < 0:
 		return invalidPolicy(fmt.Sprint("MaxQueued ", t.MaxQueued),
 			"needs a MaxLimitWait that lets an attempt wait: with MaxLimitWait "+t.MaxLimitWait.String()+" none waits in the queue")
 	}
+	if err := t.checkLoad(); err != nil {
+		return err
+	}
 	return t.checkTimeoutCost(p)
+}
+
+// checkLoad refuses the settings of the learnt limit, the throttle and
+// slow start that the others leave without effect (see checkTogether):
+// MinInFlight without AdaptiveInFlight (nothing is learnt) or above
+// MaxInFlight (the floor of the learnt limit above its ceiling);
+// ThrottleRatio or ThrottleWindow with DisableThrottle; SlowStart with
+// neither a Breaker nor AdaptiveInFlight (nothing ramps).
+func (t *Transport) checkLoad() error {
+	switch {
+	case t.MinInFlight != 0 && !t.AdaptiveInFlight:
+		return invalidPolicy(fmt.Sprint("MinInFlight ", t.MinInFlight), "needs AdaptiveInFlight: it is the floor of the learnt limit")
+	case t.AdaptiveInFlight && t.MaxInFlight > 0 && t.MinInFlight > t.MaxInFlight:
+		return invalidPolicy(fmt.Sprint("MinInFlight ", t.MinInFlight),
+			fmt.Sprint("must not be above MaxInFlight ", t.MaxInFlight, ": the floor of the learnt limit would be above its ceiling"))
+	case t.DisableThrottle && t.ThrottleRatio != 0:
+		return invalidPolicy(fmt.Sprint("ThrottleRatio ", t.ThrottleRatio), "has no effect with DisableThrottle")
+	case t.DisableThrottle && t.ThrottleWindow != 0:
+		return invalidPolicy("ThrottleWindow "+t.ThrottleWindow.String(), "has no effect with DisableThrottle")
+	case t.SlowStart != 0 && t.Breaker == nil && !t.AdaptiveInFlight:
+		return invalidPolicy("SlowStart "+t.SlowStart.String(),
+			"needs a Breaker or AdaptiveInFlight: it ramps admission up after a Breaker closes or a learnt limit rises from its floor")
+	}
+	return nil
 }
 
 // checkTimeoutCost refuses a TimeoutCost that cannot change when a call

@@ -10,8 +10,9 @@ import (
 )
 
 // This file is what a Transport keeps per scope, in one record: the retry
-// budget, the rate limiter, the bulkhead and the latencies that derive the
-// hedge delay. The records live in one bounded registry, with one eviction
+// budget, the rate limiter, the bulkhead (its limit fixed or learnt, and
+// its slow start), the throttle, and the latencies that derive the hedge
+// delay. The records live in one bounded registry, with one eviction
 // rule, and a call finds its scope's once and hands it to every gate.
 
 // scopeRecord is one scope's record. Its fields are set when it is made and
@@ -19,9 +20,11 @@ import (
 type scopeRecord struct {
 	name     string
 	key      hostKey
-	budget   Budget        // nil when the Transport's Budget is shared by every scope
-	rate     *rate.Limiter // nil without a RateLimit
-	bulkhead *bulkhead     // nil without a MaxInFlight
+	budget   Budget         // nil when the Transport's Budget is shared by every scope
+	rate     *rate.Limiter  // nil without a RateLimit
+	bulkhead *bulkhead      // nil without MaxInFlight, AdaptiveInFlight or a Breaker (slow start)
+	adaptive *adaptiveLimit // nil without AdaptiveInFlight
+	throttle *throttle      // nil with DisableThrottle
 	latency  latencies
 	honour   honour // whether its server honours Idempotency-Key, learnt
 }
@@ -101,19 +104,36 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 	if p.rateLimit > 0 {
 		st.rate = rate.NewLimiter(rate.Limit(p.rateLimit), p.rateBurst)
 	}
-	if p.maxInFlight > 0 {
+	switch {
+	case p.adaptive:
+		st.adaptive = newAdaptiveLimit(p.minInFlight, p.maxInFlight)
+		maxQueue := p.maxQueued
+		if maxQueue == 0 {
+			maxQueue = -1 // a quarter of the learnt limit (four times it while learning), and no standing queue
+		}
+		st.bulkhead = &bulkhead{limit: st.adaptive.current(), maxQueue: maxQueue, learning: true}
+	case p.maxInFlight > 0:
 		st.bulkhead = &bulkhead{limit: p.maxInFlight, maxQueue: p.maxQueued}
+	case p.breaker != nil:
+		st.bulkhead = &bulkhead{limit: noLimit} // bounds attempts only during slow start
+	}
+	if p.throttle {
+		st.throttle = newThrottle(p.throttleRatio, p.throttleWindow)
 	}
 	return st, nil
 }
 
-// busy reports whether the scope has attempts in flight or queued.
+// busy reports whether the scope has attempts in flight or queued: its
+// bulkhead, learnt limit and slow start are in use, and a fresh record
+// would admit as many again beside them.
 func (st *scopeRecord) busy() bool { return st.bulkhead != nil && !st.bulkhead.idle() }
 
 // owes reports whether the scope's limiter has given out tokens not yet
-// refilled at now: something a fresh record would forget.
+// refilled at now, or its throttle remembers rejections: something a
+// fresh record would forget.
 func (st *scopeRecord) owes(now time.Time) bool {
-	return st.rate != nil && st.rate.TokensAt(now) < float64(st.rate.Burst())
+	return st.rate != nil && st.rate.TokensAt(now) < float64(st.rate.Burst()) ||
+		st.throttle != nil && st.throttle.active.Load()
 }
 
 // evictLocked drops one scope's record, and reports false when none may
@@ -157,9 +177,10 @@ func (s *scopes) dropLocked(k hostKey) {
 }
 
 // keepsScopes reports whether the Transport keeps records per scope: for
-// a budget per scope, for limits per scope, to learn whether a scope's
+// a budget per scope, for limits per scope, for the throttle of new
+// calls, to learn whether a scope's
 // server honours Idempotency-Key, or to name the scope for a Breaker
 // without building the name on every call.
 func (p *policy) keepsScopes() bool {
-	return p.budget == nil || p.usesLimits() || p.breaker != nil || p.honourMemory > 0
+	return p.budget == nil || p.throttle || p.usesLimits() || p.breaker != nil || p.honourMemory > 0
 }

@@ -25,11 +25,12 @@ import (
 //     7); a call giving up; a hidden re-send by the base of a method that
 //     is not idempotent (of an idempotent one: Debug); a breaker scope
 //     opening; a budget or ledger applying its fail-safe.
-//   - Policy events (hedge, bulkhead, rate limiter, fallback, single
-//     flight): Info for a refusal or a rejection, a fallback answering,
-//     handing on, withheld or failing, or a read left unshared; Debug for
-//     a hedge sent, an attempt that waited, or a read that led or followed
-//     a shared call.
+//   - Policy events (hedge, bulkhead, rate limiter, throttle, learnt
+//     limit, slow start, fallback, single flight): Info for a refusal or a
+//     rejection, a learnt limit cut, slow start beginning, a fallback
+//     answering, handing on, withheld or failing, or a read left unshared;
+//     Debug for a hedge sent, an attempt that waited, a learnt limit that
+//     grew, or a read that led or followed a shared call.
 //
 // Messages ("retryfuse: retry", ...) and attribute names are a
 // compatibility promise; new attributes may be added. Attributes, each
@@ -60,7 +61,7 @@ import (
 //	                        give-up one of attempts_exhausted, budget_exhausted,
 //	                        not_repeatable, failure_streak, call_cost,
 //	                        retry_after_too_long, deadline, circuit_open,
-//	                        bulkhead_full, rate_limited, ledger_unavailable,
+//	                        bulkhead_full, rate_limited, throttled, ledger_unavailable,
 //	                        duplicate_in_flight, idempotency_conflict, final,
 //	                        canceled, deadline_exceeded, else other (ReasonName)
 //	error            string the error's text
@@ -68,8 +69,11 @@ import (
 //	source           string budget or ledger (evidence unavailable)
 //	scope, from, to  string breaker scope and states (closed, open, half_open)
 //	version          uint   the version of the breaker's settings in force
-//	policy, action   string hedge, bulkhead, rate_limit, fallback or single_flight, and what it did (see PolicyInfo)
-//	wait             dur    how long the attempt waited (policy)
+//	policy, action   string hedge, bulkhead, rate_limit, throttle, adaptive_limit, slow_start,
+//	                        fallback or single_flight, and what it did (see PolicyInfo)
+//	wait             dur    how long the attempt waited, or slow start's window (policy)
+//	limit, prev_limit int   the learnt limit after and before a change; slow start's first (policy)
+//	why              string why a learnt limit changed or slow start began (policy)
 //	shared_call_id   uint   the call whose result is shared (single_flight)
 //
 // Durations are slog Duration values (the JSON handler writes nanoseconds).
@@ -317,13 +321,16 @@ func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
 	h.log(i.Context, slog.LevelWarn, "retryfuse: evidence unavailable", &a)
 }
 
-// policy logs an action of the hedge, the bulkhead, the rate limiter, the
-// fallback or single flight: a refusal, the fallback's doing and a read
-// left unshared at Info, the rest at Debug.
+// policy logs an action of the hedge, the bulkhead, the rate limiter,
+// the throttle, the learnt limit, slow start, the fallback or single
+// flight: a refusal, a cut or a ramp, the fallback's doing and a read left
+// unshared at Info, the rest at Debug.
 func (h slogHooks) policy(i PolicyInfo) {
 	level := slog.LevelDebug
-	switch i.Action {
-	case actionRefused, actionRejected, actionAnswered, actionHandedOn, actionWithheld, actionFailed, actionUnshared:
+	switch {
+	case i.Action == actionRefused, i.Action == actionRejected, i.Action == actionAnswered, i.Action == actionFailed,
+		i.Action == actionHandedOn, i.Action == actionWithheld, i.Action == actionUnshared,
+		i.Action == actionStarted, i.Action == actionChanged && i.Limit < i.PrevLimit:
 		level = slog.LevelInfo
 	}
 	if !h.enabled(i.Context, level) {
@@ -331,6 +338,9 @@ func (h slogHooks) policy(i PolicyInfo) {
 	}
 	var a slogAttrs
 	a.call(i.CallInfo, false)
+	if i.Scope != "" {
+		a.add(slog.String("scope", i.Scope))
+	}
 	a.add(slog.String("policy", i.Policy))
 	a.add(slog.String("action", i.Action))
 	if i.Wait > 0 {
@@ -338,6 +348,15 @@ func (h slogHooks) policy(i PolicyInfo) {
 	}
 	if i.SharedCallID != 0 {
 		a.add(slog.Uint64("shared_call_id", i.SharedCallID))
+	}
+	if i.Limit > 0 {
+		a.add(slog.Int("limit", i.Limit))
+	}
+	if i.PrevLimit > 0 {
+		a.add(slog.Int("prev_limit", i.PrevLimit))
+	}
+	if i.Why != "" {
+		a.add(slog.String("why", i.Why))
 	}
 	a.err(i.Err)
 	h.log(i.Context, level, "retryfuse: "+i.Policy+" "+i.Action, &a)

@@ -237,6 +237,26 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 	assertRecords(t, slogRecords(t, &buf), want)
 }
 
+func TestSlogHooksLoadEvents(t *testing.T) {
+	var buf bytes.Buffer
+	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
+	ci := CallInfo{CallID: 9, Attempt: 1, Method: "GET", URL: "http://x/", Elapsed: time.Millisecond}
+	throttled := &throttledError{scope: "http://x:80", share: 0.42}
+	h.Policy(PolicyInfo{CallInfo: CallInfo{CallID: 9, Method: "GET", URL: "http://x/"}, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttled})
+	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 12, PrevLimit: 9, Why: "growth"}) // debug: dropped
+	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 9, PrevLimit: 13, Why: "latency"})
+	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "slow_start", Action: "started", Wait: time.Second, Limit: 1, Why: "breaker_closed"})
+	call := []any{"call_id", 9, "attempt", 1, "method", "GET", "url", "http://x/", "elapsed", time.Millisecond, "scope", "http://x:80"}
+	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
+	want := []map[string]any{
+		rec("INFO", "retryfuse: throttle rejected", "call_id", 9, "attempt", 0, "method", "GET", "url", "http://x/", "elapsed", 0, "scope", "http://x:80",
+			"policy", "throttle", "action", "rejected", "error", throttled.Error()),
+		rec("INFO", "retryfuse: adaptive_limit changed", with("policy", "adaptive_limit", "action", "changed", "limit", 9, "prev_limit", 13, "why", "latency")...),
+		rec("INFO", "retryfuse: slow_start started", with("policy", "slow_start", "action", "started", "wait", time.Second, "limit", 1, "why", "breaker_closed")...),
+	}
+	assertRecords(t, slogRecords(t, &buf), want)
+}
+
 func TestSlogHooksBreakerChange(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))

@@ -30,11 +30,13 @@ import (
 // ErrInvalidPolicy.
 //
 // Besides retrying, a Transport can hedge requests, limit the attempts in
-// flight (bulkhead) and their rate per dependency, share identical reads,
-// and fall back to an answer of the caller's. The order of these policies
-// is fixed, outermost first: Fallback, single flight, retry, hedge,
-// circuit breaker, rate limiter, bulkhead, per-attempt timeout. Each
-// refusal matches ErrDeclined.
+// flight (bulkhead, a number or a learnt limit) and their rate per
+// dependency, throttle new calls to a dependency that rejects most of
+// them, ramp admission up after recovery, share identical reads, and fall
+// back to an answer of the caller's. The order of these policies is fixed,
+// outermost first: Fallback, single flight, throttle, retry, hedge,
+// circuit breaker, rate limiter, bulkhead (slow start within it),
+// per-attempt timeout. Each refusal matches ErrDeclined.
 //
 // A Transport is safe for concurrent use by multiple goroutines.
 type Transport struct {
@@ -176,16 +178,19 @@ type Transport struct {
 	Scope func(*http.Request) string
 
 	// MaxScopes bounds the scopes whose state the Transport keeps: each
-	// scope's budget (unless Budget is shared), rate limiter, bulkhead and
-	// latency estimate, in one record per scope (the breaker has its own
-	// bound, BreakerSettings.MaxScopes). When it is reached, the record of
-	// a scope with no attempt in flight is dropped to make room (one with
-	// nothing to forget first), and that scope starts afresh when it
-	// returns. A scope with attempts in flight or queued is never dropped,
-	// so while every scope is busy the records may exceed the bound by as
-	// many scopes. Zero means 1024. It is refused with a Budget when neither
-	// MaxInFlight, RateLimit nor MaxHedges keeps limits per scope: nothing
-	// is then kept per scope to bound.
+	// scope's budget (unless Budget is shared), rate limiter, bulkhead (its
+	// learnt limit, its slow start), throttle and latency estimate, in one
+	// record per scope (the breaker has its own bound,
+	// BreakerSettings.MaxScopes). When it is reached, the record of a scope
+	// with no attempt in flight is dropped to make room (one with nothing
+	// to forget first: no token owed to its rate limiter, no rejection in
+	// its throttle), and that scope starts afresh when it returns. A scope
+	// with attempts in flight or queued is never dropped, so while every
+	// scope is busy the records may exceed the bound by as many scopes.
+	// Zero means 1024. It is refused with a Budget and DisableThrottle when
+	// neither MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges nor a
+	// Breaker keeps state per scope: nothing is then kept per scope to
+	// bound.
 	MaxScopes int
 
 	// MaxHedges, when above zero, hedges requests for tail latency: when
@@ -243,13 +248,40 @@ type Transport struct {
 	// MaxLimitWait and never past the caller's deadline; when the queue is
 	// full (MaxQueued) or the wait runs out, the attempt is not sent, and
 	// the call gets a *BulkheadFullError (or, after earlier attempts, its
-	// last result). Zero means no bulkhead.
+	// last result). Zero means no bulkhead. With AdaptiveInFlight it is
+	// the ceiling of the learnt limit instead.
 	MaxInFlight int
 
+	// AdaptiveInFlight, when true, learns each scope's bulkhead limit
+	// rather than taking it from MaxInFlight: the attempts in flight the
+	// dependency takes without queueing, between MinInFlight and
+	// MaxInFlight (1000 when zero). It starts at 4 and doubles while the
+	// fastest tenth of the answers stays at its unloaded level, then grows
+	// by one a window (a tenth of a second or more), holds while that tenth
+	// is up to 1.2 times the unloaded level, and is cut in proportion
+	// beyond, or by a tenth on overload signals (429, 503, timeouts, lost
+	// connections) from the attempts sent with the most in flight (see the
+	// README's "Load"). Attempts over it wait in the scope's queue (a
+	// quarter of the limit, for a quarter of the unloaded latency, never
+	// past the caller's deadline less that latency; MaxQueued and
+	// MaxLimitWait, when set, instead), or are refused with a
+	// *BulkheadFullError (Learnt) matching ErrDeclined. Retries and hedges
+	// pass it too. Changes are reported (Hooks.Policy, "adaptive_limit").
+	// Off by default: a learnt limit refuses work that a dependency would
+	// have queued and served within the callers' deadlines (a burst).
+	AdaptiveInFlight bool
+
+	// MinInFlight is the floor of the learnt limit: it is never cut below
+	// it. Zero means 2 (or MaxInFlight when that is lower). It is refused
+	// without AdaptiveInFlight, and above MaxInFlight.
+	MinInFlight int
+
 	// MaxQueued bounds the attempts waiting for a slot of a scope's
-	// bulkhead. Zero means none wait: a full bulkhead rejects at once. It
-	// is refused without MaxInFlight, and with a negative MaxLimitWait
-	// (no attempt would wait in the queue).
+	// bulkhead. Zero means none wait: a full bulkhead rejects at once;
+	// with AdaptiveInFlight, zero means a quarter of the learnt limit
+	// (four times it while the limit still doubles). It is
+	// refused without MaxInFlight or AdaptiveInFlight, and with a
+	// negative MaxLimitWait (no attempt would wait in the queue).
 	MaxQueued int
 
 	// RateLimit, when above zero, is the rate limiter of each scope: at
@@ -268,13 +300,50 @@ type Transport struct {
 	RateBurst int
 
 	// MaxLimitWait bounds the wait of an attempt for the bulkhead's queue
-	// or the rate limiter. Zero means one second; a negative value means
+	// or the rate limiter. Zero means one second (with AdaptiveInFlight, a
+	// quarter of the scope's unloaded latency in the queue); a negative value means
 	// no waiting: an attempt is admitted at once or refused. The rate
 	// limiter refuses at once an attempt that would have to wait past
 	// the caller's deadline; a queued attempt whose caller's context ends
 	// first gets that context's error, as any wait of the call does. It is
-	// refused without a RateLimit or a MaxQueued: nothing else waits.
+	// refused without a RateLimit, a MaxQueued or AdaptiveInFlight:
+	// nothing else waits.
 	MaxLimitWait time.Duration
+
+	// ThrottleRatio is K of the throttle of new calls, which is on unless
+	// DisableThrottle: when a scope's dependency has rejected most of what
+	// it was sent over the last ThrottleWindow (a 429, a 503, or no answer),
+	// a share of new calls, (requests − K·accepts) / (calls + 1) and at most
+	// 90%, is refused before anything is sent with an error matching
+	// ErrThrottled (and ErrDeclined), so that what reaches it, retries
+	// included, stays about K times what it accepts. Nothing is refused
+	// while it accepts 1/K of what it is sent, nor before 5 rejections;
+	// once it accepts 3 attempts in a row over a tenth of a second, the
+	// rejections are forgotten. A refusal counts as a request, is reported
+	// (Hooks.Policy, "throttle"), and never reaches the Breaker. Zero means
+	// 1.4; below 1, NaN or infinite is refused, as is any value with
+	// DisableThrottle. It is on by default because it refuses nothing a
+	// healthy dependency would serve.
+	ThrottleRatio float64
+
+	// ThrottleWindow is how long the throttle remembers requests, in
+	// twenty buckets. Zero means 2s; a negative or shorter than 20ns
+	// window is refused, as is any with DisableThrottle.
+	ThrottleWindow time.Duration
+
+	// DisableThrottle turns the throttle of new calls off.
+	DisableThrottle bool
+
+	// SlowStart is the window over which admission ramps up after a
+	// scope's Breaker closes (one this Transport's calls saw close), and
+	// after its learnt limit rises from its floor: the attempts admitted at
+	// once start from the Breaker's MaxProbes (or the floor), double every
+	// tenth of the window and grow by one per success, whichever is lower,
+	// under the bulkhead's limit; the rest wait or are refused as for the
+	// bulkhead (a *BulkheadFullError with SlowStart set). Reported through
+	// Hooks.Policy ("slow_start"). Zero means one second; negative, or
+	// set without a Breaker or AdaptiveInFlight, is refused.
+	SlowStart time.Duration
 
 	// Fallback, when set, may answer for a call that failed all the way:
 	// an error (a refusal included: budget, breaker, bulkhead, rate

@@ -260,6 +260,28 @@ func BenchmarkGET(b *testing.B) {
 	interleaved(b, srv, cs, func(i int) *http.Request { return reqs[i] }, http.StatusOK)
 }
 
+// BenchmarkGETLoadControls compares what the controls of load cost a GET
+// that succeeds: retryfuse without them (DisableThrottle), with its
+// defaults (the throttle) and with AdaptiveInFlight, interleaved, beside
+// bare net/http.
+func BenchmarkGETLoadControls(b *testing.B) {
+	srv := newServer(b)
+	mk := func(name string, tr *retryfuse.Transport) client {
+		base := cleanhttp.DefaultPooledTransport()
+		tr.Base = base
+		return client{name, &http.Client{Transport: tr}, base}
+	}
+	cs := []client{bareClient(),
+		mk("retryfuse-nothrottle", &retryfuse.Transport{DisableThrottle: true}),
+		mk("retryfuse", &retryfuse.Transport{}),
+		mk("retryfuse-adaptive", &retryfuse.Transport{AdaptiveInFlight: true})}
+	reqs := make([]*http.Request, len(cs))
+	for i := range reqs {
+		reqs[i], _ = http.NewRequest(http.MethodGet, srv.URL, nil)
+	}
+	interleaved(b, srv, cs, func(i int) *http.Request { return reqs[i] }, http.StatusOK)
+}
+
 // BenchmarkKeyedPOST compares a keyed POST of 16 KiB answered 201 through
 // bare net/http and retryfuse, without and with a MemoryLedger,
 // interleaved. Every call has a key of its own.

@@ -12,7 +12,11 @@
 // with a slow tail (retryfuse beside failsafe-go's hedge policy); the script
 // ./hedge runs it. middleware_test.go serves a small handler over
 // loopback bare and behind the idempotency middleware and compares the
-// two, interleaved call by call; the script ./middleware runs it. The
+// two, interleaved call by call; the script ./middleware runs it.
+// overload_test.go offers dependencies more than they take
+// (a queue of workers, a quota answering 429, an outage and its return)
+// through retryfuse's controls of load beside failsafe-go's adaptive
+// limiter and adaptive throttler; the script ./overload runs it. The
 // results are in the repository's BENCHMARKS.md. This module is never
 // tagged.
 package bench

@@ -7,6 +7,7 @@ require (
 	github.com/hashicorp/go-cleanhttp v0.5.2
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/retryfuse/retryfuse v0.1.0
+	golang.org/x/time v0.16.0
 )
 
 require (

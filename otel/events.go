@@ -215,11 +215,23 @@ func policyEvent(i retryfuse.PolicyInfo) {
 	}
 	a.add(keyPolicy.String(i.Policy))
 	a.add(keyAction.String(i.Action))
+	if i.Scope != "" {
+		a.add(keyPolicyScope.String(i.Scope))
+	}
 	if i.Wait > 0 {
 		a.add(keyWait.Float64(i.Wait.Seconds()))
 	}
 	if i.SharedCallID != 0 {
 		a.add(keySharedCall.Int64(int64(min(i.SharedCallID, math.MaxInt64))))
+	}
+	if i.Limit > 0 {
+		a.add(keyLimit.Int(i.Limit))
+	}
+	if i.PrevLimit > 0 {
+		a.add(keyPrevLimit.Int(i.PrevLimit))
+	}
+	if i.Why != "" {
+		a.add(keyWhy.String(i.Why))
 	}
 	if i.Err != nil {
 		a.add(keyReason.String(retryfuse.ReasonName(i.Err)))

@@ -58,6 +58,7 @@ type instruments struct {
 	breakerVersion     metric.Int64Gauge
 	evidenceUnavail    metric.Int64Counter
 	policyActions      metric.Int64Counter
+	learntLimit        metric.Int64Gauge
 }
 
 // NewHooks returns Hooks that record retryfuse's metrics and add an event
@@ -97,7 +98,7 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 	ins.hiddenResends = counter("retryfuse.hidden_resends", "{resend}", "Requests the base transport re-sent by itself within one attempt.")
 	ins.breakerTransitions = counter("retryfuse.breaker.transitions", "{transition}", "Breaker state changes, by scope.")
 	ins.evidenceUnavail = counter("retryfuse.evidence_unavailable", "{event}", "Fail-safes applied because a budget or ledger could not answer.")
-	ins.policyActions = counter("retryfuse.policy.actions", "{event}", "Actions of the hedge, bulkhead, rate limiter, fallback and single flight, by policy and action.")
+	ins.policyActions = counter("retryfuse.policy.actions", "{event}", "Actions of the hedge, bulkhead, rate limiter, throttle, learnt limit, slow start, fallback and single flight, by policy and action.")
 	var err error
 	ins.attemptDuration, err = m.Float64Histogram("retryfuse.attempt.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of one attempt, until its response headers or its error."),
@@ -112,6 +113,9 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 	errs = append(errs, err)
 	ins.breakerVersion, err = m.Int64Gauge("retryfuse.breaker.settings.version", metric.WithUnit("1"),
 		metric.WithDescription("The version of the breaker settings a scope was last reported under."))
+	errs = append(errs, err)
+	ins.learntLimit, err = m.Int64Gauge("retryfuse.adaptive_limit", metric.WithUnit("{attempt}"),
+		metric.WithDescription("The attempts in flight a scope's learnt limit admits (AdaptiveInFlight), as it changes."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return retryfuse.Hooks{}, fmt.Errorf("retryfuseotel: creating instruments: %w", err)
@@ -151,6 +155,10 @@ const (
 	keyState       = attribute.Key("retryfuse.breaker.state")
 	keyPolicy      = attribute.Key("retryfuse.policy")
 	keyAction      = attribute.Key("retryfuse.policy.action")
+	keyPolicyScope = attribute.Key("retryfuse.policy.scope")
+	keyLimit       = attribute.Key("retryfuse.policy.limit")
+	keyPrevLimit   = attribute.Key("retryfuse.policy.limit.previous")
+	keyWhy         = attribute.Key("retryfuse.policy.why")
 )
 
 // ctxOf is the context to record a measurement with: the request's, so that
@@ -260,8 +268,14 @@ func (ins *instruments) evidenceUnavailable(i retryfuse.EvidenceUnavailableInfo)
 }
 
 // policy counts an action of the hedge, the bulkhead, the rate limiter,
-// the fallback or single flight, and adds it to the call's span.
+// the throttle, the learnt limit, slow start, the fallback or single
+// flight, and adds it to the call's span; a learnt limit's change is also
+// the scope's gauge.
 func (ins *instruments) policy(i retryfuse.PolicyInfo) {
 	policyEvent(i)
-	ins.policyActions.Add(ctxOf(i.CallInfo), 1, metric.WithAttributes(method(i.Method), keyPolicy.String(i.Policy), keyAction.String(i.Action)))
+	ctx := ctxOf(i.CallInfo)
+	ins.policyActions.Add(ctx, 1, metric.WithAttributes(method(i.Method), keyPolicy.String(i.Policy), keyAction.String(i.Action)))
+	if i.Policy == "adaptive_limit" && i.Action == "changed" {
+		ins.learntLimit.Record(ctx, int64(i.Limit), metric.WithAttributes(keyPolicyScope.String(i.Scope)))
+	}
 }

@@ -343,6 +343,27 @@ func TestHooksDirectEvents(t *testing.T) {
 	})
 }
 
+func TestHooksLoadEvents(t *testing.T) {
+	h := newHarness(t)
+	ctx, span := h.tp.Tracer("test").Start(context.Background(), "call")
+	ci := retryfuse.CallInfo{Context: ctx, CallID: 3, Attempt: 1, Method: "GET", URL: "http://x/"}
+	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: retryfuse.ErrThrottled})
+	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 9, PrevLimit: 13, Why: "latency"})
+	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "slow_start", Action: "started", Wait: time.Second, Limit: 1, Why: "breaker_closed"})
+	span.End()
+	assertEvents(t, events(t, h.spans.Ended()[0]), []string{
+		"retryfuse.policy{retryfuse.attempt.number=1,retryfuse.policy.action=rejected,retryfuse.policy.scope=http://x:80,retryfuse.policy=throttle,retryfuse.reason=throttled}",
+		"retryfuse.policy{retryfuse.attempt.number=1,retryfuse.policy.action=changed,retryfuse.policy.limit.previous=13,retryfuse.policy.limit=9,retryfuse.policy.scope=http://x:80,retryfuse.policy.why=latency,retryfuse.policy=adaptive_limit}",
+		"retryfuse.policy{retryfuse.attempt.number=1,retryfuse.policy.action=started,retryfuse.policy.limit=1,retryfuse.policy.scope=http://x:80,retryfuse.policy.wait=1,retryfuse.policy.why=breaker_closed,retryfuse.policy=slow_start}",
+	})
+	assertLines(t, "metrics", h.metrics(), []string{
+		"retryfuse.policy.actions{http.request.method=GET,retryfuse.policy=throttle,retryfuse.policy.action=rejected} 1",
+		"retryfuse.policy.actions{http.request.method=GET,retryfuse.policy=adaptive_limit,retryfuse.policy.action=changed} 1",
+		"retryfuse.policy.actions{http.request.method=GET,retryfuse.policy=slow_start,retryfuse.policy.action=started} 1",
+		"retryfuse.adaptive_limit{retryfuse.policy.scope=http://x:80} 9",
+	})
+}
+
 func TestHooksBreakerChange(t *testing.T) {
 	closed, open, half := retryfuse.BreakerClosed, retryfuse.BreakerOpen, retryfuse.BreakerHalfOpen
 	h := newHarness(t)

@@ -61,6 +61,7 @@ type demoResults struct {
 	RetryAfter retryAfterResults
 	Brake      brakeResults
 	Tail       tailResults
+	Overload   overloadResults
 	Exactly    exactlyResults
 }
 
@@ -118,6 +119,9 @@ func measure(cfg demoConfig) (demoResults, error) {
 		return res, err
 	}
 	if res.Tail, err = runTail(srv, cfg.tailCalls); err != nil {
+		return res, err
+	}
+	if res.Overload, err = runOverload(srv); err != nil {
 		return res, err
 	}
 	if res.Exactly, err = runExactly(srv); err != nil {

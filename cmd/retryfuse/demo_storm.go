@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,13 +13,17 @@ import (
 
 // stormResults: many callers against a dependency that fails every request.
 type stormResults struct {
-	Callers      int
-	PlainSent    int64 // requests the dependency received from the plain loop
-	FuseSent     int64 // ... and from retryfuse
-	PlainGot503  int64 // callers that got the 503 back (the others, an error)
-	FuseGot503   int64
-	PlainElapsed time.Duration
-	FuseElapsed  time.Duration
+	Callers     int
+	PlainSent   int64 // requests the dependency received from the plain loop
+	FuseSent    int64 // ... and from retryfuse
+	PlainGot503 int64 // callers that got the 503 back (the others, an error)
+	FuseGot503  int64
+	// FuseThrottled are the callers the throttle refused before anything
+	// was sent (ErrThrottled): the dependency had rejected most of what
+	// it was sent. Callers that start after the first rejections meet it.
+	FuseThrottled int64
+	PlainElapsed  time.Duration
+	FuseElapsed   time.Duration
 	// FuseBudget is the retryfuse side's per-host ratio budget at the end.
 	FuseBudget retryfuse.BudgetSnapshot
 }
@@ -66,6 +71,9 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 			return
 		}
 		resp, err := client.Do(req)
+		if errors.Is(err, retryfuse.ErrThrottled) {
+			atomic.AddInt64(&res.FuseThrottled, 1)
+		}
 		got503(&res.FuseGot503, resp, err)
 	})
 	res.FuseSent = fuseDep.requests.Load()

@@ -24,9 +24,12 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.row("requests the dependency received", s.PlainSent, s.FuseSent)
 	t.row("requests per caller (amplification)", fmt.Sprintf("%.2f", s.PlainPerCaller()), fmt.Sprintf("%.2f", s.FusePerCaller()))
 	t.row("callers that got the 503 back", s.PlainGot503, s.FuseGot503)
+	t.row("callers refused before sending", 0, s.FuseThrottled)
 	t.row("time until every caller had an answer", dur(s.PlainElapsed), dur(s.FuseElapsed))
 	b := s.FuseBudget
-	t.note("retryfuse's per-host ratio budget (Snapshot): %d calls recorded (one first attempt each),", b.Requests)
+	t.note("retryfuse's throttle refuses new calls once the dependency has rejected most of what it was sent (ErrThrottled);")
+	t.note("the callers that start after the first 503s meet it, so how many it refuses depends on their timing")
+	t.note("retryfuse's per-host ratio budget (Snapshot): %d calls recorded (one first attempt each; not the refused),", b.Requests)
 	t.note("%d retries granted, %d retries refused, %.1f retries available now", b.Retries, b.Refused, b.Available)
 	t.note("retryfuse sent %d first attempts + %d retries = %d requests; the dependency counted %d of them",
 		b.Requests, b.Retries, b.Requests+b.Retries, s.FuseSent)
@@ -75,8 +78,21 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.note("retryfuse: MaxHedges 1, HedgeDelay %s; then HedgeQuantile %.2f: once the scope has 20 answers, the delay is their p95 (at most 20ms)", dur(tailHedgeDelay), tailQuantile)
 	t.note("each hedge takes a retry from the budget; the slower copy is cancelled and its connection closed")
 
+	o := r.Overload
+	t.section(fmt.Sprintf("6. Overload: %d workers × %s (%.0f/s), unbounded queue; offered 2× for %s, then 0.5× for %s",
+		overloadWorkers, dur(overloadService), overloadCapacity, dur(overloadFor), dur(overloadAfter)),
+		"plain loop", fmt.Sprintf("retryfuse MaxInFlight %d", overloadGuess), "retryfuse AdaptiveInFlight")
+	t.row("goodput during the overload (calls/s)", fmt.Sprintf("%.0f", o.Plain.Goodput), fmt.Sprintf("%.0f", o.Static.Goodput), fmt.Sprintf("%.0f", o.Adaptive.Goodput))
+	t.row("p99 of the calls that succeeded", dur(o.Plain.P99), dur(o.Static.P99), dur(o.Adaptive.P99))
+	t.row("requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
+	t.row("work done for callers who had gone", pct0(o.Plain.WastedShare()), pct0(o.Static.WastedShare()), pct0(o.Adaptive.WastedShare()))
+	t.row("calls refused locally, during / after", refusedPair(o.Plain), refusedPair(o.Static), refusedPair(o.Adaptive))
+	t.row("calls succeed again after the overload", back(o.Plain.Recovered), back(o.Static.Recovered), back(o.Adaptive.Recovered))
+	t.note("each side: %d attempts of at most %s within a %s deadline; retryfuse's learnt limit needs no number:", demoAttempts, dur(overloadAttempt), dur(overloadDeadline))
+	t.note("it keeps the workers busy without a queue in front of them, and refuses the rest at once (ErrDeclined)")
+
 	e := r.Exactly
-	t.section("6. Exactly once: the payment of section 2, with the Idempotency-Key middleware in front of the server")
+	t.section("7. Exactly once: the payment of section 2, with the Idempotency-Key middleware in front of the server")
 	t.row("times applied, behind the middleware", e.PlainApplied, e.FuseApplied)
 	t.row("what the caller got", e.PlainOutcome, e.FuseOutcome)
 	t.row("time until the caller had an answer", dur(e.PlainElapsed), dur(e.FuseElapsed))
@@ -87,6 +103,24 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.note("the middleware (package idempotency) runs a key's request once and answers a repeat with the stored response")
 	t.note("retryfuse (ServerHonoursKeys) repeated the uncertain write with the same key and body: %d attempts, its answer %s", e.FuseAttempts, replay)
 	return t.err
+}
+
+// pct0 prints a share as a whole percentage.
+func pct0(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+
+func refusedPair(s overloadSide) string {
+	return fmt.Sprintf("%.0f%% / %.1f%%", 100*s.Refused, 100*s.After)
+}
+
+// back prints how long after the overload calls succeeded again.
+func back(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "not within " + dur(overloadAfter)
+	case d == 0:
+		return "at once"
+	}
+	return "after " + dur(d)
 }
 
 func pct(f float64) string { return fmt.Sprintf("%+.1f%%", 100*f) }

@@ -34,19 +34,23 @@ func TestDemo(t *testing.T) {
 		assert.LessOrEqual(t, s.FusePerCaller(), 1.2, "retryfuse: requests per caller")
 		assert.Less(t, s.FusePerCaller(), s.PlainPerCaller(), "retryfuse against the plain loop: requests per caller")
 		assert.Greater(t, s.PlainPerCaller(), 2.0, "the plain loop retries every caller")
-		assert.Equal(t, uint64(s.Callers), s.FuseBudget.Requests, "budget snapshot: requests recorded")
+		// A call the throttle refuses is refused before the budget counts
+		// it: every caller is one or the other.
+		assert.Equal(t, uint64(s.Callers), s.FuseBudget.Requests+uint64(s.FuseThrottled), "budget snapshot: requests recorded, and the callers refused before sending")
+		assert.Equal(t, int64(s.Callers), s.FuseGot503+s.FuseThrottled, "callers that got the 503 back, and those refused before sending")
 		assert.LessOrEqual(t, s.FuseBudget.Retries, uint64(s.Callers/10+10), "budget snapshot: retries granted, at most 10% plus the reserve")
 		// An attempt that timed out before the server counted it was still
 		// made: the server's count can fall short of the attempts, never
 		// exceed them.
 		assert.LessOrEqual(t, uint64(s.FuseSent), s.FuseBudget.Requests+s.FuseBudget.Retries, "requests received against attempts made")
 		assertRow(t, out, "callers that got the 503 back", s.PlainGot503, s.FuseGot503)
+		assertRow(t, out, "callers refused before sending", 0, s.FuseThrottled)
 		assertRow(t, out, "requests the dependency received", s.PlainSent, s.FuseSent)
 		assertRow(t, out, "requests per caller (amplification)", fmt.Sprintf("%.2f", s.PlainPerCaller()), fmt.Sprintf("%.2f", s.FusePerCaller()))
 		// The Snapshot counts calls (first attempts) and retries apart; the
 		// dependency counts every request. The table says which is which.
 		b := s.FuseBudget
-		assertLine(t, out, fmt.Sprintf("(Snapshot): %d calls recorded (one first attempt each),", b.Requests))
+		assertLine(t, out, fmt.Sprintf("(Snapshot): %d calls recorded (one first attempt each; not the refused),", b.Requests))
 		assertLine(t, out, fmt.Sprintf("%d retries granted, %d retries refused,", b.Retries, b.Refused))
 		assertLine(t, out, fmt.Sprintf("retryfuse sent %d first attempts + %d retries = %d requests; the dependency counted %d of them",
 			b.Requests, b.Retries, b.Requests+b.Retries, s.FuseSent))
@@ -125,6 +129,24 @@ func TestDemo(t *testing.T) {
 		for name, side := range map[string]tailSide{"plain": h.Plain, "fixed": h.Fixed, "derived": h.Derived} {
 			assert.NotEqual(t, "0s", dur(side.P50), "%s: p50 printed as %s", name, side.P50)
 		}
+	})
+
+	t.Run("overload", func(t *testing.T) {
+		o := res.Overload
+		// The plain loop's queue outgrows the deadlines: most of the work
+		// is for callers who had gone, and it is still draining when the
+		// load falls. The learnt limit keeps the queue short.
+		assert.Greater(t, o.Plain.WastedShare(), 0.5, "plain loop: work done for callers who had gone")
+		assert.Less(t, o.Adaptive.WastedShare(), o.Plain.WastedShare()/5, "adaptive: work done for callers who had gone, against the plain loop's")
+		assert.Greater(t, o.Adaptive.Goodput, 2*o.Plain.Goodput, "goodput: adaptive against the plain loop")
+		assert.Greater(t, o.Plain.Received, o.Adaptive.Received, "requests received: the plain loop's retries against the adaptive side's refusals")
+		assert.Positive(t, o.Adaptive.Refused, "the adaptive side refuses what the dependency cannot take")
+		assert.Zero(t, o.Plain.Refused, "the plain loop refuses nothing")
+		assert.Equal(t, time.Duration(-1), o.Plain.Recovered, "the plain loop's calls still fail when the load falls")
+		assert.GreaterOrEqual(t, o.Adaptive.Recovered, time.Duration(0), "the adaptive side's calls succeed once the load falls")
+		assertRow(t, out, "requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
+		assertRow(t, out, "work done for callers who had gone", pct0(o.Plain.WastedShare()), pct0(o.Static.WastedShare()), pct0(o.Adaptive.WastedShare()))
+		assertRow(t, out, "calls succeed again after the overload", back(o.Plain.Recovered), back(o.Static.Recovered), back(o.Adaptive.Recovered))
 	})
 }
 

@@ -1,0 +1,123 @@
+package retryfuse
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
+)
+
+// This file is how a call meets the controls of load (DESIGN.md, "Load"):
+// the throttle admits a new call before its first attempt (throttle.go);
+// each attempt's outcome feeds the throttle and the learnt limit
+// (adaptive.go) as it leaves; and a scope's slow start begins when its
+// breaker closes or its learnt limit rises from its floor (slowstart.go).
+// Neither a refusal of these nor any of their counts reaches the breaker.
+
+// The names of PolicyInfo.Policy, PolicyInfo.Action and PolicyInfo.Why
+// for the controls of load.
+const (
+	policyThrottle      = "throttle"
+	policyAdaptiveLimit = "adaptive_limit"
+	policySlowStart     = "slow_start"
+
+	actionChanged = "changed"
+	actionStarted = "started"
+
+	whyBreakerClosed  = "breaker_closed"
+	whyLimitRecovered = "limit_recovered"
+)
+
+// admitCall asks the scope's throttle, if any, to admit the call: the gate
+// of new work, before the budget counts the call. A refusal is reported
+// and ends the call before anything is sent.
+func (c *call) admitCall() error {
+	if !c.p.throttle {
+		return nil
+	}
+	st, err := c.scopeRecord()
+	if err != nil {
+		return err
+	}
+	share := st.throttle.admit(c.p.clock, c.p.randN)
+	if share == 0 {
+		return nil
+	}
+	err = &throttledError{scope: st.name, share: share}
+	c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionRejected, Err: err})
+	c.giveUp(err, decide.Verdict{})
+	return err
+}
+
+// loadVerdict says what an attempt showed of the dependency's load:
+// whether it counts at all, and whether the dependency accepted it. A 429
+// or 503 and an attempt without an answer (a timeout, a connection
+// refused or lost) are rejected; any other answer is accepted. What the
+// caller cancelled, or a local error ended, does not count.
+func loadVerdict(a attempt) (counts, accepted bool) {
+	switch {
+	case a.ignored:
+		return false, false
+	case a.resp != nil:
+		code := a.resp.StatusCode
+		return true, code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable
+	case a.retryable || a.outcome == decide.OutcomeTimeout || a.outcome == decide.OutcomeUnknown:
+		return true, false
+	}
+	return false, false
+}
+
+// feedLoad frees an attempt's slot and tells the throttle and the learnt
+// limit what it showed.
+func (c *call) feedLoad(ps pass, a attempt) {
+	counts, accepted := loadVerdict(a)
+	now := c.p.clock.Now()
+	if ps.slot != nil {
+		ps.slot.releaseAt(now, counts && accepted)
+	}
+	st := c.st
+	if !counts || st == nil {
+		return
+	}
+	if st.throttle != nil {
+		st.throttle.record(now, ps.first, accepted)
+	}
+	if st.adaptive == nil || ps.slot == nil {
+		return
+	}
+	change, ok := st.adaptive.observe(now, ps.sent, ps.load, !accepted)
+	if !ok {
+		return
+	}
+	ps.slot.setLimit(change.to, change.learning, now)
+	if c.t.Hooks.Policy != nil {
+		c.reportPolicy(PolicyInfo{Policy: policyAdaptiveLimit, Action: actionChanged,
+			Limit: change.to, PrevLimit: change.from, Why: change.why})
+	}
+	if change.fromFloor {
+		c.startRamp(st, now, change.from, whyLimitRecovered)
+	}
+}
+
+// rampAfterClose starts the slow start of the call's scope after its
+// breaker closed, from the breaker's probes (or the learnt limit's floor,
+// when higher).
+func (c *call) rampAfterClose(change BreakerChangeInfo) {
+	st := c.limits()
+	if st == nil || st.bulkhead == nil {
+		return
+	}
+	c.startRamp(st, change.At, max(change.Settings.MaxProbes, c.p.minInFlight), whyBreakerClosed)
+}
+
+// startRamp starts the slow start of st at now from attempts from, and
+// reports it.
+func (c *call) startRamp(st *scopeRecord, now time.Time, from int, why string) {
+	if !st.bulkhead.startRamp(now, from, c.p.slowStart) {
+		return
+	}
+	if c.t.Hooks.Policy != nil {
+		c.reportPolicy(PolicyInfo{Policy: policySlowStart, Action: actionStarted,
+			Wait: c.p.slowStart, Limit: max(1, from), Why: why})
+	}
+}

@@ -1,0 +1,134 @@
+package retryfuse
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// Slow start (slowstart.go): the ramp's cap on its own, and in the
+// bulkhead.
+
+func TestRampDoublesEveryTenthOfItsWindowWhileAttemptsSucceed(t *testing.T) {
+	began := fixedStart
+	r := ramp{on: true, began: began, from: 2, acks: 1000, window: time.Second}
+	for _, tc := range []struct {
+		at   time.Duration
+		want int
+	}{{0, 2}, {50 * time.Millisecond, 2}, {100 * time.Millisecond, 4}, {200 * time.Millisecond, 8}, {500 * time.Millisecond, 64}} {
+		if got := r.capAt(began.Add(tc.at)); got != tc.want {
+			t.Errorf("cap at +%v: got %d, want %d", tc.at, got, tc.want)
+		}
+	}
+	if got := r.capAt(began.Add(time.Second)); got != noLimit || r.on {
+		t.Errorf("at the end of the window: cap %d, on %v; want no cap, and the ramp over", got, r.on)
+	}
+}
+
+func TestRampGrowsNoFasterThanAttemptsSucceed(t *testing.T) {
+	r := ramp{on: true, began: fixedStart, from: 2, window: time.Second}
+	if got := r.capAt(fixedStart.Add(500 * time.Millisecond)); got != 2 {
+		t.Errorf("cap after half the window without a success: got %d, want 2: elapsed time alone does not ramp", got)
+	}
+	r.acks = 5
+	if got := r.capAt(fixedStart.Add(500 * time.Millisecond)); got != 7 {
+		t.Errorf("cap after 5 successes: got %d, want 7: one more for each", got)
+	}
+}
+
+func TestRampRestartsWhenTheClockGoesBack(t *testing.T) {
+	r := ramp{on: true, began: fixedStart, from: 2, acks: 1000, window: time.Second}
+	back := fixedStart.Add(-time.Hour)
+	if got := r.capAt(back); got != 2 {
+		t.Errorf("cap after the clock went back: got %d, want the start, 2", got)
+	}
+	// It ends a window after that, not an hour and a window later.
+	if got := r.capAt(back.Add(time.Second)); got != noLimit || r.on {
+		t.Errorf("a window after the clock went back: cap %d, on %v; want the ramp over", got, r.on)
+	}
+}
+
+func TestBulkheadRampAdmitsWaitersAsAttemptsSucceed(t *testing.T) {
+	b := &bulkhead{limit: noLimit, maxQueue: 4}
+	now := fixedStart
+	if !b.startRamp(now, 1, time.Second) {
+		t.Fatal("the ramp did not start")
+	}
+	if b.startRamp(now, 1, time.Second) {
+		t.Error("a second ramp started over the first")
+	}
+	if _, ok := b.tryAcquireAt(now); !ok {
+		t.Fatal("the first attempt was refused")
+	}
+	if _, ok := b.tryAcquireAt(now); ok {
+		t.Fatal("a second attempt admitted at once: the ramp starts from one")
+	}
+	ch, ok := b.enqueue(now, time.Second)
+	if !ok {
+		t.Fatal("no room in the queue")
+	}
+	// The first succeeds, a tenth of the window later: the cap is two,
+	// and the waiter gets its slot.
+	b.releaseAt(now.Add(100*time.Millisecond), true)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the waiter got no slot once an attempt succeeded and the ramp allowed two")
+	}
+	if allowed, limit := b.limits(now.Add(100 * time.Millisecond)); allowed != 2 || limit != noLimit {
+		t.Errorf("limits: got %d of %d, want 2 during the ramp", allowed, limit)
+	}
+	b.releaseAt(now.Add(time.Second), true)
+	if n, ok := b.tryAcquireAt(now.Add(time.Second)); !ok || n != 1 {
+		t.Errorf("after the window: got %d in flight, %v; want admitted", n, ok)
+	}
+}
+
+func TestBulkheadLearntLimitRefusesAStandingQueue(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	b := &bulkhead{limit: 4, maxQueue: -1} // a quarter of the limit: one waits
+	for range 4 {
+		b.tryAcquireAt(clk.Now())
+	}
+	ch, ok := b.enqueue(clk.Now(), 10*time.Millisecond)
+	if !ok {
+		t.Fatal("the first waiter found no room")
+	}
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond); ok {
+		t.Error("a second waiter joined a queue of one for a limit of 4")
+	}
+	// A slot frees: the waiter gets it, and the queue is empty again.
+	b.releaseAt(clk.Now(), true)
+	<-ch
+	b = &bulkhead{limit: 40, maxQueue: -1} // room for ten
+	for range 40 {
+		b.tryAcquireAt(clk.Now())
+	}
+	ch, ok = b.enqueue(clk.Now(), 10*time.Millisecond)
+	if !ok {
+		t.Fatal("a waiter found no room in an empty queue")
+	}
+	clk.Advance(20 * time.Millisecond)
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond); ok {
+		t.Error("a waiter joined a queue that has not been empty for twice the wait: it stands")
+	}
+	if !b.abandon(ch) {
+		t.Fatal("the first waiter had a slot")
+	}
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond); !ok {
+		t.Error("a waiter found no room in a queue that has just emptied")
+	}
+}
+
+func TestBulkheadWaitNeverExceedsItsBound(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	b := &bulkhead{limit: 1, maxQueue: 1}
+	b.tryAcquireAt(clk.Now())
+	waited, _, ok := b.acquire(context.Background(), clk, 30*time.Millisecond)
+	if ok || waited != 30*time.Millisecond {
+		t.Errorf("acquire: waited %v, got a slot %v; want 30ms and none", waited, ok)
+	}
+	if _, _, ok := b.acquire(context.Background(), clk, 0); ok {
+		t.Error("acquire without a wait: got a slot from a full bulkhead")
+	}
+}
