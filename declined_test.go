@@ -94,7 +94,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 			}
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			return err, srv.count() - throttleMinRejects
-		}, func(err error) bool { return errors.Is(err, ErrThrottled) }},
+		}, func(err error) bool { return errors.Is(err, errThrottled) }},
 
 		{"deadline before the retry", func(t *testing.T) (error, int) {
 			u := refusedURL(t)
@@ -239,7 +239,7 @@ func TestDeclinedSentinelsAndTypes(t *testing.T) {
 	declinedErrs := []error{
 		ErrBudgetExhausted, ErrCircuitOpen, &CircuitOpenError{Scope: "dep"},
 		&BulkheadFullError{Scope: "dep", MaxInFlight: 8}, &RateLimitError{Scope: "dep", RetryAfter: time.Second},
-		&BulkheadFullError{Scope: "dep", MaxInFlight: 3, Learnt: true}, ErrThrottled, &throttledError{scope: "dep", share: 0.5},
+		&BulkheadFullError{Scope: "dep", MaxInFlight: 3, Learnt: true}, errThrottled, &throttledError{scope: "dep", share: 0.5},
 		ErrDeadline, ErrDuplicateInFlight, ErrLedgerUnavailable,
 		&RetryError{Reason: ErrBudgetExhausted, Last: errors.New("connection refused"), Attempts: 1},
 		&url.Error{Op: "Get", URL: "http://dep", Err: &BulkheadFullError{Scope: "dep"}},

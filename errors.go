@@ -17,7 +17,7 @@ var (
 	// for a while: it refused to send, or to send again, or stopped
 	// waiting, on a limit that passes — ErrBudgetExhausted, ErrCircuitOpen
 	// (and *CircuitOpenError), *BulkheadFullError, *RateLimitError,
-	// ErrThrottled, ErrDeadline, and the ledger's ErrDuplicateInFlight and
+	// the throttle's refusal (ReasonName: throttled), ErrDeadline, and the ledger's ErrDuplicateInFlight and
 	// ErrLedgerUnavailable. The rule: an error matches ErrDeclined only if
 	// the same request, sent later (or elsewhere), may go through. It is not
 	// matched by the dependency's own failures (an error, or a retryable

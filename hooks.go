@@ -190,7 +190,7 @@ type GiveUpInfo struct {
 //	"rate_limit"      "waited": the attempt waited Wait for the limiter
 //	                  "rejected": the attempt was not sent (Err, a *RateLimitError)
 //	"throttle"        "rejected": the call was refused before anything was
-//	                  sent (Err matches ErrThrottled and says the share refused)
+//	                  sent (Err matches ErrDeclined, ReasonName throttled, and says the share refused)
 //	"adaptive_limit"  "changed": the scope's learnt limit went from PrevLimit
 //	                  to Limit; Why is "latency" (queueing shows in the
 //	                  latency), "overload" (the dependency shed or lost
@@ -282,7 +282,7 @@ var reasonNames = [...]struct {
 	{ErrCircuitOpen, "circuit_open"},
 	{errBulkheadFull, "bulkhead_full"},
 	{errRateLimited, "rate_limited"},
-	{ErrThrottled, "throttled"},
+	{errThrottled, "throttled"},
 	{ErrLedgerUnavailable, "ledger_unavailable"},
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},

@@ -105,8 +105,8 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	}
 	for i := range 10 {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
-		if !errors.Is(err, ErrThrottled) || !errors.Is(err, ErrDeclined) {
-			t.Fatalf("call %d after %d rejections: got %v, want an error matching ErrThrottled and ErrDeclined", i, throttleMinRejects, err)
+		if !errors.Is(err, errThrottled) || !errors.Is(err, ErrDeclined) {
+			t.Fatalf("call %d after %d rejections: got %v, want an error matching errThrottled and ErrDeclined", i, throttleMinRejects, err)
 		}
 		if !strings.Contains(err.Error(), "http://dep.test:80") || !strings.Contains(err.Error(), "% of new calls are refused") {
 			t.Errorf("error: %q, want it to name the scope and the share refused", err)
@@ -122,11 +122,11 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	if len(rejected) != 10 {
 		t.Fatalf("throttle events: got %d, want 10", len(rejected))
 	}
-	if i := rejected[0]; i.Scope != "http://dep.test:80" || i.CallID == 0 || !errors.Is(i.Err, ErrThrottled) {
+	if i := rejected[0]; i.Scope != "http://dep.test:80" || i.CallID == 0 || !errors.Is(i.Err, errThrottled) {
 		t.Errorf("event: scope %q, call %d, err %v; want the scope, the call's ID and the refusal", i.Scope, i.CallID, i.Err)
 	}
-	if n := gave.matching(ErrThrottled); n != 10 {
-		t.Errorf("GiveUp with ErrThrottled: got %d, want 10", n)
+	if n := gave.matching(errThrottled); n != 10 {
+		t.Errorf("GiveUp with errThrottled: got %d, want 10", n)
 	}
 	if got := ReasonName(rejected[0].Err); got != "throttled" {
 		t.Errorf("ReasonName: got %q, want throttled", got)

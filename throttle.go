@@ -197,12 +197,12 @@ func (t *throttle) advance(now time.Time) {
 	t.next = t.origin.Add(time.Duration(tick) * t.width).Add(t.width)
 }
 
-// ErrThrottled is matched by the error of a call that the throttle of its
+// errThrottled is matched by the error of a call that the throttle of its
 // scope refused before anything was sent (see Transport.ThrottleRatio).
 // It matches ErrDeclined.
-var ErrThrottled = declined("retryfuse: throttled")
+var errThrottled = declined("retryfuse: throttled")
 
-// throttledError is the error of a throttled call: ErrThrottled, with its
+// throttledError is the error of a throttled call: errThrottled, with its
 // scope and the share of new calls the throttle refused then.
 type throttledError struct {
 	scope string
@@ -214,4 +214,4 @@ func (e *throttledError) Error() string {
 		strconv.Itoa(int(e.share*100+0.5)) + "% of new calls are refused before they are sent"
 }
 
-func (e *throttledError) Unwrap() error { return ErrThrottled }
+func (e *throttledError) Unwrap() error { return errThrottled }

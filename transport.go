@@ -315,7 +315,7 @@ type Transport struct {
 	// it was sent over the last ThrottleWindow (a 429, a 503, or no answer),
 	// a share of new calls, (requests − K·accepts) / (calls + 1) and at most
 	// 90%, is refused before anything is sent with an error matching
-	// ErrThrottled (and ErrDeclined), so that what reaches it, retries
+	// ErrDeclined (ReasonName: throttled), so that what reaches it, retries
 	// included, stays about K times what it accepts. Nothing is refused
 	// while it accepts 1/K of what it is sent, nor before 5 rejections;
 	// once it accepts 3 attempts in a row over a tenth of a second, the

@@ -347,7 +347,7 @@ func TestHooksLoadEvents(t *testing.T) {
 	h := newHarness(t)
 	ctx, span := h.tp.Tracer("test").Start(context.Background(), "call")
 	ci := retryfuse.CallInfo{Context: ctx, CallID: 3, Attempt: 1, Method: "GET", URL: "http://x/"}
-	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: retryfuse.ErrThrottled})
+	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttledError(t)})
 	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 9, PrevLimit: 13, Why: "latency"})
 	h.hooks.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "slow_start", Action: "started", Wait: time.Second, Limit: 1, Why: "breaker_closed"})
 	span.End()
@@ -436,4 +436,35 @@ func TestHooksWithoutRecordingSpan(t *testing.T) {
 	if got := h.metrics(); len(got) == 0 {
 		t.Error("metrics: got none, want the attempts recorded")
 	}
+}
+
+// throttledError returns the error of a call that a Transport's throttle
+// refused: the dependency (a base that answers 503) rejected every call.
+func throttledError(t *testing.T) error {
+	t.Helper()
+	tr := &retryfuse.Transport{Base: unavailable{}, MaxAttempts: 1, Budget: retryfuse.UnlimitedBudget()}
+	for range 1000 {
+		req, err := http.NewRequest(http.MethodGet, "http://x/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+			continue
+		}
+		if retryfuse.ReasonName(err) == "throttled" {
+			return err
+		}
+	}
+	t.Fatal("the throttle never refused a call to a dependency that rejects every one")
+	return nil
+}
+
+// unavailable answers every request 503 at once.
+type unavailable struct{}
+
+func (unavailable) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+		Header: http.Header{}, Body: http.NoBody, Request: req}, nil
 }

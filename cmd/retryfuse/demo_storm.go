@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,7 @@ type stormResults struct {
 	PlainGot503 int64 // callers that got the 503 back (the others, an error)
 	FuseGot503  int64
 	// FuseThrottled are the callers the throttle refused before anything
-	// was sent (ErrThrottled): the dependency had rejected most of what
+	// was sent (ReasonName "throttled"): the dependency had rejected most of what
 	// it was sent. Callers that start after the first rejections meet it.
 	FuseThrottled int64
 	PlainElapsed  time.Duration
@@ -71,7 +70,7 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 			return
 		}
 		resp, err := client.Do(req)
-		if errors.Is(err, retryfuse.ErrThrottled) {
+		if retryfuse.ReasonName(err) == "throttled" {
 			atomic.AddInt64(&res.FuseThrottled, 1)
 		}
 		got503(&res.FuseGot503, resp, err)

@@ -27,7 +27,7 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.row("callers refused before sending", 0, s.FuseThrottled)
 	t.row("time until every caller had an answer", dur(s.PlainElapsed), dur(s.FuseElapsed))
 	b := s.FuseBudget
-	t.note("retryfuse's throttle refuses new calls once the dependency has rejected most of what it was sent (ErrThrottled);")
+	t.note("retryfuse's throttle refuses new calls once the dependency has rejected most of what it was sent (ErrDeclined, reason throttled);")
 	t.note("the callers that start after the first 503s meet it, so how many it refuses depends on their timing")
 	t.note("retryfuse's per-host ratio budget (Snapshot): %d calls recorded (one first attempt each; not the refused),", b.Requests)
 	t.note("%d retries granted, %d retries refused, %.1f retries available now", b.Retries, b.Refused, b.Available)
