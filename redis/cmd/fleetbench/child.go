@@ -64,6 +64,7 @@ func child(cfg config) error {
 	var unavailable, recovered atomic.Int64
 	tr := &retryfuse.Transport{
 		MaxAttempts: cfg.attempts, NewBudget: newBudget, InitialBackoff: time.Microsecond, MaxBackoff: time.Microsecond,
+		DisableThrottle: true, // the fleet's budgets alone bound what is sent
 		Hooks: retryfuse.Hooks{EvidenceUnavailable: func(i retryfuse.EvidenceUnavailableInfo) {
 			if errors.Is(i.Err, retryfuseredis.ErrRecovered) {
 				recovered.Add(1)

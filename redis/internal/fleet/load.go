@@ -123,6 +123,10 @@ func Load(o LoadOptions) (*LoadResult, error) {
 		MaxAttempts:       o.Client.MaxAttempts,
 		AttemptTimeout:    o.Client.AttemptTimeout,
 		ServerHonoursKeys: o.Client.Declared,
+		// The run tests the protocol of the key, as its budget ratio
+		// does: the throttle of new calls would refuse a share of them
+		// while Redis is down and the servers answer 503.
+		DisableThrottle: true,
 		Hooks: retryfuse.Hooks{
 			AttemptStart: func(retryfuse.AttemptStartInfo) { attempts.Add(1) },
 			Retry:        func(retryfuse.RetryInfo) { retries.Add(1) },
