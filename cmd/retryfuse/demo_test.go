@@ -133,6 +133,15 @@ func TestDemo(t *testing.T) {
 
 	t.Run("overload", func(t *testing.T) {
 		o := res.Overload
+		assertRow(t, out, "requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
+		if raceEnabled {
+			// The scenario's queue and deadlines are in wall-clock time,
+			// and the race detector slows the callers several times over
+			// against the dependency's timers: what it shows then is not
+			// what the demo shows. Its claims are checked without it (CI
+			// runs this test both ways: scripts/test).
+			t.Skip("the overload scenario's dynamics are asserted without the race detector")
+		}
 		// The plain loop's queue outgrows the deadlines: most of the work
 		// is for callers who had gone, and it is still draining when the
 		// load falls. The learnt limit keeps the queue short.
