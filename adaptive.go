@@ -129,7 +129,6 @@ type limitChange struct {
 	from, to  int
 	why       string
 	fromFloor bool // it rose from its floor
-	learning  bool // it still doubles
 }
 
 // current is the limit now.
@@ -140,9 +139,10 @@ func (l *adaptiveLimit) current() int {
 }
 
 // unloadedLatency is the scope's latency without queueing: the lowest
-// p10 of the recent windows; zero before the first window. learning says
-// that the limit still doubles (see queueBoundLocked).
-func (l *adaptiveLimit) unloadedLatency() (unloaded time.Duration, learning bool) {
+// p10 of the recent windows; zero before the first window has decided.
+// doubling says that the limit has not met a queue since it started, or
+// since it was at its floor.
+func (l *adaptiveLimit) unloadedLatency() (unloaded time.Duration, doubling bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.unloaded, l.limit < l.threshold
@@ -195,7 +195,7 @@ func (l *adaptiveLimit) observe(now, sent time.Time, inFlight int, shed bool) (l
 	why := l.decide()
 	l.resetWindow(now)
 	if now := int(l.limit); now != old {
-		return limitChange{from: old, to: now, why: why, fromFloor: atFloor && now > old, learning: l.limit < l.threshold}, true
+		return limitChange{from: old, to: now, why: why, fromFloor: atFloor && now > old}, true
 	}
 	return limitChange{}, false
 }

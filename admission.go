@@ -150,27 +150,34 @@ func (c *call) wouldRefuseHedge() error {
 // the limit waiting at most, as many slots free up in that time, so that a
 // slot that does not come by then is not coming soon, and a longer wait
 // would only add to the latency; and it leaves the attempt that latency
-// before the caller's deadline. While the limit still doubles (it has
-// not met a queue yet), the wait is MaxLimitWait's.
+// before the caller's deadline. While the limit doubles, before it first
+// meets a queue, the queue is wide (see queueBoundLocked) and the wait an
+// unloaded latency (before that is known, MaxLimitWait's): a burst then
+// waits for the limit to rise to it rather than being refused.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.p.clock.Now()
 	if load, ok := l.bulkhead.tryAcquireAt(now); ok {
 		return load, now, nil
 	}
-	maxWait := c.p.maxLimitWait
+	maxWait, wide := c.p.maxLimitWait, false
 	switch {
 	case hedge:
 		maxWait = -1
 	case l.adaptive != nil && maxWait > 0:
-		unloaded, learning := l.adaptive.unloadedLatency()
-		if c.p.learntWait == 0 && unloaded > 0 && !learning {
+		unloaded, doubling := l.adaptive.unloadedLatency()
+		wide = doubling
+		switch {
+		case c.p.learntWait != 0 || unloaded == 0:
+		case doubling:
+			maxWait = unloaded
+		default:
 			maxWait = unloaded / 4
 		}
 		if dl, ok := c.ctx.Deadline(); ok {
 			maxWait = min(maxWait, dl.Sub(now)-unloaded)
 		}
 	}
-	waited, load, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait)
+	waited, load, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait, wide)
 	if waited > 0 {
 		c.step() // time has passed
 	}

@@ -21,8 +21,7 @@ type bulkhead struct {
 	mu       sync.Mutex
 	inFlight int
 	limit    int             // MaxInFlight, the learnt limit, or noLimit
-	maxQueue int             // negative: a quarter of the limit may wait (four times it while learning), and no standing queue
-	learning bool            // the learnt limit still doubles: see queueBoundLocked
+	maxQueue int             // negative: a quarter of the limit may wait (four times it when wide), and no standing queue
 	queue    []chan struct{} // closed when the slot is handed over
 	drained  time.Time       // when the queue was last empty
 	ramp     ramp
@@ -42,15 +41,15 @@ func (b *bulkhead) allowedLocked(now time.Time) int {
 }
 
 // queueBoundLocked is the number of attempts that may wait. With a learnt
-// limit (maxQueue negative), a quarter of it; while it still doubles, four
-// times as many as it admits, so that a burst meets a queue and not a
-// refusal while the limit rises to it (as at the start, when the first
-// attempts also dial). b.mu is held.
-func (b *bulkhead) queueBoundLocked() int {
+// limit (maxQueue negative), a quarter of it; wide, while it doubles (at
+// the start, when the first attempts also dial), four times as many as it
+// admits, so that a burst meets a queue and not a refusal while the limit
+// rises to it. b.mu is held.
+func (b *bulkhead) queueBoundLocked(wide bool) int {
 	switch {
 	case b.maxQueue >= 0:
 		return b.maxQueue
-	case b.learning:
+	case wide:
 		return 4 * max(1, b.limit)
 	}
 	return max(1, b.limit/4)
@@ -98,10 +97,10 @@ func (b *bulkhead) idle() bool {
 
 // enqueue joins the queue, when it has room, and returns the channel
 // closed when a slot is handed over. With a learnt limit, the queue also
-// refuses while it stands: when it has not been empty for standing, the
-// attempts in it are not a burst that the slots will absorb, and a wait
-// would only add to every attempt's latency (CoDel's rule).
-func (b *bulkhead) enqueue(now time.Time, standing time.Duration) (chan struct{}, bool) {
+// refuses while it stands (unless wide): when it has not been empty for
+// standing, the attempts in it are not a burst that the slots will absorb,
+// and a wait would only add to every attempt's latency (CoDel's rule).
+func (b *bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (chan struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.inFlight < b.allowedLocked(now) && len(b.queue) == 0 {
@@ -110,13 +109,13 @@ func (b *bulkhead) enqueue(now time.Time, standing time.Duration) (chan struct{}
 		close(ch)
 		return ch, true
 	}
-	if len(b.queue) >= b.queueBoundLocked() {
+	if len(b.queue) >= b.queueBoundLocked(wide) {
 		return nil, false
 	}
 	switch {
 	case len(b.queue) == 0:
 		b.drained = now
-	case b.maxQueue < 0 && now.Sub(b.drained) > standing:
+	case b.maxQueue < 0 && !wide && now.Sub(b.drained) > standing:
 		return nil, false
 	}
 	ch := make(chan struct{})
@@ -154,12 +153,12 @@ func (b *bulkhead) releaseAt(now time.Time, acked bool) {
 	b.admitLocked(now)
 }
 
-// setLimit sets the limit to n, learning or not, and lets in the waiting
-// attempts it admits at now.
-func (b *bulkhead) setLimit(n int, learning bool, now time.Time) {
+// setLimit sets the limit to n and lets in the waiting attempts it
+// admits at now.
+func (b *bulkhead) setLimit(n int, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.limit, b.learning = n, learning
+	b.limit = n
 	b.admitLocked(now)
 }
 
@@ -176,10 +175,11 @@ func (b *bulkhead) admitLocked(now time.Time) {
 	}
 }
 
-// acquire takes a slot, waiting in the queue for at most maxWait (timed
-// on clk) and never after ctx is done. It returns how long it waited, the
+// acquire takes a slot, waiting in the queue (wide, see
+// queueBoundLocked) for at most maxWait (timed on clk) and never after ctx
+// is done. It returns how long it waited, the
 // attempts in flight once it took its slot, and false when it got none.
-func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration) (time.Duration, int, bool) {
+func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration, wide bool) (time.Duration, int, bool) {
 	now := clk.Now()
 	if n, ok := b.tryAcquireAt(now); ok {
 		return 0, n, true
@@ -187,7 +187,7 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 	if maxWait <= 0 || ctx.Err() != nil {
 		return 0, 0, false
 	}
-	ch, ok := b.enqueue(now, maxWait)
+	ch, ok := b.enqueue(now, maxWait, wide)
 	if !ok {
 		return 0, 0, false
 	}

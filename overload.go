@@ -89,7 +89,7 @@ func (c *call) feedLoad(ps pass, a attempt) {
 	if !ok {
 		return
 	}
-	ps.slot.setLimit(change.to, change.learning, now)
+	ps.slot.setLimit(change.to, now)
 	if c.t.Hooks.Policy != nil {
 		c.reportPolicy(PolicyInfo{Policy: policyAdaptiveLimit, Action: actionChanged,
 			Limit: change.to, PrevLimit: change.from, Why: change.why})

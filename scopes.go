@@ -109,9 +109,9 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 		st.adaptive = newAdaptiveLimit(p.minInFlight, p.maxInFlight)
 		maxQueue := p.maxQueued
 		if maxQueue == 0 {
-			maxQueue = -1 // a quarter of the learnt limit (four times it while learning), and no standing queue
+			maxQueue = -1 // a quarter of the learnt limit, and no standing queue
 		}
-		st.bulkhead = &bulkhead{limit: st.adaptive.current(), maxQueue: maxQueue, learning: true}
+		st.bulkhead = &bulkhead{limit: st.adaptive.current(), maxQueue: maxQueue}
 	case p.maxInFlight > 0:
 		st.bulkhead = &bulkhead{limit: p.maxInFlight, maxQueue: p.maxQueued}
 	case p.breaker != nil:

@@ -63,7 +63,7 @@ func TestBulkheadRampAdmitsWaitersAsAttemptsSucceed(t *testing.T) {
 	if _, ok := b.tryAcquireAt(now); ok {
 		t.Fatal("a second attempt admitted at once: the ramp starts from one")
 	}
-	ch, ok := b.enqueue(now, time.Second)
+	ch, ok := b.enqueue(now, time.Second, false)
 	if !ok {
 		t.Fatal("no room in the queue")
 	}
@@ -90,11 +90,11 @@ func TestBulkheadLearntLimitRefusesAStandingQueue(t *testing.T) {
 	for range 4 {
 		b.tryAcquireAt(clk.Now())
 	}
-	ch, ok := b.enqueue(clk.Now(), 10*time.Millisecond)
+	ch, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false)
 	if !ok {
 		t.Fatal("the first waiter found no room")
 	}
-	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond); ok {
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false); ok {
 		t.Error("a second waiter joined a queue of one for a limit of 4")
 	}
 	// A slot frees: the waiter gets it, and the queue is empty again.
@@ -104,18 +104,18 @@ func TestBulkheadLearntLimitRefusesAStandingQueue(t *testing.T) {
 	for range 40 {
 		b.tryAcquireAt(clk.Now())
 	}
-	ch, ok = b.enqueue(clk.Now(), 10*time.Millisecond)
+	ch, ok = b.enqueue(clk.Now(), 10*time.Millisecond, false)
 	if !ok {
 		t.Fatal("a waiter found no room in an empty queue")
 	}
 	clk.Advance(20 * time.Millisecond)
-	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond); ok {
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false); ok {
 		t.Error("a waiter joined a queue that has not been empty for twice the wait: it stands")
 	}
 	if !b.abandon(ch) {
 		t.Fatal("the first waiter had a slot")
 	}
-	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond); !ok {
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false); !ok {
 		t.Error("a waiter found no room in a queue that has just emptied")
 	}
 }
@@ -124,11 +124,11 @@ func TestBulkheadWaitNeverExceedsItsBound(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	b := &bulkhead{limit: 1, maxQueue: 1}
 	b.tryAcquireAt(clk.Now())
-	waited, _, ok := b.acquire(context.Background(), clk, 30*time.Millisecond)
+	waited, _, ok := b.acquire(context.Background(), clk, 30*time.Millisecond, false)
 	if ok || waited != 30*time.Millisecond {
 		t.Errorf("acquire: waited %v, got a slot %v; want 30ms and none", waited, ok)
 	}
-	if _, _, ok := b.acquire(context.Background(), clk, 0); ok {
+	if _, _, ok := b.acquire(context.Background(), clk, 0, false); ok {
 		t.Error("acquire without a wait: got a slot from a full bulkhead")
 	}
 }

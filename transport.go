@@ -279,7 +279,7 @@ type Transport struct {
 	// MaxQueued bounds the attempts waiting for a slot of a scope's
 	// bulkhead. Zero means none wait: a full bulkhead rejects at once;
 	// with AdaptiveInFlight, zero means a quarter of the learnt limit
-	// (four times it while the limit still doubles). It is
+	// (four times it while the limit doubles). It is
 	// refused without MaxInFlight or AdaptiveInFlight, and with a
 	// negative MaxLimitWait (no attempt would wait in the queue).
 	MaxQueued int
