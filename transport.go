@@ -1,7 +1,6 @@
 package retryfuse
 
 import (
-	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -450,65 +449,3 @@ type Transport struct {
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
-
-// base returns the RoundTripper that sends each attempt.
-func (t *Transport) base() http.RoundTripper {
-	t.setup()
-	return t.p.base
-}
-
-// CloseIdleConnections closes the idle connections of the base, when it
-// has such a method.
-func (t *Transport) CloseIdleConnections() {
-	type closeIdler interface{ CloseIdleConnections() }
-	if ci, ok := t.base().(closeIdler); ok {
-		ci.CloseIdleConnections()
-	}
-}
-
-// scopeOf names the dependency of req.
-func (p *policy) scopeOf(req *http.Request) string {
-	if p.scope != nil {
-		return p.scope(req)
-	}
-	return hostScope(req)
-}
-
-var errNilRequest = errors.New("retryfuse: nil Request")
-
-// RoundTrip implements http.RoundTripper. See Transport for what is
-// repeated and what is returned.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req == nil {
-		return nil, errNilRequest
-	}
-	t.setup()
-	if t.initErr != nil {
-		closeRequestBody(req)
-		return nil, t.initErr
-	}
-	var id uint64
-	if t.p.shareReads && shareable(req) {
-		sid, resp, err := t.shareRead(req)
-		if err != errNotShared {
-			return resp, err
-		}
-		id = sid // the call's events so far were under it
-	}
-	c := call{t: t, p: &t.p, req: req, w: new(wire)}
-	if t.Hooks.any() { // read as the hooks are, not frozen with the settings
-		// Only hooks report elapsed time and number the calls: a count
-		// that every call raised would be memory every core writes.
-		c.start = c.now()
-		c.id = t.calls.Add(1)
-	}
-	if id != 0 {
-		c.id = id
-	}
-	_, c.passThrough = req.Context().Value(ownerKey{}).(*Transport)
-	resp, err := c.run()
-	if c.p.fallback != nil {
-		return c.fallback(resp, err)
-	}
-	return resp, err
-}
