@@ -123,6 +123,13 @@ func TestDemo(t *testing.T) {
 
 	t.Run("overload", func(t *testing.T) {
 		o := res.Overload
+		assert.Zero(t, o.Plain.Refused, "the plain loop refuses nothing")
+		assertRow(t, out, "requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
+		assertRow(t, out, "work done for callers who had gone", pct0(o.Plain.WastedShare()), pct0(o.Static.WastedShare()), pct0(o.Adaptive.WastedShare()))
+		assertRow(t, out, "calls succeed again after the overload", back(o.Plain.Recovered), back(o.Static.Recovered), back(o.Adaptive.Recovered))
+		if raceEnabled {
+			return // the clients, slowed by the race detector, set the pace: the comparison below is not about them
+		}
 		// The plain loop's queue outgrows the deadlines: most of the work
 		// is for callers who had gone, and it is still draining when the
 		// load falls. The learnt limit keeps the queue short.
@@ -131,12 +138,8 @@ func TestDemo(t *testing.T) {
 		assert.Greater(t, o.Adaptive.Goodput, 2*o.Plain.Goodput, "goodput: adaptive against the plain loop")
 		assert.Greater(t, o.Plain.Received, o.Adaptive.Received, "requests received: the plain loop's retries against the adaptive side's refusals")
 		assert.Positive(t, o.Adaptive.Refused, "the adaptive side refuses what the dependency cannot take")
-		assert.Zero(t, o.Plain.Refused, "the plain loop refuses nothing")
 		assert.Equal(t, time.Duration(-1), o.Plain.Recovered, "the plain loop's calls still fail when the load falls")
 		assert.GreaterOrEqual(t, o.Adaptive.Recovered, time.Duration(0), "the adaptive side's calls succeed once the load falls")
-		assertRow(t, out, "requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
-		assertRow(t, out, "work done for callers who had gone", pct0(o.Plain.WastedShare()), pct0(o.Static.WastedShare()), pct0(o.Adaptive.WastedShare()))
-		assertRow(t, out, "calls succeed again after the overload", back(o.Plain.Recovered), back(o.Static.Recovered), back(o.Adaptive.Recovered))
 	})
 }
 
