@@ -14,7 +14,9 @@ func TestRun(t *testing.T) {
 		"learnt limit: 4 -> 8 (growth)",
 		"(latency)",
 		"(*BulkheadFullError, matches ErrDeclined: true)",
-		"requests at once, not the 40 callers'",
+		// The slowest answer is printed, not asserted: a wall-clock
+		// figure on a shared machine is no test.
+		"slowest answer: ",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
