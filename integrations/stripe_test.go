@@ -190,6 +190,27 @@ func TestStripeOwnRetriesOnTopMultiply(t *testing.T) {
 		}
 	})
 
+	// The same with the throttle of new calls on (the Transport's
+	// default): once the API has rejected five requests, stripe-go's own
+	// tries that reach the Transport are refused before they are sent, a
+	// share that grows as the rejections do. Over 20 creates, what reaches
+	// the API stays well below the 9 per create of the retries on top.
+	t.Run("load balancer 503, the throttle on", func(t *testing.T) {
+		var fx effects
+		base := stripeServer(t, &fx, stripeBalancer503)
+		tr := fast(t, &retryfuse.Transport{})
+		tr.DisableThrottle = false
+		sc := stripeClient(base, tr, stripe.DefaultMaxNetworkRetries)
+		const creates = 20
+		for range creates {
+			_, err := createCharge(t.Context(), sc)
+			require.Error(t, err)
+		}
+		t.Logf("requests at the API: %d for %d creates", fx.Requests(), creates)
+		assert.Less(t, fx.Requests(), creates*9/2, "requests at the API: at most half of the 9 per create without the throttle")
+		assert.Zero(t, fx.Applied())
+	})
+
 	// A 503 in Stripe's error shape is not retried by stripe-go (canRetry
 	// is false): only retryfuse's three attempts, whatever
 	// MaxNetworkRetries says.
