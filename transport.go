@@ -261,9 +261,10 @@ type Transport struct {
 	// beyond, or by a tenth on overload signals (429, 503, timeouts, lost
 	// connections) from the attempts sent with the most in flight (see the
 	// README's "Load"). Attempts over it wait in the scope's queue (a
-	// quarter of the limit, for a quarter of the unloaded latency, never
-	// past the caller's deadline less that latency; MaxQueued and
-	// MaxLimitWait, when set, instead), or are refused with a
+	// quarter of the limit, for a quarter of the unloaded latency; while it
+	// doubles, four times the limit, for that latency; never past the
+	// caller's deadline less that latency; MaxQueued and MaxLimitWait,
+	// when set, instead), or are refused with a
 	// *BulkheadFullError (Learnt) matching ErrDeclined. Retries and hedges
 	// pass it too. Changes are reported (Hooks.Policy, "adaptive_limit").
 	// Off by default: a learnt limit refuses work that a dependency would
