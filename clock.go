@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,7 +22,30 @@ type clock interface {
 // realClock is the wall clock.
 type realClock struct{}
 
-func (realClock) Now() time.Time { return time.Now() }
+// Now returns the current time. It reads only the monotonic clock, and
+// adds what it shows to a full reading of both clocks, taken again once
+// that reading is clockRebase old: time.Now reads the wall clock as well,
+// and on virtual machines each reading costs about as much as a gate's
+// whole work. The monotonic part is exact, so every duration and ordering
+// is; the wall part lags a step of the system's wall clock (an NTP
+// correction) by clockRebase at most, which is below what a Retry-After
+// date or a ledger's time to live can tell.
+func (realClock) Now() time.Time {
+	if b := clockBase.Load(); b != nil {
+		if d := time.Since(*b); d >= 0 && d < clockRebase {
+			return b.Add(d)
+		}
+	}
+	now := time.Now()
+	clockBase.Store(&now)
+	return now
+}
+
+// clockBase is the latest full reading of the clock; see realClock.Now.
+var clockBase atomic.Pointer[time.Time]
+
+// clockRebase is how long a full reading serves as the base of others.
+const clockRebase = time.Second
 
 func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	timer := time.NewTimer(d)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -66,3 +67,19 @@ func (c *fakeClock) Sleeps() []time.Duration {
 
 // install makes the clock tr's.
 func (c *fakeClock) install(tr *Transport) { setClock(tr, c.Now, c.Sleep) }
+
+func TestRealClockAgreesWithTimeNow(t *testing.T) {
+	var clk realClock
+	for range 1000 {
+		before := time.Now()
+		got := clk.Now()
+		after := time.Now()
+		if got.Before(before) || got.After(after) {
+			t.Fatalf("realClock.Now() = %v, not within [%v, %v]", got, before, after)
+		}
+		// The wall reading stays within the rebase interval of the wall clock's.
+		if d := got.Round(0).Sub(after.Round(0)); d > clockRebase || d < -clockRebase {
+			t.Fatalf("wall reading off by %v", d)
+		}
+	}
+}
