@@ -155,7 +155,7 @@ func (c *call) wouldRefuseHedge() error {
 // unloaded latency (before that is known, MaxLimitWait's): a burst then
 // waits for the limit to rise to it rather than being refused.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
-	now := c.p.clock.Now()
+	now := c.now()
 	if load, ok := l.bulkhead.tryAcquireAt(now); ok {
 		return load, now, nil
 	}

@@ -184,7 +184,9 @@ func (c *call) loop() (*http.Response, error) {
 		if err := c.req.Context().Err(); err != nil {
 			return c.stopBefore(err, err)
 		}
-		c.step()
+		if c.attempt > 0 {
+			c.step() // the first attempt takes the reading of the gates before it
+		}
 		ps, err := c.enter(false)
 		if err != nil {
 			return c.stopBefore(err, err)

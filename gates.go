@@ -26,6 +26,7 @@ func (c *call) recordRequest() error {
 		cb.b.recordRequestAt(c.now()) // the call's start: the step's reading
 	} else {
 		b.RecordRequest(c.budgetContext())
+		c.step() // a budget of another package may be remote: time has passed
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	}
 	c.ledgerKey = c.scopedKey()
 	cl, err := l.Begin(c.req.Context(), c.ledgerKey, fp)
+	c.step() // a ledger may be remote: time has passed
 	if err != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
 		return decide.KeyNone, nil, fmt.Errorf("%w: %w", ErrLedgerUnavailable, err)

@@ -71,7 +71,12 @@ func loadVerdict(a attempt) (counts, accepted bool) {
 // limit what it showed.
 func (c *call) feedLoad(ps pass, a attempt) {
 	counts, accepted := loadVerdict(a)
-	now := c.p.clock.Now()
+	var now time.Time
+	if counts {
+		now = c.now() // the attempt's end: finish began the step
+	} else {
+		now = c.p.clock.Now() // a refusal's or a lost branch's, whenever it is
+	}
 	if ps.slot != nil {
 		ps.slot.releaseAt(now, counts && accepted)
 	}

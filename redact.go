@@ -20,6 +20,9 @@ func redactURL(u *url.URL, params []string) string {
 	if u == nil {
 		return ""
 	}
+	if plainURL(u) {
+		return u.Scheme + "://" + u.Host + u.Path // what u.String() writes
+	}
 	v := *u
 	v.User = nil
 	v.Fragment, v.RawFragment = "", ""
@@ -47,4 +50,33 @@ func redactURL(u *url.URL, params []string) string {
 		}
 	}
 	return v.String()
+}
+
+// plainURL reports whether u has nothing to hide or escape: a scheme, a
+// host and a path (empty or absolute) of characters that String writes as
+// they are, and no user, query or fragment. Most requests' URLs are plain,
+// and writing one costs a concatenation rather than String's work.
+func plainURL(u *url.URL) bool {
+	if u.Scheme == "" || u.Host == "" || u.Opaque != "" || u.User != nil || u.RawPath != "" || u.OmitHost ||
+		u.ForceQuery || u.RawQuery != "" || u.Fragment != "" || u.RawFragment != "" ||
+		u.Path != "" && u.Path[0] != '/' {
+		return false
+	}
+	return plainChars(u.Scheme, "+") && plainChars(u.Host, ":") && plainChars(u.Path, "/")
+}
+
+// plainChars reports whether s holds only letters, digits, "-._~" and the
+// bytes of extra: characters that url.URL.String writes unescaped in the
+// part s is ("/" in a path, ":" in a host).
+func plainChars(s, extra string) bool {
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9',
+			b == '-', b == '.', b == '_', b == '~':
+		case strings.IndexByte(extra, b) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

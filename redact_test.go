@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"math/rand/v2"
 	"net/url"
 	"testing"
 )
@@ -41,5 +42,46 @@ func TestRedactURL(t *testing.T) {
 	}
 	if got := redactURL(nil, defaultRedactedQueryParams); got != "" {
 		t.Errorf("redactURL(nil) = %q, want empty", got)
+	}
+}
+
+// TestPlainURLWrittenAsStringWrites checks the shortcut for plain URLs
+// against url.URL.String over URLs made of every kind of character.
+func TestPlainURLWrittenAsStringWrites(t *testing.T) {
+	const alphabet = "aZ09-._~/:@?#%[] +!$&'()*,;=\x7f\xc3\xa9"
+	rng := rand.New(rand.NewPCG(1, 2))
+	part := func(n int) string {
+		b := make([]byte, rng.IntN(n+1))
+		for i := range b {
+			if rng.IntN(3) == 0 {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			} else {
+				b[i] = "abcxyz/"[rng.IntN(7)]
+			}
+		}
+		return string(b)
+	}
+	plain := 0
+	for range 200000 {
+		u := &url.URL{Scheme: []string{"http", "https", "h+s", ""}[rng.IntN(4)], Host: part(12), Path: part(16)}
+		if !plainURL(u) {
+			continue
+		}
+		plain++
+		if got, want := redactURL(u, nil), u.String(); got != want {
+			t.Fatalf("URL %#v written %q, String writes %q", *u, got, want)
+		}
+	}
+	if plain < 1000 {
+		t.Fatalf("only %d plain URLs made: the check checked little", plain)
+	}
+	for _, raw := range []string{"http://api.test/items", "https://api.test:8443/a/b-c_d.e~f", "http://api.test"} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !plainURL(u) || redactURL(u, nil) != raw {
+			t.Errorf("%s: plain %v, written %q", raw, plainURL(u), redactURL(u, nil))
+		}
 	}
 }
