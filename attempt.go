@@ -72,7 +72,6 @@ type flight struct {
 	cancel  context.CancelFunc // nil when nothing needs cancelling
 	timer   *time.Timer        // strikes at timeout
 	watched *bodyWatcher
-	closer  *cancelOnCloseR // for cancelOnClose, when it need not allocate one
 	began   time.Time
 }
 
@@ -82,7 +81,11 @@ type flight struct {
 func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io.ReadCloser, cancellable bool) {
 	p := c.p
 	*f = flight{trace: at, number: c.attempt, timeout: c.attemptTimeout()}
-	ctx = at.context(ctx, !p.tracing)
+	owner := c.t
+	if c.passThrough {
+		owner = nil // the Transport above marked it
+	}
+	ctx = at.context(ctx, owner, !p.tracing)
 	if f.timeout > 0 || cancellable {
 		ctx, f.cancel = context.WithCancel(ctx)
 	}
@@ -92,14 +95,13 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 	// The attempt's context is made cancellable for its timeout or its
 	// group, never for its re-sends alone: those are stopped without it
 	// (resend.go), and the default attempt allocates no context.
-	at.gate, at.cancel = c.resendGate(), f.cancel
+	at.w, at.cancel = c.resendGate(), f.cancel
 	if !c.copied {
 		// The first attempt's copy lives in the call. WithContext is
 		// inlined, and the copy it makes does not escape.
 		c.copied = true
 		c.w.first = *c.req.WithContext(ctx)
 		f.req = &c.w.first
-		f.closer = &c.w.firstCloser
 	} else {
 		f.req = c.req.WithContext(ctx)
 	}
@@ -146,7 +148,7 @@ func (f *flight) exchange(base http.RoundTripper) (*http.Response, error) {
 		case resp.Body == nil || resp.Body == http.NoBody:
 			f.cancel() // no body to read: the attempt is over, and nil or NoBody stays as it is
 		default:
-			resp.Body = cancelOnClose(resp.Body, f.cancel, f.closer)
+			resp.Body = cancelOnClose(resp.Body, f.cancel)
 		}
 	}
 	if resp == nil && err == nil {
@@ -263,17 +265,12 @@ func drain(resp *http.Response, limit int64) {
 // cancelOnClose wraps a response body so that closing it releases the
 // attempt's context, keeping the body readable until then. A body that is
 // also a writer (the connection of a 101 Switching Protocols response)
-// stays one. into, when not nil, is the wrapper to use for a body that is
-// not.
-func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc, into *cancelOnCloseR) io.ReadCloser {
+// stays one.
+func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
 	if rw, ok := body.(io.ReadWriteCloser); ok {
 		return &cancelOnCloseRW{ReadWriteCloser: rw, cancel: cancel}
 	}
-	if into == nil {
-		into = new(cancelOnCloseR)
-	}
-	*into = cancelOnCloseR{ReadCloser: body, cancel: cancel}
-	return into
+	return &cancelOnCloseR{ReadCloser: body, cancel: cancel}
 }
 
 type cancelOnCloseR struct {

@@ -20,7 +20,7 @@ type call struct {
 	t           *Transport
 	p           *policy
 	req         *http.Request
-	ctx         context.Context // the caller's context, marked as owned
+	ctx         context.Context // the caller's context
 	start       time.Time       // with hooks, when the call began
 	at          time.Time       // the clock's reading for the current step; see now
 	id          uint64
@@ -36,7 +36,7 @@ type call struct {
 	budget Budget
 	st     *scopeRecord // the scope's record; see scopeRecord
 	w      *wire        // what outlives the call; the rest of it stays on the stack
-	copied bool         // w.first and w.firstCloser are taken
+	copied bool         // w.first is taken
 
 	attempt  int // attempts made
 	resent   int // requests the base re-sent by itself within them
@@ -70,12 +70,14 @@ type call struct {
 // itself, which nothing keeps, can live on the stack: the memory a call
 // allocates is memory the cache has not seen, and costs more than the
 // instructions that fill it.
+//
+// It is kept within 512 bytes, the largest size class the runtime
+// allocates without a header of the object's layout; a test holds it there
+// (TestWireFitsItsSizeClass).
 type wire struct {
-	owned       ownedContext
-	trace       attemptTrace
-	first       http.Request   // the first attempt's copy of req
-	firstCloser cancelOnCloseR // the first attempt's response body, with AttemptTimeout
-	gate        resendGate     // admits the base's own re-sends; see resend.go
+	trace attemptTrace // the first attempt's, and its context
+	first http.Request // the first attempt's copy of req
+	gate  resendGate   // admits the base's own re-sends; see resend.go
 }
 
 // run reads the facts about the request, passes the gates that come before
@@ -131,7 +133,7 @@ func (c *call) run() (*http.Response, error) {
 
 // readFacts reads the method, the idempotency key (from the header, else
 // from the context, else generated when so configured) and whether the
-// body can be replayed, and marks the context as owned.
+// body can be replayed.
 func (c *call) readFacts() error {
 	req := c.req
 	c.method = req.Method
@@ -166,10 +168,6 @@ func (c *call) readFacts() error {
 	}
 	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
 	c.ctx = req.Context()
-	if !c.passThrough {
-		c.w.owned = ownedContext{Context: c.ctx, owner: c.t}
-		c.ctx = &c.w.owned
-	}
 	return nil
 }
 

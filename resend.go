@@ -66,31 +66,27 @@ const (
 
 // resendGate admits the base's re-sends across a call's attempts (the
 // branches of a hedged group among them, which run at once). It lives in
-// the call's wire.
+// the call's wire, and holds the count alone: an attempt's trace knows
+// its Transport (owner), and through it the policy and the budget.
 type resendGate struct {
-	p      *policy
-	spent  atomic.Int64  // attempts started or taken, and re-sends that went out
-	budget Budget        // nil when none is in force
-	req    *http.Request // the caller's: its context is the budget's
-	held   bool          // a hedge's attempt is taken, and not yet started (the call's goroutine only)
+	spent atomic.Int32 // attempts started or taken, and re-sends that went out
+	held  bool         // a hedge's attempt is taken, and not yet started (the call's goroutine only)
 }
 
-// resendGate returns the call's gate with the next attempt counted, or
-// nil when a Transport above owns the repeating (and the charging).
-func (c *call) resendGate() *resendGate {
+// resendGate counts the next attempt in the call's gate and returns the
+// wire that holds it, or nil when a Transport above owns the repeating
+// (and the charging).
+func (c *call) resendGate() *wire {
 	if c.passThrough {
 		return nil
 	}
 	g := &c.w.gate
-	if g.p == nil {
-		g.p, g.budget, g.req = c.p, c.budget, c.req
-	}
 	if g.held {
 		g.held = false // counted when it was taken
 	} else {
 		g.spent.Add(1)
 	}
-	return g
+	return c.w
 }
 
 // takeHedge takes the attempt of a hedge, when one is left under
@@ -102,7 +98,7 @@ func (c *call) takeHedge() bool {
 	g := &c.w.gate
 	for {
 		n := g.spent.Load()
-		if n >= int64(c.p.maxAttempts) {
+		if n >= int32(c.p.maxAttempts) {
 			return false
 		}
 		if g.spent.CompareAndSwap(n, n+1) {
@@ -122,7 +118,7 @@ func (c *call) giveBackHedge() {
 // unless it is a re-send that the attempt's share does not cover and that
 // is stopped.
 func (at *attemptTrace) gotConnection(info httptrace.GotConnInfo) {
-	if at.gate == nil || at.conns.Load() == 0 || at.resend(info) {
+	if at.w == nil || at.conns.Load() == 0 || at.resend(info) {
 		at.conns.Add(1) // the attempt's own connection, or a re-send that goes out
 	}
 }
@@ -130,18 +126,18 @@ func (at *attemptTrace) gotConnection(info httptrace.GotConnInfo) {
 // resend decides a re-send on the connection info reports: false when it
 // is stopped.
 func (at *attemptTrace) resend(info httptrace.GotConnInfo) bool {
-	g := at.gate
+	g, p := &at.w.gate, &at.owner.p
 	why := at.stop.Load()
 	if why == stopNone {
-		if why = g.admit(at); why == stopNone {
+		if why = at.admit(); why == stopNone {
 			return true
 		}
 	}
-	closes := g.p.tracing && exclusiveConn(g.p.base, info.Conn)
+	closes := p.tracing && exclusiveConn(p.base, info.Conn)
 	if !closes && at.cancel == nil {
 		// Nothing can stop it: it goes out, and is charged as before.
 		g.spent.Add(1)
-		if why == stopAttempts && g.budget != nil {
+		if why == stopAttempts {
 			at.allowRetry()
 		}
 		return true
@@ -159,28 +155,33 @@ func (at *attemptTrace) resend(info httptrace.GotConnInfo) bool {
 // admit takes one of the attempts left under MaxAttempts and a retry from
 // the budget for a re-send, and returns stopNone; or, taking nothing, why
 // not.
-func (g *resendGate) admit(at *attemptTrace) int32 {
+func (at *attemptTrace) admit() int32 {
+	g := &at.w.gate
 	for {
 		n := g.spent.Load()
-		if n >= int64(g.p.maxAttempts) {
+		if n >= int32(at.owner.p.maxAttempts) {
 			return stopAttempts
 		}
 		if g.spent.CompareAndSwap(n, n+1) {
 			break
 		}
 	}
-	if g.budget != nil && !at.allowRetry() {
+	if !at.allowRetry() {
 		g.spent.Add(-1)
 		return stopBudget
 	}
 	return stopNone
 }
 
-// allowRetry asks the budget for one retry. An error (the budget's answer
-// could not be established) is kept for the call to report once the
-// attempt is over, on its own goroutine.
+// allowRetry asks the call's budget for one retry. An error (the budget's
+// answer could not be established) is kept for the call to report once
+// the attempt is over, on its own goroutine.
 func (at *attemptTrace) allowRetry() bool {
-	ok, err := at.gate.budget.AllowRetry(at.gate.req.Context())
+	b := at.budget()
+	if b == nil {
+		return true
+	}
+	ok, err := b.AllowRetry(at.parent)
 	if err != nil {
 		e := &budgetError{err: err}
 		for {
@@ -191,6 +192,22 @@ func (at *attemptTrace) allowRetry() bool {
 		}
 	}
 	return ok
+}
+
+// budget returns the call's budget, as recordRequest found it: the
+// Transport's shared one, or that of the scope of the request (its first
+// attempt's copy, in the wire). Nil when its scope has no record (its
+// NewBudget failed; the call did not get this far then).
+func (at *attemptTrace) budget() Budget {
+	p := &at.owner.p
+	if p.budget != nil {
+		return p.budget
+	}
+	st, err := at.owner.scopes.find(&at.w.first, p)
+	if err != nil {
+		return nil
+	}
+	return st.budget
 }
 
 // budgetError is an error of the budget asked during an attempt, in a

@@ -6,6 +6,7 @@ import (
 	"net/http/httptrace"
 	"reflect"
 	"sync/atomic"
+	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
 )
@@ -18,81 +19,101 @@ import (
 // connection's buffer, and a large request may flush before them. So the
 // phase rests on GotConn alone, which fires once per connection obtained,
 // again on each re-send inside the base.
+//
+// The trace of a call's (or a hedged branch's) first attempt is also that
+// attempt's context, when there is no trace in the caller's to compose
+// with: it answers httptrace's key with first and ownerKey with owner,
+// and costs no allocation. The fields that answer (parent, owner, inCtx)
+// are set at the first attempt and never changed: net/http may ask the
+// context long after the attempt (a dial it finishes for the pool).
 type attemptTrace struct {
-	first   httptrace.ClientTrace // the first attempt's, kept here
-	firstCx tracedContext         // the context that carries first, when it can
-	used    bool                  // first is taken
-	asked   atomic.Int32          // GetConn calls: the base traces
-	conns   atomic.Int32          // GotConn calls: connections obtained and used (see resend.go)
-	stop    atomic.Int32          // why re-sends were stopped: stopNone, stopAttempts, stopBudget
-	getConn func(string)
-	gotConn func(httptrace.GotConnInfo)
+	parent context.Context       // the caller's context
+	owner  *Transport            // the owner of the repeating, marked in the attempts' contexts; nil to pass the mark of the one above
+	first  httptrace.ClientTrace // the first attempt's, kept here
+	asked  atomic.Int32          // GetConn calls: the base traces
+	conns  atomic.Int32          // GotConn calls: connections obtained and used (see resend.go)
+	stop   atomic.Int32          // why re-sends were stopped: stopNone, stopAttempts, stopBudget
+	used   bool                  // first is taken
+	inCtx  bool                  // the trace answers httptrace's key with first
 
 	// The attempt's share of the call's re-sends; see resend.go.
-	gate     *resendGate        // nil when the call does not charge re-sends
+	w        *wire              // nil when the call does not charge re-sends
 	cancel   context.CancelFunc // the attempt's, when its context is cancellable
 	evidence atomic.Pointer[budgetError]
 }
 
-// context resets the trace for a new attempt and returns ctx with it
-// installed. The ClientTrace is made anew each time because
-// httptrace.WithClientTrace composes it, in place, with a trace already in
-// ctx; gotConn, made once per call, is reused. A later attempt's
-// ClientTrace never reuses an earlier one's memory: net/http may still read
-// the earlier one after its attempt returned (the write loop reports
-// WroteRequest when a body it was still sending ends, after a response
-// that came first).
+// context resets the trace for a new attempt on ctx, the caller's, and
+// returns the attempt's context: ctx marked as owned by owner (unless nil)
+// and carrying the trace. The ClientTrace is made anew for each later
+// attempt because httptrace.WithClientTrace composes it, in place, with a
+// trace already in ctx. A later attempt's ClientTrace never reuses an
+// earlier one's memory: net/http may still read the earlier one after its
+// attempt returned (the write loop reports WroteRequest when a body it was
+// still sending ends, after a response that came first).
 //
 // askConn installs GetConn too, for a base not known to trace: whether it
 // asks for a connection tells whether it passes the trace on.
-func (at *attemptTrace) context(ctx context.Context, askConn bool) context.Context {
-	if at.gotConn == nil {
-		at.gotConn = func(info httptrace.GotConnInfo) { at.gotConnection(info) }
-	}
-	if askConn && at.getConn == nil {
-		at.getConn = func(string) { at.asked.Add(1) }
-	}
-	tr := &at.first
+func (at *attemptTrace) context(ctx context.Context, owner *Transport, askConn bool) context.Context {
 	if at.used {
 		// A later attempt: what the earlier left is reset, and its
-		// ClientTrace is new. The first attempt's trace is fresh memory,
-		// all zero: only its two hooks are set.
+		// ClientTrace is new. Its context is made as httptrace makes one:
+		// at answers for the first attempt's for good.
 		at.asked.Store(0)
 		at.conns.Store(0)
 		at.stop.Store(stopNone)
-		at.gate, at.cancel = nil, nil
+		at.w, at.cancel = nil, nil
 		at.evidence.Store(nil)
-		tr = &httptrace.ClientTrace{GetConn: at.getConn, GotConn: at.gotConn}
-	} else {
-		tr.GetConn, tr.GotConn = at.getConn, at.gotConn
+		// Its hooks are made anew too: first's may have been composed
+		// with the caller's trace, which composes with tr below.
+		tr := &httptrace.ClientTrace{}
+		at.hook(tr, askConn)
+		if owner != nil {
+			ctx = &ownedContext{Context: ctx, owner: owner}
+		}
+		return httptrace.WithClientTrace(ctx, tr)
 	}
-	if !at.used && clientTraceKey != nil && httptrace.ContextClientTrace(ctx) == nil {
-		// Nothing to compose with: the first attempt's context answers
-		// for the trace itself, and costs no allocation.
-		at.used = true
-		at.firstCx = tracedContext{Context: ctx, trace: tr}
-		return &at.firstCx
-	}
+	// The first attempt's trace is fresh memory, all zero: only its hooks
+	// are set. The two closures are the call's only allocations of its
+	// own besides its wire.
 	at.used = true
-	return httptrace.WithClientTrace(ctx, tr)
-}
-
-// tracedContext is a context carrying a ClientTrace, as
-// httptrace.WithClientTrace makes one, but without its allocation: it lives
-// in the call, and answers httptrace's own key, learnt once
-// (clientTraceKey). It is used only where there is no trace to compose
-// with, and the trace has no hooks of the net package (which
-// WithClientTrace would install under a second key).
-type tracedContext struct {
-	context.Context
-	trace *httptrace.ClientTrace
-}
-
-func (c *tracedContext) Value(key any) any {
-	if key == clientTraceKey {
-		return c.trace
+	at.parent, at.owner = ctx, owner
+	at.hook(&at.first, askConn)
+	if clientTraceKey != nil && httptrace.ContextClientTrace(ctx) == nil {
+		// Nothing to compose with: at answers for the trace itself.
+		at.inCtx = true
+		return at
 	}
-	return c.Context.Value(key)
+	return httptrace.WithClientTrace(at, &at.first)
+}
+
+// hook sets the hooks of tr that report to at: GotConn, and GetConn when
+// askConn.
+func (at *attemptTrace) hook(tr *httptrace.ClientTrace, askConn bool) {
+	tr.GotConn = func(info httptrace.GotConnInfo) { at.gotConnection(info) }
+	if askConn {
+		tr.GetConn = func(string) { at.asked.Add(1) }
+	}
+}
+
+// The attempt's context, when at is one (see attemptTrace): a context
+// carrying a ClientTrace as httptrace.WithClientTrace makes one, but
+// without its allocation. It answers httptrace's own key, learnt once
+// (clientTraceKey), only where there is no trace to compose with, and the
+// trace has no hooks of the net package (which WithClientTrace would
+// install under a second key).
+
+func (at *attemptTrace) Deadline() (time.Time, bool) { return at.parent.Deadline() }
+func (at *attemptTrace) Done() <-chan struct{}       { return at.parent.Done() }
+func (at *attemptTrace) Err() error                  { return at.parent.Err() }
+
+func (at *attemptTrace) Value(key any) any {
+	if at.inCtx && key == clientTraceKey {
+		return &at.first
+	}
+	if _, ok := key.(ownerKey); ok && at.owner != nil {
+		return at.owner
+	}
+	return at.parent.Value(key)
 }
 
 // clientTraceKey is the context key under which httptrace looks a
@@ -112,9 +133,9 @@ func learnClientTraceKey() any {
 		return nil
 	}
 	defer func(saved any) { clientTraceKey = saved }(clientTraceKey)
-	clientTraceKey = p.keys[0] // what tracedContext answers, for the check
-	tr := new(httptrace.ClientTrace)
-	if httptrace.ContextClientTrace(&tracedContext{Context: context.Background(), trace: tr}) != tr {
+	clientTraceKey = p.keys[0] // what attemptTrace answers, for the check
+	at := &attemptTrace{parent: context.Background(), inCtx: true}
+	if httptrace.ContextClientTrace(at) != &at.first {
 		return nil
 	}
 	return p.keys[0]

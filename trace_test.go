@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/retryfuse/retryfuse/decide"
@@ -177,21 +178,55 @@ func TestFirstAttemptTraceComposesWithATraceBeneath(t *testing.T) {
 	}
 }
 
-// A tracedContext answers as a context of httptrace.WithClientTrace does:
-// httptrace finds its trace, every other key is its parent's, and a trace
+// A first attempt's trace answers as a context of httptrace.WithClientTrace
+// does: httptrace finds its trace, the ownership mark is its owner's (or,
+// without one, the parent's), every other key is its parent's, and a trace
 // installed over it is found first.
-func TestTracedContextAnswersLikeWithClientTrace(t *testing.T) {
-	tr := &httptrace.ClientTrace{}
-	parent := context.WithValue(context.Background(), ownerKey{}, "v")
-	c := &tracedContext{Context: parent, trace: tr}
-	if got := httptrace.ContextClientTrace(c); got != tr {
-		t.Errorf("ContextClientTrace: got %p, want %p", got, tr)
+func TestAttemptContextAnswersLikeWithClientTrace(t *testing.T) {
+	type otherKey struct{}
+	parent := context.WithValue(context.WithValue(context.Background(), ownerKey{}, "above"), otherKey{}, "v")
+	owner := &Transport{}
+	at := &attemptTrace{}
+	c := at.context(parent, owner, false)
+	if c != context.Context(at) {
+		t.Fatalf("the first attempt's context is %T, want the trace itself", c)
 	}
-	if got := c.Value(ownerKey{}); got != "v" {
+	if got := httptrace.ContextClientTrace(c); got != &at.first || got.GotConn == nil {
+		t.Errorf("ContextClientTrace: got %p, want %p with its GotConn", got, &at.first)
+	}
+	if got := c.Value(ownerKey{}); got != owner {
+		t.Errorf("the ownership mark: got %v, want the owner", got)
+	}
+	if got := c.Value(otherKey{}); got != "v" {
 		t.Errorf("another key: got %v, want the parent's value", got)
 	}
 	over := &httptrace.ClientTrace{}
 	if got := httptrace.ContextClientTrace(httptrace.WithClientTrace(c, over)); got != over {
 		t.Errorf("a trace installed over it: got %p, want %p", got, over)
+	}
+	passed := (&attemptTrace{}).context(parent, nil, false)
+	if got := passed.Value(ownerKey{}); got != "above" {
+		t.Errorf("without an owner, the mark: got %v, want the parent's", got)
+	}
+	// A later attempt gets a context of its own, owned, with a new trace;
+	// the first attempt's context answers as before.
+	later := at.context(parent, owner, false)
+	if tr := httptrace.ContextClientTrace(later); tr == nil || tr == &at.first || tr.GotConn == nil {
+		t.Errorf("a later attempt's trace: %p", tr)
+	}
+	if got := later.Value(ownerKey{}); got != owner {
+		t.Errorf("a later attempt's ownership mark: got %v, want the owner", got)
+	}
+	if got := httptrace.ContextClientTrace(c); got != &at.first {
+		t.Errorf("the first attempt's context changed: %p", got)
+	}
+}
+
+// The wire, the one allocation of a call's own besides the trace's
+// closures, stays within the largest size class the runtime allocates
+// without a header of its layout.
+func TestWireFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(wire{}); n > 512 {
+		t.Errorf("wire is %d bytes, above 512", n)
 	}
 }
