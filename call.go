@@ -103,9 +103,15 @@ func (c *call) run() (*http.Response, error) {
 	if c.ledgerToken != "" {
 		defer c.settleOnPanic()
 	}
-	if v := c.decide(ks); v.Decision != decide.ReplaySafe {
-		closeRequestBody(req)
-		return c.refuse(v, stored)
+	// Before any attempt, with nothing known of the key, the decision
+	// core's answer is replay_safe whatever the request (a policy's brakes
+	// are positive): it is not asked, and nothing is reported
+	// (TestNothingStopsAFirstAttemptWithAFreeKey pins this).
+	if ks != decide.KeyNone {
+		if v := c.decide(ks); v.Decision != decide.ReplaySafe {
+			closeRequestBody(req)
+			return c.refuse(v, stored)
+		}
 	}
 	if !c.passThrough {
 		if err := c.admitCall(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
 )
 
 // A Transport whose Base leads back to it through another Transport is
@@ -213,5 +215,30 @@ func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 	}
 	if got := explicit.count(); got != 4 {
 		t.Errorf("with MaxFailureStreak 4: got %d requests, want 4", got)
+	}
+}
+
+// Before any attempt, with nothing known of the key, the decision core
+// lets every request go under every policy a Transport accepts, so that a
+// call need not ask it (call.run): the least brakes a Transport resolves
+// are one failed attempt and the smallest positive cost.
+func TestNothingStopsAFirstAttemptWithAFreeKey(t *testing.T) {
+	for _, tr := range []*Transport{{}, {MaxAttempts: 1, MaxFailureStreak: 1, MaxCallCost: math.SmallestNonzeroFloat64}} {
+		if err := tr.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		for _, method := range []string{"GET", "POST", "PATCH", "DELETE", "BREW", ""} {
+			for _, key := range []bool{false, true} {
+				for _, replayable := range []bool{false, true} {
+					for _, honours := range []bool{false, true} {
+						req := decide.Request{Method: method, IdempotencyKey: key, ReplayableBody: replayable, ServerHonoursKeys: honours && key}
+						v := decide.Decide(decide.Input{Version: decide.Version, Policy: tr.p.decision, Request: req, KeyState: decide.KeyNone})
+						if v.Decision != decide.ReplaySafe {
+							t.Errorf("policy %+v, request %+v: %v, want replay_safe", tr.p.decision, req, v)
+						}
+					}
+				}
+			}
+		}
 	}
 }
