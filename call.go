@@ -26,17 +26,18 @@ type call struct {
 	id          uint64
 	passThrough bool // a retryfuse Transport above owns the repeating
 
-	method string
-	key    requestKey
-	facts  decide.Request
-	header http.Header // the header to send when it differs from req.Header
-	url    string      // redacted, computed on first use
-	scope  string      // the dependency, for the breaker and the ledger; see scopeName
-	bscope string      // with BreakerScope, the scope at the breaker; see breakerScopeName
-	budget Budget
-	st     *scopeRecord // the scope's record; see scopeRecord
-	w      *wire        // what outlives the call; the rest of it stays on the stack
-	copied bool         // w.first is taken
+	method  string
+	key     requestKey
+	facts   decide.Request
+	header  http.Header // the header to send when it differs from req.Header
+	url     string      // redacted, computed on first use
+	scope   string      // the dependency, for the breaker and the ledger; see scopeName
+	bscope  string      // with BreakerScope, the scope at the breaker; see breakerScopeName
+	budget  Budget
+	deposit timedBudget  // the budget still to be told of the first attempt; see recordRequest
+	st      *scopeRecord // the scope's record; see scopeRecord
+	w       *wire        // what outlives the call; the rest of it stays on the stack
+	copied  bool         // w.first is taken
 
 	attempt  int // attempts made
 	resent   int // requests the base re-sent by itself within them
@@ -124,6 +125,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 	}
 	resp, err := c.loop()
+	c.depositRequest() // when no attempt was made
 	if c.uncertain && (c.memoized || c.ledgerToken != "") {
 		// Without a ledger, the memory holds the key; with one, it keeps
 		// what a later call refused because of this one is told.
@@ -201,6 +203,7 @@ func (c *call) loop() (*http.Response, error) {
 		} else {
 			a, err = c.send(ps)
 		}
+		c.depositRequest()
 		if err != nil {
 			// The body cannot be sent again. Last stays the last attempt's
 			// error, and GetBody's goes beside it.

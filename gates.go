@@ -11,7 +11,10 @@ import (
 // (admission.go) and the key ledger's (ledger_gate.go).
 
 // recordRequest finds the call's budget — the Transport's shared one, or
-// its scope's — and tells it of the call's first attempt.
+// its scope's — and tells it of the call's first attempt. A budget of this
+// package is told when the first attempt is over, on the reading of the
+// clock that its end takes anyway (depositRequest), unless the call may
+// hedge, which draws on the budget while the first attempt runs.
 func (c *call) recordRequest() error {
 	b := c.p.budget
 	if b == nil {
@@ -23,12 +26,27 @@ func (c *call) recordRequest() error {
 	}
 	c.budget = b
 	if cb, ok := b.(clockedBudget); ok {
+		if c.p.hedge.max == 0 {
+			c.deposit = cb.b
+			return nil
+		}
 		cb.b.recordRequestAt(c.now()) // the call's start: the step's reading
 	} else {
 		b.RecordRequest(c.budgetContext())
 		c.step() // a budget of another package may be remote: time has passed
 	}
 	return nil
+}
+
+// depositRequest tells the call's budget of its first attempt when
+// recordRequest left that for later: once the first attempt is over, before
+// any retry asks the budget, or once the call ends without one (a
+// refusal, the caller's deadline).
+func (c *call) depositRequest() {
+	if c.deposit != nil {
+		c.deposit.recordRequestAt(c.now())
+		c.deposit = nil
+	}
 }
 
 // scopeRecord returns the record of the call's scope (scopes.go), found on
