@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,20 @@ type instantBase struct{}
 func (instantBase) RoundTrip(req *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Body: http.NoBody, Request: req}, nil
+}
+
+// traceOnly is the least a RoundTripper does to see an attempt on the
+// wire, as retryfuse must to know how far it got: a ClientTrace with a
+// GotConn hook in the request's context, which takes a context to carry it
+// and a copy of the request to carry that (http.Request.WithContext). It
+// repeats nothing. It is the floor under any client that traces its
+// attempts, as otelhttp's client trace does.
+type traceOnly struct{ base http.RoundTripper }
+
+func (t traceOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	conns := new(atomic.Int32)
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns.Add(1) }}
+	return t.base.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
 }
 
 // instantClient is one configuration over instantBase: a RoundTripper
@@ -46,6 +62,7 @@ func instantClients(tb testing.TB) []instantClient {
 	rc.Logger = nil
 	return []instantClient{
 		{"bare", instantBase{}},
+		{"trace-only", traceOnly{instantBase{}}},
 		{"retryfuse", &retryfuse.Transport{Base: instantBase{}}},
 		{"retryfuse-timeout", &retryfuse.Transport{Base: instantBase{}, AttemptTimeout: 300 * time.Millisecond}},
 		{"retryfuse-gated", gated},
