@@ -91,6 +91,13 @@ func bareClient() client {
 	return client{"bare", &http.Client{Transport: base}, base}
 }
 
+// traceOnlyClient only traces each request (traceOnly): the floor under
+// any client that knows how far its attempts got.
+func traceOnlyClient() client {
+	base := cleanhttp.DefaultPooledTransport()
+	return client{"trace-only", &http.Client{Transport: traceOnly{base}}, base}
+}
+
 func retryfuseClient() client {
 	base := cleanhttp.DefaultPooledTransport()
 	return client{"retryfuse", &http.Client{Transport: &retryfuse.Transport{Base: base}}, base}
@@ -155,7 +162,7 @@ func failsafeHedgeClient() client {
 
 // getClients are the clients of the GET family, bare first.
 func getClients() []client {
-	return []client{bareClient(), retryfuseClient(), retryfuseTimeoutClient(), retryfuseGatedClient(), retryfuseHedgeClient(),
+	return []client{bareClient(), traceOnlyClient(), retryfuseClient(), retryfuseTimeoutClient(), retryfuseGatedClient(), retryfuseHedgeClient(),
 		retryablehttpClient(), failsafeClient(), failsafeHedgeClient()}
 }
 
@@ -445,7 +452,7 @@ func TestClients(t *testing.T) {
 		defer closeAll(cs)
 		for _, c := range cs {
 			want := int64(3)
-			if c.name == "bare" {
+			if c.name == "bare" || c.name == "trace-only" { // they repeat nothing
 				want = 1
 			}
 			before := srv.requests.Load()
