@@ -3,6 +3,9 @@ package retryfuse
 import (
 	"context"
 	"net/http"
+	"os"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -47,4 +50,38 @@ func TestSuccessPathAllocations(t *testing.T) {
 		}
 	}
 	_ = resp
+}
+
+// TestWarmGETPath makes a GET that sets a default Transport up, then
+// RETRYFUSE_WARM_GETS (1 unless set) more, each one attempt answered 200.
+// scripts/get-path runs it under coverage with 1 and with 2: the
+// difference is the code one warm GET runs, file by file (the path in
+// docs/ARCHITECTURE.md).
+func TestWarmGETPath(t *testing.T) {
+	n := 1
+	if v := os.Getenv("RETRYFUSE_WARM_GETS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("RETRYFUSE_WARM_GETS=%q: %v", v, err)
+		}
+	}
+	var calls atomic.Int64
+	tr := &Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+	})}
+	for i := range 1 + n {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/items", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %d: %v, %v", i+1, resp, err)
+		}
+		_ = resp.Body.Close()
+	}
+	if got := calls.Load(); got != int64(1+n) {
+		t.Errorf("the base was called %d times for %d GETs", got, 1+n)
+	}
 }

@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -172,4 +173,13 @@ func hideKey(h http.Header, key string) http.Header {
 		h2[hiddenIdempotencyKey] = []string{key}
 	}
 	return h2
+}
+
+// contextKey is the context key of WithIdempotencyKey.
+type contextKey struct{}
+
+// contextIdempotencyKey returns the key WithIdempotencyKey put in ctx.
+func contextIdempotencyKey(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(contextKey{}).(string)
+	return k, ok
 }

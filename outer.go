@@ -70,12 +70,3 @@ var finalErrors = [...]error{
 func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, contextKey{}, key)
 }
-
-// contextKey is the context key of WithIdempotencyKey.
-type contextKey struct{}
-
-// contextIdempotencyKey returns the key WithIdempotencyKey put in ctx.
-func contextIdempotencyKey(ctx context.Context) (string, bool) {
-	k, ok := ctx.Value(contextKey{}).(string)
-	return k, ok
-}

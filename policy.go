@@ -114,10 +114,6 @@ func (t *Transport) Validate() error {
 	return t.initErr
 }
 
-func (t *Transport) setup() {
-	t.once.Do(func() { t.p, t.initErr = t.resolve() })
-}
-
 func (t *Transport) resolve() (policy, error) {
 	e := environment(t)
 	p := policy{

@@ -6,12 +6,14 @@ import (
 	"net/http"
 )
 
-// This file is where a call begins and ends: RoundTrip, the mark by which
-// a Transport owns the repeating of a request, and closing the caller's
-// request body; and CloseIdleConnections.
+// This file is where a call begins and ends: RoundTrip, the settings
+// resolved at the first, the mark by which a Transport owns the repeating
+// of a request, and closing the caller's request body; and
+// CloseIdleConnections.
 
-// ownedContext is a call's context marked with ownerKey. It lives inside
-// the call, so marking costs no allocation.
+// ownedContext is a later attempt's parent context, marked with ownerKey.
+// A first attempt's context carries the mark itself, with the trace
+// (attemptTrace, trace.go), and costs no allocation.
 type ownedContext struct {
 	context.Context
 	owner *Transport
@@ -36,6 +38,11 @@ func closeRequestBody(req *http.Request) {
 	if req != nil && req.Body != nil {
 		_ = req.Body.Close()
 	}
+}
+
+// setup resolves and validates the settings, once (policy.go).
+func (t *Transport) setup() {
+	t.once.Do(func() { t.p, t.initErr = t.resolve() })
 }
 
 // base returns the RoundTripper that sends each attempt.

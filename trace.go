@@ -124,7 +124,7 @@ var clientTraceKey any
 func init() { clientTraceKey = learnClientTraceKey() }
 
 // learnClientTraceKey asks httptrace for the trace of a context that
-// records the key it is asked for, and checks that a tracedContext
+// records the key it is asked for, and checks that an attemptTrace
 // answering that key is seen to carry its trace; nil when either fails.
 func learnClientTraceKey() any {
 	p := &keyProbe{Context: context.Background()}
