@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,48 +53,94 @@ const (
 
 // throttle is a scope's throttle. Its methods are safe for concurrent
 // use.
+//
+// Every call of a scope records its attempts here, so the path of an
+// accepted attempt while nothing is rejected (the throttle inactive) is
+// one atomic addition to the bucket of its time, without the lock: it
+// touches two cache lines (the fields above ring, and a bucket), which
+// matters more than instructions, for between two calls the memory goes
+// cold. A rejection, a bucket that opens (once a twentieth of the window),
+// and admission while active take the lock. An accepted attempt that races with the first rejection may
+// miss the streak of accepts (it only delays forgetting by one).
 type throttle struct {
-	active atomic.Bool // the window holds rejections: admit must look
-	mu     sync.Mutex
-	ratio  float64
-	width  time.Duration // of one bucket
-	// The ring of buckets, as RatioBudget's: see its advance.
-	started bool
-	origin  time.Time
-	head    int64
-	next    time.Time
-	ring    [throttleBuckets]throttleCounts
-	win     throttleCounts // the sum of the ring
-	streak  int            // attempts accepted since the last rejected
+	active  atomic.Bool // the window holds rejections: admit must look
+	started atomic.Bool // origin is set
+	width   time.Duration
+	origin  time.Time // the time of tick 0, set once before started
+	ratio   float64
+	ring    [throttleBuckets]throttleBucket
+
+	mu      sync.Mutex
+	newest  int64 // the newest tick counted
+	streak  int   // attempts accepted since the last rejected
 	lastRej time.Time
 }
 
-// throttleCounts are the counts of one bucket, or of the window.
+// throttleBucket holds the counts of one tick of the window (a
+// ThrottleWindow/throttleBuckets): calls, requests and accepts packed in
+// sent (throttlePackBits each), and rejections.
+type throttleBucket struct {
+	tick    atomic.Int64 // the tick counted here; noTick when none
+	sent    atomic.Uint64
+	rejects atomic.Uint64
+}
+
+// throttlePackBits is the width of each count packed in a bucket's sent:
+// over two million attempts per scope and bucket (a twentieth of the
+// window), far beyond what one process sends through net/http.
+const (
+	throttlePackBits = 21
+	throttlePackMask = 1<<throttlePackBits - 1
+	noTick           = math.MinInt64
+)
+
+// throttleCounts are the counts of a window.
 type throttleCounts struct {
-	calls, requests, accepts, rejects uint32
+	calls, requests, accepts, rejects uint64
 }
 
-func (a *throttleCounts) add(b throttleCounts) {
-	a.calls += b.calls
-	a.requests += b.requests
-	a.accepts += b.accepts
-	a.rejects += b.rejects
-}
-
-func (a *throttleCounts) sub(b throttleCounts) {
-	a.calls -= b.calls
-	a.requests -= b.requests
-	a.accepts -= b.accepts
-	a.rejects -= b.rejects
+// packed returns the counts of one attempt, packed as a bucket's sent.
+func packed(first, accepted bool) uint64 {
+	v := uint64(1) << throttlePackBits // a request
+	if first {
+		v += 1 << (2 * throttlePackBits) // a call
+	}
+	if accepted {
+		v++
+	}
+	return v
 }
 
 func newThrottle(ratio float64, window time.Duration) *throttle {
-	return &throttle{ratio: ratio, width: window / throttleBuckets}
+	t := &throttle{ratio: ratio, width: window / throttleBuckets}
+	for i := range t.ring {
+		t.ring[i].tick.Store(noTick)
+	}
+	return t
 }
 
-// share is the share of new calls refused now. t.mu is held.
-func (t *throttle) share() float64 {
-	w := &t.win
+// tickOf is the tick of now: the number of bucket widths since origin,
+// rounded down (negative before it).
+func (t *throttle) tickOf(now time.Time) int64 {
+	d := now.Sub(t.origin)
+	tick := int64(d / t.width)
+	if d < 0 && d%t.width != 0 {
+		tick--
+	}
+	return tick
+}
+
+// bucket returns the bucket of tick in the ring.
+func (t *throttle) bucket(tick int64) *throttleBucket {
+	i := tick % throttleBuckets
+	if i < 0 {
+		i += throttleBuckets
+	}
+	return &t.ring[i]
+}
+
+// share is the share of new calls refused, for the window's counts w.
+func (t *throttle) share(w throttleCounts) float64 {
 	if w.rejects < throttleMinRejects {
 		return 0
 	}
@@ -112,89 +159,108 @@ func (t *throttle) admit(clk clock, randN func(int64) int64) float64 {
 	now := clk.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.advance(now)
-	p := t.share()
+	b := t.placeLocked(now)
+	w := t.windowLocked()
+	if w.rejects == 0 {
+		t.active.Store(false) // the rejections have expired
+		return 0
+	}
+	p := t.share(w)
 	const scale = 1 << 53
 	if p == 0 || randN(scale) >= int64(p*scale) {
 		return 0
 	}
-	t.count(throttleCounts{calls: 1, requests: 1})
+	b.sent.Add(1<<(2*throttlePackBits) | 1<<throttlePackBits) // a call, and a request
 	return p
 }
 
 // record counts an attempt that went out and ended at now: accepted or
 // rejected by the dependency; first says it was a call's first attempt.
 func (t *throttle) record(now time.Time, first, accepted bool) {
-	c := throttleCounts{requests: 1}
-	if first {
-		c.calls = 1
+	if accepted && !t.active.Load() && t.started.Load() {
+		tick := t.tickOf(now)
+		if b := t.bucket(tick); b.tick.Load() == tick {
+			b.sent.Add(packed(first, true))
+			return
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.advance(now)
+	b := t.placeLocked(now)
+	b.sent.Add(packed(first, accepted))
 	if !accepted {
-		c.rejects = 1
-		t.count(c)
+		b.rejects.Add(1)
 		t.streak, t.lastRej = 0, now
 		t.active.Store(true)
 		return
 	}
-	c.accepts = 1
-	t.count(c)
 	t.streak++
-	if t.win.rejects > 0 && t.streak >= throttleFresh && now.Sub(t.lastRej) >= t.width {
-		t.forget() // accepted again: the rejections are history
+	if t.active.Load() && t.streak >= throttleFresh && now.Sub(t.lastRej) >= t.width {
+		t.forgetLocked() // accepted again: the rejections are history
 	}
 }
 
-// count adds c to the newest bucket. t.mu is held.
-func (t *throttle) count(c throttleCounts) {
-	t.ring[t.head%throttleBuckets].add(c)
-	t.win.add(c)
+// placeLocked returns the bucket of now's tick, opened for it, moving the
+// window on when now is past its newest tick. A time a little before the
+// newest tick (read before another goroutine's moved the window on) is
+// counted in its own bucket, within the window. A clock that went back by
+// a whole window or more leaves what the window holds undatable: it is
+// forgotten, and so is a window that now has left behind. t.mu is held.
+func (t *throttle) placeLocked(now time.Time) *throttleBucket {
+	if !t.started.Load() {
+		t.origin, t.newest = now, 0
+		t.started.Store(true)
+	}
+	tick := t.tickOf(now)
+	switch {
+	case tick > t.newest:
+		if tick-t.newest >= throttleBuckets {
+			t.forgetLocked()
+		}
+		t.newest = tick
+	case tick <= t.newest-throttleBuckets:
+		t.forgetLocked()
+		t.newest = tick
+	}
+	b := t.bucket(tick)
+	if b.tick.Load() != tick {
+		// The slot held an older tick, or none: its counts are zeroed
+		// before the tick is published, so that the path without the lock
+		// adds only to counts of its own tick.
+		b.sent.Store(0)
+		b.rejects.Store(0)
+		b.tick.Store(tick)
+	}
+	return b
 }
 
-// forget empties the window. t.mu is held.
-func (t *throttle) forget() {
-	t.ring = [throttleBuckets]throttleCounts{}
-	t.win = throttleCounts{}
+// windowLocked sums the buckets of the window: the throttleBuckets ticks
+// up to the newest. t.mu is held.
+func (t *throttle) windowLocked() throttleCounts {
+	var w throttleCounts
+	for i := range t.ring {
+		b := &t.ring[i]
+		if tick := b.tick.Load(); tick == noTick || tick <= t.newest-throttleBuckets || tick > t.newest {
+			continue
+		}
+		s := b.sent.Load()
+		w.calls += s >> (2 * throttlePackBits)
+		w.requests += s >> throttlePackBits & throttlePackMask
+		w.accepts += s & throttlePackMask
+		w.rejects += b.rejects.Load()
+	}
+	return w
+}
+
+// forgetLocked empties the window. t.mu is held.
+func (t *throttle) forgetLocked() {
+	for i := range t.ring {
+		b := &t.ring[i]
+		b.tick.Store(noTick)
+		b.sent.Store(0)
+		b.rejects.Store(0)
+	}
 	t.active.Store(false)
-}
-
-// advance empties the buckets whose time has passed. t.mu is held.
-func (t *throttle) advance(now time.Time) {
-	if !t.started {
-		t.started, t.origin, t.next = true, now, now.Add(t.width)
-		return
-	}
-	if now.Before(t.next) {
-		// Counted in the newest bucket: a time read just before another
-		// goroutine's moved the window on is no older than that. A clock
-		// that went back by a whole window or more leaves what the window
-		// holds undatable: it is forgotten.
-		if now.Before(t.next.Add(-(throttleBuckets + 1) * t.width)) {
-			t.forget()
-			t.origin, t.head, t.next = now, 0, now.Add(t.width)
-		}
-		return
-	}
-	tick := int64(now.Sub(t.origin) / t.width)
-	if tick <= t.head {
-		return
-	}
-	if tick-t.head >= throttleBuckets {
-		t.forget()
-	} else {
-		for k := t.head + 1; k <= tick; k++ {
-			b := &t.ring[k%throttleBuckets]
-			t.win.sub(*b)
-			*b = throttleCounts{}
-		}
-		if t.win.rejects == 0 {
-			t.active.Store(false)
-		}
-	}
-	t.head = tick
-	t.next = t.origin.Add(time.Duration(tick) * t.width).Add(t.width)
 }
 
 // errThrottled is matched by the error of a call that the throttle of its

@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 )
@@ -195,5 +196,34 @@ func TestThrottleCountsATimeReadJustBeforeTheWindowMovedOn(t *testing.T) {
 	th.record(clk.Now().Add(-time.Microsecond), true, false)
 	if p := th.admit(clk, lowestDraw); p == 0 {
 		t.Error("the window was forgotten on a time read a microsecond before the newest bucket")
+	}
+}
+
+// Accepted attempts counted without the lock, from many goroutines at
+// once and beside rejections counted with it, are all in the window.
+func TestThrottleCountsConcurrentAttemptsWithoutLoss(t *testing.T) {
+	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	clk := newFakeClockAt(fixedStart)
+	now := clk.Now()
+	th.record(now, true, true) // opens the bucket: the rest take the path without the lock
+	const goroutines, each = 8, 5000
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				th.record(now, i%2 == 0, g != 0 || i%100 != 0) // goroutine 0 rejects one in a hundred
+			}
+		}()
+	}
+	wg.Wait()
+	th.mu.Lock()
+	w := th.windowLocked()
+	th.mu.Unlock()
+	want := throttleCounts{calls: 1 + goroutines*each/2, requests: 1 + goroutines*each, rejects: each / 100}
+	want.accepts = want.requests - want.rejects
+	if w != want {
+		t.Errorf("window counts %+v, want %+v", w, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,4 +138,56 @@ func BenchmarkInstantGETAllocs(b *testing.B) {
 			}
 		})
 	}
+}
+
+// evictBuf is written through between calls by BenchmarkColdGET: 2 MiB,
+// more than a core's own caches hold here, so that what a call touches
+// comes from the shared cache or memory, as it does after a network round
+// trip and the server's work in between.
+var evictBuf = make([]byte, 2<<20)
+
+// evict writes one byte of every cache line of evictBuf.
+func evict() {
+	for i := 0; i < len(evictBuf); i += 64 {
+		evictBuf[i]++
+	}
+}
+
+// BenchmarkColdGET gives each client's own cost per GET over instantBase
+// with the caches gone cold between calls: before each call, evictBuf is
+// written through; each call is timed alone, and a client's own cost
+// (name-own-ns) is the median of its calls less the median of the bare
+// base's. Over loopback the library's code and data go cold between calls
+// in the same way, and what a call touches (its cache lines of code and
+// data) then costs more than what it computes; BenchmarkInstantGET, with
+// everything in the core's caches, shows the latter.
+func BenchmarkColdGET(b *testing.B) {
+	cs := instantClients(b)
+	for _, c := range cs {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/items", nil)
+		instantCall(b, c.rt, req) // first use: settings resolved, scopes made
+	}
+	took := make([][]time.Duration, len(cs))
+	iter := 0
+	for b.Loop() {
+		for k := range cs {
+			i := (iter + k) % len(cs)
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/items", nil)
+			evict()
+			t0 := time.Now()
+			instantCall(b, cs[i].rt, req)
+			took[i] = append(took[i], time.Since(t0))
+		}
+		iter++
+	}
+	median := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2])
+	}
+	bare := median(took[0])
+	for i, c := range cs[1:] {
+		b.ReportMetric(median(took[i+1])-bare, c.name+"-own-ns")
+	}
+	b.ReportMetric(0, "ns/op")
 }
