@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,9 +18,14 @@ import (
 // the limit rises, waiting attempts are let in at once; when it falls,
 // the attempts in flight finish, and no slot is handed over until they
 // are below it.
+//
+// A bulkhead without a limit (a Breaker's, for its slow start alone) is
+// quiet while no ramp is on: it only counts the attempts in flight, and
+// does so without its lock, for every attempt of every call passes it.
 type bulkhead struct {
+	quiet    atomic.Bool  // no limit, no ramp, no queue: acquire and release only count
+	inFlight atomic.Int64 // changed under mu, or without it while quiet
 	mu       sync.Mutex
-	inFlight int
 	limit    int             // MaxInFlight, the learnt limit, or noLimit
 	maxQueue int             // negative: a quarter of the limit may wait (four times it when wide), and no standing queue
 	queue    []chan struct{} // closed when the slot is handed over
@@ -31,13 +37,33 @@ type bulkhead struct {
 // slow start.
 const noLimit = math.MaxInt32
 
+// newBulkhead returns a bulkhead of limit, with at most maxQueue waiting
+// (see maxQueue); one of noLimit starts quiet.
+func newBulkhead(limit, maxQueue int) *bulkhead {
+	b := &bulkhead{limit: limit, maxQueue: maxQueue}
+	b.quiet.Store(limit == noLimit)
+	return b
+}
+
+// quietenLocked makes the bulkhead quiet again once it has no limit, no
+// ramp and no queue. b.mu is held.
+func (b *bulkhead) quietenLocked() {
+	if b.limit == noLimit && !b.ramp.on && len(b.queue) == 0 {
+		b.quiet.Store(true)
+	}
+}
+
 // allowedLocked is the number of attempts admitted at once at now: the
 // limit, or less during slow start. b.mu is held.
 func (b *bulkhead) allowedLocked(now time.Time) int {
 	if !b.ramp.on {
 		return b.limit
 	}
-	return min(b.limit, b.ramp.capAt(now))
+	c := b.ramp.capAt(now)
+	if !b.ramp.on { // its window is over
+		b.quietenLocked()
+	}
+	return min(b.limit, c)
 }
 
 // queueBoundLocked is the number of attempts that may wait. With a learnt
@@ -64,20 +90,25 @@ func (b *bulkhead) tryAcquire() bool {
 // tryAcquireAt takes a slot at now when one is free and nobody waits for
 // one, and returns the attempts then in flight, its own included.
 func (b *bulkhead) tryAcquireAt(now time.Time) (int, bool) {
+	if b.quiet.Load() {
+		return int(b.inFlight.Add(1)), true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.inFlight < b.allowedLocked(now) && len(b.queue) == 0 {
-		b.inFlight++
-		return b.inFlight, true
+	if int(b.inFlight.Load()) < b.allowedLocked(now) && len(b.queue) == 0 {
+		return int(b.inFlight.Add(1)), true
 	}
 	return 0, false
 }
 
 // free reports whether tryAcquire would take a slot at now.
 func (b *bulkhead) free(now time.Time) bool {
+	if b.quiet.Load() {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.inFlight < b.allowedLocked(now) && len(b.queue) == 0
+	return int(b.inFlight.Load()) < b.allowedLocked(now) && len(b.queue) == 0
 }
 
 // limits returns the number of attempts admitted at once at now, and the
@@ -92,7 +123,7 @@ func (b *bulkhead) limits(now time.Time) (allowed, limit int) {
 func (b *bulkhead) idle() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.inFlight == 0 && len(b.queue) == 0
+	return b.inFlight.Load() == 0 && len(b.queue) == 0
 }
 
 // enqueue joins the queue, when it has room, and returns the channel
@@ -103,8 +134,8 @@ func (b *bulkhead) idle() bool {
 func (b *bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (chan struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.inFlight < b.allowedLocked(now) && len(b.queue) == 0 {
-		b.inFlight++
+	if int(b.inFlight.Load()) < b.allowedLocked(now) && len(b.queue) == 0 {
+		b.inFlight.Add(1)
 		ch := make(chan struct{})
 		close(ch)
 		return ch, true
@@ -144,9 +175,13 @@ func (b *bulkhead) release() { b.releaseAt(time.Time{}, false) }
 // the limit admits. acked says that the attempt succeeded: during slow
 // start, each success admits one attempt more.
 func (b *bulkhead) releaseAt(now time.Time, acked bool) {
+	if b.quiet.Load() {
+		b.inFlight.Add(-1)
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.inFlight--
+	b.inFlight.Add(-1)
 	if acked && b.ramp.on {
 		b.ramp.acks++
 	}
@@ -166,13 +201,14 @@ func (b *bulkhead) setLimit(n int, now time.Time) {
 // them. b.mu is held.
 func (b *bulkhead) admitLocked(now time.Time) {
 	allowed := b.allowedLocked(now)
-	for len(b.queue) > 0 && b.inFlight < allowed {
+	for len(b.queue) > 0 && int(b.inFlight.Load()) < allowed {
 		ch := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
-		b.inFlight++
+		b.inFlight.Add(1)
 		close(ch) // the slot passes to the waiter
 	}
+	b.quietenLocked()
 }
 
 // acquire takes a slot, waiting in the queue (wide, see
@@ -208,11 +244,7 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 }
 
 // inFlightNow is the number of attempts in flight.
-func (b *bulkhead) inFlightNow() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.inFlight
-}
+func (b *bulkhead) inFlightNow() int { return int(b.inFlight.Load()) }
 
 // alarm receives on C once its clock has slept a while; stop ends the
 // sleep early, and no goroutine outlives it. On the real clock it is a

@@ -114,11 +114,11 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 		if maxQueue == 0 {
 			maxQueue = -1 // a quarter of the learnt limit, and no standing queue
 		}
-		st.bulkhead = &bulkhead{limit: st.adaptive.current(), maxQueue: maxQueue}
+		st.bulkhead = newBulkhead(st.adaptive.current(), maxQueue)
 	case p.maxInFlight > 0:
-		st.bulkhead = &bulkhead{limit: p.maxInFlight, maxQueue: p.maxQueued}
+		st.bulkhead = newBulkhead(p.maxInFlight, p.maxQueued)
 	case p.breaker != nil:
-		st.bulkhead = &bulkhead{limit: noLimit} // bounds attempts only during slow start
+		st.bulkhead = newBulkhead(noLimit, 0) // bounds attempts only during slow start
 	}
 	if p.throttle {
 		st.throttle = newThrottle(p.throttleRatio, p.throttleWindow)

@@ -65,5 +65,6 @@ func (b *bulkhead) startRamp(now time.Time, from int, window time.Duration) bool
 		return false
 	}
 	b.ramp = ramp{on: true, began: now, from: max(1, from), window: window}
+	b.quiet.Store(false) // counts without the lock before this stay counted
 	return true
 }

@@ -84,6 +84,39 @@ func TestBulkheadRampAdmitsWaitersAsAttemptsSucceed(t *testing.T) {
 	}
 }
 
+// A bulkhead without a limit counts its attempts without its lock until a
+// ramp begins; the ramp then bounds them, counted either way, and once
+// its window is over the bulkhead is quiet again.
+func TestBulkheadWithoutALimitIsQuietOutsideItsRamp(t *testing.T) {
+	b := newBulkhead(noLimit, 0)
+	now := fixedStart
+	for i := range 3 {
+		if n, ok := b.tryAcquireAt(now); !ok || n != i+1 || !b.quiet.Load() {
+			t.Fatalf("attempt %d: %d in flight, admitted %v, quiet %v; want admitted, quiet", i+1, n, ok, b.quiet.Load())
+		}
+	}
+	if !b.startRamp(now, 4, time.Second) || b.quiet.Load() {
+		t.Fatal("the ramp did not start, or left the bulkhead quiet")
+	}
+	if n, ok := b.tryAcquireAt(now); !ok || n != 4 {
+		t.Fatalf("the fourth attempt: %d in flight, admitted %v; want admitted with the three before it", n, ok)
+	}
+	if _, ok := b.tryAcquireAt(now); ok {
+		t.Fatal("a fifth attempt admitted: the ramp starts from four")
+	}
+	b.releaseAt(now, false) // an attempt admitted while quiet leaves under the ramp
+	end := now.Add(time.Second)
+	if n, ok := b.tryAcquireAt(end); !ok || n != 4 || !b.quiet.Load() {
+		t.Errorf("after the window: %d in flight, admitted %v, quiet %v; want 4, admitted, quiet", n, ok, b.quiet.Load())
+	}
+	for range 4 {
+		b.releaseAt(end, true)
+	}
+	if !b.idle() {
+		t.Errorf("%d in flight after every attempt left", b.inFlightNow())
+	}
+}
+
 func TestBulkheadLearntLimitRefusesAStandingQueue(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	b := &bulkhead{limit: 4, maxQueue: -1} // a quarter of the limit: one waits
