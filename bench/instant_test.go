@@ -61,6 +61,19 @@ func instantClients(tb testing.TB) []instantClient {
 	rc.HTTPClient = &http.Client{Transport: instantBase{}}
 	rc.RetryMax = 2
 	rc.Logger = nil
+	// go-retryablehttp's peers of the gated configurations: its per-attempt
+	// timeout is its http.Client's Timeout (each attempt is one Do), and
+	// its hooks are the request and response log hooks.
+	rcTimeout := retryablehttp.NewClient()
+	rcTimeout.HTTPClient = &http.Client{Transport: instantBase{}, Timeout: 300 * time.Millisecond}
+	rcTimeout.RetryMax = 2
+	rcTimeout.Logger = nil
+	rcHooks := retryablehttp.NewClient()
+	rcHooks.HTTPClient = &http.Client{Transport: instantBase{}}
+	rcHooks.RetryMax = 2
+	rcHooks.Logger = nil
+	rcHooks.RequestLogHook = func(retryablehttp.Logger, *http.Request, int) {}
+	rcHooks.ResponseLogHook = func(retryablehttp.Logger, *http.Response) {}
 	return []instantClient{
 		{"bare", instantBase{}},
 		{"trace-only", traceOnly{instantBase{}}},
@@ -68,6 +81,8 @@ func instantClients(tb testing.TB) []instantClient {
 		{"retryfuse-timeout", &retryfuse.Transport{Base: instantBase{}, AttemptTimeout: 300 * time.Millisecond}},
 		{"retryfuse-gated", gated},
 		{"retryablehttp", &retryablehttp.RoundTripper{Client: rc}},
+		{"retryablehttp-timeout", &retryablehttp.RoundTripper{Client: rcTimeout}},
+		{"retryablehttp-hooks", &retryablehttp.RoundTripper{Client: rcHooks}},
 		{"failsafe", failsafehttp.NewRoundTripper(instantBase{}, failsafehttp.NewRetryPolicyBuilder().WithMaxAttempts(3).Build())},
 	}
 }
