@@ -1,6 +1,8 @@
 package retryfuseredis
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -149,5 +151,51 @@ func TestBudgetsClose(t *testing.T) {
 	}
 	if _, err := f.New("d"); err == nil {
 		t.Fatal("New after Close: got a budget, want an error")
+	}
+}
+
+// TestCloseWithAnEndedContextBlamesTheContext: a budget's Close given a
+// context that had already ended sends nothing, stops the sync goroutine
+// (goleak checks it), and says the caller's context ended, not that Redis
+// is down; Budgets.Close joins those errors.
+func TestCloseWithAnEndedContextBlamesTheContext(t *testing.T) {
+	c := sharedClient(t)
+	prefix := uniq(t)
+	cfg := retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1}
+	b, err := NewRatioBudget(c, "ended", cfg, BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		b.RecordRequest(bg())
+	}
+	ctx, cancel := context.WithCancel(bg())
+	cancel()
+	err = b.Close(ctx)
+	if !errors.Is(err, ErrContextEnded) || !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Close with an ended context: %v, want ErrContextEnded and context.Canceled, not ErrUnavailable", err)
+	}
+	if want := `retryfuseredis: budget "` + b.Key() + `" closed without its last sync: the caller's context ended (context canceled); its lease expires on its own`; err.Error() != want {
+		t.Errorf("Close's error reads\n%q, want\n%q", err, want)
+	}
+	other, err := newRatioBudget(c, "ended", cfg, BudgetOptions{Prefix: prefix, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leased, _, err := other.s.kind.sync(bg(), c, other.Key(), 0, 0, 0, 0, 100); err != nil || leased != 0 {
+		t.Fatalf("after Close with an ended context: leased (%d, %v), want 0: nothing deposited", leased, err)
+	}
+
+	f, err := TokenBuckets(c, retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []string{"a", "b"} {
+		if _, err := f.New(scope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(ctx); !errors.Is(err, ErrContextEnded) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Budgets.Close with an ended context: %v, want ErrContextEnded, not ErrUnavailable", err)
 	}
 }

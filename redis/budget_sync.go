@@ -57,8 +57,9 @@ func (s *shared) run() {
 
 // close stops the sync goroutine, then deposits the requests recorded
 // since the last sync, charges the retries granted on credit and gives
-// back the unused lease, within ctx and the timeout. It is idempotent:
-// only the first call syncs.
+// back the unused lease, within ctx and the timeout; with ctx already
+// ended it sends nothing (ErrContextEnded). It is idempotent: only the
+// first call syncs.
 func (s *shared) close(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
@@ -66,7 +67,16 @@ func (s *shared) close(ctx context.Context) error {
 		if s.done != nil {
 			<-s.done // a sync under way ends within the timeout
 		}
-		err = s.sync(ctx, true)
+		if ctx.Err() != nil {
+			// Nothing can be sent within ctx: the deposits are lost to
+			// the shared budget (which then grants fewer retries, never
+			// more) and the lease expires on its own.
+			e := contextEnded(ctx, "Close")
+			e.budget = s.key
+			err = e
+		} else {
+			err = s.sync(ctx, true)
+		}
 		s.mu.Lock()
 		s.state.closed = true
 		s.mu.Unlock()

@@ -3,11 +3,12 @@ package retryfuseredis
 import (
 	"context"
 	"errors"
+	"strconv"
 )
 
-// This file is the error of a ledger call whose caller's context had
-// ended before it could reach Redis: nothing was sent, and Redis is not to
-// blame.
+// This file is the error of a ledger call, or of a budget's Close, whose
+// caller's context had ended before it could reach Redis: nothing was
+// sent, and Redis is not to blame.
 
 // ErrContextEnded is wrapped by the error of a ledger call (Begin,
 // Complete, Release, Uncertain) given a context that had already ended:
@@ -21,12 +22,17 @@ import (
 // or the ledger closed, it is not, and it is reported to OnUnrecorded.
 // The transport runs these steps detached from the caller's cancellation,
 // so they meet this error only when called directly.
+//
+// A budget's Close (RatioBudget, TokenBucket, Budgets) given a context
+// that had already ended wraps it too: it stops the budget's goroutine but
+// sends nothing, and the lease it held expires on its own.
 var ErrContextEnded = errors.New("retryfuseredis: the caller's context had ended")
 
 // contextEndedError is the error of a ledger call not sent because its
 // context had ended.
 type contextEndedError struct {
-	call   string // "Begin", "Complete", "Release" or "Uncertain"
+	call   string // "Begin", "Complete", "Release" or "Uncertain"; "Close" for a budget
+	budget string // the budget's key, for a budget's Close; "" for the ledger
 	err    error  // the context's error
 	cause  error  // context.Cause, when it is not err
 	queued bool   // retried in the background
@@ -43,7 +49,10 @@ func contextEnded(ctx context.Context, call string) *contextEndedError {
 
 func (e *contextEndedError) Error() string {
 	s := "retryfuseredis: ledger " + e.call + " not recorded"
-	if e.call == "Begin" {
+	switch {
+	case e.budget != "":
+		s = "retryfuseredis: budget " + strconv.Quote(e.budget) + " closed without its last sync"
+	case e.call == "Begin":
 		s = "retryfuseredis: ledger Begin not sent"
 	}
 	s += ": the caller's context ended (" + e.err.Error()
@@ -51,6 +60,9 @@ func (e *contextEndedError) Error() string {
 		s += ": " + e.cause.Error()
 	}
 	s += ")"
+	if e.budget != "" {
+		s += "; its lease expires on its own"
+	}
 	if e.queued {
 		s += "; retried in the background"
 	}
