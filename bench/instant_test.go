@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+	fsbudget "github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/retryfuse/retryfuse"
 )
@@ -84,6 +88,16 @@ func instantClients(tb testing.TB) []instantClient {
 		{"retryablehttp-timeout", &retryablehttp.RoundTripper{Client: rcTimeout}},
 		{"retryablehttp-hooks", &retryablehttp.RoundTripper{Client: rcHooks}},
 		{"failsafe", failsafehttp.NewRoundTripper(instantBase{}, failsafehttp.NewRetryPolicyBuilder().WithMaxAttempts(3).Build())},
+		// failsafe-go's peers of the gated configurations: a timeout policy
+		// inside the retry policy (per attempt); a retry budget, a circuit
+		// breaker and two no-op listeners.
+		{"failsafe-timeout", failsafehttp.NewRoundTripper(instantBase{}, failsafehttp.NewRetryPolicyBuilder().WithMaxAttempts(3).Build(),
+			timeout.New[*http.Response](300*time.Millisecond))},
+		{"failsafe-gated", failsafehttp.NewRoundTripperWithExecutor(instantBase{}, failsafe.With[*http.Response](
+			failsafehttp.NewRetryPolicyBuilder().WithMaxAttempts(3).WithBudget(fsbudget.New()).Build(),
+			circuitbreaker.NewWithDefaults[*http.Response]()).
+			OnDone(func(failsafe.ExecutionDoneEvent[*http.Response]) {}).
+			OnSuccess(func(failsafe.ExecutionDoneEvent[*http.Response]) {}))},
 	}
 }
 
