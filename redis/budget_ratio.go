@@ -144,9 +144,11 @@ func (b *RatioBudget) AllowRetry(ctx context.Context) (ok bool, err error) {
 
 // Close stops the sync goroutine, then deposits the requests not yet
 // deposited and gives back the unused lease, within ctx's deadline and the
-// Timeout. Its error wraps ErrUnavailable when Redis did not answer, and
-// ErrContextEnded, with nothing sent, when ctx had already ended. Later
-// calls do nothing.
+// Timeout. Its error wraps ErrUnavailable when Redis did not answer. When
+// ctx had already ended and there was something to send, it sends
+// nothing and its error wraps ErrContextEnded: the requests not yet
+// deposited are not counted, and a lease not given back is lost to the
+// other processes until it expires. Later calls do nothing.
 func (b *RatioBudget) Close(ctx context.Context) error { return b.s.close(ctx) }
 
 // ratioKind is the script call of a ratio budget.

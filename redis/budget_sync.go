@@ -58,8 +58,8 @@ func (s *shared) run() {
 // close stops the sync goroutine, then deposits the requests recorded
 // since the last sync, charges the retries granted on credit and gives
 // back the unused lease, within ctx and the timeout; with ctx already
-// ended it sends nothing (ErrContextEnded). It is idempotent: only the
-// first call syncs.
+// ended it sends nothing (ErrContextEnded when there was something to
+// send). It is idempotent: only the first call syncs.
 func (s *shared) close(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
@@ -67,16 +67,7 @@ func (s *shared) close(ctx context.Context) error {
 		if s.done != nil {
 			<-s.done // a sync under way ends within the timeout
 		}
-		if ctx.Err() != nil {
-			// Nothing can be sent within ctx: the deposits are lost to
-			// the shared budget (which then grants fewer retries, never
-			// more) and the lease expires on its own.
-			e := contextEnded(ctx, "Close")
-			e.budget = s.key
-			err = e
-		} else {
-			err = s.sync(ctx, true)
-		}
+		err = s.sync(ctx, true)
 		s.mu.Lock()
 		s.state.closed = true
 		s.mu.Unlock()
@@ -115,6 +106,16 @@ func (s *shared) sync(ctx context.Context, final bool) error {
 	s.mu.Unlock()
 	if n == 0 && credit == 0 && back == 0 && want == 0 && !down {
 		return nil
+	}
+	if final && ctx.Err() != nil {
+		// Close, with something to send and no time to send it: the
+		// requests not deposited are not counted, the retries granted on
+		// credit not charged, and a lease not given back is lost to the
+		// other processes until it expires (a token bucket's, until the
+		// bucket refills).
+		e := contextEnded(ctx, "Close")
+		e.budget = s.key
+		return e
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -124,9 +124,11 @@ func (b *TokenBucket) AllowRetry(ctx context.Context) (ok bool, err error) {
 
 // Close stops the sync goroutine, then gives back the unused lease and
 // charges the retries granted on credit, within ctx's deadline and the
-// Timeout. Its error wraps ErrUnavailable when Redis did not answer, and
-// ErrContextEnded, with nothing sent, when ctx had already ended. Later
-// calls do nothing.
+// Timeout. Its error wraps ErrUnavailable when Redis did not answer. When
+// ctx had already ended and there was something to send, it sends
+// nothing and its error wraps ErrContextEnded: the requests not yet
+// deposited are not counted, and a lease not given back is lost to the
+// other processes until it expires. Later calls do nothing.
 func (b *TokenBucket) Close(ctx context.Context) error { return b.s.close(ctx) }
 
 // bucketKind is the script call of a token bucket.

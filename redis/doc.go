@@ -56,8 +56,8 @@
 // returns an error wrapping ErrContextEnded, not ErrUnavailable: Redis is
 // not to blame. A step that ends a claim is then sent from the background
 // at once, with a context of its own.
-// A budget's Close given such a context sends nothing either, with the
-// same error, and the lease it held expires on its own.
+// A budget's Close given such a context, with something left to send,
+// sends nothing either, with the same error.
 //
 // Apart from that quarantine, the ledger remembers no failure: the next
 // call tries Redis again. A budget probes Redis with backoff. So the shared

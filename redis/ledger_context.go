@@ -24,8 +24,8 @@ import (
 // so they meet this error only when called directly.
 //
 // A budget's Close (RatioBudget, TokenBucket, Budgets) given a context
-// that had already ended wraps it too: it stops the budget's goroutine but
-// sends nothing, and the lease it held expires on its own.
+// that had already ended, with something left to send, wraps it too: it
+// stops the budget's goroutine but sends nothing (see RatioBudget.Close).
 var ErrContextEnded = errors.New("retryfuseredis: the caller's context had ended")
 
 // contextEndedError is the error of a ledger call not sent because its
@@ -60,9 +60,6 @@ func (e *contextEndedError) Error() string {
 		s += ": " + e.cause.Error()
 	}
 	s += ")"
-	if e.budget != "" {
-		s += "; its lease expires on its own"
-	}
 	if e.queued {
 		s += "; retried in the background"
 	}
