@@ -70,7 +70,7 @@ type flight struct {
 	branch  int // its branch within a hedged group; 0 for the first
 	timeout time.Duration
 	cancel  context.CancelFunc // nil when nothing needs cancelling
-	timer   *attemptTimer      // strikes at timeout
+	timer   *time.Timer        // strikes at timeout
 	watched *bodyWatcher
 	began   time.Time
 }
@@ -90,7 +90,10 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 		ctx, f.cancel = context.WithCancel(ctx)
 	}
 	if f.timeout > 0 {
-		f.timer = startAttemptTimer(f.timeout, f.cancel)
+		// A timer per attempt, never pooled: a timer belongs to the
+		// testing/synctest bubble it was made in, and one re-armed outside
+		// it is a fatal error (TestAttemptTimeoutInAndOutOfASynctestBubble).
+		f.timer = time.AfterFunc(f.timeout, f.cancel)
 	}
 	// The attempt's context is made cancellable for its timeout or its
 	// group, never for its re-sends alone: those are stopped without it
@@ -132,7 +135,7 @@ func (c *call) started(f *flight) {
 func (f *flight) exchange(base http.RoundTripper) (*http.Response, error) {
 	resp, err := base.RoundTrip(f.req)
 	if f.cancel != nil {
-		stopped := f.timer == nil || f.timer.stop()
+		stopped := f.timer == nil || f.timer.Stop()
 		switch {
 		case err != nil:
 			f.cancel()

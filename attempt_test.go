@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -414,5 +415,41 @@ func TestTrickledBodyOnDiscardedAttemptIsCutInTime(t *testing.T) {
 	}
 	if took > 5*time.Second {
 		t.Errorf("the call took %v: the trickled body was not cut after the drain time", took)
+	}
+}
+
+// TestAttemptTimeoutInAndOutOfASynctestBubble runs calls with an
+// AttemptTimeout inside a testing/synctest bubble, where the timeout
+// strikes in the bubble's time, and then outside it. A timer belongs to
+// the bubble it was made in: had the Transport kept its timers for reuse,
+// one made inside and re-armed outside would be a fatal error.
+func TestAttemptTimeoutInAndOutOfASynctestBubble(t *testing.T) {
+	hang := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	})
+	synctest.Test(t, func(t *testing.T) {
+		tr := &Transport{Base: hang, AttemptTimeout: 10 * time.Second, MaxAttempts: 1}
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/", nil)
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = tr.RoundTrip(req)
+		require.ErrorIs(t, err, ErrAttemptTimeout)
+		assert.Equal(t, 10*time.Second, time.Since(start), "the timeout struck after the bubble's 10s")
+
+		ok := &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}
+		for range 3 {
+			resp, err := ok.RoundTrip(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+		}
+	})
+	tr := &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}
+	for range 3 {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/", nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
 	}
 }
