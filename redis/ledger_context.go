@@ -28,8 +28,8 @@ import (
 // stops the budget's goroutine but sends nothing (see RatioBudget.Close).
 var ErrContextEnded = errors.New("retryfuseredis: the caller's context had ended")
 
-// contextEndedError is the error of a ledger call not sent because its
-// context had ended.
+// contextEndedError is the error of a ledger call, or of a budget's Close,
+// not sent because its context had ended.
 type contextEndedError struct {
 	call   string // "Begin", "Complete", "Release" or "Uncertain"; "Close" for a budget
 	budget string // the budget's key, for a budget's Close; "" for the ledger
