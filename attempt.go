@@ -112,8 +112,10 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 		f.req.Header = c.header
 	}
 	f.req.Body = body
-	if f.watched = watchBody(body); f.watched != nil {
-		f.req.Body = f.watched
+	if body != nil && body != http.NoBody { // a body to watch (body_watch.go)
+		if f.watched = watchBody(body); f.watched != nil {
+			f.req.Body = f.watched
+		}
 	}
 }
 

@@ -96,10 +96,14 @@ func (c *call) run() (*http.Response, error) {
 		return nil, err // no attempt starts after the deadline
 	}
 
-	ks, stored, err := c.claim()
-	if err != nil {
-		closeRequestBody(req)
-		return nil, err
+	// Only a keyed call has a key to claim (ledger_gate.go).
+	ks, stored := decide.KeyNone, (*StoredResponse)(nil)
+	if c.key.present {
+		var err error
+		if ks, stored, err = c.claim(); err != nil {
+			closeRequestBody(req)
+			return nil, err
+		}
 	}
 	if c.ledgerToken != "" {
 		defer c.settleOnPanic()
@@ -135,6 +139,9 @@ func (c *call) run() (*http.Response, error) {
 		}
 		now := c.p.clock.Now()
 		c.t.keys.remember(key, keyMemo{earlier: uncertainCall{at: now, attempts: c.attempt, phase: c.phase}}, now)
+	}
+	if c.ledgerToken == "" {
+		return resp, err // no claim to settle
 	}
 	return c.settle(resp, err)
 }
@@ -198,7 +205,7 @@ func (c *call) loop() (*http.Response, error) {
 			return c.stopBefore(err, err)
 		}
 		var a attempt
-		if c.hedges() {
+		if c.p.hedge.max > 0 && c.hedges() {
 			a, err = c.sendHedged(ps)
 		} else {
 			a, err = c.send(ps)

@@ -32,9 +32,10 @@ var defaultHedgeMethods = []string{http.MethodGet, http.MethodHead, http.MethodO
 // branch's answer won and it was cancelled.
 var errHedgeLost = errors.New("retryfuse: hedge lost: another branch answered first")
 
-// hedges reports whether the call's attempts are hedged: hedging is on,
-// the method is one of HedgeMethods, and the request may be sent again at
-// all (the decision core's request-safety rule).
+// hedges reports whether the call's attempts are hedged, under a policy
+// that hedges (its caller checks MaxHedges first): the method is one of
+// HedgeMethods, and the request may be sent again at all (the decision
+// core's request-safety rule).
 func (c *call) hedges() bool {
 	h := &c.p.hedge
 	if h.max <= 0 || c.passThrough || !slices.Contains(h.methods, c.method) {
