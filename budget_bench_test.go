@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -42,6 +43,66 @@ func BenchmarkRatioBudgetAllowRetryAtParallel(b *testing.B) {
 	}
 	benchParallel(b, rb.allowRetryAt)
 }
+
+// BenchmarkRatioBudgetRecordRequestAt is the deposit every call of a
+// scope makes once its first attempt is over: one goroutine, its time
+// advancing by benchStep every eight calls (a new bucket every 1,250).
+func BenchmarkRatioBudgetRecordRequestAt(b *testing.B) {
+	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	now := benchStart()
+	for i := 0; b.Loop(); i++ {
+		if i%8 == 0 {
+			now = now.Add(benchStep)
+		}
+		rb.recordRequestAt(now)
+	}
+}
+
+// BenchmarkRatioBudgetRecordRequestAtParallel is the deposit of callers on
+// every core sharing one budget, with nothing between deposits: the worst
+// case for a lock-free counter, whose cache line then moves between the
+// cores at every deposit, while a mutex lets one core take it many times
+// over before the other's turn.
+func BenchmarkRatioBudgetRecordRequestAtParallel(b *testing.B) {
+	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchParallel(b, func(now time.Time) bool { rb.recordRequestAt(now); return true })
+}
+
+// BenchmarkRatioBudgetRecordRequestAtCalls is the deposit of callers on
+// every core sharing one budget, each deposit after some work of the
+// caller's own (callerWork), as a call makes one after its attempt. Its
+// time less BenchmarkCallerWork's is what the deposits cost.
+func BenchmarkRatioBudgetRecordRequestAtCalls(b *testing.B) {
+	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchParallel(b, func(now time.Time) bool { callerWork(); rb.recordRequestAt(now); return true })
+}
+
+// BenchmarkCallerWork is callerWork alone, on every core.
+func BenchmarkCallerWork(b *testing.B) {
+	benchParallel(b, func(time.Time) bool { callerWork(); return true })
+}
+
+// callerWork stands for what a caller does between two deposits: some 200
+// ns of arithmetic on its own registers.
+func callerWork() {
+	x := uint64(1)
+	for range 300 {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	callerSink.Add(x & 1)
+}
+
+var callerSink atomic.Uint64
 
 // BenchmarkMutexFloor is the cost of the one lock every call takes, for
 // comparison with the budgets in the same run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,12 +40,20 @@ const ratioBuckets = 10
 //
 // The window slides in steps of Window/10: a ring of ten buckets holds the
 // counts, and buckets whose time has passed are emptied lazily when the
-// budget is next used. Memory is constant, and there is no goroutine.
+// budget is next used. Memory is constant, and there is no goroutine. A
+// request's deposit into the newest bucket takes no lock (one atomic
+// compare-and-swap); a retry, a new bucket and Snapshot take it.
 //
 // The zero value is an empty RatioBudget with the default configuration
 // (see RatioBudgetConfig).
 type RatioBudget struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// quick holds the deposits made without the lock into the newest
+	// bucket, not yet counted in the ring: that bucket's tick plus one
+	// above ratioQuickBits, their number below. Zero when none may be
+	// made: before the first use, and while the lock is held. origin and
+	// width are set before it is first stored, and never change after.
+	quick   atomic.Uint64
 	ratio   float64
 	reserve float64
 	width   time.Duration // time span of one bucket; zero until a zero RatioBudget is first used
@@ -127,6 +136,62 @@ func (b *RatioBudget) initLocked() {
 	}
 }
 
+// ratioQuickBits is the width of the count in RatioBudget.quick. A deposit
+// takes the lock once the count passes half of it (eight million in one
+// bucket), so that callers adding at once cannot carry into the tick.
+const (
+	ratioQuickBits = 24
+	ratioQuickMask = 1<<ratioQuickBits - 1
+)
+
+// lockAt takes the lock for a use at time now: the deposits made without
+// it are counted in the ring, and the buckets whose time has passed are
+// emptied.
+func (b *RatioBudget) lockAt(now time.Time) {
+	b.mu.Lock()
+	// quick's tick is the head's: the head moves only under the lock,
+	// after this. A count without a tick was added after the swap below
+	// by depositors that then took the lock themselves.
+	if w := b.quick.Swap(0); w>>ratioQuickBits != 0 {
+		n := w & ratioQuickMask
+		b.ring[b.head%ratioBuckets].requests += n
+		b.winReq += n
+		b.requests += n
+	}
+	b.advance(now)
+}
+
+// unlock lets deposits into the head bucket be made without the lock
+// again, and releases it. The store drops any count added while the lock
+// was held.
+func (b *RatioBudget) unlock() {
+	if b.head < 1<<(64-ratioQuickBits)-1 { // else every deposit takes the lock
+		b.quick.Store(uint64(b.head+1) << ratioQuickBits)
+	}
+	b.mu.Unlock()
+}
+
+// depositQuick counts a deposit at time now without the lock, when now
+// is before the bucket after the head, and reports whether it did.
+func (b *RatioBudget) depositQuick(now time.Time) bool {
+	w := b.quick.Load()
+	if w>>ratioQuickBits == 0 || w&ratioQuickMask >= ratioQuickMask/2 {
+		return false
+	}
+	// The head takes the deposit when now is before the bucket after it,
+	// as advance has it: a time before the head's own bucket (a caller
+	// that read the clock before another) counts as no time passed.
+	if now.Sub(b.origin)-time.Duration(w>>ratioQuickBits-1)*b.width >= b.width {
+		return false
+	}
+	// One addition, which cannot fail as a compare-and-swap can when
+	// callers meet. Should the lock have been taken since the load, the
+	// count landed either in a newer head, which takes a deposit of a time
+	// before its bucket just as the head did, or in no bucket (no tick),
+	// and then the deposit is made under the lock.
+	return b.quick.Add(1)>>ratioQuickBits != 0
+}
+
 // advance empties the buckets whose time has passed. b.mu is held.
 func (b *RatioBudget) advance(now time.Time) {
 	b.initLocked()
@@ -164,9 +229,8 @@ func (b *RatioBudget) balance() float64 {
 // allowRetryAt withdraws one retry at time now and reports whether the
 // balance covered it.
 func (b *RatioBudget) allowRetryAt(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.advance(now)
+	b.lockAt(now)
+	defer b.unlock()
 	if b.balance() < 1-snapEpsilon {
 		b.refused++
 		return false
@@ -177,14 +241,17 @@ func (b *RatioBudget) allowRetryAt(now time.Time) bool {
 	return true
 }
 
-// recordRequestAt deposits one request's credit at time now.
+// recordRequestAt deposits one request's credit at time now: without the
+// lock until now reaches the bucket after the newest.
 func (b *RatioBudget) recordRequestAt(now time.Time) {
-	b.mu.Lock()
-	b.advance(now)
+	if b.depositQuick(now) {
+		return
+	}
+	b.lockAt(now)
 	b.ring[b.head%ratioBuckets].requests++
 	b.winReq++
 	b.requests++
-	b.mu.Unlock()
+	b.unlock()
 }
 
 // RecordRequest deposits one request's credit.
@@ -200,9 +267,8 @@ func (b *RatioBudget) AllowRetry(context.Context) (bool, error) {
 func (b *RatioBudget) Snapshot() BudgetSnapshot { return b.snapshotAt(time.Now()) }
 
 func (b *RatioBudget) snapshotAt(now time.Time) BudgetSnapshot {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.advance(now)
+	b.lockAt(now)
+	defer b.unlock()
 	return BudgetSnapshot{
 		Requests:  b.requests,
 		Retries:   b.retries,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,6 +179,53 @@ func TestRatioBudgetConcurrent(t *testing.T) {
 	wantRetries := uint64(0.1*n + 10)
 	assert.Equal(t, wantRetries, s.Retries, "Retries: got %d, want %d (0.1·requests + reserve)", s.Retries, wantRetries)
 	assert.Zero(t, s.Available, "Available: got %v, want 0", s.Available)
+}
+
+// TestRatioBudgetCountsEveryDepositAcrossBuckets has callers deposit
+// concurrently while their times cross buckets and retries are asked for:
+// deposits made without the lock and those made under it are all counted,
+// the window's bound holds exactly, and when the window has passed nothing
+// is left of them.
+func TestRatioBudgetCountsEveryDepositAcrossBuckets(t *testing.T) {
+	const (
+		goroutines = 8
+		calls      = 3000
+	)
+	b, err := NewRatioBudget(RatioBudgetConfig{})
+	require.NoError(t, err)
+	b.recordRequestAt(t0) // the buckets count from t0
+	var wg sync.WaitGroup
+	var granted atomic.Int64
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range calls {
+				// Three buckets (a second each) within one window, each
+				// goroutine's times a little out of step with the others'.
+				now := t0.Add(time.Duration(i)*time.Millisecond + time.Duration(g)*3*time.Millisecond)
+				b.recordRequestAt(now)
+				if i%50 == 0 && b.allowRetryAt(now) {
+					granted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	end := t0.Add(3 * time.Second)
+	for b.allowRetryAt(end) {
+		granted.Add(1)
+	}
+	const n = goroutines*calls + 1
+	s := b.snapshotAt(end)
+	assert.Equal(t, uint64(n), s.Requests, "Requests: got %d, want %d", s.Requests, n)
+	assert.Equal(t, uint64(granted.Load()), s.Retries, "Retries: got %d, want %d", s.Retries, granted.Load())
+	// Everything happened within one window: 0.1·requests + reserve.
+	want := int64(math.Floor(0.1*n + 10))
+	require.Equal(t, want, granted.Load(), "granted: got %d, want %d (0.1·requests + reserve)", granted.Load(), want)
+	// A window after the last bucket began, every deposit and withdrawal is
+	// gone: the reserve alone is left.
+	later := b.snapshotAt(t0.Add(13 * time.Second)) // the last bucket began at 3s
+	assert.InDelta(t, 10.0, later.Available, 1e-9, "Available a window later: got %v, want the reserve, 10", later.Available)
+	assert.Equal(t, uint64(n), later.Requests, "Requests a window later: got %d, want %d", later.Requests, n)
 }
 
 func TestNewRatioBudgetConfig(t *testing.T) {

@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,6 +116,20 @@ func instantCall(tb testing.TB, rt http.RoundTripper, req *http.Request) {
 	_ = resp.Body.Close()
 }
 
+// instantCallErr is instantCall for a goroutine other than the
+// benchmark's: it returns what went wrong instead of stopping the test.
+func instantCallErr(rt http.RoundTripper, req *http.Request) error {
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d, want 200", resp.StatusCode)
+	}
+	return nil
+}
+
 // instantBlock is how many calls of one client are timed together, so
 // that reading the clock costs a call nothing measurable.
 const instantBlock = 200
@@ -150,6 +167,60 @@ func BenchmarkInstantGET(b *testing.B) {
 			b.ReportMetric(per-bare, c.name+"-own-ns")
 		}
 	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkInstantGETParallel is BenchmarkInstantGET with callers on every
+// core: each block is instantBlock calls on each of 2·GOMAXPROCS
+// goroutines, all through the one client, which shares its state between
+// them (a scope's budget and throttle, a breaker) as it does in service.
+// What contention on that state costs shows here, and not in
+// BenchmarkInstantGET. It reports each client's time per call of the
+// block's wall time (name-ns/call) and its excess over the bare base's
+// (name-own-ns).
+func BenchmarkInstantGETParallel(b *testing.B) {
+	cs := instantClients(b)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/items", nil)
+	for _, c := range cs {
+		instantCall(b, c.rt, req)
+	}
+	callers := 2 * runtime.GOMAXPROCS(0)
+	total := make([]time.Duration, len(cs))
+	var failed atomic.Pointer[error]
+	iter := 0
+	for b.Loop() {
+		for k := range cs {
+			i := (iter + k) % len(cs)
+			var wg sync.WaitGroup
+			t0 := time.Now()
+			for range callers {
+				wg.Go(func() {
+					for range instantBlock {
+						if err := instantCallErr(cs[i].rt, req); err != nil {
+							failed.CompareAndSwap(nil, &err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			total[i] += time.Since(t0)
+		}
+		if err := failed.Load(); err != nil {
+			b.Fatal(*err)
+		}
+		iter++
+	}
+	n := float64(iter * instantBlock * callers)
+	bare := float64(total[0].Nanoseconds()) / n
+	for i, c := range cs {
+		per := float64(total[i].Nanoseconds()) / n
+		b.ReportMetric(per, c.name+"-ns/call")
+		if i > 0 {
+			b.ReportMetric(per-bare, c.name+"-own-ns")
+		}
+	}
+	b.ReportMetric(float64(callers), "goroutines")
 	b.ReportMetric(0, "ns/op")
 }
 
