@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -142,9 +143,11 @@ const (
 // sent. After OpenTimeout, the next request moves it to half-open and lets
 // at most MaxProbes probes out at once; a failed probe opens it again,
 // ProbeSuccesses consecutive successful probes close it. Elapsed time alone
-// never closes it. The BreakerChange hook reports every change. The memory
-// a scope holds grows with its largest number of requests in flight at
-// once (12 bytes each).
+// never closes it. The BreakerChange hook reports every change. A scope
+// holds about 700 bytes, and 12 more for each request in flight at once
+// beyond 64 (see breaker_quick.go). A request to a closed scope takes no
+// lock that other scopes' requests take: the Breaker may be shared by
+// every call of a process.
 //
 // Its settings can be changed while traffic flows (Update), without
 // losing any scope's state, and its scopes read (Snapshot).
@@ -155,7 +158,11 @@ type Breaker struct {
 	mu     sync.Mutex
 	set    BreakerSettings // resolved
 	scopes map[string]*scopeState
-	closed scopeList // closed scopes, most recently used first
+	// index holds the scopes of scopes, for the quick path to find them
+	// without the lock; both change together, under it.
+	index sync.Map
+	uses  atomic.Uint64              // changes of the scope used: their order of use (quickScope.used)
+	last  atomic.Pointer[scopeState] // the scope used last; see touch
 }
 
 // NewBreaker returns a Breaker with settings s. A negative setting gives an
@@ -214,12 +221,19 @@ func (b *Breaker) openUntil(scope string, t time.Time) error {
 // half-open, or is the first request of the scope under settings of a new
 // version (From == To).
 func (b *Breaker) allow(scope string, now time.Time) (breakerTicket, BreakerChangeInfo, error) {
+	if s := b.findQuick(scope); s != nil {
+		if t, ok := b.allowQuick(s); ok {
+			return t, BreakerChangeInfo{}, nil // closed (breaker_quick.go)
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopeLocked(scope, now)
 	if s == nil {
 		return breakerTicket{}, BreakerChangeInfo{}, nil // not remembered: see MaxScopes
 	}
+	s.quickFoldLocked()
+	defer s.quickPublishLocked()
 	var tr BreakerChangeInfo
 	if s.version != b.set.Version {
 		// The first request under new settings reports them; a
@@ -228,7 +242,7 @@ func (b *Breaker) allow(scope string, now time.Time) (breakerTicket, BreakerChan
 	}
 	switch s.state {
 	case BreakerClosed:
-		b.closed.touch(s)
+		b.touch(s)
 		return s.issue(), tr, nil
 	case BreakerOpen:
 		if now.Sub(s.openedAt) < b.set.OpenTimeout {
@@ -246,10 +260,11 @@ func (b *Breaker) allow(scope string, now time.Time) (breakerTicket, BreakerChan
 // breakerTicket is the permission, given by allow, to send one request.
 // The zero value is a ticket whose done does nothing.
 type breakerTicket struct {
-	s    *scopeState
-	gen  uint64 // the scope's generation when the ticket was issued
-	seq  uint64 // the ticket's number, held in s.slots[slot] until done
-	slot int32
+	s     *scopeState
+	gen   uint64 // the scope's generation when the ticket was issued; its low 32 bits for a quick one
+	seq   uint64 // the ticket's number, held in its slot until done
+	slot  int32
+	quick bool // issued without the lock, in s.q.slots (breaker_quick.go)
 }
 
 // done reports, at now, the outcome of the ticket's request, with the dependency
@@ -261,12 +276,32 @@ func (t breakerTicket) done(o observation, cause error, now time.Time) BreakerCh
 	if s == nil {
 		return BreakerChangeInfo{}
 	}
+	if t.quick {
+		if !s.releaseQuick(t) {
+			return BreakerChangeInfo{} // done before
+		}
+		switch o {
+		case observeSuccess:
+			if s.countQuick(t.gen) {
+				return BreakerChangeInfo{}
+			}
+		case observeFailure:
+		default:
+			return BreakerChangeInfo{} // issued closed: an ignored outcome counts nothing
+		}
+	}
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !s.release(t) || t.gen != s.gen {
+	if t.quick {
+		if t.gen != s.gen&0xffffffff {
+			return BreakerChangeInfo{} // from an older state
+		}
+	} else if !s.release(t) || t.gen != s.gen {
 		return BreakerChangeInfo{} // done before, or from an older state
 	}
+	s.quickFoldLocked()
+	defer s.quickPublishLocked()
 	switch s.state {
 	case BreakerClosed:
 		switch o {
@@ -304,12 +339,9 @@ func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, caus
 	switch to {
 	case BreakerOpen:
 		s.openedAt, s.cause = now, cause
-		if from == BreakerClosed {
-			b.closed.remove(s)
-		}
 	case BreakerClosed:
 		s.observed, s.openedAt, s.cause = 0, time.Time{}, nil
-		b.closed.pushFront(s)
+		b.touch(s)
 	}
 	return b.infoLocked(s)
 }
@@ -328,7 +360,7 @@ func (b *Breaker) settingsChangedLocked(s *scopeState, now time.Time) BreakerCha
 // force, and its counts.
 func (b *Breaker) infoLocked(s *scopeState) BreakerChangeInfo {
 	info := BreakerChangeInfo{Scope: s.name, From: s.from, To: s.state, At: s.since, Settings: b.set,
-		InFlight: len(s.slots) - len(s.free)}
+		InFlight: s.inFlight()}
 	switch s.state {
 	case BreakerClosed:
 		info.Failures, info.Observed = s.failures, s.observed

@@ -68,6 +68,12 @@ func (b *Breaker) Update(s BreakerSettings) (BreakerSettings, error) {
 	b.set = next
 	for len(b.scopes) > next.MaxScopes && b.evictLocked() {
 	}
+	for _, sc := range b.scopes {
+		// The quick path is shut for the new version until a scope's first
+		// request under it has been reported.
+		sc.quickFoldLocked()
+		sc.quickPublishLocked()
+	}
 	return next, nil
 }
 
@@ -92,7 +98,9 @@ func (b *Breaker) Snapshot() []BreakerChangeInfo {
 	b.mu.Lock()
 	out := make([]BreakerChangeInfo, 0, len(b.scopes))
 	for _, s := range b.scopes {
+		s.quickFoldLocked()
 		out = append(out, b.infoLocked(s))
+		s.quickPublishLocked()
 	}
 	b.mu.Unlock()
 	slices.SortFunc(out, func(x, y BreakerChangeInfo) int { return strings.Compare(x.Scope, y.Scope) })

@@ -3,7 +3,8 @@ package retryfuse
 import "time"
 
 // This file is the breaker's memory of scopes: the state of each, the
-// MaxScopes bound and its eviction order, and the tickets each has out.
+// MaxScopes bound and its eviction order, and the tickets each has out
+// under the lock (those of the quick path are in breaker_quick.go).
 
 // scopeState is one scope's brake. Guarded by b.mu.
 type scopeState struct {
@@ -26,10 +27,11 @@ type scopeState struct {
 	cause     error // the failure that opened it
 	// Tickets out: slots[i] holds the seq of the ticket owning slot i, 0
 	// when free, so a second done of a ticket finds its slot not its own.
-	slots      []uint64
-	free       []int32
-	seq        uint64
-	prev, next *scopeState // links in b.closed
+	slots     []uint64
+	free      []int32
+	seq       uint64
+	forgotten bool       // evicted (MaxScopes): its tickets count nothing
+	q         quickScope // the closed path without the lock; see breaker_quick.go
 }
 
 // scopeLocked returns the state of scope, remembering it if need be. It
@@ -43,28 +45,47 @@ func (b *Breaker) scopeLocked(name string, now time.Time) *scopeState {
 		return nil
 	}
 	s := &scopeState{b: b, name: name, state: BreakerClosed, since: now, version: b.set.Version, gen: 1}
+	b.touch(s)
 	b.scopes[name] = s
-	b.closed.pushFront(s)
+	b.index.Store(name, s)
 	return s
 }
 
 // evictLocked forgets the least recently used closed scope, preferring
-// one with no ticket out. It reports false when no scope is closed.
+// one with no ticket out. It reports false when no scope is closed. It
+// looks at every scope: it runs only when a new scope meets MaxScopes.
 func (b *Breaker) evictLocked() bool {
-	victim := b.closed.tail
-	for s := victim; s != nil; s = s.prev {
-		if len(s.slots) == len(s.free) {
-			victim = s
-			break
+	var lru, idle *scopeState
+	for _, s := range b.scopes {
+		if s.state == BreakerClosed && (lru == nil || s.q.used.Load() < lru.q.used.Load()) {
+			lru = s
 		}
 	}
-	if victim == nil {
+	if lru == nil {
 		return false
 	}
-	b.closed.remove(victim)
+	if lru.inFlight() > 0 {
+		for _, s := range b.scopes {
+			if s.state == BreakerClosed && s.inFlight() == 0 && (idle == nil || s.q.used.Load() < idle.q.used.Load()) {
+				idle = s
+			}
+		}
+	}
+	victim := lru
+	if idle != nil {
+		victim = idle
+	}
 	delete(b.scopes, victim.name)
+	b.index.Delete(victim.name)
+	victim.forgotten = true
+	victim.q.word.Store(0)
 	victim.gen++ // its tickets out now count nothing
 	return true
+}
+
+// inFlight is the number of s's tickets out. b.mu is held.
+func (s *scopeState) inFlight() int {
+	return len(s.slots) - len(s.free) + s.quickOut()
 }
 
 // issue hands out a ticket of the current generation.
@@ -89,38 +110,4 @@ func (s *scopeState) release(t breakerTicket) bool {
 	s.slots[t.slot] = 0
 	s.free = append(s.free, t.slot)
 	return true
-}
-
-// scopeList is an intrusive doubly linked list of scopes.
-type scopeList struct{ head, tail *scopeState }
-
-func (l *scopeList) pushFront(s *scopeState) {
-	s.prev, s.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = s
-	} else {
-		l.tail = s
-	}
-	l.head = s
-}
-
-func (l *scopeList) remove(s *scopeState) {
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		l.head = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	} else {
-		l.tail = s.prev
-	}
-	s.prev, s.next = nil, nil
-}
-
-func (l *scopeList) touch(s *scopeState) {
-	if l.head != s {
-		l.remove(s)
-		l.pushFront(s)
-	}
 }

@@ -42,7 +42,7 @@ const ratioBuckets = 10
 // counts, and buckets whose time has passed are emptied lazily when the
 // budget is next used. Memory is constant, and there is no goroutine. A
 // request's deposit into the newest bucket takes no lock (one atomic
-// compare-and-swap); a retry, a new bucket and Snapshot take it.
+// addition); a retry, a new bucket and Snapshot take it.
 //
 // The zero value is an empty RatioBudget with the default configuration
 // (see RatioBudgetConfig).
