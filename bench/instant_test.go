@@ -158,10 +158,15 @@ func BenchmarkInstantGET(b *testing.B) {
 		}
 		iter++
 	}
-	n := float64(iter * instantBlock)
-	bare := float64(total[0].Nanoseconds()) / n
+	reportInstant(b, cs, total, iter*instantBlock)
+}
+
+// reportInstant reports each client's time per call, total being the time
+// of its n calls, and its time over the bare base's (cs[0]).
+func reportInstant(b *testing.B, cs []instantClient, total []time.Duration, n int) {
+	bare := float64(total[0].Nanoseconds()) / float64(n)
 	for i, c := range cs {
-		per := float64(total[i].Nanoseconds()) / n
+		per := float64(total[i].Nanoseconds()) / float64(n)
 		b.ReportMetric(per, c.name+"-ns/call")
 		if i > 0 {
 			b.ReportMetric(per-bare, c.name+"-own-ns")
@@ -211,17 +216,8 @@ func BenchmarkInstantGETParallel(b *testing.B) {
 		}
 		iter++
 	}
-	n := float64(iter * instantBlock * callers)
-	bare := float64(total[0].Nanoseconds()) / n
-	for i, c := range cs {
-		per := float64(total[i].Nanoseconds()) / n
-		b.ReportMetric(per, c.name+"-ns/call")
-		if i > 0 {
-			b.ReportMetric(per-bare, c.name+"-own-ns")
-		}
-	}
+	reportInstant(b, cs, total, iter*instantBlock*callers)
 	b.ReportMetric(float64(callers), "goroutines")
-	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkInstantGETAllocs gives each client's bytes and allocations per
