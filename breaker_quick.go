@@ -34,9 +34,11 @@ const (
 // quickScope is a scope's state for the quick path.
 type quickScope struct {
 	word atomic.Uint64
+	_    [56]byte // word, written by every success, apart from used, read by every ticket
 	// used is the Breaker's use count when the scope was last asked for a
 	// ticket: the order in which closed scopes are forgotten (MaxScopes).
 	used atomic.Uint64
+	_    [56]byte
 	// slots hold the quick tickets: each a version, doubled, plus one
 	// while its ticket is out. A ticket's seq is its slot's value while it
 	// is out; done moves the slot on, so a second done finds it changed.
@@ -78,12 +80,17 @@ func (b *Breaker) allowQuick(s *scopeState) (breakerTicket, bool) {
 	return breakerTicket{}, false
 }
 
-// touch makes s the most recently used scope. The Breaker's use count
-// moves only when the scope used changes: calls to one scope write no
-// memory that another core reads.
+// touch makes s the most recently used scope: it takes a new number of
+// the Breaker's use count unless it holds the newest already, so that
+// calls to one scope write no memory that another core reads. The number
+// is not tied to last, which only speeds findQuick: two scopes touched at
+// once may leave last on one and the newest number on the other, and the
+// next use of the first then numbers it anew.
 func (b *Breaker) touch(s *scopeState) {
 	if b.last.Load() != s {
 		b.last.Store(s)
+	}
+	if u := s.q.used.Load(); u == 0 || u != b.uses.Load() {
 		s.q.used.Store(b.uses.Add(1))
 	}
 }

@@ -111,3 +111,29 @@ func TestBreakerFailureAfterQuickSuccessesOpensOnItsThreshold(t *testing.T) {
 	assert.Zero(t, outcome(observeFailure).To, "1 consecutive failure, 5 outcomes")
 	assert.Equal(t, BreakerOpen, outcome(observeFailure).To, "2 consecutive failures, 6 outcomes")
 }
+
+// TestBreakerEvictsTheScopeNotUsedSinceWhateverARaceLeft: two scopes
+// touched at once may leave the one used last with an older number than
+// the other (last stored by one, the newest number taken by the other).
+// The next use of the first numbers it anew, so that a new scope evicts
+// the one not used since.
+func TestBreakerEvictsTheScopeNotUsedSinceWhateverARaceLeft(t *testing.T) {
+	b, clk := newTestBreaker(t, BreakerSettings{MaxScopes: 2})
+	use := func(scope string) {
+		tk, _, err := b.allow(scope, clk.Now())
+		require.NoError(t, err)
+		tk.done(observeSuccess, nil, clk.Now())
+	}
+	use("a")
+	use("b")
+	// What the race leaves: "b" last, "a" with the newest number.
+	b.mu.Lock()
+	a, sb := b.scopes["a"], b.scopes["b"]
+	b.mu.Unlock()
+	b.last.Store(sb)
+	a.q.used.Store(b.uses.Add(1))
+
+	use("b")
+	use("c")
+	assert.Equal(t, []string{"b", "c"}, remembered(b), "after b used last, a new scope evicts a")
+}
