@@ -144,10 +144,10 @@ const (
 // at most MaxProbes probes out at once; a failed probe opens it again,
 // ProbeSuccesses consecutive successful probes close it. Elapsed time alone
 // never closes it. The BreakerChange hook reports every change. A scope
-// holds about 700 bytes, and 12 more for each request in flight at once
-// beyond 64 (see breaker_quick.go). A request to a closed scope takes no
-// lock that other scopes' requests take: the Breaker may be shared by
-// every call of a process.
+// holds about 900 bytes, and 12 more for each request in flight at once
+// beyond 64. A closed scope's requests and their successes take no lock
+// (see breaker_quick.go), so one Breaker may serve every call of a busy
+// process.
 //
 // Its settings can be changed while traffic flows (Update), without
 // losing any scope's state, and its scopes read (Snapshot).
