@@ -51,13 +51,15 @@ type RatioBudget struct {
 	// quick holds the deposits made without the lock into the newest
 	// bucket, not yet counted in the ring: that bucket's tick plus one
 	// above ratioQuickBits, their number below. Zero when none may be
-	// made: before the first use, and while the lock is held. origin and
-	// width are set before it is first stored, and never change after.
+	// made: before the first use, and while the lock's holder moves the
+	// head (see lockAt). origin and width are set before it is first
+	// stored, and never change after.
 	quick   atomic.Uint64
 	ratio   float64
 	reserve float64
 	width   time.Duration // time span of one bucket; zero until a zero RatioBudget is first used
 	started bool
+	shut    bool      // the holder of mu has stopped deposits without it; see lockAt
 	origin  time.Time // time of the first call: bucket ticks count from here
 	head    int64     // tick of the newest bucket
 	next    time.Time // when the tick after head begins
@@ -144,31 +146,48 @@ const (
 	ratioQuickMask = 1<<ratioQuickBits - 1
 )
 
-// lockAt takes the lock for a use at time now: the deposits made without
-// it are counted in the ring, and the buckets whose time has passed are
-// emptied.
-func (b *RatioBudget) lockAt(now time.Time) {
+// lockAt takes the lock for a use at time now, and empties the buckets
+// whose time has passed. When the head moves, or fold asks, the deposits
+// made without the lock are counted in the ring first, and none are made
+// until unlock; else they go on into the head beside the lock's holder,
+// who reads them as pending.
+func (b *RatioBudget) lockAt(now time.Time, fold bool) {
 	b.mu.Lock()
-	// quick's tick is the head's: the head moves only under the lock,
-	// after this. A count without a tick was added after the swap below
-	// by depositors that then took the lock themselves.
-	if w := b.quick.Swap(0); w>>ratioQuickBits != 0 {
-		n := w & ratioQuickMask
-		b.ring[b.head%ratioBuckets].requests += n
-		b.winReq += n
-		b.requests += n
+	if fold || !b.started || !now.Before(b.next) {
+		// quick's tick is the head's: the head moves only under the lock,
+		// after this. A count without a tick was added after the swap
+		// by depositors that then took the lock themselves.
+		if w := b.quick.Swap(0); w>>ratioQuickBits != 0 {
+			n := w & ratioQuickMask
+			b.ring[b.head%ratioBuckets].requests += n
+			b.winReq += n
+			b.requests += n
+		}
+		b.shut = true
 	}
 	b.advance(now)
 }
 
 // unlock lets deposits into the head bucket be made without the lock
-// again, and releases it. The store drops any count added while the lock
-// was held.
+// again, if lockAt stopped them, and releases it. The store drops any
+// count added while they were stopped.
 func (b *RatioBudget) unlock() {
-	if b.head < 1<<(64-ratioQuickBits)-1 { // else every deposit takes the lock
-		b.quick.Store(uint64(b.head+1) << ratioQuickBits)
+	if b.shut {
+		b.shut = false
+		if b.head < 1<<(64-ratioQuickBits)-1 { // else every deposit takes the lock
+			b.quick.Store(uint64(b.head+1) << ratioQuickBits)
+		}
 	}
 	b.mu.Unlock()
+}
+
+// pending is the number of deposits made without the lock into the head
+// and not yet counted in the ring. b.mu is held.
+func (b *RatioBudget) pending() uint64 {
+	if w := b.quick.Load(); w>>ratioQuickBits != 0 {
+		return w & ratioQuickMask
+	}
+	return 0
 }
 
 // depositQuick counts a deposit at time now without the lock, when now
@@ -223,13 +242,13 @@ func (b *RatioBudget) advance(now time.Time) {
 
 // balance is the retry credit left in the window. b.mu is held.
 func (b *RatioBudget) balance() float64 {
-	return b.ratio*float64(b.winReq) + b.reserve - float64(b.winRet)
+	return b.ratio*float64(b.winReq+b.pending()) + b.reserve - float64(b.winRet)
 }
 
 // allowRetryAt withdraws one retry at time now and reports whether the
 // balance covered it.
 func (b *RatioBudget) allowRetryAt(now time.Time) bool {
-	b.lockAt(now)
+	b.lockAt(now, false)
 	defer b.unlock()
 	if b.balance() < 1-snapEpsilon {
 		b.refused++
@@ -247,7 +266,7 @@ func (b *RatioBudget) recordRequestAt(now time.Time) {
 	if b.depositQuick(now) {
 		return
 	}
-	b.lockAt(now)
+	b.lockAt(now, true)
 	b.ring[b.head%ratioBuckets].requests++
 	b.winReq++
 	b.requests++
@@ -267,10 +286,10 @@ func (b *RatioBudget) AllowRetry(context.Context) (bool, error) {
 func (b *RatioBudget) Snapshot() BudgetSnapshot { return b.snapshotAt(time.Now()) }
 
 func (b *RatioBudget) snapshotAt(now time.Time) BudgetSnapshot {
-	b.lockAt(now)
+	b.lockAt(now, false)
 	defer b.unlock()
 	return BudgetSnapshot{
-		Requests:  b.requests,
+		Requests:  b.requests + b.pending(),
 		Retries:   b.retries,
 		Refused:   b.refused,
 		Available: max(0, snap(b.balance())),
