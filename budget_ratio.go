@@ -240,9 +240,10 @@ func (b *RatioBudget) advance(now time.Time) {
 	b.next = b.origin.Add(time.Duration(tick) * b.width).Add(b.width)
 }
 
-// balance is the retry credit left in the window. b.mu is held.
-func (b *RatioBudget) balance() float64 {
-	return b.ratio*float64(b.winReq+b.pending()) + b.reserve - float64(b.winRet)
+// balance is the retry credit left in the window, with pending deposits
+// made without the lock (see pending). b.mu is held.
+func (b *RatioBudget) balance(pending uint64) float64 {
+	return b.ratio*float64(b.winReq+pending) + b.reserve - float64(b.winRet)
 }
 
 // allowRetryAt withdraws one retry at time now and reports whether the
@@ -250,7 +251,7 @@ func (b *RatioBudget) balance() float64 {
 func (b *RatioBudget) allowRetryAt(now time.Time) bool {
 	b.lockAt(now, false)
 	defer b.unlock()
-	if b.balance() < 1-snapEpsilon {
+	if b.balance(b.pending()) < 1-snapEpsilon {
 		b.refused++
 		return false
 	}
@@ -288,10 +289,11 @@ func (b *RatioBudget) Snapshot() BudgetSnapshot { return b.snapshotAt(time.Now()
 func (b *RatioBudget) snapshotAt(now time.Time) BudgetSnapshot {
 	b.lockAt(now, false)
 	defer b.unlock()
+	p := b.pending() // read once: Requests and Available agree
 	return BudgetSnapshot{
-		Requests:  b.requests + b.pending(),
+		Requests:  b.requests + p,
 		Retries:   b.retries,
 		Refused:   b.refused,
-		Available: max(0, snap(b.balance())),
+		Available: max(0, snap(b.balance(p))),
 	}
 }
