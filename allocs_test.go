@@ -33,15 +33,29 @@ func TestSuccessPathAllocations(t *testing.T) {
 		}
 	})
 	for _, tc := range []struct {
-		name string
-		tr   *Transport
-		want float64
+		name      string
+		tr        *Transport
+		want      float64
+		alternate bool // calls alternate between two hosts, whose records were made
 	}{
-		{"defaults", &Transport{Base: staticBase{}}, 3},
-		{"AttemptTimeout", &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}, 6},
+		{"defaults", &Transport{Base: staticBase{}}, 3, false},
+		{"AttemptTimeout", &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}, 6, false},
+		{"two hosts in turn", &Transport{Base: staticBase{}}, 3, true},
 	} {
+		reqs := []*http.Request{req, req}
+		if tc.alternate {
+			reqs[1] = req.Clone(context.Background())
+			reqs[1].URL.Host = "127.0.0.2:1"
+			for _, r := range reqs {
+				if resp, err = tc.tr.RoundTrip(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		i := 0
 		got := testing.AllocsPerRun(200, func() {
-			if resp, err = tc.tr.RoundTrip(req); err != nil {
+			i++
+			if resp, err = tc.tr.RoundTrip(reqs[i%2]); err != nil {
 				t.Fatal(err)
 			}
 		}) - base

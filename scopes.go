@@ -44,11 +44,12 @@ type scopeRecord struct {
 //
 // Most Transports call one dependency, so the record found last is kept
 // apart and read first without the lock: most calls then touch neither the
-// lock nor the map, and, with the default scope, build no string (the key
-// is the request's scheme and host as its URL writes them).
+// lock nor the map. Calls to several take the read lock only, and build no
+// string with the default scope (the key is the request's scheme and host
+// as its URL writes them): a scope's name is built once, with its record.
 type scopes struct {
 	last atomic.Pointer[scopeRecord] // the record found last, read without the lock
-	mu   sync.Mutex
+	mu   sync.RWMutex                // read to find a record, written to make or drop one
 	m    map[hostKey]*scopeRecord
 }
 
@@ -67,9 +68,16 @@ func (s *scopes) find(req *http.Request, p *policy) (*scopeRecord, error) {
 	if st := s.last.Load(); st != nil && st.key == k {
 		return st, nil
 	}
+	s.mu.RLock()
+	st, ok := s.m[k]
+	s.mu.RUnlock()
+	if ok {
+		s.last.Store(st)
+		return st, nil
+	}
 	name := k.scope
 	if !byName {
-		name = hostScope(req)
+		name = hostScope(req) // a new scope's name, built once
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
