@@ -158,8 +158,8 @@ type Breaker struct {
 	mu     sync.Mutex
 	set    BreakerSettings // resolved
 	scopes map[string]*scopeState
-	// index holds the scopes of scopes, for the quick path to find them
-	// without the lock; both change together, under it.
+	// index mirrors scopes, for the quick path to find a scope without
+	// the lock; both change together, under it.
 	index sync.Map
 	uses  atomic.Uint64              // changes of the scope used: their order of use (quickScope.used)
 	last  atomic.Pointer[scopeState] // the scope used last; see touch
