@@ -2,7 +2,10 @@ package retryfuse
 
 import (
 	"errors"
+	"io"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,4 +139,81 @@ func TestBreakerEvictsTheScopeNotUsedSinceWhateverARaceLeft(t *testing.T) {
 	use("b")
 	use("c")
 	assert.Equal(t, []string{"b", "c"}, remembered(b), "after b used last, a new scope evicts a")
+}
+
+// TestBreakerTransportConcurrentCallersOpenOnceAndRecover drives a Breaker
+// through a Transport from many goroutines at once, against a loopback
+// server that answers well, then fails, then recovers: the scope opens
+// once, lets through no more than the threshold and the calls already in
+// flight, closes once after a single probe (slow start then holds some
+// calls back), and every ticket comes back.
+func TestBreakerTransportConcurrentCallersOpenOnceAndRecover(t *testing.T) {
+	const callers, threshold = 16, 5
+	srv := newSettableServer(t, http.StatusOK)
+	scope := scopeOf(t, srv.Server)
+	clock := newFakeClockAt(fixedStart)
+	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: threshold, OpenTimeout: time.Second})
+	client := &http.Client{Transport: tr}
+	// wave makes calls GETs from each of callers goroutines at once, and
+	// returns how many came back 200, 503, refused by the breaker, and held
+	// back by slow start's bulkhead.
+	wave := func(calls int) (ok, failed, refused, held int64) {
+		var nOK, nFailed, nRefused, nHeld atomic.Int64
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				for range calls {
+					resp, err := client.Get(srv.URL)
+					var full *BulkheadFullError
+					switch {
+					case errors.Is(err, ErrCircuitOpen):
+						nRefused.Add(1)
+					case errors.As(err, &full):
+						nHeld.Add(1)
+					case err != nil:
+						t.Errorf("GET: %v", err)
+						return
+					default:
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+						if resp.StatusCode == http.StatusOK {
+							nOK.Add(1)
+						} else {
+							nFailed.Add(1)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return nOK.Load(), nFailed.Load(), nRefused.Load(), nHeld.Load()
+	}
+
+	ok, _, _, _ := wave(40)
+	require.Equal(t, int64(callers*40), ok)
+	s := snapshotOf(t, b, scope)
+	assert.Equal(t, callers*40, s.Observed, "Observed while the server answers well")
+	assert.Zero(t, s.InFlight)
+	assert.Empty(t, rec.take())
+
+	srv.setStatus(http.StatusServiceUnavailable)
+	before := srv.requests.Load()
+	_, failed, refused, held := wave(20)
+	assert.Equal(t, []string{"closed>open"}, rec.take(), "transitions while the server fails")
+	sent := srv.requests.Load() - before
+	assert.Equal(t, failed, sent, "every request sent came back 503")
+	assert.LessOrEqual(t, sent, int64(threshold+callers-1), "requests sent: the threshold and those already in flight")
+	assert.Equal(t, int64(callers*20)-sent, refused, "the rest refused")
+	assert.Zero(t, held, "held back by slow start before the scope closed again")
+	assert.Zero(t, snapshotOf(t, b, scope).InFlight)
+
+	srv.setStatus(http.StatusOK)
+	clock.Advance(time.Second)
+	ok, failed, _, _ = wave(10)
+	assert.Equal(t, []string{"open>half_open", "half_open>closed"}, rec.take(), "transitions once the server is back")
+	assert.Positive(t, ok)
+	assert.Zero(t, failed)
+	s = snapshotOf(t, b, scope)
+	assert.Equal(t, BreakerClosed, s.To)
+	assert.Zero(t, s.InFlight)
 }
