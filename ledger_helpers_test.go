@@ -1,0 +1,95 @@
+package retryfuse
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The key ledger's and the Reconciler's transport tests make keyed POSTs
+// to an orders server (servers_test.go), through a client whose Transport
+// runs on a fake clock.
+
+// callWait bounds every wait on a real socket or goroutine in these tests.
+const callWait = 10 * time.Second
+
+// heldAttemptTimeout cuts an attempt whose response the server holds back.
+// It leaves a loaded machine time to run the handler (to apply the order)
+// before the client gives up; the tests that wait for it run in parallel.
+const heldAttemptTimeout = 500 * time.Millisecond
+
+// newMemoryLedger returns l, and the error its settings give.
+func newMemoryLedger(l *MemoryLedger) (*MemoryLedger, error) { return l, l.validate() }
+
+// newLedgerOnFakeClock returns a MemoryLedger and a virtual clock for the
+// Transports that share it (newLedgerClientOn): a MemoryLedger runs on the
+// clock of the Transport that uses it.
+func newLedgerOnFakeClock(t *testing.T, cfg *MemoryLedger) (*MemoryLedger, *fakeClock) {
+	t.Helper()
+	if cfg == nil {
+		cfg = &MemoryLedger{}
+	}
+	l, err := newMemoryLedger(cfg)
+	require.NoError(t, err)
+	return l, newFakeClock()
+}
+
+// newLedgerClient returns a client over a Transport with ledger l, no retry
+// budget and a virtual clock of its own; tune adjusts the Transport before
+// first use.
+func newLedgerClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
+	t.Helper()
+	return newLedgerClientOn(t, newFakeClock(), l, tune)
+}
+
+// newLedgerClientOn is newLedgerClient on clock clk.
+func newLedgerClientOn(t *testing.T, clk *fakeClock, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
+	t.Helper()
+	tr := &Transport{Ledger: l, Budget: UnlimitedBudget()}
+	clk.install(tr)
+	setRandN(tr, func(n int64) int64 { return n / 2 })
+	if tune != nil {
+		tune(tr)
+	}
+	require.NoError(t, tr.Validate())
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}, tr
+}
+
+// callCtx is the caller's context of a test: generous, so that a hang fails
+// the test instead of stalling the run.
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), callWait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newKeyedPOST builds a POST (with GetBody, so replayable) carrying key.
+func newKeyedPOST(t *testing.T, ctx context.Context, url, key, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set(headerIdempotencyKey, key)
+	}
+	return req
+}
+
+// postKeyed sends a keyed POST through c and returns its response, with the
+// body read and closed, or its error.
+func postKeyed(t *testing.T, c *http.Client, url, key, body string) (*http.Response, string, error) {
+	t.Helper()
+	resp, err := c.Do(newKeyedPOST(t, callCtx(t), url, key, body))
+	if err != nil {
+		return nil, "", err
+	}
+	b, rerr := io.ReadAll(resp.Body)
+	require.NoError(t, rerr)
+	require.NoError(t, resp.Body.Close())
+	return resp, string(b), nil
+}
