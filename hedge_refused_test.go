@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -14,18 +15,25 @@ import (
 // no retry from the budget: the budget is kept for what is sent.
 func TestHedgeRefusedByLimitsTakesNoRetry(t *testing.T) {
 	tests := []struct {
-		name   string
-		limits func(*Transport)
-		want   func(error) bool
+		name    string
+		limits  func(*Transport)
+		blocker bool // a PUT (never hedged) holds a slot before the GET
+		want    func(error) bool
 	}{
-		{"bulkhead full", func(tr *Transport) { tr.MaxInFlight = 1; tr.MaxQueued = 4 }, errAs[*BulkheadFullError]},
-		{"rate limited", func(tr *Transport) { tr.RateLimit = 1; tr.RateBurst = 1 }, errAs[*RateLimitError]},
+		// Two slots (MaxHedges with one is refused): the PUT holds one, the
+		// GET's first branch the other.
+		{"bulkhead full", func(tr *Transport) { tr.MaxInFlight = 2; tr.MaxQueued = 4 }, true, errAs[*BulkheadFullError]},
+		{"rate limited", func(tr *Transport) { tr.RateLimit = 1; tr.RateBurst = 1 }, false, errAs[*RateLimitError]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			noGoroutineLeft(t)
 			srv := newBranchServer(t)
-			srv.hold(1)
+			first := 1 // the number of the GET's request at the server
+			if tt.blocker {
+				first = 2
+			}
+			srv.hold(1, first)
 			g := newGatedSleep(newFakeClock())
 			pl := newPolicyLog()
 			budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
@@ -36,16 +44,27 @@ func TestHedgeRefusedByLimitsTakesNoRetry(t *testing.T) {
 			tt.limits(tr)
 			tr = hedgedTransport(t, g, tr)
 
+			var blocker *asyncCall
+			if tt.blocker {
+				blocker = goDo(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL, ""))
+				waitFor(t, srv.arrived, 1, "the PUT")
+			}
 			call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
-			waitFor(t, srv.arrived, 1, "first branch")
+			waitFor(t, srv.arrived, first, "first branch")
 			g.next(t).fire()
 			e := pl.next(t)
 			if e.Policy != policyHedge || e.Action != actionRefused || !tt.want(e.Err) {
 				t.Errorf("Policy event: got %s/%s err %v, want hedge/refused by the %s", e.Policy, e.Action, e.Err, tt.name)
 			}
-			srv.let(1)
-			if call.wait(t); call.err != nil || call.body != "reply 1" {
+			srv.let(first)
+			if call.wait(t); call.err != nil || call.body != fmt.Sprintf("reply %d", first) {
 				t.Fatalf("got %v, %q; want the first branch's reply", call.err, call.body)
+			}
+			if blocker != nil {
+				srv.let(1)
+				if blocker.wait(t); blocker.err != nil || blocker.body != "reply 1" {
+					t.Fatalf("the PUT: got %v, %q; want reply 1", blocker.err, blocker.body)
+				}
 			}
 			if got := budget.Snapshot().Retries; got != 0 {
 				t.Errorf("retries taken from the budget: got %d, want 0 (the hedge was not sent)", got)

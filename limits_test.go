@@ -105,7 +105,9 @@ func TestBulkheadBoundsInFlightUnderLoad(t *testing.T) {
 // the scope "dep", on a fake clock whose sleeps g holds.
 func bulkheadTransport(t *testing.T, g *gatedSleep, tr *Transport) *Transport {
 	t.Helper()
-	tr.MaxInFlight = 1
+	if tr.MaxInFlight == 0 {
+		tr.MaxInFlight = 1
+	}
 	if tr.MaxAttempts == 0 {
 		tr.MaxAttempts = 1
 	}
@@ -288,12 +290,15 @@ func TestBulkheadQueueWaitEndsAtCallerDeadline(t *testing.T) {
 // A hedge never waits for the bulkhead: with no slot free it is not sent.
 func TestBulkheadRefusesHedgeWithoutWaiting(t *testing.T) {
 	noGoroutineLeft(t)
-	srv := newPathServer(t, "/a")
+	srv := newPathServer(t, "/a", "/b")
 	g := newGatedSleep(newFakeClock())
 	pl := newPolicyLog()
-	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 4, MaxAttempts: 3, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond,
+	tr := bulkheadTransport(t, g, &Transport{MaxInFlight: 2, MaxQueued: 4, MaxAttempts: 3, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond,
 		Hooks: Hooks{Policy: pl.hook}})
 
+	// A PUT, not hedged, holds one slot; the GET's attempt takes the other.
+	b := goDo(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL+"/b", ""))
+	srv.next(t)
 	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
 	srv.next(t)
 	g.next(t).fire() // the hedge timer
@@ -305,6 +310,10 @@ func TestBulkheadRefusesHedgeWithoutWaiting(t *testing.T) {
 	srv.let("/a")
 	if a.wait(t); a.err != nil || a.body != "/a" {
 		t.Fatalf("got %v, %q; want /a", a.err, a.body)
+	}
+	srv.let("/b")
+	if b.wait(t); b.err != nil || b.body != "/b" {
+		t.Fatalf("the PUT: got %v, %q; want /b", b.err, b.body)
 	}
 	if events := pl.take(); len(events) != 1 {
 		t.Errorf("Policy events: got %+v, want the hedge's refusal only", events)
@@ -398,14 +407,22 @@ func TestBulkheadSlotReturnedWhenBasePanics(t *testing.T) {
 		t.Run(fmt.Sprintf("hedged=%v", hedged), func(t *testing.T) {
 			noGoroutineLeft(t)
 			base := &panicBase{}
-			tr := &Transport{Base: base, MaxInFlight: 1, Budget: UnlimitedBudget()}
+			// As many panics as slots: each slot lost would be gone for
+			// good, and the call after them refused. A hedge needs a
+			// second slot (MaxHedges with one is refused).
+			slots := 1
+			tr := &Transport{Base: base, Budget: UnlimitedBudget()}
 			if hedged {
+				slots = 2
 				tr.MaxHedges, tr.HedgeDelay = 1, time.Hour
 			}
+			tr.MaxInFlight = slots
 			tr = newTransport(t, newFakeClock(), tr)
 			setSleep(tr, func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() })
-			if !roundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")) {
-				t.Fatal("the base's panic did not reach the caller")
+			for range slots {
+				if !roundTripPanics(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")) {
+					t.Fatal("the base's panic did not reach the caller")
+				}
 			}
 			base.status.Store(http.StatusOK)
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))

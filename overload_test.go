@@ -298,9 +298,11 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 		base := newLoadBase()
 		base.hold = make(chan struct{})
 		var ev events
-		tr := newTransport(t, nil, &Transport{Base: base, AdaptiveInFlight: true, MinInFlight: 1, MaxInFlight: 1,
+		// A ceiling of 2 (MaxHedges with a ceiling of 1 is refused): two
+		// calls fill the learnt limit, and their hedges find no slot.
+		tr := newTransport(t, nil, &Transport{Base: base, AdaptiveInFlight: true, MinInFlight: 1, MaxInFlight: 2,
 			MaxHedges: 1, HedgeDelay: time.Millisecond, Hooks: Hooks{Policy: ev.hook}})
-		release := heldCalls(t, tr, base, 1)
+		release := heldCalls(t, tr, base, 2)
 		if !poll(callWait, func() bool { return len(ev.of(policyHedge, actionRefused)) > 0 }) {
 			t.Fatal("no hedge refused")
 		}

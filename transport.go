@@ -206,9 +206,10 @@ type Transport struct {
 	// second attempt. A MaxHedges of MaxAttempts or more is a ceiling:
 	// hedges go while attempts remain, and the next is refused (reported
 	// through Hooks.Policy). As a hedge waits for nothing, it needs a free
-	// bulkhead slot and a rate limiter token beside its attempt's: with
-	// MaxInFlight 1, or a RateBurst of 1 that the RateLimit does not
-	// refill within the hedge delay, no hedge is ever sent.
+	// bulkhead slot and a rate limiter token beside its attempt's:
+	// MaxHedges with MaxInFlight 1 is refused, as no hedge could ever be
+	// sent, and with a RateBurst of 1 that the RateLimit does not refill
+	// within the hedge delay none is.
 	MaxHedges int
 
 	// HedgeDelay is how long an attempt runs before a hedge is sent beside

@@ -1,0 +1,177 @@
+package retryfuse
+
+import "fmt"
+
+// This file is the settings checked together: a setting that the others
+// leave without effect is refused, naming both. policy.go checks each
+// setting alone and resolves the defaults.
+
+// checkTogether refuses a setting that the others leave without effect,
+// naming both: a setting that reads as active but does nothing is a
+// mistake waiting to be found in production, as a setting out of range
+// is. p holds the settings resolved, defaults included.
+//
+// Refused, each for the reason its error gives:
+//   - HedgeDelay, HedgeQuantile or HedgeMethods (not empty) without
+//     MaxHedges: nothing is hedged.
+//   - MaxHedges with MaxAttempts 1: a hedge counts as an attempt, and the
+//     first attempt takes the only one.
+//   - MaxHedges with MaxInFlight 1 (a ceiling of 1 for AdaptiveInFlight
+//     too): a hedge needs a bulkhead slot beside its attempt's, and never
+//     gets one.
+//   - MaxHedges with a HedgeDelay at or above AttemptTimeout: every
+//     attempt times out before its hedge is due (with HedgeQuantile too:
+//     HedgeDelay is then both the delay before an estimate and its cap).
+//   - BreakerScope without a Breaker: nothing is braked.
+//   - ShareKey or MaxSharedBody without ShareReads: nothing is shared.
+//   - NewBudget beside a Budget: it is never called.
+//   - MaxScopes beside a Budget when nothing is kept per scope: no
+//     MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges or Breaker
+//     (whose closes start a scope's slow start), DisableThrottle, and a
+//     negative HonourMemory (see keepsScopes).
+//   - MaxStoredBody or MaxFingerprintBytes without a Ledger: only the
+//     Ledger fingerprints bodies and stores results.
+//   - MaxLimitWait without RateLimit, MaxQueued or AdaptiveInFlight: no
+//     attempt waits (a bulkhead without a queue refuses at once);
+//     MaxQueued with a negative MaxLimitWait: no attempt waits in the
+//     queue.
+//   - The settings of the learnt limit, the throttle and slow start
+//     without the feature they shape (see checkLoad).
+//   - TimeoutCost (other than 1) when no call can reach MaxCallCost: the
+//     brake it weighs never stops a call.
+//
+// Accepted on purpose:
+//   - The settings that shape retries (InitialBackoff, MaxBackoff,
+//     MaxRetryAfter, MaxDrainBytes, MaxFailureStreak, MaxCallCost,
+//     TimeoutCost, GenerateIdempotencyKeys, Budget, NewBudget) with
+//     MaxAttempts 1, or a MaxFailureStreak of 1: that is the documented
+//     way to turn retries off, often from configuration or in a test;
+//     the settings stay idle in plain sight and apply again when retries
+//     do. Refusing them would turn one switch into an edit of six fields.
+//   - A MaxFailureStreak or MaxCallCost that a call cannot reach before
+//     MaxAttempts stops it (or a MaxAttempts beyond MaxFailureStreak):
+//     each is a ceiling, and the lowest binds, as the defaults do (a
+//     streak of 5 and a cost of 100 beside 3 attempts).
+//   - MaxHedges of MaxAttempts or more, MaxAttempts 2 or more: hedges
+//     are sent while attempts remain, and the refusal of the next is
+//     reported (Hooks.Policy). MaxHedges is a ceiling per attempt.
+//   - TimeoutCost without AttemptTimeout: the Base's own timeouts (dial,
+//     TLS handshake, response headers) cost it too.
+//   - Scope, or a Reconciler, with nothing else: the Transport's memory
+//     of uncertain keys is per scope, and any uncertain write asks the
+//     Reconciler.
+//   - GenerateIdempotencyKeys with a Ledger: the keys it generates bypass
+//     the Ledger (no earlier call can hold one); the callers' keys use it.
+//   - An empty, non-nil HedgeMethods: it says that no method is hedged,
+//     and none is.
+func (t *Transport) checkTogether(p *policy) error {
+	switch {
+	case t.HedgeDelay != 0 && t.MaxHedges == 0:
+		return invalidPolicy("HedgeDelay "+t.HedgeDelay.String(), "needs MaxHedges: without it nothing is hedged")
+	case t.HedgeQuantile != 0 && t.MaxHedges == 0:
+		return invalidPolicy(fmt.Sprint("HedgeQuantile ", t.HedgeQuantile), "needs MaxHedges: without it nothing is hedged")
+	case len(t.HedgeMethods) > 0 && t.MaxHedges == 0:
+		return invalidPolicy("HedgeMethods", "needs MaxHedges: without it nothing is hedged")
+	case t.MaxHedges > 0 && p.maxAttempts == 1:
+		return invalidPolicy(fmt.Sprint("MaxHedges ", t.MaxHedges), "needs MaxAttempts of at least 2: a hedge counts as an attempt")
+	case t.MaxHedges > 0 && t.MaxInFlight == 1:
+		return invalidPolicy(fmt.Sprint("MaxHedges ", t.MaxHedges),
+			"needs a MaxInFlight of at least 2: a hedge takes a bulkhead slot beside its attempt's, and with one slot none is ever sent")
+	case t.MaxHedges > 0 && t.AttemptTimeout > 0 && t.HedgeDelay >= t.AttemptTimeout:
+		return invalidPolicy("HedgeDelay "+t.HedgeDelay.String(),
+			"must be below AttemptTimeout "+t.AttemptTimeout.String()+": an attempt times out before its hedge is due")
+	case t.ShareKey != nil && !t.ShareReads:
+		return invalidPolicy("ShareKey", "needs ShareReads: without it no read is shared")
+	case t.MaxSharedBody != 0 && !t.ShareReads:
+		return invalidPolicy(fmt.Sprint("MaxSharedBody ", t.MaxSharedBody), "needs ShareReads: without it no body is shared")
+	case t.BreakerScope != nil && t.Breaker == nil:
+		return invalidPolicy("BreakerScope", "needs a Breaker: without it nothing is braked per scope")
+	case t.Budget != nil && t.NewBudget != nil:
+		return invalidPolicy("NewBudget", "must be nil with a Budget: Budget is the budget of every scope, and NewBudget is never called")
+	case t.MaxScopes != 0 && t.Budget != nil && !p.keepsScopes():
+		return invalidPolicy(fmt.Sprint("MaxScopes ", t.MaxScopes),
+			"has nothing to bound: with a Budget and DisableThrottle, without MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges or a Breaker, and with a negative HonourMemory, nothing is kept per scope")
+	case t.MaxStoredBody != 0 && t.Ledger == nil:
+		return invalidPolicy(fmt.Sprint("MaxStoredBody ", t.MaxStoredBody), "needs a Ledger: only a Ledger stores results")
+	case t.MaxFingerprintBytes != 0 && t.Ledger == nil:
+		return invalidPolicy(fmt.Sprint("MaxFingerprintBytes ", t.MaxFingerprintBytes), "needs a Ledger: only a Ledger fingerprints bodies")
+	case t.MaxLimitWait != 0 && t.RateLimit == 0 && t.MaxQueued == 0 && !t.AdaptiveInFlight:
+		return invalidPolicy("MaxLimitWait "+t.MaxLimitWait.String(),
+			"needs a RateLimit, a MaxQueued or AdaptiveInFlight: without them no attempt waits (a bulkhead without a queue refuses at once)")
+	case t.MaxQueued > 0 && t.MaxLimitWait < 0:
+		return invalidPolicy(fmt.Sprint("MaxQueued ", t.MaxQueued),
+			"needs a MaxLimitWait that lets an attempt wait: with MaxLimitWait "+t.MaxLimitWait.String()+" none waits in the queue")
+	}
+	if err := t.checkLoad(); err != nil {
+		return err
+	}
+	return t.checkTimeoutCost(p)
+}
+
+// checkLoad refuses the settings of the learnt limit, the throttle and
+// slow start that the others leave without effect (see checkTogether):
+// MinInFlight without AdaptiveInFlight (nothing is learnt) or above
+// MaxInFlight (the floor of the learnt limit above its ceiling);
+// ThrottleRatio or ThrottleWindow with DisableThrottle; SlowStart with
+// neither a Breaker nor AdaptiveInFlight (nothing ramps).
+func (t *Transport) checkLoad() error {
+	switch {
+	case t.MinInFlight != 0 && !t.AdaptiveInFlight:
+		return invalidPolicy(fmt.Sprint("MinInFlight ", t.MinInFlight), "needs AdaptiveInFlight: it is the floor of the learnt limit")
+	case t.AdaptiveInFlight && t.MaxInFlight > 0 && t.MinInFlight > t.MaxInFlight:
+		return invalidPolicy(fmt.Sprint("MinInFlight ", t.MinInFlight),
+			fmt.Sprint("must not be above MaxInFlight ", t.MaxInFlight, ": the floor of the learnt limit would be above its ceiling"))
+	case t.DisableThrottle && t.ThrottleRatio != 0:
+		return invalidPolicy(fmt.Sprint("ThrottleRatio ", t.ThrottleRatio), "has no effect with DisableThrottle")
+	case t.DisableThrottle && t.ThrottleWindow != 0:
+		return invalidPolicy("ThrottleWindow "+t.ThrottleWindow.String(), "has no effect with DisableThrottle")
+	case t.SlowStart != 0 && t.Breaker == nil && !t.AdaptiveInFlight:
+		return invalidPolicy("SlowStart "+t.SlowStart.String(),
+			"needs a Breaker or AdaptiveInFlight: it ramps admission up after a Breaker closes or a learnt limit rises from its floor")
+	}
+	return nil
+}
+
+// checkTimeoutCost refuses a TimeoutCost that cannot change when a call
+// stops: when even attempts that all time out cost less than MaxCallCost
+// by the last attempt at which the cost brake may stop the call. The
+// failure streak is asked first, and every attempt of a call but its
+// last has failed (a success ends it): the cost brake decides only
+// after attempts the streak has not stopped, at most MaxFailureStreak-1.
+// A call of one attempt has no retry to brake, and is let be (see
+// checkTogether).
+func (t *Transport) checkTimeoutCost(p *policy) error {
+	if t.TimeoutCost == 0 || t.TimeoutCost == 1 {
+		return nil
+	}
+	streak := p.decision.FailureThreshold
+	if min(p.maxAttempts, streak) <= 1 {
+		return nil
+	}
+	attempts := min(p.maxAttempts, streak-1)
+	most := float64(attempts) * max(1, p.timeoutCost)
+	if p.decision.BudgetUnits <= most {
+		return nil
+	}
+	return invalidPolicy(fmt.Sprint("TimeoutCost ", t.TimeoutCost), fmt.Sprintf(
+		"has no effect with %s: MaxCallCost is never reached, as a call's attempts cost at most %g (%s at %g) before %s stops it",
+		setting("MaxCallCost", p.decision.BudgetUnits, t.MaxCallCost == 0), most, counted(attempts, "attempt"), max(1, p.timeoutCost), stoppedBy(t, p)))
+}
+
+// stoppedBy names what stops a call's attempts: MaxAttempts, or the
+// failure streak when that stops them first.
+func stoppedBy(t *Transport, p *policy) string {
+	if p.decision.FailureThreshold <= p.maxAttempts {
+		return setting("MaxFailureStreak", p.decision.FailureThreshold, t.MaxFailureStreak == 0)
+	}
+	return setting("MaxAttempts", p.maxAttempts, t.MaxAttempts == 0)
+}
+
+// setting names a field and its value for an error message: "MaxAttempts
+// 4", or "MaxAttempts (3, its default)" when the field was left zero.
+func setting(field string, v any, byDefault bool) string {
+	if byDefault {
+		return fmt.Sprintf("%s (%v, its default)", field, v)
+	}
+	return fmt.Sprintf("%s %v", field, v)
+}
