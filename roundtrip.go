@@ -70,6 +70,8 @@ func (p *policy) scopeOf(req *http.Request) string {
 
 var errNilRequest = errors.New("retryfuse: nil Request")
 
+var _ http.RoundTripper = (*Transport)(nil)
+
 // RoundTrip implements http.RoundTripper. See Transport for what is
 // repeated and what is returned.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {

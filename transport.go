@@ -206,10 +206,9 @@ type Transport struct {
 	// second attempt. A MaxHedges of MaxAttempts or more is a ceiling:
 	// hedges go while attempts remain, and the next is refused (reported
 	// through Hooks.Policy). As a hedge waits for nothing, it needs a free
-	// bulkhead slot and a rate limiter token beside its attempt's:
-	// MaxHedges with MaxInFlight 1 is refused, as no hedge could ever be
-	// sent, and with a RateBurst of 1 that the RateLimit does not refill
-	// within the hedge delay none is.
+	// bulkhead slot and a rate limiter token beside its attempt's: it is
+	// refused beside MaxInFlight 1, and beside a RateBurst of 1 that the
+	// RateLimit does not refill within the hedge delay no hedge is sent.
 	MaxHedges int
 
 	// HedgeDelay is how long an attempt runs before a hedge is sent beside
@@ -449,5 +448,3 @@ type Transport struct {
 	flights flights       // with ShareReads, the shared calls in flight
 	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
 }
-
-var _ http.RoundTripper = (*Transport)(nil)
