@@ -1,14 +1,12 @@
 package retryfuse
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // This file is single-flight (Transport.ShareReads): concurrent identical
@@ -17,10 +15,14 @@ import (
 // shared result, and its own Fallback's answer to it.
 //
 // The shared call runs on a goroutine of its own, with a context detached
-// from any one caller's (their values kept), so that the caller who
-// started it may go without cancelling it for the others; it is cancelled
-// when the last caller waiting for it has gone, and that caller returns
-// only once it has ended.
+// from any one caller's (the first caller's values kept), so that the
+// caller who started it may go without cancelling it for the others; it
+// is cancelled when the last caller waiting for it has gone, and that
+// caller returns only once it has ended. Its deadline is the latest of the
+// callers' who joined it (none once one had none): the call plans its
+// waits and attempts against it as an unshared call does against its
+// caller's, and gives up at once on a Retry-After that no caller would
+// wait for.
 
 // defaultMaxSharedBody is MaxSharedBody's default.
 const defaultMaxSharedBody = 1 << 20
@@ -46,20 +48,14 @@ type sharedFlight struct {
 	waiters    int  // callers waiting, the leader among them
 	leaderGone bool // the caller who started it has gone
 	finished   bool // res is set
+	unbounded  bool // a caller without a deadline joined
+
+	// The latest deadline of the callers who joined, nil when there is
+	// none (unbounded); written under flights.mu, read by the call's
+	// context (flightContext).
+	deadline atomic.Pointer[time.Time]
 
 	res sharedResult // set before done is closed; read-only after
-}
-
-// sharedResult is the outcome of a shared call, as each caller copies it.
-type sharedResult struct {
-	resp     *http.Response // the response's status and headers; its Body is not read
-	body     []byte
-	bodyErr  error // the error that cut the body short, after body
-	err      error
-	gaveUp   error // why the call gave up (for the Fallback's mark)
-	stream   *http.Response
-	tooLarge bool // the body was over the bound: stream, for the leader
-	panicked any
 }
 
 // shareable reports whether req may share a call: a GET or HEAD without a
@@ -165,10 +161,13 @@ func (fs *flights) join(t *Transport, key string, req *http.Request) (*sharedFli
 	defer fs.mu.Unlock()
 	if f := fs.m[key]; f != nil {
 		f.waiters++
+		f.joinedLocked(req.Context())
 		return f, false
 	}
+	f := &sharedFlight{key: key, done: make(chan struct{}), waiters: 1}
+	f.joinedLocked(req.Context())
 	ctx, cancel := context.WithCancel(context.WithoutCancel(req.Context()))
-	f := &sharedFlight{key: key, req: req.Clone(ctx), cancel: cancel, done: make(chan struct{}), waiters: 1}
+	f.req, f.cancel = req.Clone(&flightContext{Context: ctx, f: f}), cancel
 	if t.Hooks.any() {
 		f.id = t.calls.Add(1)
 	}
@@ -177,6 +176,42 @@ func (fs *flights) join(t *Transport, key string, req *http.Request) (*sharedFli
 	}
 	fs.m[key] = f
 	return f, true
+}
+
+// joinedLocked takes the deadline of a caller's context into the shared
+// call's: the latest, or none once a caller has none. A caller who goes
+// does not shorten it: the call may outlast the deadlines of those left,
+// who then go, and the last cancels it. flights.mu is held.
+func (f *sharedFlight) joinedLocked(ctx context.Context) {
+	if f.unbounded {
+		return
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		f.unbounded = true
+		f.deadline.Store(nil)
+		return
+	}
+	if cur := f.deadline.Load(); cur == nil || dl.After(*cur) {
+		f.deadline.Store(&dl)
+	}
+}
+
+// flightContext is a shared call's context: cancelled when the last
+// caller has gone (its Context), with the deadline of the callers who
+// joined (sharedFlight.deadline), read anew each time it is asked, as
+// callers join. No timer runs to it: each caller's own context ends its
+// wait, and the last to go cancels the call.
+type flightContext struct {
+	context.Context
+	f *sharedFlight
+}
+
+func (c *flightContext) Deadline() (time.Time, bool) {
+	if dl := c.f.deadline.Load(); dl != nil {
+		return *dl, true
+	}
+	return time.Time{}, false
 }
 
 // leave ends a caller's wait. It reports whether the result is in, and,
@@ -245,114 +280,4 @@ func (t *Transport) fly(f *sharedFlight) {
 		drain(res.stream, 0) // no one to hand it to
 	}
 	close(f.done)
-}
-
-// share reads resp's body, up to MaxSharedBody, for every caller to copy.
-// A longer body (or a switch of protocols) is left as a stream for the
-// leader alone, to read on; cancel ends the shared call's context when it
-// is closed.
-func (t *Transport) share(resp *http.Response, err error, cancel context.CancelFunc) sharedResult {
-	if resp == nil {
-		return sharedResult{err: err}
-	}
-	res := sharedResult{resp: resp, err: err}
-	limit := t.p.maxSharedBody
-	if resp.Body == nil || resp.Body == http.NoBody {
-		return res
-	}
-	if _, rw := resp.Body.(io.Writer); rw || resp.ContentLength > limit || resp.StatusCode == http.StatusSwitchingProtocols {
-		res.tooLarge, res.stream = true, streamOf(resp, nil, cancel)
-		return res
-	}
-	var buf bytes.Buffer
-	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
-	}
-	_, rerr := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
-	if int64(buf.Len()) > limit {
-		res.tooLarge, res.stream = true, streamOf(resp, buf.Bytes(), cancel)
-		return res
-	}
-	_ = resp.Body.Close()
-	res.body, res.bodyErr = buf.Bytes(), rerr
-	return res
-}
-
-// streamOf returns resp with its body read from read first, then from
-// its body; closing it closes the body and calls cancel.
-func streamOf(resp *http.Response, read []byte, cancel context.CancelFunc) *http.Response {
-	body := resp.Body
-	resp.Body = &streamBody{Reader: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel}
-	return resp
-}
-
-type streamBody struct {
-	io.Reader
-	body   io.Closer
-	cancel context.CancelFunc
-}
-
-func (b *streamBody) Close() error {
-	err := b.body.Close()
-	b.cancel()
-	return err
-}
-
-// copyFor returns a copy of the shared response for req: its status, a
-// copy of its headers and trailers, and a body of its own.
-func (r *sharedResult) copyFor(req *http.Request) *http.Response {
-	if r.resp == nil {
-		return nil
-	}
-	resp := new(http.Response)
-	*resp = *r.resp
-	resp.Header = r.resp.Header.Clone()
-	resp.Trailer = r.resp.Trailer.Clone()
-	resp.Request = req
-	switch {
-	case r.resp.Body == nil:
-	case r.body == nil && r.bodyErr == nil:
-		resp.Body = http.NoBody
-	case r.bodyErr != nil:
-		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(r.body), errReader{r.bodyErr}))
-	default:
-		resp.Body = io.NopCloser(bytes.NewReader(r.body))
-	}
-	return resp
-}
-
-// errReader fails every read with err.
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
-
-// sharedBodyError says why a caller made a call of its own: the shared
-// response's body was over MaxSharedBody.
-type sharedBodyError struct{ limit int64 }
-
-func (e *sharedBodyError) Error() string {
-	return "retryfuse: shared response body over MaxSharedBody (" + strconv.FormatInt(e.limit, 10) + " bytes): each waiting caller makes its own call"
-}
-
-// shareKeyOf returns req's key under f (the default key when f is nil),
-// prefixed with its method: a GET never shares a HEAD's answer. A
-// function that panics gives an empty key and an error that says so.
-func shareKeyOf(f func(*http.Request) string, req *http.Request) (key string, err error) {
-	if f == nil {
-		return defaultShareKey(req), nil
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			key, err = "", fmt.Errorf("retryfuse: ShareKey panicked: %v", v)
-		}
-	}()
-	k := f(req)
-	if k == "" {
-		return "", nil
-	}
-	m := req.Method
-	if m == "" {
-		m = http.MethodGet
-	}
-	return m + " " + k, nil
 }

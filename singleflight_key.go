@@ -1,14 +1,15 @@
 package retryfuse
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// This file is the default key of a shared read (Transport.ShareKey): what
-// makes two reads identical.
+// This file is the key of a shared read: the default (what makes two reads
+// identical), and a ShareKey's, taken with the method.
 
 // traceHeaders are the headers that only trace or identify a request, and
 // that the default key leaves out: with them, no two requests of a traced
@@ -66,4 +67,27 @@ func defaultShareKey(req *http.Request) string {
 		}
 	}
 	return b.String()
+}
+
+// shareKeyOf returns req's key under f (the default key when f is nil),
+// prefixed with its method: a GET never shares a HEAD's answer. A
+// function that panics gives an empty key and an error that says so.
+func shareKeyOf(f func(*http.Request) string, req *http.Request) (key string, err error) {
+	if f == nil {
+		return defaultShareKey(req), nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			key, err = "", fmt.Errorf("retryfuse: ShareKey panicked: %v", v)
+		}
+	}()
+	k := f(req)
+	if k == "" {
+		return "", nil
+	}
+	m := req.Method
+	if m == "" {
+		m = http.MethodGet
+	}
+	return m + " " + k, nil
 }

@@ -373,9 +373,9 @@ type Transport struct {
 	// headers and body (buffered up to MaxSharedBody) and its own
 	// Fallback's answer; a caller whose context ends leaves the others be,
 	// and the call is cancelled once every caller has gone. It runs on a
-	// goroutine of its own, under the values of the context of the caller
-	// who started it but not its cancellation or deadline. Hooks.Policy
-	// says which call led and which followed.
+	// goroutine of its own, under the context values of the caller who
+	// started it, and the latest deadline of its callers (none once one
+	// had none). Hooks.Policy says which call led and which followed.
 	ShareReads bool
 
 	// ShareKey names the answer a read asks for: reads of one method with

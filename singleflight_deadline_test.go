@@ -1,0 +1,109 @@
+package retryfuse
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A shared call plans against the deadline of the callers who joined it:
+// the latest, or none once one has none. It gives up at once on a
+// Retry-After that no caller would wait for, as an unshared call does, and
+// waits for one that a caller would.
+
+// deadlineOf returns ctx with a deadline d after now on clk, or ctx itself
+// when d is zero.
+func deadlineOf(t *testing.T, ctx context.Context, clk *fakeClock, d time.Duration) context.Context {
+	t.Helper()
+	if d == 0 {
+		return ctx
+	}
+	ctx, cancel := context.WithDeadline(ctx, clk.Now().Add(d))
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestShareReadsCallKeepsTheLatestDeadlineOfItsCallers(t *testing.T) {
+	const retryAfter = 6 * time.Second
+	tests := []struct {
+		name     string
+		leader   time.Duration // the first caller's deadline; 0: none
+		follower time.Duration // a second caller's, joining before the answer; 0: none; -1: no second caller
+		attempts int32
+	}{
+		{"one caller whose deadline comes before the Retry-After: the 503 at once", 5 * time.Second, -1, 1},
+		{"both callers' deadlines before the Retry-After: the 503 at once", 5 * time.Second, 4 * time.Second, 1},
+		{"a follower whose deadline is past the Retry-After: the call waits for it", 5 * time.Second, 10 * time.Second, 2},
+		{"a leader whose deadline is past the Retry-After, a follower's before: the call waits", 10 * time.Second, 5 * time.Second, 2},
+		{"a follower without a deadline: the call waits", 5 * time.Second, 0, 2},
+		{"a leader without a deadline: the call waits", 0, 5 * time.Second, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			noGoroutineLeft(t)
+			clk := newFakeClock()
+			gate := make(chan struct{})
+			var sent atomic.Int32
+			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if sent.Add(1) > 1 {
+					return textResponse(req, http.StatusOK, "ok"), nil
+				}
+				select {
+				case <-gate: // every caller has joined
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				}
+				resp := textResponse(req, http.StatusServiceUnavailable, "busy")
+				resp.Header.Set("Retry-After", "6")
+				return resp, nil
+			})
+			log := newShareLog()
+			var gave giveUpLog
+			tr := newTransport(t, clk, &Transport{Base: base, ShareReads: true, Budget: UnlimitedBudget(),
+				Hooks: Hooks{Policy: log.hook, GiveUp: gave.hook}})
+
+			calls := []*asyncCall{goDo(tr, getReq(t, deadlineOf(t, testCtx(t), clk, tt.leader), "http://dep.test/"))}
+			log.await(t, actionLed, 1)
+			if tt.follower >= 0 {
+				calls = append(calls, goDo(tr, getReq(t, deadlineOf(t, testCtx(t), clk, tt.follower), "http://dep.test/")))
+				log.await(t, actionFollowed, 1)
+			}
+			close(gate)
+
+			want, wantBody := http.StatusOK, "ok"
+			if tt.attempts == 1 {
+				want, wantBody = http.StatusServiceUnavailable, "busy"
+			}
+			for i, c := range calls {
+				if c.wait(t); c.err != nil || c.resp.StatusCode != want || c.body != wantBody {
+					t.Fatalf("caller %d: got %v, %v, %q; want %d %q", i, c.resp, c.err, c.body, want, wantBody)
+				}
+			}
+			if got := sent.Load(); got != tt.attempts {
+				t.Errorf("attempts sent: got %d, want %d", got, tt.attempts)
+			}
+			sleeps := clk.Sleeps()
+			if tt.attempts == 1 {
+				if len(sleeps) != 0 {
+					t.Errorf("waits: got %v, want none", sleeps)
+				}
+				if n := gave.matching(errRetryAfterTooLong); n != 1 {
+					t.Errorf("GiveUp with retry_after_too_long: got %d, want 1", n)
+				}
+			} else if len(sleeps) != 1 || sleeps[0] < retryAfter {
+				t.Errorf("waits: got %v, want one of the Retry-After, %v at least", sleeps, retryAfter)
+			}
+		})
+	}
+}
+
+// textResponse is an answer of code with body to req.
+func textResponse(req *http.Request, code int, body string) *http.Response {
+	return &http.Response{StatusCode: code, Status: strconv.Itoa(code) + " " + http.StatusText(code), Header: http.Header{},
+		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}
+}
