@@ -85,7 +85,11 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 	if c.passThrough {
 		owner = nil // the Transport above marked it
 	}
-	ctx = at.context(ctx, owner, !p.tracing)
+	var deadline time.Time // the attempt's own: its context reports it
+	if f.timeout > 0 {
+		deadline = c.now().Add(f.timeout)
+	}
+	ctx = at.context(ctx, owner, deadline, !p.tracing)
 	if f.timeout > 0 || cancellable {
 		ctx, f.cancel = context.WithCancel(ctx)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 )
 
 // This file is where a call begins and ends: RoundTrip, the settings
@@ -11,19 +12,29 @@ import (
 // of a request, and closing the caller's request body; and
 // CloseIdleConnections.
 
-// ownedContext is a later attempt's parent context, marked with ownerKey.
-// A first attempt's context carries the mark itself, with the trace
-// (attemptTrace, trace.go), and costs no allocation.
+// ownedContext is a later attempt's parent context, marked with ownerKey
+// (unless owner is nil: the mark of a Transport above passes), and with
+// the attempt's deadline (unless zero: its parent's). A first attempt's
+// context carries both itself, with the trace (attemptTrace, trace.go),
+// and costs no allocation.
 type ownedContext struct {
 	context.Context
-	owner *Transport
+	owner    *Transport
+	deadline time.Time
 }
 
 func (c *ownedContext) Value(key any) any {
-	if _, ok := key.(ownerKey); ok {
+	if _, ok := key.(ownerKey); ok && c.owner != nil {
 		return c.owner
 	}
 	return c.Context.Value(key)
+}
+
+func (c *ownedContext) Deadline() (time.Time, bool) {
+	if !c.deadline.IsZero() {
+		return c.deadline, true
+	}
+	return c.Context.Deadline()
 }
 
 // ownerKey marks, in an attempt's context, that a retryfuse Transport

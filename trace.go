@@ -27,14 +27,15 @@ import (
 // are set at the first attempt and never changed: net/http may ask the
 // context long after the attempt (a dial it finishes for the pool).
 type attemptTrace struct {
-	parent context.Context       // the caller's context
-	owner  *Transport            // the owner of the repeating, marked in the attempts' contexts; nil to pass the mark of the one above
-	first  httptrace.ClientTrace // the first attempt's, kept here
-	asked  atomic.Int32          // GetConn calls: the base traces
-	conns  atomic.Int32          // GotConn calls: connections obtained and used (see resend.go)
-	stop   atomic.Int32          // why re-sends were stopped: stopNone, stopAttempts, stopBudget
-	used   bool                  // first is taken
-	inCtx  bool                  // the trace answers httptrace's key with first
+	parent   context.Context       // the caller's context
+	owner    *Transport            // the owner of the repeating, marked in the attempts' contexts; nil to pass the mark of the one above
+	deadline int64                 // the first attempt's, from its timeout, in Unix ns (the wire fits its size class); 0: the parent's
+	first    httptrace.ClientTrace // the first attempt's, kept here
+	asked    atomic.Int32          // GetConn calls: the base traces
+	conns    atomic.Int32          // GotConn calls: connections obtained and used (see resend.go)
+	stop     atomic.Int32          // why re-sends were stopped: stopNone, stopAttempts, stopBudget
+	used     bool                  // first is taken
+	inCtx    bool                  // the trace answers httptrace's key with first
 
 	// The attempt's share of the call's re-sends; see resend.go.
 	w        *wire              // nil when the call does not charge re-sends
@@ -43,8 +44,9 @@ type attemptTrace struct {
 }
 
 // context resets the trace for a new attempt on ctx, the caller's, and
-// returns the attempt's context: ctx marked as owned by owner (unless nil)
-// and carrying the trace. The ClientTrace is made anew for each later
+// returns the attempt's context: ctx marked as owned by owner (unless nil),
+// with the attempt's deadline (unless zero: ctx's; set only when it comes
+// before ctx's, see attemptTimeout) and carrying the trace. The ClientTrace is made anew for each later
 // attempt because httptrace.WithClientTrace composes it, in place, with a
 // trace already in ctx. A later attempt's ClientTrace never reuses an
 // earlier one's memory: net/http may still read the earlier one after its
@@ -53,7 +55,7 @@ type attemptTrace struct {
 //
 // askConn installs GetConn too, for a base not known to trace: whether it
 // asks for a connection tells whether it passes the trace on.
-func (at *attemptTrace) context(ctx context.Context, owner *Transport, askConn bool) context.Context {
+func (at *attemptTrace) context(ctx context.Context, owner *Transport, deadline time.Time, askConn bool) context.Context {
 	if at.used {
 		// A later attempt: what the earlier left is reset, and its
 		// ClientTrace is new. Its context is made as httptrace makes one:
@@ -67,8 +69,8 @@ func (at *attemptTrace) context(ctx context.Context, owner *Transport, askConn b
 		// with the caller's trace, which composes with tr below.
 		tr := &httptrace.ClientTrace{}
 		at.hook(tr, askConn)
-		if owner != nil {
-			ctx = &ownedContext{Context: ctx, owner: owner}
+		if owner != nil || !deadline.IsZero() {
+			ctx = &ownedContext{Context: ctx, owner: owner, deadline: deadline}
 		}
 		return httptrace.WithClientTrace(ctx, tr)
 	}
@@ -77,6 +79,9 @@ func (at *attemptTrace) context(ctx context.Context, owner *Transport, askConn b
 	// own besides its wire.
 	at.used = true
 	at.parent, at.owner = ctx, owner
+	if !deadline.IsZero() {
+		at.deadline = deadline.UnixNano()
+	}
 	at.hook(&at.first, askConn)
 	if clientTraceKey != nil && httptrace.ContextClientTrace(ctx) == nil {
 		// Nothing to compose with: at answers for the trace itself.
@@ -102,9 +107,15 @@ func (at *attemptTrace) hook(tr *httptrace.ClientTrace, askConn bool) {
 // trace has no hooks of the net package (which WithClientTrace would
 // install under a second key).
 
-func (at *attemptTrace) Deadline() (time.Time, bool) { return at.parent.Deadline() }
-func (at *attemptTrace) Done() <-chan struct{}       { return at.parent.Done() }
-func (at *attemptTrace) Err() error                  { return at.parent.Err() }
+func (at *attemptTrace) Deadline() (time.Time, bool) {
+	if at.deadline != 0 {
+		return time.Unix(0, at.deadline), true
+	}
+	return at.parent.Deadline()
+}
+
+func (at *attemptTrace) Done() <-chan struct{} { return at.parent.Done() }
+func (at *attemptTrace) Err() error            { return at.parent.Err() }
 
 func (at *attemptTrace) Value(key any) any {
 	if at.inCtx && key == clientTraceKey {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -187,7 +188,7 @@ func TestAttemptContextAnswersLikeWithClientTrace(t *testing.T) {
 	parent := context.WithValue(context.WithValue(context.Background(), ownerKey{}, "above"), otherKey{}, "v")
 	owner := &Transport{}
 	at := &attemptTrace{}
-	c := at.context(parent, owner, false)
+	c := at.context(parent, owner, time.Time{}, false)
 	if c != context.Context(at) {
 		t.Fatalf("the first attempt's context is %T, want the trace itself", c)
 	}
@@ -204,13 +205,13 @@ func TestAttemptContextAnswersLikeWithClientTrace(t *testing.T) {
 	if got := httptrace.ContextClientTrace(httptrace.WithClientTrace(c, over)); got != over {
 		t.Errorf("a trace installed over it: got %p, want %p", got, over)
 	}
-	passed := (&attemptTrace{}).context(parent, nil, false)
+	passed := (&attemptTrace{}).context(parent, nil, time.Time{}, false)
 	if got := passed.Value(ownerKey{}); got != "above" {
 		t.Errorf("without an owner, the mark: got %v, want the parent's", got)
 	}
 	// A later attempt gets a context of its own, owned, with a new trace;
 	// the first attempt's context answers as before.
-	later := at.context(parent, owner, false)
+	later := at.context(parent, owner, time.Time{}, false)
 	if tr := httptrace.ContextClientTrace(later); tr == nil || tr == &at.first || tr.GotConn == nil {
 		t.Errorf("a later attempt's trace: %p", tr)
 	}
