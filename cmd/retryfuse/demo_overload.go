@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-cleanhttp"
 	"github.com/retryfuse/retryfuse"
 )
 
@@ -145,7 +144,7 @@ func runOverload(srv *servers) (overloadResults, error) {
 		urls[i] = s.URL
 	}
 	base := func() *http.Transport {
-		b := cleanhttp.DefaultPooledTransport()
+		b := srv.transport()
 		b.MaxIdleConnsPerHost = 64
 		return b
 	}

@@ -1,17 +1,34 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
+
+	"github.com/hashicorp/go-cleanhttp"
 )
 
 // servers starts the demo's loopback servers and closes them all at the end.
 type servers struct {
 	listen func() (net.Listener, error)
-	all    []*httptest.Server
+	// dial, when set, connects the clients that transport makes to the
+	// listeners listen made (a network in memory, for a test in a
+	// testing/synctest bubble); nil: the network's own dialer.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	all  []*httptest.Server
+}
+
+// transport returns a pooled base transport whose connections reach the
+// servers.
+func (s *servers) transport() *http.Transport {
+	t := cleanhttp.DefaultPooledTransport()
+	if s.dial != nil {
+		t.DialContext = s.dial
+	}
+	return t
 }
 
 // start serves h on a new loopback listener.

@@ -132,30 +132,12 @@ func TestDemo(t *testing.T) {
 	})
 
 	t.Run("overload", func(t *testing.T) {
+		// The scenario runs in wall-clock time here, where a busy machine
+		// (or the race detector) slows the callers against the
+		// dependency's timers: its claims are checked in virtual time
+		// (TestOverloadScenarioInVirtualTime), and here only that the
+		// table shows what this run measured.
 		o := res.Overload
-		assertRow(t, out, "requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
-		if raceEnabled {
-			// The scenario's queue and deadlines are in wall-clock time,
-			// and the race detector slows the callers several times over
-			// against the dependency's timers: what it shows then is not
-			// what the demo shows. Its claims are checked without it (CI
-			// runs this test both ways: scripts/test).
-			t.Skip("the overload scenario's dynamics are asserted without the race detector")
-		}
-		// The plain loop's queue outgrows the deadlines: most of the work
-		// is for callers who had gone, and it is still draining when the
-		// load falls. The learnt limit keeps the queue short.
-		assert.Greater(t, o.Plain.WastedShare(), 0.5, "plain loop: work done for callers who had gone")
-		assert.Less(t, o.Adaptive.WastedShare(), o.Plain.WastedShare()/5, "adaptive: work done for callers who had gone, against the plain loop's")
-		// Goodput is a rate measured in wall-clock time, and this test
-		// runs under the race detector on shared machines: it asserts only
-		// the direction; the figures are the benchmarks' (bench/overload).
-		assert.Greater(t, o.Adaptive.Goodput, o.Plain.Goodput, "goodput: adaptive against the plain loop")
-		assert.Greater(t, o.Plain.Received, o.Adaptive.Received, "requests received: the plain loop's retries against the adaptive side's refusals")
-		assert.Positive(t, o.Adaptive.Refused, "the adaptive side refuses what the dependency cannot take")
-		assert.Zero(t, o.Plain.Refused, "the plain loop refuses nothing")
-		assert.Equal(t, time.Duration(-1), o.Plain.Recovered, "the plain loop's calls still fail when the load falls")
-		assert.GreaterOrEqual(t, o.Adaptive.Recovered, time.Duration(0), "the adaptive side's calls succeed once the load falls")
 		assertRow(t, out, "requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
 		assertRow(t, out, "work done for callers who had gone", pct0(o.Plain.WastedShare()), pct0(o.Static.WastedShare()), pct0(o.Adaptive.WastedShare()))
 		assertRow(t, out, "calls succeed again after the overload", back(o.Plain.Recovered), back(o.Static.Recovered), back(o.Adaptive.Recovered))
