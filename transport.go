@@ -61,10 +61,10 @@ type Transport struct {
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 
-	// AttemptTimeout bounds each attempt until its response headers arrive;
-	// it is cut to what remains of the caller's deadline. The body of a
-	// returned response stays readable until it is closed. Zero means no
-	// timeout beyond the caller's context.
+	// AttemptTimeout bounds each attempt until its response headers arrive
+	// (the deadline its context reports); it is cut to what remains of the
+	// caller's deadline. The body of a returned response stays readable
+	// until it is closed. Zero means no timeout beyond the caller's.
 	AttemptTimeout time.Duration
 
 	// MaxRetryAfter caps a server's Retry-After. A retryable response
