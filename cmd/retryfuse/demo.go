@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hashicorp/go-cleanhttp"
 	"github.com/retryfuse/retryfuse"
 )
 
@@ -39,6 +38,9 @@ type demoConfig struct {
 	every       time.Duration // brake: one call arrives every so often
 	tailCalls   int           // tail latency: sequential calls per side
 	listen      func() (net.Listener, error)
+	// dial connects the clients to what listen made; nil: the network's
+	// own dialer (see servers).
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func defaultDemoConfig() demoConfig {
@@ -100,7 +102,7 @@ func demoMain(cfg demoConfig, args []string, stdout, stderr io.Writer) (demoResu
 
 // measure runs the scenarios one after the other.
 func measure(cfg demoConfig) (demoResults, error) {
-	srv := &servers{listen: cfg.listen}
+	srv := &servers{listen: cfg.listen, dial: cfg.dial}
 	defer srv.close()
 	var (
 		res demoResults
@@ -131,9 +133,9 @@ func measure(cfg demoConfig) (demoResults, error) {
 }
 
 // newPlain returns the plain loop, on a base transport of its own.
-func newPlain(attemptTimeout time.Duration) plainLoop {
+func (s *servers) newPlain(attemptTimeout time.Duration) plainLoop {
 	return plainLoop{
-		client:         &http.Client{Transport: cleanhttp.DefaultPooledTransport()},
+		client:         &http.Client{Transport: s.transport()},
 		attempts:       demoAttempts,
 		initialBackoff: demoInitialBackoff,
 		maxBackoff:     demoMaxBackoff,
@@ -143,9 +145,9 @@ func newPlain(attemptTimeout time.Duration) plainLoop {
 
 // newFuse returns a retryfuse Transport with the shared policy; everything
 // else is left at its default unless set by the caller.
-func newFuse(attemptTimeout time.Duration) *retryfuse.Transport {
+func (s *servers) newFuse(attemptTimeout time.Duration) *retryfuse.Transport {
 	return &retryfuse.Transport{
-		Base:           cleanhttp.DefaultPooledTransport(),
+		Base:           s.transport(),
 		MaxAttempts:    demoAttempts,
 		InitialBackoff: demoInitialBackoff,
 		MaxBackoff:     demoMaxBackoff,

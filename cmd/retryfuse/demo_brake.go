@@ -80,9 +80,9 @@ func runBrake(srv *servers, cfg demoConfig) (brakeResults, error) {
 		urls[i] = s.URL
 	}
 
-	plain := newPlain(demoAttemptTimeout)
-	budgetOnly := &http.Client{Transport: newFuse(demoAttemptTimeout)}
-	braked := newFuse(demoAttemptTimeout)
+	plain := srv.newPlain(demoAttemptTimeout)
+	budgetOnly := &http.Client{Transport: srv.newFuse(demoAttemptTimeout)}
+	braked := srv.newFuse(demoAttemptTimeout)
 	braked.Breaker = breaker
 	var mu sync.Mutex
 	braked.Hooks.BreakerChange = func(c retryfuse.BreakerChangeInfo) {

@@ -44,7 +44,7 @@ func runExactly(srv *servers) (exactlyResults, error) {
 	}
 	const plainKey, fuseKey = "order-2001", "order-2002"
 
-	plain := newPlain(lostAttemptTimeout)
+	plain := srv.newPlain(lostAttemptTimeout)
 	began := time.Now()
 	resp, err := plain.do(context.Background(), poster(s.URL+"/payments", plainKey))
 	res.PlainElapsed = time.Since(began)
@@ -52,7 +52,7 @@ func runExactly(srv *servers) (exactlyResults, error) {
 	drainClose(resp)
 	res.PlainApplied = pay.count(plainKey)
 
-	tr := newFuse(lostAttemptTimeout)
+	tr := srv.newFuse(lostAttemptTimeout)
 	tr.ServerHonoursKeys = true
 	var attempts atomic.Int32
 	var replayed atomic.Bool

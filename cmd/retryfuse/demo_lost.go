@@ -90,7 +90,7 @@ func runLost(srv *servers) (lostResults, error) {
 	}
 	const plainKey, fuseKey = "order-1001", "order-1002"
 
-	plain := newPlain(lostAttemptTimeout)
+	plain := srv.newPlain(lostAttemptTimeout)
 	began := time.Now()
 	resp, err := plain.do(context.Background(), poster(s.URL+"/payments", plainKey))
 	res.PlainElapsed = time.Since(began)
@@ -98,7 +98,7 @@ func runLost(srv *servers) (lostResults, error) {
 	drainClose(resp)
 	res.PlainApplied = pay.count(plainKey)
 
-	client := &http.Client{Transport: newFuse(lostAttemptTimeout)}
+	client := &http.Client{Transport: srv.newFuse(lostAttemptTimeout)}
 	began = time.Now()
 	req, err := poster(s.URL+"/payments", fuseKey)(context.Background())
 	if err != nil {

@@ -148,7 +148,7 @@ func runOverload(srv *servers) (overloadResults, error) {
 		b.MaxIdleConnsPerHost = 64
 		return b
 	}
-	plain := newPlain(overloadAttempt)
+	plain := srv.newPlain(overloadAttempt)
 	plain.client = &http.Client{Transport: base()}
 	fuse := func(set func(*retryfuse.Transport)) *http.Client {
 		tr := &retryfuse.Transport{Base: base(), MaxAttempts: demoAttempts, AttemptTimeout: overloadAttempt}

@@ -37,7 +37,7 @@ func runRetryAfter(srv *servers, cfg demoConfig) (retryAfterResults, error) {
 		return res, err
 	}
 
-	plain := newPlain(demoAttemptTimeout)
+	plain := srv.newPlain(demoAttemptTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.deadline)
 	began := time.Now()
 	resp, err := plain.do(ctx, getter(plainSrv.URL))
@@ -47,7 +47,7 @@ func runRetryAfter(srv *servers, cfg demoConfig) (retryAfterResults, error) {
 	drainClose(resp)
 	res.PlainSent = plainDep.requests.Load()
 
-	fuse := newFuse(demoAttemptTimeout)
+	fuse := srv.newFuse(demoAttemptTimeout)
 	fuse.Hooks.GiveUp = func(g retryfuse.GiveUpInfo) { res.FuseReason = g.Reason }
 	client := &http.Client{Transport: fuse}
 	ctx, cancel = context.WithTimeout(context.Background(), cfg.deadline)

@@ -46,7 +46,7 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 		return res, err
 	}
 
-	plain := newPlain(demoAttemptTimeout)
+	plain := srv.newPlain(demoAttemptTimeout)
 	res.PlainElapsed = together(cfg.callers, func() {
 		resp, err := plain.do(context.Background(), getter(plainSrv.URL))
 		got503(&res.PlainGot503, resp, err)
@@ -61,7 +61,7 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 	if err != nil {
 		return res, err
 	}
-	fuse := newFuse(demoAttemptTimeout)
+	fuse := srv.newFuse(demoAttemptTimeout)
 	fuse.NewBudget = func(string) (retryfuse.Budget, error) { return budget, nil }
 	client := &http.Client{Transport: fuse}
 	res.FuseElapsed = together(cfg.callers, func() {

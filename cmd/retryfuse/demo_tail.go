@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-cleanhttp"
 	"github.com/retryfuse/retryfuse"
 )
 
@@ -90,15 +89,15 @@ func runTail(srv *servers, calls int) (tailResults, error) {
 		client func() (*http.Client, func())
 	}{
 		{&res.Plain, func() (*http.Client, func()) {
-			base := cleanhttp.DefaultPooledTransport()
+			base := srv.transport()
 			return &http.Client{Transport: base}, base.CloseIdleConnections
 		}},
 		{&res.Fixed, func() (*http.Client, func()) {
-			tr := &retryfuse.Transport{Base: cleanhttp.DefaultPooledTransport(), MaxHedges: 1, HedgeDelay: tailHedgeDelay}
+			tr := &retryfuse.Transport{Base: srv.transport(), MaxHedges: 1, HedgeDelay: tailHedgeDelay}
 			return &http.Client{Transport: tr}, tr.CloseIdleConnections
 		}},
 		{&res.Derived, func() (*http.Client, func()) {
-			tr := &retryfuse.Transport{Base: cleanhttp.DefaultPooledTransport(), MaxHedges: 1, HedgeDelay: tailHedgeDelay, HedgeQuantile: tailQuantile}
+			tr := &retryfuse.Transport{Base: srv.transport(), MaxHedges: 1, HedgeDelay: tailHedgeDelay, HedgeQuantile: tailQuantile}
 			return &http.Client{Transport: tr}, tr.CloseIdleConnections
 		}},
 	}
