@@ -244,11 +244,17 @@ func statusError(resp *http.Response, now time.Time) *StatusError {
 }
 
 // attemptTimeout is the timeout of the next attempt: AttemptTimeout, or
-// zero when the caller's deadline comes first anyway.
+// zero when the caller's deadline comes first anyway. A shared call's
+// deadline (flightContext) is no such end: nothing cancels the call at it,
+// and a caller who joins may move it on, so its attempts keep their
+// timeout.
 func (c *call) attemptTimeout() time.Duration {
 	d := c.p.attemptTimeout
 	if d <= 0 {
 		return 0
+	}
+	if _, shared := c.ctx.(*flightContext); shared {
+		return d
 	}
 	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(c.now()) <= d {
 		return 0

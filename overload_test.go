@@ -298,11 +298,20 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 		base := newLoadBase()
 		base.hold = make(chan struct{})
 		var ev events
-		// A ceiling of 2 (MaxHedges with a ceiling of 1 is refused): two
-		// calls fill the learnt limit, and their hedges find no slot.
+		// A ceiling of 2 (MaxHedges with a ceiling of 1 is refused): a PUT,
+		// never hedged, holds one slot of the learnt limit, the GET's
+		// attempt the other, and the GET's hedge finds none.
 		tr := newTransport(t, nil, &Transport{Base: base, AdaptiveInFlight: true, MinInFlight: 1, MaxInFlight: 2,
 			MaxHedges: 1, HedgeDelay: time.Millisecond, Hooks: Hooks{Policy: ev.hook}})
-		release := heldCalls(t, tr, base, 2)
+		var calls []*asyncCall
+		for _, method := range []string{http.MethodPut, http.MethodGet} {
+			calls = append(calls, goDo(tr, newRequest(t, testCtx(t), method, "http://dep.test/", "")))
+			select {
+			case <-base.arrived:
+			case <-time.After(callWait):
+				t.Fatalf("the %s did not arrive", method)
+			}
+		}
 		if !poll(callWait, func() bool { return len(ev.of(policyHedge, actionRefused)) > 0 }) {
 			t.Fatal("no hedge refused")
 		}
@@ -311,6 +320,14 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 		if !errors.As(refused.Err, &full) || !full.Learnt {
 			t.Errorf("the hedge's refusal: %v, want the learnt limit's *BulkheadFullError", refused.Err)
 		}
-		release()
+		close(base.hold)
+		for _, c := range calls {
+			if c.wait(t); c.err != nil || c.resp.StatusCode != http.StatusOK {
+				t.Errorf("got %v, %v; want a 200", c.resp, c.err)
+			}
+		}
+		if n := base.sent.Load(); n != 2 {
+			t.Errorf("requests sent: got %d, want 2 (no hedge)", n)
+		}
 	})
 }

@@ -31,10 +31,10 @@ func (c *ownedContext) Value(key any) any {
 }
 
 func (c *ownedContext) Deadline() (time.Time, bool) {
-	if !c.deadline.IsZero() {
-		return c.deadline, true
+	if c.deadline.IsZero() {
+		return c.Context.Deadline()
 	}
-	return c.Context.Deadline()
+	return earlier(c.deadline, c.Context)
 }
 
 // ownerKey marks, in an attempt's context, that a retryfuse Transport

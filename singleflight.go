@@ -20,9 +20,10 @@ import (
 // is cancelled when the last caller waiting for it has gone, and that
 // caller returns only once it has ended. Its deadline is the latest of the
 // callers' who joined it (none once one had none): the call plans its
-// waits and attempts against it as an unshared call does against its
-// caller's, and gives up at once on a Retry-After that no caller would
-// wait for.
+// waits against it as an unshared call does against its caller's, and
+// gives up at once on a Retry-After past it. Its attempts keep their whole
+// AttemptTimeout (attemptTimeout): nothing cancels the call at that
+// deadline but the last caller going, and a caller who joins may move it.
 
 // defaultMaxSharedBody is MaxSharedBody's default.
 const defaultMaxSharedBody = 1 << 20

@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -106,4 +107,39 @@ func TestShareReadsCallKeepsTheLatestDeadlineOfItsCallers(t *testing.T) {
 func textResponse(req *http.Request, code int, body string) *http.Response {
 	return &http.Response{StatusCode: code, Status: strconv.Itoa(code) + " " + http.StatusText(code), Header: http.Header{},
 		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}
+}
+
+// An attempt of a shared call keeps its AttemptTimeout even when the
+// deadline in force as it starts comes first: a caller without a deadline
+// who joins after it started still gets the retry, not an attempt left
+// without a bound when the first caller's deadline passed.
+func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
+	noGoroutineLeft(t)
+	clk := newFakeClock()
+	var sent atomic.Int32
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if sent.Add(1) == 1 {
+			<-req.Context().Done() // the first attempt hangs until it is cut
+			return nil, req.Context().Err()
+		}
+		return textResponse(req, http.StatusOK, "ok"), nil
+	})
+	log := newShareLog()
+	tr := newTransport(t, clk, &Transport{Base: base, ShareReads: true, Budget: UnlimitedBudget(),
+		AttemptTimeout: 50 * time.Millisecond, Hooks: Hooks{Policy: log.hook}})
+
+	leader := goDo(tr, getReq(t, deadlineOf(t, testCtx(t), clk, 20*time.Millisecond), "http://dep.test/"))
+	log.await(t, actionLed, 1)
+	follower := goDo(tr, getReq(t, testCtx(t), "http://dep.test/"))
+	log.await(t, actionFollowed, 1)
+
+	if leader.wait(t); !errors.Is(leader.err, context.DeadlineExceeded) {
+		t.Errorf("the first caller: got %v, %v; want its deadline exceeded", leader.resp, leader.err)
+	}
+	if follower.wait(t); follower.err != nil || follower.resp.StatusCode != http.StatusOK || follower.body != "ok" {
+		t.Fatalf("the caller without a deadline: got %v, %v, %q; want the retry's 200", follower.resp, follower.err, follower.body)
+	}
+	if got := sent.Load(); got != 2 {
+		t.Errorf("attempts sent: got %d, want 2 (the first cut by AttemptTimeout, then the retry)", got)
+	}
 }

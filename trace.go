@@ -108,10 +108,19 @@ func (at *attemptTrace) hook(tr *httptrace.ClientTrace, askConn bool) {
 // install under a second key).
 
 func (at *attemptTrace) Deadline() (time.Time, bool) {
-	if at.deadline != 0 {
-		return time.Unix(0, at.deadline), true
+	if at.deadline == 0 {
+		return at.parent.Deadline()
 	}
-	return at.parent.Deadline()
+	return earlier(time.Unix(0, at.deadline), at.parent)
+}
+
+// earlier returns the earlier of dl and the deadline of ctx, as the
+// deadline of a context derived from ctx with dl.
+func earlier(dl time.Time, ctx context.Context) (time.Time, bool) {
+	if p, ok := ctx.Deadline(); ok && p.Before(dl) {
+		return p, true
+	}
+	return dl, true
 }
 
 func (at *attemptTrace) Done() <-chan struct{} { return at.parent.Done() }
