@@ -116,9 +116,20 @@ func textResponse(req *http.Request, code int, body string) *http.Response {
 func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 	noGoroutineLeft(t)
 	clk := newFakeClock()
-	var sent atomic.Int32
+	leaderDL := clk.Now().Add(100 * time.Millisecond)
+	var (
+		sent      atomic.Int32
+		firstDL   time.Time
+		firstHasD bool
+		asked     = make(chan struct{})
+	)
 	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		if sent.Add(1) == 1 {
+			// The attempt's own deadline (its start plus 250ms) is past the
+			// shared call's (the first caller's): its context reports the
+			// earlier, as a context derived from the call's would.
+			firstDL, firstHasD = req.Context().Deadline()
+			close(asked)
 			<-req.Context().Done() // the first attempt hangs until it is cut
 			return nil, req.Context().Err()
 		}
@@ -126,10 +137,17 @@ func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 	})
 	log := newShareLog()
 	tr := newTransport(t, clk, &Transport{Base: base, ShareReads: true, Budget: UnlimitedBudget(),
-		AttemptTimeout: 50 * time.Millisecond, Hooks: Hooks{Policy: log.hook}})
+		AttemptTimeout: 250 * time.Millisecond, Hooks: Hooks{Policy: log.hook}})
 
-	leader := goDo(tr, getReq(t, deadlineOf(t, testCtx(t), clk, 20*time.Millisecond), "http://dep.test/"))
+	leaderCtx, cancel := context.WithDeadline(testCtx(t), leaderDL)
+	defer cancel()
+	leader := goDo(tr, getReq(t, leaderCtx, "http://dep.test/"))
 	log.await(t, actionLed, 1)
+	select { // the first attempt began under the first caller's deadline alone
+	case <-asked:
+	case <-time.After(callWait):
+		t.Fatal("the first attempt did not come")
+	}
 	follower := goDo(tr, getReq(t, testCtx(t), "http://dep.test/"))
 	log.await(t, actionFollowed, 1)
 
@@ -141,5 +159,8 @@ func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 	}
 	if got := sent.Load(); got != 2 {
 		t.Errorf("attempts sent: got %d, want 2 (the first cut by AttemptTimeout, then the retry)", got)
+	}
+	if !firstHasD || !firstDL.Equal(leaderDL) {
+		t.Errorf("the first attempt's deadline: got %v (%v), want the first caller's, %v", firstDL, firstHasD, leaderDL)
 	}
 }
