@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -211,12 +212,15 @@ func newPOST(url string) *http.Request {
 }
 
 // interleaved runs one call through every client per iteration, in an
-// order that rotates each iteration, times each call, and reports each
-// client's mean (name-ns/call) and its ratio to the first client, bare
-// (name-x). Interleaving spreads the drift of a shared machine over every
-// client alike, where sub-benchmarks run one after the other do not.
-// newReq gives the request of a client's call; it is built outside the
-// timed span.
+// order shuffled each iteration (from a fixed seed), times each call, and
+// reports each client's mean (name-ns/call) and its ratio to the first
+// client, bare (name-x). Interleaving spreads the drift of a shared
+// machine over every client alike, where sub-benchmarks run one after the
+// other do not; the shuffle gives each client every other as the one
+// before it, as a rotation of one order does not (each client would
+// always follow the same one, and find the caches as that one leaves
+// them). newReq gives the request of a client's call; it is built outside
+// the timed span.
 func interleaved(b *testing.B, srv *server, cs []client, newReq func(i int) *http.Request, want int) {
 	defer closeAll(cs)
 	for i, c := range cs { // warm each client's connection
@@ -225,10 +229,15 @@ func interleaved(b *testing.B, srv *server, cs []client, newReq func(i int) *htt
 		}
 	}
 	total := make([]time.Duration, len(cs))
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
 	iter := 0
 	for b.Loop() {
-		for k := range cs {
-			i := (iter + k) % len(cs)
+		rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
 			req := newReq(i)
 			t0 := time.Now()
 			err := do(srv, cs[i], req, want)
