@@ -97,7 +97,7 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 		return nil
 	}
 	tooLong := d > c.p.maxLimitWait
-	if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(now) {
+	if dl, ok := c.deadline(); ok && d >= dl.Sub(now) {
 		tooLong = true
 	}
 	if hedge || tooLong {
@@ -173,7 +173,7 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 		default:
 			maxWait = unloaded / 4
 		}
-		if dl, ok := c.ctx.Deadline(); ok {
+		if dl, ok := c.deadline(); ok {
 			maxWait = min(maxWait, dl.Sub(now)-unloaded)
 		}
 	}

@@ -244,22 +244,31 @@ func statusError(resp *http.Response, now time.Time) *StatusError {
 }
 
 // attemptTimeout is the timeout of the next attempt: AttemptTimeout, or
-// zero when the caller's deadline comes first anyway. A shared call's
-// deadline (flightContext) is no such end: nothing cancels the call at it,
-// and a caller who joins may move it on, so its attempts keep their
-// timeout.
+// zero when the caller's deadline comes first anyway. A shared read's
+// deadline is no such end: nothing cancels the call at it, and a caller
+// who joins may move it, so its attempts keep their timeout.
 func (c *call) attemptTimeout() time.Duration {
 	d := c.p.attemptTimeout
 	if d <= 0 {
 		return 0
 	}
-	if _, shared := c.ctx.(*flightContext); shared {
+	if c.flight != nil {
 		return d
 	}
 	if dl, ok := c.ctx.Deadline(); ok && dl.Sub(c.now()) <= d {
 		return 0
 	}
 	return d
+}
+
+// deadline is the deadline the call plans its waits and gates against:
+// its caller's, or, for a shared read, the latest of its callers'
+// (sharedFlight.latest).
+func (c *call) deadline() (time.Time, bool) {
+	if c.flight != nil {
+		return c.flight.latest()
+	}
+	return c.ctx.Deadline()
 }
 
 // drain reads a discarded response body up to limit bytes, and one byte

@@ -2,7 +2,9 @@ package retryfuse
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +84,45 @@ func TestAttemptContextReportsTheAttemptsDeadline(t *testing.T) {
 					if !s.ok || !s.deadline.Equal(callerDL) {
 						t.Errorf("attempt %d: deadline %v (%v), want the caller's, %v", i+1, s.deadline, s.ok, callerDL)
 					}
+				}
+			}
+		})
+	}
+}
+
+// The deadline an attempt's context reports is one a Base can use as it
+// is: on the real clock it has a monotonic reading, as context.WithTimeout's
+// has (so a step of the wall clock does not move it), and an AttemptTimeout
+// too long for any date (math.MaxInt64, "no timeout") gives a deadline far
+// ahead, not one wrapped into the past (time.Time.Add drops the monotonic
+// reading of a time that far, as it does for context.WithTimeout's).
+func TestAttemptDeadlineIsMonotonicAndNeverWraps(t *testing.T) {
+	for _, timeout := range []time.Duration{time.Second, time.Duration(math.MaxInt64)} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			var (
+				deadlines []time.Time
+				oks       []bool
+			)
+			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				dl, ok := req.Context().Deadline()
+				deadlines, oks = append(deadlines, dl), append(oks, ok)
+				if len(deadlines) == 1 {
+					return textResponse(req, http.StatusServiceUnavailable, "busy"), nil
+				}
+				return textResponse(req, http.StatusOK, "ok"), nil
+			})
+			tr := &Transport{Base: base, AttemptTimeout: timeout, Budget: UnlimitedBudget(), InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
+			before := time.Now()
+			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("Do: got %v, %v; want the retry's 200", resp, err)
+			}
+			for i, dl := range deadlines { // the first attempt's, and a later one's
+				if !oks[i] || dl.Before(before.Add(timeout/2)) {
+					t.Errorf("attempt %d: deadline %v (%v), want one at least %v ahead of the call's start", i+1, dl, oks[i], timeout/2)
+				}
+				if timeout == time.Second && !strings.Contains(dl.String(), " m=") {
+					t.Errorf("attempt %d: deadline %v has no monotonic reading", i+1, dl)
 				}
 			}
 		})

@@ -24,7 +24,8 @@ type call struct {
 	start       time.Time       // with hooks, when the call began
 	at          time.Time       // the clock's reading for the current step; see now
 	id          uint64
-	passThrough bool // a retryfuse Transport above owns the repeating
+	passThrough bool          // a retryfuse Transport above owns the repeating
+	flight      *sharedFlight // the shared read this call makes, if it is one; see deadline
 
 	method  string
 	key     requestKey

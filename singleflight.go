@@ -18,12 +18,13 @@ import (
 // from any one caller's (the first caller's values kept), so that the
 // caller who started it may go without cancelling it for the others; it
 // is cancelled when the last caller waiting for it has gone, and that
-// caller returns only once it has ended. Its deadline is the latest of the
-// callers' who joined it (none once one had none): the call plans its
-// waits against it as an unshared call does against its caller's, and
-// gives up at once on a Retry-After past it. Its attempts keep their whole
-// AttemptTimeout (attemptTimeout): nothing cancels the call at that
-// deadline but the last caller going, and a caller who joins may move it.
+// caller returns only once it has ended. It plans against the latest
+// deadline of the callers who joined it (none once one had none;
+// call.deadline) as an unshared call plans against its caller's, and
+// gives up at once on a Retry-After past it. That deadline is not its
+// context's, as it moves when a caller joins: its attempts keep their
+// whole AttemptTimeout (attemptTimeout), and nothing cancels the call at
+// that deadline but the last caller going.
 
 // defaultMaxSharedBody is MaxSharedBody's default.
 const defaultMaxSharedBody = 1 << 20
@@ -52,8 +53,8 @@ type sharedFlight struct {
 	unbounded  bool // a caller without a deadline joined
 
 	// The latest deadline of the callers who joined, nil when there is
-	// none (unbounded); written under flights.mu, read by the call's
-	// context (flightContext).
+	// none (unbounded); written under flights.mu, read by the shared call
+	// as it plans (call.deadline).
 	deadline atomic.Pointer[time.Time]
 
 	res sharedResult // set before done is closed; read-only after
@@ -168,7 +169,7 @@ func (fs *flights) join(t *Transport, key string, req *http.Request) (*sharedFli
 	f := &sharedFlight{key: key, done: make(chan struct{}), waiters: 1}
 	f.joinedLocked(req.Context())
 	ctx, cancel := context.WithCancel(context.WithoutCancel(req.Context()))
-	f.req, f.cancel = req.Clone(&flightContext{Context: ctx, f: f}), cancel
+	f.req, f.cancel = req.Clone(ctx), cancel
 	if t.Hooks.any() {
 		f.id = t.calls.Add(1)
 	}
@@ -179,8 +180,8 @@ func (fs *flights) join(t *Transport, key string, req *http.Request) (*sharedFli
 	return f, true
 }
 
-// joinedLocked takes the deadline of a caller's context into the shared
-// call's: the latest, or none once a caller has none. A caller who goes
+// joinedLocked takes the deadline of a caller's context into the one the
+// shared call plans against: the latest, or none once a caller has none. A caller who goes
 // does not shorten it: the call may outlast the deadlines of those left,
 // who then go, and the last cancels it. flights.mu is held.
 func (f *sharedFlight) joinedLocked(ctx context.Context) {
@@ -198,18 +199,11 @@ func (f *sharedFlight) joinedLocked(ctx context.Context) {
 	}
 }
 
-// flightContext is a shared call's context: cancelled when the last
-// caller has gone (its Context), with the deadline of the callers who
-// joined (sharedFlight.deadline), read anew each time it is asked, as
-// callers join. No timer runs to it: each caller's own context ends its
-// wait, and the last to go cancels the call.
-type flightContext struct {
-	context.Context
-	f *sharedFlight
-}
-
-func (c *flightContext) Deadline() (time.Time, bool) {
-	if dl := c.f.deadline.Load(); dl != nil {
+// latest returns the deadline the shared call plans against: the latest
+// of its callers', or none. It is not its context's: a context's deadline
+// never moves (context.Context), and this one does as callers join.
+func (f *sharedFlight) latest() (time.Time, bool) {
+	if dl := f.deadline.Load(); dl != nil {
 		return *dl, true
 	}
 	return time.Time{}, false
@@ -254,7 +248,7 @@ func (t *Transport) fly(f *sharedFlight) {
 				res = sharedResult{panicked: v}
 			}
 		}()
-		c := call{t: t, p: &t.p, req: f.req, w: new(wire), id: f.id}
+		c := call{t: t, p: &t.p, req: f.req, w: new(wire), id: f.id, flight: f}
 		if c.id != 0 {
 			c.start = t.p.clock.Now()
 		}

@@ -116,20 +116,28 @@ func textResponse(req *http.Request, code int, body string) *http.Response {
 func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 	noGoroutineLeft(t)
 	clk := newFakeClock()
-	leaderDL := clk.Now().Add(100 * time.Millisecond)
+	start := clk.Now() // the fake clock stands still: every attempt starts at it
+	leaderDL := start.Add(100 * time.Millisecond)
 	var (
-		sent      atomic.Int32
-		firstDL   time.Time
-		firstHasD bool
-		asked     = make(chan struct{})
+		sent     atomic.Int32
+		firstDLs [2]time.Time // the first attempt's deadline, asked before and after the second caller joined
+		firstOK  [2]bool
+		asked    = make(chan struct{})
+		joined   = make(chan struct{})
 	)
 	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		if sent.Add(1) == 1 {
-			// The attempt's own deadline (its start plus 250ms) is past the
-			// shared call's (the first caller's): its context reports the
-			// earlier, as a context derived from the call's would.
-			firstDL, firstHasD = req.Context().Deadline()
+			// The attempt is cut at its own deadline (its start plus
+			// 250ms), past the first caller's, or when the last caller
+			// goes: its context reports that deadline, and no other as
+			// callers join.
+			firstDLs[0], firstOK[0] = req.Context().Deadline()
 			close(asked)
+			select {
+			case <-joined:
+			case <-req.Context().Done():
+			}
+			firstDLs[1], firstOK[1] = req.Context().Deadline()
 			<-req.Context().Done() // the first attempt hangs until it is cut
 			return nil, req.Context().Err()
 		}
@@ -150,6 +158,7 @@ func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 	}
 	follower := goDo(tr, getReq(t, testCtx(t), "http://dep.test/"))
 	log.await(t, actionFollowed, 1)
+	close(joined)
 
 	if leader.wait(t); !errors.Is(leader.err, context.DeadlineExceeded) {
 		t.Errorf("the first caller: got %v, %v; want its deadline exceeded", leader.resp, leader.err)
@@ -160,7 +169,10 @@ func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 	if got := sent.Load(); got != 2 {
 		t.Errorf("attempts sent: got %d, want 2 (the first cut by AttemptTimeout, then the retry)", got)
 	}
-	if !firstHasD || !firstDL.Equal(leaderDL) {
-		t.Errorf("the first attempt's deadline: got %v (%v), want the first caller's, %v", firstDL, firstHasD, leaderDL)
+	for i, when := range []string{"before", "after"} {
+		if want := start.Add(250 * time.Millisecond); !firstOK[i] || !firstDLs[i].Equal(want) {
+			t.Errorf("the first attempt's deadline, %s the second caller joined: got %v (%v), want its start plus AttemptTimeout, %v",
+				when, firstDLs[i], firstOK[i], want)
+		}
 	}
 }

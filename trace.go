@@ -23,19 +23,21 @@ import (
 // The trace of a call's (or a hedged branch's) first attempt is also that
 // attempt's context, when there is no trace in the caller's to compose
 // with: it answers httptrace's key with first and ownerKey with owner,
-// and costs no allocation. The fields that answer (parent, owner, inCtx)
-// are set at the first attempt and never changed: net/http may ask the
-// context long after the attempt (a dial it finishes for the pool).
+// and costs no allocation. The fields that answer (parent, owner,
+// deadline, timed, inCtx) are set at the first attempt and never changed:
+// net/http may ask the context long after the attempt (a dial it finishes
+// for the pool).
 type attemptTrace struct {
 	parent   context.Context       // the caller's context
 	owner    *Transport            // the owner of the repeating, marked in the attempts' contexts; nil to pass the mark of the one above
-	deadline int64                 // the first attempt's, from its timeout, in Unix ns (the wire fits its size class); 0: the parent's
+	deadline time.Duration         // the first attempt's, from its timeout, as an offset from monoBase (the wire fits its size class); see timed
 	first    httptrace.ClientTrace // the first attempt's, kept here
 	asked    atomic.Int32          // GetConn calls: the base traces
 	conns    atomic.Int32          // GotConn calls: connections obtained and used (see resend.go)
 	stop     atomic.Int32          // why re-sends were stopped: stopNone, stopAttempts, stopBudget
 	used     bool                  // first is taken
 	inCtx    bool                  // the trace answers httptrace's key with first
+	timed    bool                  // the first attempt has a deadline of its own
 
 	// The attempt's share of the call's re-sends; see resend.go.
 	w        *wire              // nil when the call does not charge re-sends
@@ -80,7 +82,7 @@ func (at *attemptTrace) context(ctx context.Context, owner *Transport, deadline 
 	at.used = true
 	at.parent, at.owner = ctx, owner
 	if !deadline.IsZero() {
-		at.deadline = deadline.UnixNano()
+		at.deadline, at.timed = deadline.Sub(monoBase), true
 	}
 	at.hook(&at.first, askConn)
 	if clientTraceKey != nil && httptrace.ContextClientTrace(ctx) == nil {
@@ -108,11 +110,18 @@ func (at *attemptTrace) hook(tr *httptrace.ClientTrace, askConn bool) {
 // install under a second key).
 
 func (at *attemptTrace) Deadline() (time.Time, bool) {
-	if at.deadline == 0 {
+	if !at.timed {
 		return at.parent.Deadline()
 	}
-	return earlier(time.Unix(0, at.deadline), at.parent)
+	return earlier(monoBase.Add(at.deadline), at.parent)
 }
+
+// monoBase is the reference of the deadline an attemptTrace keeps as an
+// offset: a reading of both clocks, so that the deadline rebuilt from it
+// has a monotonic reading too, as the one it was made from did, and is
+// compared by it. An offset saturates (time.Time.Sub) where Unix
+// nanoseconds would wrap (past the year 2262).
+var monoBase = time.Now()
 
 // earlier returns the earlier of dl and the deadline of ctx, as the
 // deadline of a context derived from ctx with dl.

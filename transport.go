@@ -374,8 +374,8 @@ type Transport struct {
 	// Fallback's answer; a caller whose context ends leaves the others be,
 	// and the call is cancelled once every caller has gone. It runs on a
 	// goroutine of its own, under the context values of the caller who
-	// started it, and the latest deadline of its callers (none once one
-	// had none). Hooks.Policy says which call led and which followed.
+	// started it, and plans against the latest deadline of its callers
+	// (none once one had none). Hooks.Policy says who led and followed.
 	ShareReads bool
 
 	// ShareKey names the answer a read asks for: reads of one method with

@@ -34,7 +34,7 @@ func (c *call) schedule() (retryPlan, error) {
 	src := "backoff"
 	ra, hasRA := retryAfter(c.lastResp, now)
 	remaining, hasDeadline := time.Duration(0), false
-	if dl, ok := c.ctx.Deadline(); ok {
+	if dl, ok := c.deadline(); ok {
 		remaining, hasDeadline = dl.Sub(now), true
 	}
 	if hasRA {
@@ -61,7 +61,7 @@ func (c *call) schedule() (retryPlan, error) {
 		if c.lastResp = keepBounded(c.lastResp, p.maxDrain, p.maxDrainTime); c.lastResp == nil {
 			c.lastErr = plan.cause // too long to keep: its status stays in the error
 		}
-		if dl, ok := c.ctx.Deadline(); ok && d >= dl.Sub(p.clock.Now()) {
+		if dl, ok := c.deadline(); ok && d >= dl.Sub(p.clock.Now()) {
 			return retryPlan{}, ErrDeadline // reading the body took the time the wait needed
 		}
 	}
