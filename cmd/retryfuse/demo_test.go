@@ -98,12 +98,10 @@ func checkDemoTable(t *testing.T, res demoResults, out string, deadline time.Dur
 
 	t.Run("lost response", func(t *testing.T) {
 		l := res.Lost
-		assert.Equal(t, 1, l.FuseApplied, "retryfuse: times applied")
-		assert.Greater(t, l.PlainApplied, 1, "plain loop: times applied")
-		require.NotNil(t, l.Reconcile, "retryfuse returns a *ReconcileRequiredError")
-		assert.Equal(t, "order-1002", l.Reconcile.IdempotencyKey)
-		assert.Equal(t, 1, l.Reconcile.Attempts)
-		assert.Equal(t, 1, l.LookupApplied, "the lookup by key finds the payment applied once")
+		// Never twice, whatever the timing; once, and the reconcile error,
+		// are checked in virtual time (a stall past the attempt timeout
+		// before the write is an attempt that was not sent).
+		assert.LessOrEqual(t, l.FuseApplied, 1, "retryfuse: times applied")
 		assertRow(t, out, "times the payment was applied", l.PlainApplied, l.FuseApplied)
 	})
 
@@ -119,23 +117,16 @@ func checkDemoTable(t *testing.T, res demoResults, out string, deadline time.Dur
 
 	t.Run("exactly once", func(t *testing.T) {
 		e := res.Exactly
-		assert.Equal(t, 1, e.FuseApplied, "retryfuse: times applied")
-		assert.Equal(t, 1, e.PlainApplied, "plain loop: the middleware runs the key's request once")
-		assert.Equal(t, "201 Created", e.FuseOutcome, "retryfuse's caller gets the payment, not a reconcile error")
-		assert.Greater(t, e.FuseAttempts, 1, "retryfuse repeated the uncertain write")
-		assert.True(t, e.FuseReplayed, "its answer is the stored response")
+		// The middleware runs a key's request once at most, whatever the
+		// timing; the rest of the story is checked in virtual time.
+		assert.LessOrEqual(t, e.FuseApplied, 1, "retryfuse: times applied")
+		assert.LessOrEqual(t, e.PlainApplied, 1, "plain loop: the middleware runs the key's request once at most")
 		assertRow(t, out, "times applied, behind the middleware", e.PlainApplied, e.FuseApplied)
 	})
 
 	t.Run("brake", func(t *testing.T) {
 		k := res.Brake
 		assert.GreaterOrEqual(t, k.Breaker.FirstOK, k.DownFor, "no 200 before the dependency recovered")
-		require.NotEmpty(t, k.Transitions)
-		first := k.Transitions[0]
-		assert.Equal(t, [2]retryfuse.BreakerState{retryfuse.BreakerClosed, retryfuse.BreakerOpen}, [2]retryfuse.BreakerState{first.From, first.To}, "first transition")
-		for i := 1; i < len(k.Transitions); i++ {
-			assert.GreaterOrEqual(t, k.Transitions[i].At, k.Transitions[i-1].At, "transitions in order")
-		}
 		assertRow(t, out, "requests received while it was down", k.Plain.SentDown, k.Breaker.SentDown, k.Budget.SentDown)
 	})
 
@@ -165,6 +156,25 @@ func checkDemoTable(t *testing.T, res demoResults, out string, deadline time.Dur
 // checkDemoClaims checks what the demo claims of its scenarios' timing:
 // in virtual time, where nothing but the scenario decides it.
 func checkDemoClaims(t *testing.T, res demoResults, deadline time.Duration) {
+	t.Run("lost response claims", func(t *testing.T) {
+		l := res.Lost
+		assert.Equal(t, 1, l.FuseApplied, "retryfuse: times applied")
+		assert.Greater(t, l.PlainApplied, 1, "plain loop: times applied")
+		require.NotNil(t, l.Reconcile, "retryfuse returns a *ReconcileRequiredError")
+		assert.Equal(t, "order-1002", l.Reconcile.IdempotencyKey)
+		assert.Equal(t, 1, l.Reconcile.Attempts)
+		assert.Equal(t, 1, l.LookupApplied, "the lookup by key finds the payment applied once")
+	})
+
+	t.Run("exactly once claims", func(t *testing.T) {
+		e := res.Exactly
+		assert.Equal(t, 1, e.FuseApplied, "retryfuse: times applied")
+		assert.Equal(t, 1, e.PlainApplied, "plain loop: the middleware runs the key's request once")
+		assert.Equal(t, "201 Created", e.FuseOutcome, "retryfuse's caller gets the payment, not a reconcile error")
+		assert.Greater(t, e.FuseAttempts, 1, "retryfuse repeated the uncertain write")
+		assert.True(t, e.FuseReplayed, "its answer is the stored response")
+	})
+
 	t.Run("Retry-After claims", func(t *testing.T) {
 		a := res.RetryAfter
 		assert.GreaterOrEqual(t, a.PlainElapsed, deadline, "the plain loop waits out the caller's deadline")
@@ -177,7 +187,12 @@ func checkDemoClaims(t *testing.T, res demoResults, deadline time.Duration) {
 		assert.Less(t, k.Breaker.SentDown, k.Budget.SentDown, "requests while down: breaker against the budget alone")
 		assert.Positive(t, k.Breaker.FastFails, "calls failed fast")
 		assert.Positive(t, k.Breaker.SentUp, "the breaker let traffic through after recovery")
-		last := k.Transitions[len(k.Transitions)-1]
+		require.NotEmpty(t, k.Transitions)
+		first, last := k.Transitions[0], k.Transitions[len(k.Transitions)-1]
+		assert.Equal(t, [2]retryfuse.BreakerState{retryfuse.BreakerClosed, retryfuse.BreakerOpen}, [2]retryfuse.BreakerState{first.From, first.To}, "first transition")
+		for i := 1; i < len(k.Transitions); i++ {
+			assert.GreaterOrEqual(t, k.Transitions[i].At, k.Transitions[i-1].At, "transitions in order")
+		}
 		assert.Equal(t, [2]retryfuse.BreakerState{retryfuse.BreakerHalfOpen, retryfuse.BreakerClosed}, [2]retryfuse.BreakerState{last.From, last.To}, "last transition")
 		assert.GreaterOrEqual(t, last.At, k.DownFor, "closed only after the dependency recovered")
 	})
