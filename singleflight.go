@@ -181,9 +181,10 @@ func (fs *flights) join(t *Transport, key string, req *http.Request) (*sharedFli
 }
 
 // joinedLocked takes the deadline of a caller's context into the one the
-// shared call plans against: the latest, or none once a caller has none. A caller who goes
-// does not shorten it: the call may outlast the deadlines of those left,
-// who then go, and the last cancels it. flights.mu is held.
+// shared call plans against: the latest, or none once a caller has none.
+// A caller who goes does not shorten it: the call may outlast the
+// deadlines of those left, who then go, and the last cancels it.
+// flights.mu is held.
 func (f *sharedFlight) joinedLocked(ctx context.Context) {
 	if f.unbounded {
 		return
