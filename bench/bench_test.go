@@ -211,6 +211,22 @@ func newPOST(url string) *http.Request {
 	return req
 }
 
+// orders returns a function that gives an order of n clients each time it
+// is called: the numbers 0 to n-1 shuffled, from a fixed seed, so that
+// runs repeat and no client always follows the same one (see
+// interleaved). The slice it returns is reused by the next call.
+func orders(n int) func() []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	return func() []int {
+		rnd.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+		return order
+	}
+}
+
 // interleaved runs one call through every client per iteration, in an
 // order shuffled each iteration (from a fixed seed), times each call, and
 // reports each client's mean (name-ns/call) and its ratio to the first
@@ -229,15 +245,10 @@ func interleaved(b *testing.B, srv *server, cs []client, newReq func(i int) *htt
 		}
 	}
 	total := make([]time.Duration, len(cs))
-	order := make([]int, len(cs))
-	for i := range order {
-		order[i] = i
-	}
-	rnd := rand.New(rand.NewPCG(1, 2))
+	next := orders(len(cs))
 	iter := 0
 	for b.Loop() {
-		rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, i := range order {
+		for _, i := range next() {
 			req := newReq(i)
 			t0 := time.Now()
 			err := do(srv, cs[i], req, want)

@@ -136,8 +136,8 @@ const instantBlock = 200
 
 // BenchmarkInstantGET gives each client's own cost per successful GET over
 // instantBase: blocks of instantBlock calls of each client, in an order
-// that rotates each iteration, so that the machine's drift meets every
-// client alike. It reports each client's time per call (name-ns/call) and
+// shuffled each iteration (orders), so that the machine's drift meets
+// every client alike and no client always follows the same one. It reports each client's time per call (name-ns/call) and
 // its cost over the bare base (name-own-ns), which is the library's.
 func BenchmarkInstantGET(b *testing.B) {
 	cs := instantClients(b)
@@ -146,10 +146,10 @@ func BenchmarkInstantGET(b *testing.B) {
 		instantCall(b, c.rt, req) // first use: settings resolved, scopes made
 	}
 	total := make([]time.Duration, len(cs))
+	next := orders(len(cs))
 	iter := 0
 	for b.Loop() {
-		for k := range cs {
-			i := (iter + k) % len(cs)
+		for _, i := range next() {
 			t0 := time.Now()
 			for range instantBlock {
 				instantCall(b, cs[i].rt, req)
@@ -192,10 +192,10 @@ func BenchmarkInstantGETParallel(b *testing.B) {
 	callers := 2 * runtime.GOMAXPROCS(0)
 	total := make([]time.Duration, len(cs))
 	var failed atomic.Pointer[error]
+	next := orders(len(cs))
 	iter := 0
 	for b.Loop() {
-		for k := range cs {
-			i := (iter + k) % len(cs)
+		for _, i := range next() {
 			var wg sync.WaitGroup
 			t0 := time.Now()
 			for range callers {
@@ -264,17 +264,15 @@ func BenchmarkColdGET(b *testing.B) {
 		instantCall(b, c.rt, req) // first use: settings resolved, scopes made
 	}
 	took := make([][]time.Duration, len(cs))
-	iter := 0
+	next := orders(len(cs))
 	for b.Loop() {
-		for k := range cs {
-			i := (iter + k) % len(cs)
+		for _, i := range next() {
 			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/items", nil)
 			evict()
 			t0 := time.Now()
 			instantCall(b, cs[i].rt, req)
 			took[i] = append(took[i], time.Since(t0))
 		}
-		iter++
 	}
 	median := func(d []time.Duration) float64 {
 		s := slices.Clone(d)
