@@ -442,10 +442,3 @@ func (c *call) scopeName() string {
 	}
 	return c.scope
 }
-
-func (c *call) redactedURL() string {
-	if c.url == "" {
-		c.url = redactURL(c.req.URL, c.p.redact)
-	}
-	return c.url
-}

@@ -14,6 +14,15 @@ var defaultRedactedQueryParams = []string{
 	"code", "key", "password", "secret", "sig", "signature", "token",
 }
 
+// redactedURL is the call's URL as its hooks and errors show it
+// (redactURL), rendered on first use.
+func (c *call) redactedURL() string {
+	if c.url == "" {
+		c.url = redactURL(c.req.URL, c.p.redact)
+	}
+	return c.url
+}
+
 // redactURL renders u without user information and with the values of the
 // named query parameters replaced, so that no credential reaches a log.
 func redactURL(u *url.URL, params []string) string {
