@@ -113,7 +113,7 @@ func (at *attemptTrace) Deadline() (time.Time, bool) {
 	if !at.timed {
 		return at.parent.Deadline()
 	}
-	return earlier(monoBase.Add(at.deadline), at.parent)
+	return earlier(rebased(monoBase.Add(at.deadline)), at.parent)
 }
 
 // monoBase is the reference of the deadline an attemptTrace keeps as an
@@ -122,6 +122,18 @@ func (at *attemptTrace) Deadline() (time.Time, bool) {
 // compared by it. An offset saturates (time.Time.Sub) where Unix
 // nanoseconds would wrap (past the year 2262).
 var monoBase = time.Now()
+
+// rebased returns t with its wall reading taken again from the clock's
+// latest full reading (clockBase, clock.go), as realClock's readings are:
+// monoBase's wall reading is as old as the process, and every step of the
+// wall clock since (a correction, a machine suspended) would be missing
+// from the deadline's, though not from its monotonic reading.
+func rebased(t time.Time) time.Time {
+	if b := clockBase.Load(); b != nil {
+		return b.Add(t.Sub(*b))
+	}
+	return t
+}
 
 // earlier returns the earlier of dl and the deadline of ctx, as the
 // deadline of a context derived from ctx with dl.
