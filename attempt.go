@@ -184,10 +184,15 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	}
 	if resp != nil && c.key.present && !c.passThrough {
 		c.learnHonour(resp)
-		if a.keyed = readKeyedAnswer(resp); a.keyed == answerInFlight {
+		switch a.keyed = readKeyedAnswer(resp); a.keyed {
+		case answerInFlight:
 			// The server runs the first request under the key: it will
 			// not run this one twice, and answers it once the first ends.
 			a.outcome, a.retryable = decide.OutcomeFailure, true
+		case answerReplayed, answerUnknown, answerNotStored:
+			// The server's answer for the key, whatever its status: sent
+			// again, the request gets it again.
+			a.retryable = false
 		}
 	}
 	n := int(f.trace.conns.Load())

@@ -225,6 +225,10 @@ func (c *call) loop() (*http.Response, error) {
 		switch {
 		case c.passThrough:
 			return a.resp, a.err // the Transport above decides
+		case a.keyed == answerUnknown:
+			return c.answeredUnknown()
+		case a.keyed == answerNotStored:
+			return c.answeredNotStored()
 		case a.keyed == answerReused:
 			// The server refused the key, used before with another payload:
 			// nothing was run, and nothing will be under this key.

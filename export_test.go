@@ -3,7 +3,10 @@ package retryfuse
 import (
 	"context"
 	"io"
+	"math"
+	"net/http"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -126,4 +129,24 @@ func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Finger
 		return Fingerprint{}, err
 	}
 	return f.sum(), nil
+}
+
+// confirmServerKeys makes tr's scope of rawURL known to honour keys, as
+// a marked response to a keyed request does (learnHonour) for a Transport
+// that declares ServerHonoursKeys: for tests whose subject is what comes
+// after.
+func confirmServerKeys(t testing.TB, tr *Transport, rawURL string) {
+	t.Helper()
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.scopes.find(req, &tr.p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.honour.until.Store(math.MaxInt64)
 }

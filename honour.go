@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -37,8 +39,10 @@ const (
 // The problem types (RFC 9457) by which such a server refuses a keyed
 // request, matched by their fragment.
 const (
-	problemInFlight = "#ProblemInFlight"  // 409: the first request under the key still runs
-	problemReused   = "#ProblemKeyReused" // 422: the key was used with another payload
+	problemInFlight = "#ProblemInFlight"       // 409: the first request under the key still runs
+	problemReused   = "#ProblemKeyReused"      // 422: the key was used with another payload
+	problemUnknown  = "#ProblemOutcomeUnknown" // 409: an earlier request under the key ended without a result
+	problemNotStord = "#ProblemNotStored"      // 409: applied, its response too large to store
 )
 
 // defaultHonourMemory is how long a scope is taken to honour keys after a
@@ -47,30 +51,63 @@ const defaultHonourMemory = 10 * time.Minute
 
 // honour is what a scope's record knows of its server's keys: until when
 // it is known to honour them (Unix nanoseconds of the Transport's clock; 0:
-// not known).
+// not known; math.MaxInt64: declared, and confirmed).
 type honour struct{ until atomic.Int64 }
 
+// The names of PolicyInfo.Policy and PolicyInfo.Action for what a scope
+// is known of its server's keys.
+const (
+	policyServerKeys = "server_keys"
+	actionConfirmed  = "confirmed"
+	actionRevoked    = "revoked"
+)
+
 // serverHonoursKeys reports whether the call's server is known to honour
-// Idempotency-Key: declared for every scope, or learnt within the memory.
+// Idempotency-Key: seen in a marked response of the scope, for ever when
+// declared (ServerHonoursKeys), else within the memory; and not revoked
+// since.
 func (c *call) serverHonoursKeys() bool {
-	if c.p.honoursKeys {
-		return true
-	}
-	if c.p.honourMemory <= 0 || !c.key.present {
+	if !c.key.present || (!c.p.honoursKeys && c.p.honourMemory <= 0) {
 		return false
 	}
 	st, err := c.scopeRecord()
 	return err == nil && st.honour.until.Load() > c.now().UnixNano()
 }
 
-// learnHonour notes the server's marker on resp, if any: the scope honours
-// keys for the memory's length from now.
+// learnHonour notes what resp, the answer to a keyed request, says of its
+// server's keys. Its marker confirms that the scope honours them: for the
+// memory's length from now, or for ever when declared. A response to a
+// keyed write without the marker, from the server itself (not a 5xx, 408
+// or 429, which a proxy in front answers as often), revokes what was
+// known: a server that no longer honours keys (a deployment without the
+// middleware, or a route it does not handle) must not be sent an
+// uncertain write again. A change is reported (Hooks.Policy,
+// "server_keys").
 func (c *call) learnHonour(resp *http.Response) {
-	if c.p.honourMemory <= 0 || resp == nil || resp.Header.Get(headerHonoured) != "?1" {
+	if resp == nil || !c.p.honoursKeys && c.p.honourMemory <= 0 {
 		return
 	}
-	if st, err := c.scopeRecord(); err == nil {
-		st.honour.until.Store(c.now().Add(c.p.honourMemory).UnixNano())
+	st, err := c.scopeRecord()
+	if err != nil {
+		return
+	}
+	now := c.now()
+	if resp.Header.Get(headerHonoured) == "?1" {
+		until := int64(math.MaxInt64)
+		if !c.p.honoursKeys {
+			until = now.Add(c.p.honourMemory).UnixNano()
+		}
+		if prev := st.honour.until.Swap(until); prev <= now.UnixNano() && c.t.Hooks.Policy != nil {
+			c.reportPolicy(PolicyInfo{Policy: policyServerKeys, Action: actionConfirmed})
+		}
+		return
+	}
+	code := resp.StatusCode
+	if decide.IdempotentMethod(c.method) || code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests {
+		return
+	}
+	if prev := st.honour.until.Swap(0); prev > now.UnixNano() && c.t.Hooks.Policy != nil {
+		c.reportPolicy(PolicyInfo{Policy: policyServerKeys, Action: actionRevoked, Why: "status " + strconv.Itoa(code)})
 	}
 }
 
@@ -79,9 +116,12 @@ func (c *call) learnHonour(resp *http.Response) {
 type keyedAnswer uint8
 
 const (
-	answerPlain    keyedAnswer = iota // nothing of the key's
-	answerInFlight                    // 409: the first request under the key still runs; retry it later
-	answerReused                      // 422: the key was used with another payload
+	answerPlain     keyedAnswer = iota // nothing of the key's
+	answerInFlight                     // 409: the first request under the key still runs; retry it later
+	answerReused                       // 422: the key was used with another payload
+	answerUnknown                      // 409: an earlier request under the key may have been applied: reconcile
+	answerNotStored                    // 409: applied, and no response is kept to replay
+	answerReplayed                     // the stored response of the first request under the key: final
 )
 
 // maxProblemBytes bounds the problem details read to tell a refusal's
@@ -89,11 +129,16 @@ const (
 const maxProblemBytes = 4 << 10
 
 // readKeyedAnswer tells what resp means for the keyed request that got it.
-// Only a 409 or 422 from a server that says it honours keys, whose body is
-// problem details, is read (at most maxProblemBytes; the body is given
-// back whole): a handler's own 409 or 422 behind the same server is its
-// result, not the key's.
+// A replayed response (Idempotent-Replayed: true, as this package's
+// middleware and large payment APIs send it) is the first request's
+// result, final whatever its status. Only a 409 or 422 from a server that
+// says it honours keys, whose body is problem details, is read (at most
+// maxProblemBytes; the body is given back whole): a handler's own 409 or
+// 422 behind the same server is its result, not the key's.
 func readKeyedAnswer(resp *http.Response) keyedAnswer {
+	if replayed(resp) {
+		return answerReplayed
+	}
 	if resp == nil || (resp.StatusCode != http.StatusConflict && resp.StatusCode != http.StatusUnprocessableEntity) ||
 		resp.Header.Get(headerHonoured) != "?1" || resp.Body == nil || resp.Body == http.NoBody {
 		return answerPlain
@@ -118,6 +163,10 @@ func readKeyedAnswer(resp *http.Response) keyedAnswer {
 	switch {
 	case resp.StatusCode == http.StatusConflict && strings.HasSuffix(p.Type, problemInFlight):
 		return answerInFlight
+	case resp.StatusCode == http.StatusConflict && strings.HasSuffix(p.Type, problemUnknown):
+		return answerUnknown
+	case resp.StatusCode == http.StatusConflict && strings.HasSuffix(p.Type, problemNotStord):
+		return answerNotStored
 	case resp.StatusCode == http.StatusUnprocessableEntity && strings.HasSuffix(p.Type, problemReused):
 		return answerReused
 	}
@@ -163,6 +212,38 @@ func (c *call) stopUnsettled(reason error, v decide.Verdict) (*http.Response, er
 	drain(c.lastResp, 0)
 	c.uncertain = true
 	return nil, rec
+}
+
+// answeredUnknown ends a keyed write that the server refused because an
+// earlier request under the key ended without a result (409 outcome
+// unknown: a handler that panicked, a server that died mid-request): it
+// may have been applied. When this call's own attempt left the write
+// uncertain, that attempt is what the caller reconciles; otherwise the
+// earlier call's is (Earlier: this call applied nothing). The key is held
+// as for any uncertain write.
+func (c *call) answeredUnknown() (*http.Response, error) {
+	if c.repeated != nil {
+		return c.stopUnsettled(ErrReconcileRequired, decide.Verdict{})
+	}
+	drain(c.lastResp, 0)
+	c.giveUp(ErrReconcileRequired, decide.Verdict{})
+	e := c.reconcileError(nil)
+	e.Earlier, e.scope = true, boundedScope(c.scopeName())
+	e.Attempts, e.Phase, e.At = 0, decide.PhaseUnknown, time.Time{} // the server's, not known here
+	if h := c.t.Hooks.Reconcile; h != nil {
+		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
+	}
+	c.uncertain = true
+	return nil, e
+}
+
+// answeredNotStored ends a keyed write that the server answered with 409
+// not stored: an earlier request under the key was applied, and its
+// response was too large to keep. The write happened; there is nothing to
+// replay.
+func (c *call) answeredNotStored() (*http.Response, error) {
+	drain(c.lastResp, 0)
+	return nil, c.refuseApplied(decide.Verdict{})
 }
 
 // replayed reports whether resp is a stored response a server replayed.

@@ -58,6 +58,7 @@ func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
 	var replays []bool
 	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget(),
 		ServerHonoursKeys: true, Hooks: Hooks{AttemptDone: func(i AttemptDoneInfo) { replays = append(replays, i.Replayed) }}})
+	confirmServerKeys(t, tr, srv.URL)
 	resp, body, err := keyedPOST(t, tr, srv.URL, "pay-1")
 	require.NoError(t, err, "the lost response is recovered, not a reconcile error")
 	assert.Equal(t, http.StatusCreated, resp.StatusCode)
@@ -206,6 +207,7 @@ func TestDecisionAsksVersion2WithTheFact(t *testing.T) {
 	var verdicts []decide.Verdict
 	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget(), ServerHonoursKeys: true,
 		Hooks: Hooks{Decision: func(i DecisionInfo) { verdicts = append(verdicts, i.Verdict) }}})
+	confirmServerKeys(t, tr, srv.URL)
 	_, _, err := keyedPOST(t, tr, srv.URL, "pay-8")
 	require.NoError(t, err)
 	require.NotEmpty(t, verdicts)

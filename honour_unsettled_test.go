@@ -42,6 +42,7 @@ func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
 			var reconciled int
 			tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: tc.budget,
 				ServerHonoursKeys: true, Hooks: Hooks{Reconcile: func(ReconcileInfo) { reconciled++ }}})
+			confirmServerKeys(t, tr, srv.URL)
 			resp, _, err := keyedPOST(t, tr, srv.URL, "pay-u")
 			assert.Nil(t, resp)
 			var rec *ReconcileRequiredError

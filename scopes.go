@@ -193,7 +193,7 @@ func (s *scopes) dropLocked(k hostKey) {
 // server honours Idempotency-Key, or to name the scope for a Breaker
 // without building the name on every call.
 func (p *policy) keepsScopes() bool {
-	return p.budget == nil || p.throttle || p.usesLimits() || p.breaker != nil || p.honourMemory > 0
+	return p.budget == nil || p.throttle || p.usesLimits() || p.breaker != nil || p.honourMemory > 0 || p.honoursKeys
 }
 
 // hostScope is the default scope of a request: its scheme, host and port,

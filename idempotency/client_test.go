@@ -122,9 +122,9 @@ func (h *lostResponseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 // TestLostResponseEndsExactlyOnce: a keyed POST whose response is lost
 // (its attempt times out after the server applied it) is sent again by
 // retryfuse's Transport with the same key and body, toward a server that
-// honours keys — declared, or learnt from the marker of an earlier
-// response. The caller gets the charge, not a reconcile error; it was
-// applied once.
+// honours keys — declared and confirmed by the marker of an earlier
+// response, or learnt from it. The caller gets the charge, not a
+// reconcile error; it was applied once.
 func TestLostResponseEndsExactlyOnce(t *testing.T) {
 	for _, declared := range []bool{true, false} {
 		t.Run(map[bool]string{true: "declared", false: "learnt"}[declared], func(t *testing.T) {
@@ -137,10 +137,8 @@ func TestLostResponseEndsExactlyOnce(t *testing.T) {
 			defer srv.Close()
 			rt := &retryfuse.Transport{AttemptTimeout: 200 * time.Millisecond, InitialBackoff: 10 * time.Millisecond, ServerHonoursKeys: declared}
 			defer rt.CloseIdleConnections()
-			if !declared {
-				if status, _, _ := clientPost(t, rt, srv.URL+"/warm", "warm-1", []byte(`{}`)); status != http.StatusCreated {
-					t.Fatalf("warm-up: %d", status)
-				}
+			if status, _, _ := clientPost(t, rt, srv.URL+"/warm", "warm-1", []byte(`{}`)); status != http.StatusCreated {
+				t.Fatalf("warm-up: %d", status)
 			}
 			status, replayed, got := clientPost(t, rt, srv.URL+"/charges", "pay-1", []byte(`{"amount":4200}`))
 			if status != http.StatusCreated || replayed != "true" || got != `charged {"amount":4200}` {
