@@ -194,20 +194,27 @@ type ReconcileRequiredError struct {
 	At time.Time
 	// Cause is the error of the uncertain attempt; nil when Earlier.
 	Cause error
-	// Earlier is true when this call sent nothing: it was refused because
-	// an earlier call under the same key left its write uncertain. Attempts,
+	// Earlier is true when this call applied nothing: it was not sent,
+	// because an earlier call under the same key left its write uncertain,
+	// or the server that honours keys answered it so (409 outcome unknown:
+	// a handler that panicked, a server that died mid-request). Attempts,
 	// Phase and At then describe that earlier call, as far as this process
 	// knows it: they are zero (and Phase unknown) when it does not (the
-	// call was another process's, under a shared Ledger).
+	// call was another process's, under a shared Ledger, or the server's).
 	Earlier bool
 
-	scope   string                                        // with Earlier, the key's scope
-	resolve func(ctx context.Context, applied bool) error // see Resolve
+	scope    string                                        // with Earlier, the key's scope
+	answered bool                                          // with Earlier, the server refused it (409 outcome unknown)
+	resolve  func(ctx context.Context, applied bool) error // see Resolve
 }
 
 func (e *ReconcileRequiredError) Error() string {
 	if e.Earlier {
-		s := "retryfuse: " + e.Method + " " + e.URL + ": not sent: an earlier call under idempotency key " +
+		refused := "not sent"
+		if e.answered {
+			refused = "refused by the server, which honours keys"
+		}
+		s := "retryfuse: " + e.Method + " " + e.URL + ": " + refused + ": an earlier call under idempotency key " +
 			strconv.Quote(e.IdempotencyKey) + " in scope " + e.scope + " left its outcome uncertain"
 		if e.At.IsZero() {
 			s += " (when, and how far it got, is not known here)"

@@ -228,7 +228,7 @@ func (c *call) answeredUnknown() (*http.Response, error) {
 	drain(c.lastResp, 0)
 	c.giveUp(ErrReconcileRequired, decide.Verdict{})
 	e := c.reconcileError(nil)
-	e.Earlier, e.scope = true, boundedScope(c.scopeName())
+	e.Earlier, e.answered, e.scope = true, true, boundedScope(c.scopeName())
 	e.Attempts, e.Phase, e.At = 0, decide.PhaseUnknown, time.Time{} // the server's, not known here
 	if h := c.t.Hooks.Reconcile; h != nil {
 		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})

@@ -190,7 +190,16 @@ type GiveUpInfo struct {
 //	"rate_limit"      "waited": the attempt waited Wait for the limiter
 //	                  "rejected": the attempt was not sent (Err, a *RateLimitError)
 //	"throttle"        "rejected": the call was refused before anything was
-//	                  sent (Err matches ErrDeclined, ReasonName throttled, and says the share refused)
+//	                  sent (Err matches ErrDeclined: ReasonName throttled,
+//	                  saying the share refused; or a *RateLimitError with
+//	                  Learnt, its place in the pace learnt from 429s too late)
+//	                  "waited": the call waited Wait for its place in the
+//	                  pace learnt from the scope's 429s
+//	"server_keys"     "confirmed": a response's marker says the scope's server
+//	                  honours Idempotency-Key: an uncertain keyed write may be
+//	                  sent again (see Transport.ServerHonoursKeys)
+//	                  "revoked": a response to a keyed write came without the
+//	                  marker (Why: its status): no longer
 //	"adaptive_limit"  "changed": the scope's learnt limit went from PrevLimit
 //	                  to Limit; Why is "latency" (queueing shows in the
 //	                  latency), "overload" (the dependency shed or lost

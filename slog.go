@@ -70,7 +70,7 @@ import (
 //	scope, from, to  string breaker scope and states (closed, open, half_open)
 //	version          uint   the version of the breaker's settings in force
 //	policy, action   string hedge, bulkhead, rate_limit, throttle, adaptive_limit, slow_start,
-//	                        fallback or single_flight, and what it did (see PolicyInfo)
+//	                        server_keys, fallback or single_flight, and what it did (see PolicyInfo)
 //	wait             dur    how long the attempt waited, or slow start's window (policy)
 //	limit, prev_limit int   the learnt limit after and before a change; slow start's first (policy)
 //	why              string why a learnt limit changed or slow start began (policy)

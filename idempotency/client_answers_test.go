@@ -83,8 +83,8 @@ func TestOutcomeUnknownIsAReconcileError(t *testing.T) {
 	}
 	other := newClient(t, &retryfuse.Transport{})
 	_, _, err = clientSend(t, other, srv.URL+"/charges", "pay-1", `{"amount":1}`)
-	if !errors.As(err, &rec) || !rec.Earlier {
-		t.Errorf("another client under the key: got %v, want a *ReconcileRequiredError with Earlier", err)
+	if !errors.As(err, &rec) || !rec.Earlier || !strings.Contains(err.Error(), "refused by the server") {
+		t.Errorf("another client under the key: got %v, want a *ReconcileRequiredError with Earlier, refused by the server", err)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1", n)

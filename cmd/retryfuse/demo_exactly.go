@@ -27,14 +27,17 @@ type exactlyResults struct {
 // server, now behind the middleware (package idempotency, on a
 // MemoryLedger): the server runs a key's request once and answers a
 // repeat with the stored response. retryfuse is told the server honours
-// keys (Transport.ServerHonoursKeys; it also learns it from the
-// middleware's marker on an earlier response), so it repeats the
-// uncertain write with the same key and body instead of asking its caller
-// to reconcile.
+// keys (Transport.ServerHonoursKeys), and trusts it once the middleware's
+// marker on a response confirms it: its first keyed call (a session,
+// answered at once) does. So it repeats the uncertain write with the same
+// key and body instead of asking its caller to reconcile.
 func runExactly(srv *servers) (exactlyResults, error) {
 	var res exactlyResults
 	pay, h := newPayments(20 * lostAttemptTimeout)
-	mw, err := idempotency.New(h, idempotency.Config{})
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("POST /sessions", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })
+	mw, err := idempotency.New(mux, idempotency.Config{})
 	if err != nil {
 		return res, err
 	}
@@ -61,6 +64,16 @@ func runExactly(srv *servers) (exactlyResults, error) {
 		replayed.Store(i.Replayed)
 	}
 	client := &http.Client{Transport: tr}
+	session, err := poster(s.URL+"/sessions", "session-1")(context.Background())
+	if err != nil {
+		return res, err
+	}
+	resp, err = client.Do(session) // its marker confirms that the server honours keys
+	drainClose(resp)
+	if err != nil {
+		return res, err
+	}
+	attempts.Store(0)
 	began = time.Now()
 	req, err := poster(s.URL+"/payments", fuseKey)(context.Background())
 	if err != nil {

@@ -101,7 +101,7 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 		replay = "the stored response, replayed"
 	}
 	t.note("the middleware (package idempotency) runs a key's request once and answers a repeat with the stored response")
-	t.note("retryfuse (ServerHonoursKeys) repeated the uncertain write with the same key and body: %d attempts, its answer %s", e.FuseAttempts, replay)
+	t.note("retryfuse (ServerHonoursKeys, confirmed by the marker on its first keyed call) repeated the uncertain write with the same key and body: %d attempts, its answer %s", e.FuseAttempts, replay)
 	return t.err
 }
 
