@@ -158,7 +158,7 @@ func (l *Ledger) begin(ctx context.Context, ex execer, key string, fp retryfuse.
 	// times.
 	for range 3 {
 		var got string
-		err := ex.QueryRowContext(ctx, l.q.claim, l.now(), key, fp[:], token, l.flightMillis, l.ttlMillis).Scan(&got)
+		err := ex.QueryRowContext(ctx, l.q.claim, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis).Scan(&got)
 		switch {
 		case err == nil && got == token:
 			return retryfuse.LedgerClaim{State: decide.KeyNone, Token: token}, nil
@@ -191,7 +191,7 @@ func (l *Ledger) look(ctx context.Context, ex execer, key string, fp retryfuse.F
 		body      []byte
 		lapsed    int64
 	)
-	err = ex.QueryRowContext(ctx, l.q.look, l.now(), key).Scan(&rowFP, &state, &token, &hasResult, &status, &header, &body, &lapsed)
+	err = ex.QueryRowContext(ctx, l.q.look, l.now(), []byte(key)).Scan(&rowFP, &state, &token, &hasResult, &status, &header, &body, &lapsed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cl, false, nil
 	}
@@ -262,7 +262,7 @@ func (l *Ledger) Uncertain(ctx context.Context, key, token string) error {
 // end runs one step's statement; no row changed means that token does
 // not own key: an error wrapping retryfuse.ErrLedgerToken.
 func (l *Ledger) end(ctx context.Context, ex execer, step, key, token, query string, args ...any) error {
-	res, err := ex.ExecContext(ctx, query, append([]any{l.now(), key, token}, args...)...)
+	res, err := ex.ExecContext(ctx, query, append([]any{l.now(), []byte(key), token}, args...)...)
 	if err != nil {
 		return unavailable(step, key, err)
 	}
@@ -294,4 +294,3 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int64, error) {
 func unavailable(step, key string, err error) error {
 	return fmt.Errorf("%w: retryfusesql: %s %q: %w", retryfuse.ErrLedgerUnavailable, step, key, err)
 }
-

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,6 +47,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 // one another (busy_timeout), readers do not wait for writers (WAL), and
 // a transaction takes the write lock when it begins (BEGIN IMMEDIATE).
 func sqliteDSN(path string) string {
+	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path) // a URI: t.TempDir holds # for a repeated subtest
 	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
 }
 
@@ -126,7 +128,7 @@ func newFakeClock() *fakeClock {
 	return c
 }
 
-func (c *fakeClock) now() time.Time           { return time.UnixMilli(c.ms.Load()) }
+func (c *fakeClock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *fakeClock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 func begin(t testing.TB, l *Ledger, key string, fp retryfuse.Fingerprint) retryfuse.LedgerClaim {

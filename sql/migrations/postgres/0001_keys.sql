@@ -1,9 +1,10 @@
 -- Version 1: the table of keys. Times are milliseconds since the Unix
 -- epoch, read from the database's clock. state: 0 in flight, 1 uncertain,
--- 2 completed. A row is absent once gone_ms has passed; an in-flight row
+-- 2 completed. idem_key holds the key's bytes, whatever they are (a NUL
+-- included, which TEXT cannot hold). A row is absent once gone_ms has passed; an in-flight row
 -- whose flight_ms has passed is uncertain (its claim expired).
 CREATE TABLE {{table}} (
-	idem_key   TEXT PRIMARY KEY,
+	idem_key   BYTEA PRIMARY KEY,
 	fp         BYTEA NOT NULL,
 	state      INTEGER NOT NULL,
 	token      TEXT NOT NULL,
