@@ -39,17 +39,19 @@ var (
 // digest. Two requests under the same key with different fingerprints are a
 // conflict (decision rule 1).
 //
-// The Transport fingerprints the method, the escaped URL path and the body.
-// Method and path are included because a key reused for another operation
-// (POST /refunds under the key of POST /charges) must not be answered with
-// the other operation's stored result. The host, the query and the headers
-// are left out: they often carry per-attempt values (signatures, timestamps,
-// trace ids) that would make an honest repeat look like a conflict. To keep
-// the keys of different servers apart, prefix the ledger key with the host.
+// The Transport fingerprints the method, the escaped URL path, the raw
+// query (as sent) and the body. Method, path and query are included
+// because a key reused for another operation (POST /refunds under the key
+// of POST /charges, or POST /transfer?to=bob under the key of
+// POST /transfer?to=alice) must not be answered with the other
+// operation's stored result. The host and the headers are left out: they
+// often carry per-attempt values (signatures, timestamps, trace ids) that
+// would make an honest repeat look like a conflict. To keep the keys of
+// different servers apart, prefix the ledger key with the host.
 type Fingerprint [32]byte
 
 // fingerprintRequest returns the fingerprint of req's method, escaped URL
-// path ("/" when empty) and body, reading the body through req.GetBody (at
+// path ("/" when empty), raw query and body, reading the body through req.GetBody (at
 // most limit bytes) so that req.Body is never consumed. A request without a
 // body (Body nil or http.NoBody) has an empty body. A body without GetBody
 // gives an error wrapping ErrNotRepeatable, a request without a URL an
@@ -69,7 +71,8 @@ func fingerprintRequest(req *http.Request, limit int64) (Fingerprint, error) {
 	}
 	f := fingerprinters.Get().(*fingerprinter)
 	defer f.put()
-	f.h.Start(req.Method, redirectOrigin(req).URL.EscapedPath())
+	origin := redirectOrigin(req).URL
+	f.h.Start(req.Method, origin.EscapedPath(), origin.RawQuery)
 	if err := f.hashBody(getBody, limit); err != nil {
 		return Fingerprint{}, err
 	}

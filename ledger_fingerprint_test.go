@@ -118,7 +118,6 @@ func TestFingerprintRequest(t *testing.T) {
 	base := mustFingerprintRequest(t, "POST", "https://api.example/v1/charges", `{"amount":100}`)
 	same := []struct{ name, method, url, body string }{
 		{"another host", "POST", "https://replica.example/v1/charges", `{"amount":100}`},
-		{"a query", "POST", "https://api.example/v1/charges?sig=abc&ts=1", `{"amount":100}`},
 		{"user info", "POST", "https://u:p@api.example/v1/charges", `{"amount":100}`},
 	}
 	for _, tt := range same {
@@ -128,12 +127,17 @@ func TestFingerprintRequest(t *testing.T) {
 		{"method", "PUT", "https://api.example/v1/charges", `{"amount":100}`},
 		{"path", "POST", "https://api.example/v1/refunds", `{"amount":100}`},
 		{"escaped path", "POST", "https://api.example/v1%2Fcharges", `{"amount":100}`},
+		// POST /transfer?to=bob under the key of ?to=alice must never be
+		// answered with alice's stored result.
+		{"query", "POST", "https://api.example/v1/charges?to=bob", `{"amount":100}`},
 		{"body", "POST", "https://api.example/v1/charges", `{"amount":101}`},
 		{"no body", "POST", "https://api.example/v1/charges", ``},
 	}
 	for _, tt := range different {
 		assert.NotEqual(t, base, mustFingerprintRequest(t, tt.method, tt.url, tt.body), "a different %s kept the fingerprint", tt.name)
 	}
+	assert.NotEqual(t, mustFingerprintRequest(t, "POST", "https://api.example/v1/transfers?to=alice", `{}`),
+		mustFingerprintRequest(t, "POST", "https://api.example/v1/transfers?to=bob", `{}`), "another query kept the fingerprint")
 	assert.Equal(t, mustFingerprintRequest(t, "GET", "https://api.example", ""),
 		mustFingerprintRequest(t, "GET", "https://api.example/", ""), "an empty path is /")
 	assert.NotEqual(t, mustFingerprintBody(t, `{"amount":100}`), base, "a request fingerprint equals a body fingerprint")
@@ -183,12 +187,18 @@ func TestFingerprintRequestFormat(t *testing.T) {
 		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
 		return string(n[:]) + s
 	}
-	for _, tt := range []struct{ method, url, path, body string }{
-		{"POST", "https://api.example/v1/charges?x=1", "/v1/charges", `{"amount":100}`},
-		{"PUT", "https://api.example", "/", ""},
-		{"PATCH", "https://api.example/a%2Fb/" + strings.Repeat("p", 20<<10), "/a%2Fb/" + strings.Repeat("p", 20<<10), strings.Repeat("b", 40<<10)},
+	for _, tt := range []struct{ method, url, path, query, body string }{
+		{"POST", "https://api.example/v1/charges", "/v1/charges", "", `{"amount":100}`},
+		{"POST", "https://api.example/v1/transfers?to=alice&x=1", "/v1/transfers", "to=alice&x=1", `{"amount":100}`},
+		{"PUT", "https://api.example", "/", "", ""},
+		{"PATCH", "https://api.example/a%2Fb/" + strings.Repeat("p", 20<<10), "/a%2Fb/" + strings.Repeat("p", 20<<10), "", strings.Repeat("b", 40<<10)},
 	} {
+		// A request without a query keeps the form from before the query
+		// was included; one with a query has a prefix of its own.
 		want := Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body)))
+		if tt.query != "" {
+			want = Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request with query\x00" + field(tt.method) + field(tt.path) + field(tt.query) + tt.body)))
+		}
 		// A *bytes.Reader is hashed where it lies, a *strings.Reader and a
 		// reader of another kind through the copy buffer: alike.
 		for _, body := range []io.Reader{strings.NewReader(tt.body), bytes.NewReader([]byte(tt.body)), io.MultiReader(strings.NewReader(tt.body))} {

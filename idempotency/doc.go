@@ -39,7 +39,7 @@
 //   - a repeat after the first completed: the stored response, marked
 //     HeaderReplayed (Section 2.6, retry); a 4xx or 5xx the handler
 //     wrote is a result too, and is replayed;
-//   - a repeat with another fingerprint (another body, method or path):
+//   - a repeat with another fingerprint (another body, method, path or query):
 //     422, ProblemKeyReused (Sections 2.2, 2.7);
 //   - a repeat after a first whose outcome is unknown: 409,
 //     ProblemOutcomeUnknown (see below);
@@ -72,12 +72,15 @@
 // # The fingerprint
 //
 // A key is stored with the fingerprint of its request: SHA-256 over the
-// method, the escaped URL path and the body, computed as retryfuse's
-// Transport computes it (see retryfuse.Fingerprint), so both halves give
-// the same value for the same request. The host, the query and the
-// header are left out: they carry per-attempt values (signatures,
-// timestamps, trace ids). The body is read whole before the handler
-// runs, at most Config.MaxBodyBytes, and the handler reads that copy.
+// method, the escaped URL path, the raw query and the body, computed as
+// retryfuse's Transport computes it (see retryfuse.Fingerprint and
+// FingerprintOf), so both halves give the same value for the same
+// request: POST /transfer?to=bob under the key of POST /transfer?to=alice
+// is refused (422), not given alice's response. The host and the header
+// are left out: they carry per-attempt values (signatures, timestamps,
+// trace ids). Where the query does too, Config.Fingerprint narrows it.
+// The body is read whole before the handler runs, at most
+// Config.MaxBodyBytes, and the handler reads that copy.
 //
 // # Outcomes the draft does not foresee
 //

@@ -79,6 +79,17 @@ type Config struct {
 	// never an unverified header), as the draft advises (Section 5). It
 	// must be safe for concurrent use; its result may be any string.
 	Scope func(r *http.Request) string
+	// Fingerprint, when not nil, computes the fingerprint a key is stored
+	// with, from the request and its body (read whole, at most
+	// MaxBodyBytes), instead of the default: the method, the escaped URL
+	// path, the raw query and the body, as retryfuse's Transport computes
+	// it (FingerprintOf). Set it to narrow what tells two requests apart
+	// where a part of the URL changes from one honest repeat to the next
+	// (a presigned URL's signature and date, say): leave out only what
+	// never names the operation, for a repeat under the key with a
+	// different fingerprint is refused (422), and one with the same is
+	// given the first's response. It must be safe for concurrent use.
+	Fingerprint func(r *http.Request, body []byte) retryfuse.Fingerprint
 	// MaxBodyBytes bounds the request body read to fingerprint it. Zero
 	// means 1 MiB, retryfuse.Transport's MaxFingerprintBytes. A request
 	// whose body is longer is answered 413 (ProblemBodyTooLarge) and not
@@ -121,6 +132,7 @@ type Handler struct {
 	ledger     retryfuse.Ledger
 	methods    []string // nil: POST and PATCH
 	route      func(*http.Request) bool
+	fp         func(*http.Request, []byte) retryfuse.Fingerprint // nil: FingerprintOf the request's parts
 	optional   bool
 	scope      func(*http.Request) string
 	maxBody    int64
@@ -156,6 +168,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 		next:      next,
 		ledger:    cfg.Ledger,
 		route:     cfg.Route,
+		fp:        cfg.Fingerprint,
 		optional:  cfg.KeyOptional,
 		scope:     cfg.Scope,
 		maxBody:   orDefault(cfg.MaxBodyBytes, defaultMaxBodyBytes),

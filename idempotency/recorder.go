@@ -31,6 +31,7 @@ type recorder struct {
 	stored   *retryfuse.StoredResponse // where result puts the response
 	over     bool                      // the body outgrew max: it is not kept
 	hijacked bool
+	released bool // the handler called Release: the key is freed, nothing stored
 }
 
 func (rec *recorder) Header() http.Header { return rec.w.Header() }

@@ -42,11 +42,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	path := "/"
-	if r.URL != nil {
-		path = r.URL.EscapedPath()
-	}
-	fp := retryfuse.Fingerprint(fingerprint.Of(r.Method, path, body))
+	path, fp := h.fingerprint(r, body)
 	scope := ""
 	if h.scope != nil {
 		scope = h.scope(r)
@@ -93,6 +89,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", h.retryAfter)
 		ledgerUnavailable.write(w, "")
 	}
+}
+
+// fingerprint returns r's escaped path, for the log, and the fingerprint
+// its key is stored with: Config.Fingerprint's, or FingerprintOf r's
+// parts.
+func (h *Handler) fingerprint(r *http.Request, body []byte) (string, retryfuse.Fingerprint) {
+	path, query := "/", ""
+	if r.URL != nil {
+		path, query = r.URL.EscapedPath(), r.URL.RawQuery
+	}
+	if h.fp != nil {
+		return path, h.fp(r, body)
+	}
+	return path, FingerprintOf(r.Method, path, query, body)
+}
+
+// FingerprintOf returns the fingerprint of a request from its parts: the
+// method, the escaped URL path ("/" when empty), the raw query (as sent;
+// "" for none) and the body. It is the middleware's default, and equals
+// what retryfuse's Transport computes for the same request, so that both
+// halves of the key agree. A Config.Fingerprint that narrows the default
+// calls it with less: FingerprintOf(r.Method, r.URL.EscapedPath(), "",
+// body) leaves the query out.
+func FingerprintOf(method, escapedPath, rawQuery string, body []byte) retryfuse.Fingerprint {
+	return fingerprint.Of(method, escapedPath, rawQuery, body)
 }
 
 // readBody reads r's body whole, at most MaxBodyBytes of it, and reports
@@ -169,7 +190,7 @@ func (h *Handler) rerunClaim(r *http.Request, lkey string, fp retryfuse.Fingerpr
 
 // run runs the next handler for the key it claimed, and ends the claim
 // with what the handler did: its response is stored (Complete) when it
-// returns; when it panics (or calls runtime.Goexit), the key is left
+// returns, or the key freed when it called Release; when it panics (or calls runtime.Goexit), the key is left
 // uncertain (its effect may have happened) and the panic goes on.
 func (h *Handler) run(w http.ResponseWriter, r *http.Request, c *claim, lkey, token string) {
 	rec := &c.rec
@@ -189,6 +210,12 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, c *claim, lkey, to
 	returned = true
 	ctx, cancel := h.settleContext(r.Context())
 	defer cancel()
+	if rec.released {
+		if err := h.ledger.Release(ctx, lkey, token); err != nil {
+			h.log.Printf("idempotency: %s %s: the handler released its key, and the ledger could not free it: %v", r.Method, r.URL.EscapedPath(), err)
+		}
+		return
+	}
 	if err := h.ledger.Complete(ctx, lkey, token, rec.result()); err != nil {
 		h.log.Printf("idempotency: %s %s: the ledger could not record the handler's response: %v", r.Method, r.URL.EscapedPath(), err)
 	}

@@ -1,7 +1,11 @@
 // Package fingerprint computes the fingerprint of a request that an
 // idempotency key is stored with: the SHA-256 digest of a domain prefix,
-// the method and the escaped URL path (each preceded by its length, a
-// 64-bit big-endian integer), then the body.
+// the method, the escaped URL path and, when there is one, the raw query
+// (each preceded by its length, a 64-bit big-endian integer), then the
+// body. A request without a query has the fingerprint it had before the
+// query was included (RequestPrefix); one with a query has a prefix of
+// its own (QueryRequestPrefix), so that no request with a query shares a
+// fingerprint with one without.
 //
 // Both halves of the key compute it here, so that they agree byte for
 // byte: the client (retryfuse's Transport, which reads the body through
@@ -24,6 +28,9 @@ import (
 // RequestPrefix separates the domain of request fingerprints, so that
 // future versions never equal these.
 const RequestPrefix = "retryfuse fingerprint v1 request\x00"
+
+// QueryRequestPrefix starts the fingerprint of a request with a query.
+const QueryRequestPrefix = "retryfuse fingerprint v1 request with query\x00"
 
 // ErrTooLong is returned by Hasher.Body for a body longer than its limit.
 var ErrTooLong = errors.New("fingerprint: body longer than the limit")
@@ -68,17 +75,29 @@ func (h *Hasher) Write(p []byte) (int, error) { return h.h.Write(p) }
 
 // Start writes the start of a request's fingerprint: RequestPrefix, the
 // method and the escaped URL path ("/" when empty), each preceded by its
-// length. The body follows, written with Write or Body.
-func (h *Hasher) Start(method, escapedPath string) {
+// length; with a raw query (the URL's RawQuery, as sent), QueryRequestPrefix
+// instead, and the query after the path, preceded by its length. The body
+// follows, written with Write or Body.
+func (h *Hasher) Start(method, escapedPath, rawQuery string) {
 	if escapedPath == "" {
 		escapedPath = "/"
 	}
-	b := append(h.buf[:0], RequestPrefix...) // a long path may outgrow buf: b is then a slice of its own
-	for _, s := range [...]string{method, escapedPath} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
-		b = append(b, s...)
+	prefix := RequestPrefix
+	if rawQuery != "" {
+		prefix = QueryRequestPrefix
+	}
+	b := append(h.buf[:0], prefix...) // a long path may outgrow buf: b is then a slice of its own
+	b = appendField(b, method)
+	b = appendField(b, escapedPath)
+	if rawQuery != "" {
+		b = appendField(b, rawQuery)
 	}
 	h.h.Write(b)
+}
+
+// appendField appends s to b, preceded by its length.
+func appendField(b []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint64(b, uint64(len(s))), s...)
 }
 
 // Body writes at most limit bytes read from r into the hash. A
@@ -117,10 +136,10 @@ func (h *Hasher) Sum() [32]byte {
 }
 
 // Of returns the fingerprint of a request whose body is in memory: its
-// method, escaped URL path ("/" when empty) and body.
-func Of(method, escapedPath string, body []byte) [32]byte {
+// method, escaped URL path ("/" when empty), raw query and body.
+func Of(method, escapedPath, rawQuery string, body []byte) [32]byte {
 	h := Get()
-	h.Start(method, escapedPath)
+	h.Start(method, escapedPath, rawQuery)
 	h.h.Write(body)
 	sum := h.Sum()
 	Put(h)
