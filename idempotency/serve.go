@@ -51,6 +51,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the last NUL tells scope and key apart whatever the scope holds.
 	lkey := scope + "\x00" + key
 
+	if h.tx != nil {
+		h.serveTx(w, r, body, path, lkey, fp) // the transactional mode: tx.go
+		return
+	}
 	cl, err := h.ledger.Begin(r.Context(), lkey, fp)
 	if err == nil && cl.State == decide.KeyInFlight && cl.Uncertain && h.rerun {
 		cl, err = h.rerunClaim(r, lkey, fp, cl)
