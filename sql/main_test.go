@@ -24,13 +24,20 @@ import (
 // (scripts/sql-test starts one). Without PG_DSN the PostgreSQL runs fail
 // under CI=true and are skipped otherwise.
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) != "" {
+		os.Exit(crashChild()) // a server process of a crash test (tx_crash_test.go)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // backend is one database a test runs on.
 type backend struct {
 	name    string
 	dialect Dialect
 	table   string // the test's own table
+	driver  string
+	dsn     string
 	// open returns a new handle (a pool of its own, as another process
 	// would have) on the test's database, closed when the test ends.
 	open func(t testing.TB) *sql.DB
@@ -53,7 +60,7 @@ func sqliteDSN(path string) string {
 
 func sqliteBackend(t *testing.T) *backend {
 	dsn := sqliteDSN(filepath.Join(t.TempDir(), "ledger.db"))
-	return &backend{name: "sqlite", dialect: SQLite, table: DefaultTable, open: func(t testing.TB) *sql.DB {
+	return &backend{name: "sqlite", dialect: SQLite, table: DefaultTable, driver: "sqlite", dsn: dsn, open: func(t testing.TB) *sql.DB {
 		return openDB(t, "sqlite", dsn)
 	}}
 }
@@ -66,7 +73,7 @@ func postgresBackend(t *testing.T) *backend {
 		}
 		t.Skip("PG_DSN is empty; run scripts/sql-test to run the PostgreSQL tests")
 	}
-	b := &backend{name: "postgres", dialect: Postgres, table: uniqTable(t), open: func(t testing.TB) *sql.DB {
+	b := &backend{name: "postgres", dialect: Postgres, table: uniqTable(t), driver: "pgx", dsn: dsn, open: func(t testing.TB) *sql.DB {
 		return openDB(t, "pgx", dsn)
 	}}
 	admin := b.open(t)

@@ -93,11 +93,18 @@ func txServer(t *testing.T, l retryfuse.Ledger, next http.Handler, cfg idempoten
 // tryPost is postKeyed that returns the client's error rather than
 // failing on it (a handler that panicked sends no response).
 func tryPost(t *testing.T, srv *httptest.Server, key, body string) (result, error) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, srv.URL+"/charges", strings.NewReader(body))
-	require.NoError(t, err)
+	return postTo(ctx(t), srv.Client(), srv.URL, key, body)
+}
+
+// postTo sends a keyed POST to the server at url with client; it may be
+// called from any goroutine.
+func postTo(c context.Context, client *http.Client, url, key, body string) (result, error) {
+	req, err := http.NewRequestWithContext(c, http.MethodPost, url+"/charges", strings.NewReader(body))
+	if err != nil {
+		return result{}, err
+	}
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := srv.Client().Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return result{}, err
 	}
