@@ -72,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			c.body.Reset(body) // read whole: the handler reads the copy
 			r.Body = &c.body
 		}
-		h.run(w, r, c, lkey, cl.Token)
+		h.run(w, r.WithContext(withStepRoot(r.Context(), lkey)), c, lkey, cl.Token)
 	case decide.KeyConflict:
 		keyReused.write(w, "")
 	case decide.KeyCompleted:

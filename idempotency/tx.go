@@ -134,7 +134,8 @@ func (h *Handler) serveTx(w http.ResponseWriter, r *http.Request, body []byte, p
 		c.body.Reset(body)
 		r.Body = &c.body
 	}
-	h.runTx(w, r.WithContext(context.WithValue(r.Context(), txKey{}, ctx.Tx())), c, path, ctx)
+	rctx := context.WithValue(withStepRoot(r.Context(), lkey), txKey{}, ctx.Tx())
+	h.runTx(w, r.WithContext(rctx), c, path, ctx)
 }
 
 // runTx runs the next handler in the claim's transaction, the response

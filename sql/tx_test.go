@@ -142,3 +142,25 @@ func TestTxBeginTxOnAKeyTakenReturnsNoTransaction(t *testing.T) {
 		require.Nil(t, c)
 	})
 }
+
+func TestTxStepKeyIsTheSameInTheRunAfterARollback(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		e := newEffects(t, b)
+		var keys []string
+		e.after = func(w http.ResponseWriter, r *http.Request, run int64) bool {
+			k, err := idempotency.StepKey(r.Context(), "charge-card")
+			require.NoError(t, err)
+			keys = append(keys, k)
+			if run == 1 {
+				panic("after the downstream call")
+			}
+			return false
+		}
+		srv := txServer(t, b.newLedger(t, LedgerConfig{}).Transactional(), e, idempotency.Config{})
+		_, err := tryPost(t, srv, "k1", "x")
+		require.Error(t, err)
+		require.Equal(t, http.StatusCreated, postKeyed(t, srv, "k1", "x").status)
+		require.Len(t, keys, 2)
+		require.Equal(t, keys[0], keys[1], "the re-run sends its downstream call under another key")
+	})
+}
