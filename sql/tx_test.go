@@ -149,7 +149,9 @@ func TestTxStepKeyIsTheSameInTheRunAfterARollback(t *testing.T) {
 		var keys []string
 		e.after = func(w http.ResponseWriter, r *http.Request, run int64) bool {
 			k, err := idempotency.StepKey(r.Context(), "charge-card")
-			require.NoError(t, err)
+			if err != nil {
+				t.Errorf("StepKey: %v", err) // the handler's goroutine: no FailNow
+			}
 			keys = append(keys, k)
 			if run == 1 {
 				panic("after the downstream call")
