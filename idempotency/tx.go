@@ -156,18 +156,18 @@ func (h *Handler) runTx(w http.ResponseWriter, r *http.Request, c *claim, path s
 	returned = true
 	res := rec.result()
 	switch {
-	case rec.released:
-		if err := ctx.Rollback(); err != nil {
-			h.log.Printf("idempotency: %s %s: the handler released its key, and its transaction could not be rolled back: %v", r.Method, path, err)
-		}
-		hd.send(w, rec)
-		return
-	case rec.over:
+	case rec.over: // released or not: what it wrote is lost, and must not be sent cut
 		if err := ctx.Rollback(); err != nil {
 			h.log.Printf("idempotency: %s %s: the response was too large to hold, and the transaction could not be rolled back: %v", r.Method, path, err)
 		}
 		responseTooLarge.write(w, "The response body was longer than "+strconv.FormatInt(h.maxStored, 10)+
 			" bytes, the most this server holds until the request's transaction commits; its effects were rolled back ("+draft+", Section 2.6: the response is the key's result).")
+		return
+	case rec.released:
+		if err := ctx.Rollback(); err != nil {
+			h.log.Printf("idempotency: %s %s: the handler released its key, and its transaction could not be rolled back: %v", r.Method, path, err)
+		}
+		hd.send(w, rec)
 		return
 	}
 	sctx, cancel := h.settleContext(r.Context())
