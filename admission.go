@@ -355,18 +355,27 @@ func (e *BulkheadFullError) Error() string {
 func (e *BulkheadFullError) Unwrap() error { return errBulkheadFull }
 
 // RateLimitError is returned when the rate limiter of the request's scope
-// (Transport.RateLimit) would have made an attempt wait past MaxLimitWait
-// or the caller's deadline: the attempt was not sent, and no token was
-// taken. errors.Is(err, ErrDeclined) holds.
+// (Transport.RateLimit), or the pace learnt from its 429s (Learnt), would
+// have made an attempt wait past MaxLimitWait or the caller's deadline:
+// the attempt was not sent, and no token was taken. errors.Is(err,
+// ErrDeclined) holds.
 type RateLimitError struct {
 	Scope string
+	// Learnt says that the rate was learnt from the dependency's 429s (the
+	// pace of new calls, on with the throttle), not set by RateLimit: the
+	// call's place came too late for MaxLimitWait or its deadline.
+	Learnt bool
 	// RetryAfter is how long until the limiter would admit the attempt,
 	// as it stood when the attempt was refused.
 	RetryAfter time.Duration
 }
 
 func (e *RateLimitError) Error() string {
-	return "retryfuse: rate limited: " + e.Scope + " admits the next attempt in " + e.RetryAfter.String()
+	s := "retryfuse: rate limited: " + e.Scope + " admits the next attempt in " + e.RetryAfter.String()
+	if e.Learnt {
+		s += " (the rate learnt from its 429s)"
+	}
+	return s
 }
 
 // Unwrap makes errors.Is match ErrDeclined.

@@ -111,3 +111,22 @@ func (s *scopeState) release(t breakerTicket) bool {
 	s.free = append(s.free, t.slot)
 	return true
 }
+
+// heard reports whether scope's breaker is closed and has heard what its
+// settings ask for before it may open: MinObservations outcomes since it
+// last closed, or FailureThreshold when that is more. An open or
+// half-open scope has not: the breaker decides its calls (it refuses
+// them, or lets its probes out), and a scope it does not remember has
+// heard nothing.
+func (b *Breaker) heard(scope string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.initLocked()
+	s := b.scopes[scope]
+	if s == nil || s.state != BreakerClosed {
+		return false
+	}
+	s.quickFoldLocked()
+	defer s.quickPublishLocked()
+	return s.observed >= max(b.set.MinObservations, b.set.FailureThreshold)
+}

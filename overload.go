@@ -29,8 +29,13 @@ const (
 )
 
 // admitCall asks the scope's throttle, if any, to admit the call: the gate
-// of new work, before the budget counts the call. A refusal is reported
-// and ends the call before anything is sent.
+// of new work, before the budget counts the call. The pace learnt from
+// 429s (pace.go) may make it wait for its place, within MaxLimitWait and
+// the caller's deadline; the throttle may refuse it. A refusal is
+// reported and ends the call before anything is sent. With a Breaker,
+// the throttle refuses nothing until the scope's breaker has heard
+// MinObservations outcomes since it last closed: the user's brake decides
+// first.
 func (c *call) admitCall() error {
 	if !c.p.throttle {
 		return nil
@@ -39,14 +44,55 @@ func (c *call) admitCall() error {
 	if err != nil {
 		return err
 	}
+	if err := c.keepPace(st); err != nil {
+		return err
+	}
 	share := st.throttle.admit(c.p.clock, c.p.randN)
 	if share == 0 {
 		return nil
+	}
+	if b := c.p.breaker; b != nil && !b.heard(c.breakerScopeName()) {
+		return nil // the breaker has not seen what its settings ask for: it decides
 	}
 	err = &throttledError{scope: st.name, share: share}
 	c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionRejected, Err: err})
 	c.giveUp(err, decide.Verdict{})
 	return err
+}
+
+// keepPace waits for the call's place in the scope's pace, when the
+// dependency has been answering 429: at most MaxLimitWait (one second by
+// default; negative: no wait), and never until the caller's deadline. A
+// call whose place comes later is refused with a *RateLimitError
+// (Learnt), having sent nothing: sent, it would have met a 429.
+func (c *call) keepPace(st *scopeRecord) error {
+	now := c.now()
+	d, cancel := st.throttle.pace.delay(now)
+	if d == 0 {
+		return nil
+	}
+	tooLong := d > c.p.maxLimitWait
+	if dl, ok := c.deadline(); ok && d >= dl.Sub(now) {
+		tooLong = true
+	}
+	if tooLong {
+		cancel()
+		err := &RateLimitError{Scope: st.name, RetryAfter: d, Learnt: true}
+		c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionRejected, Wait: d, Err: err})
+		c.giveUp(err, decide.Verdict{})
+		return err
+	}
+	err := c.wait(d)
+	c.step() // time has passed
+	if err != nil {
+		cancel()
+		c.giveUp(err, decide.Verdict{})
+		return err
+	}
+	if c.t.Hooks.Policy != nil {
+		c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionWaited, Wait: d})
+	}
+	return nil
 }
 
 // loadVerdict says what an attempt showed of the dependency's load:
@@ -84,8 +130,14 @@ func (c *call) feedLoad(ps pass, a attempt) {
 	if !counts || st == nil {
 		return
 	}
-	if st.throttle != nil {
-		st.throttle.record(now, ps.first, accepted)
+	if th := st.throttle; th != nil {
+		if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
+			// A rate, not a failure: the pace learns it (pace.go).
+			th.pace.record(now, a.resp, c.p.maxRetryAfter, func() float64 { return th.sentRate(now) })
+		} else {
+			th.record(now, ps.first, accepted)
+			th.pace.record(now, nil, 0, nil)
+		}
 	}
 	if st.adaptive == nil || ps.slot == nil {
 		return

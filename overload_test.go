@@ -96,24 +96,34 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1, Breaker: breaker,
 		Hooks: Hooks{Policy: ev.hook, GiveUp: gave.hook}})
 	setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
-	for i := range throttleMinRejects {
+	// One call in four accepted: the throttle would refuse after the
+	// fifth rejection, but waits until the breaker has heard its eight
+	// outcomes, which never make a streak of eight failures.
+	const heard = 8
+	for i := range heard {
+		code := http.StatusServiceUnavailable
+		if i%4 == 0 {
+			code = http.StatusOK
+		}
+		base.status.Store(int32(code))
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
-		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("call %d: got %v, %v; want the 503 back: too few rejections to throttle", i, resp, err)
+		if err != nil || resp.StatusCode != code {
+			t.Fatalf("call %d: got %v, %v; want the %d back: the breaker has not heard %d outcomes", i, resp, err, code, heard)
 		}
 		clk.Advance(time.Millisecond)
 	}
+	base.status.Store(http.StatusServiceUnavailable)
 	for i := range 10 {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 		if !errors.Is(err, errThrottled) || !errors.Is(err, ErrDeclined) {
-			t.Fatalf("call %d after %d rejections: got %v, want an error matching errThrottled and ErrDeclined", i, throttleMinRejects, err)
+			t.Fatalf("call %d after %d outcomes, 2 accepted: got %v, want an error matching errThrottled and ErrDeclined", i, heard, err)
 		}
 		if !strings.Contains(err.Error(), "http://dep.test:80") || !strings.Contains(err.Error(), "% of new calls are refused") {
 			t.Errorf("error: %q, want it to name the scope and the share refused", err)
 		}
 	}
-	if got := base.sent.Load(); got != throttleMinRejects {
-		t.Errorf("requests sent: got %d, want %d: a throttled call sends nothing", got, throttleMinRejects)
+	if got := base.sent.Load(); got != heard {
+		t.Errorf("requests sent: got %d, want %d: a throttled call sends nothing", got, heard)
 	}
 	if got := breaker.stateAt("http://dep.test:80", clk.Now()); got != BreakerClosed {
 		t.Errorf("breaker: %v, want closed: a refusal is not a failure of the dependency", got)

@@ -16,19 +16,28 @@ import (
 // here) and A of the attempts accepted, a new call is refused here with
 // probability
 //
-//	p = max(0, (R − K·A) / (C + 1)), at most throttleMaxShare,
+//	p = max(0, (R − K·A) / (C + P)), at most throttleMaxShare,
 //
-// K being ThrottleRatio. As the calls refused here count as requests, the
+// K being ThrottleRatio (2 by default, SRE's and grpc-go's) and P the
+// padding (8, grpc-go's), so that a few calls say little. As the calls refused here count as requests, the
 // attempts sent settle at about K·A: what reaches the dependency stays a
 // bounded multiple of what it accepts, retries included (SRE's form, with
 // R + 1 below, bounds the first attempts alone; retries would then add to
 // the bound). While the dependency accepts at least 1/K of the requests,
-// p is zero: a healthy dependency is never throttled.
+// p is zero: a healthy dependency is never throttled, nor one that
+// serves every call on its second attempt.
 //
-// An attempt is rejected when the dependency answered 429 or 503, or
-// failed to answer (a timeout, a connection refused or lost); any other
-// answer, 500 included, is accepted. Nothing is counted for an attempt
-// the caller cancelled or that a local error ended.
+// An attempt is rejected when the dependency answered 503, or failed to
+// answer (a timeout, a connection refused or lost); any other answer, 500
+// included, is accepted. A 429 is neither: it says the dependency is
+// serving, at a rate, and it teaches the scope's pace instead (pace.go),
+// which spaces new calls rather than refusing them. Nothing is counted
+// for an attempt the caller cancelled or that a local error ended.
+//
+// The throttle defers to a Breaker: while the scope's breaker has not
+// seen the outcomes its settings ask for before it may open
+// (MinObservations), the throttle refuses nothing, so that the user's own
+// brake is never starved of its evidence.
 //
 // SRE's window lets throttling linger for as long as it remembers the
 // rejections. Here, once the dependency has accepted throttleFresh
@@ -39,9 +48,12 @@ import (
 
 // The throttle's constants.
 const (
-	defaultThrottleRatio  = 1.4
+	defaultThrottleRatio  = 2.0
 	defaultThrottleWindow = 2 * time.Second
-	throttleBuckets       = 20
+	// throttlePadding is P: calls counted beside the window's, so that a
+	// few rejections among few calls refuse little.
+	throttlePadding = 8
+	throttleBuckets = 20
 	// throttleMaxShare bounds p: a few calls still go, so that the
 	// throttle learns when the dependency accepts again.
 	throttleMaxShare = 0.9
@@ -63,6 +75,7 @@ const (
 // and admission while active take the lock. An accepted attempt that races with the first rejection may
 // miss the streak of accepts (it only delays forgetting by one).
 type throttle struct {
+	pace    pace        // the rate learnt from 429s (pace.go)
 	active  atomic.Bool // the window holds rejections: admit must look
 	started atomic.Bool // origin is set
 	width   time.Duration
@@ -113,6 +126,7 @@ func packed(first, accepted bool) uint64 {
 
 func newThrottle(ratio float64, window time.Duration) *throttle {
 	t := &throttle{ratio: ratio, width: window / throttleBuckets}
+	t.pace.quiet = window / 4
 	for i := range t.ring {
 		t.ring[i].tick.Store(noTick)
 	}
@@ -144,7 +158,7 @@ func (t *throttle) share(w throttleCounts) float64 {
 	if w.rejects < throttleMinRejects {
 		return 0
 	}
-	p := (float64(w.requests) - t.ratio*float64(w.accepts)) / float64(w.calls+1)
+	p := (float64(w.requests) - t.ratio*float64(w.accepts)) / float64(w.calls+throttlePadding)
 	return min(max(0, p), throttleMaxShare)
 }
 
@@ -250,6 +264,22 @@ func (t *throttle) windowLocked() throttleCounts {
 		w.rejects += b.rejects.Load()
 	}
 	return w
+}
+
+// sentRate returns the rate of the attempts the window holds, per second
+// of the time it covers up to now: where the pace starts from at a 429.
+func (t *throttle) sentRate(now time.Time) float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.started.Load() {
+		return 0
+	}
+	w := t.windowLocked()
+	span := min(now.Sub(t.origin), time.Duration(throttleBuckets)*t.width)
+	if span < t.width {
+		span = t.width
+	}
+	return float64(w.requests) / span.Seconds()
 }
 
 // forgetLocked empties the window. t.mu is held.

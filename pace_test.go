@@ -1,0 +1,82 @@
+package retryfuse
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// quotaBase accepts at most a rate (a token bucket on the fake clock, a
+// tenth of a second's burst) and answers the rest 429 at once.
+type quotaBase struct {
+	clk                *fakeClock
+	lim                *rate.Limiter
+	received, accepted int
+}
+
+func (b *quotaBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	b.received++
+	code := http.StatusTooManyRequests
+	if b.lim.AllowN(b.clk.Now(), 1) {
+		b.accepted++
+		code = http.StatusOK
+	}
+	return &http.Response{StatusCode: code, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+}
+
+// The pace learnt from 429s keeps what a quota dependency receives close
+// to what it accepts, spacing new calls rather than refusing them, and
+// holds no call once the load has fallen below the quota.
+func TestPaceKeepsToAQuota(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	const quota = 200.0
+	base := &quotaBase{clk: clk, lim: rate.NewLimiter(quota, int(quota/10))}
+	var waited int
+	tr := newTransport(t, clk, &Transport{Base: base, Hooks: Hooks{Policy: func(i PolicyInfo) {
+		if i.Policy == policyThrottle && i.Action == actionWaited {
+			waited++
+		}
+	}}})
+	// Offered 2× the quota for 5 s, then half of it for 2 s; a call
+	// arrives at its time, or when the one before it ended.
+	run := func(from, until time.Time, gap time.Duration) (refused int) {
+		next := from
+		for next.Before(until) {
+			if now := clk.Now(); now.Before(next) {
+				clk.Advance(next.Sub(now))
+			}
+			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			var rl *RateLimitError
+			if errors.As(err, &rl) || errors.Is(err, errThrottled) {
+				refused++
+			}
+			next = next.Add(gap)
+		}
+		return refused
+	}
+	over := fixedStart.Add(5 * time.Second)
+	run(fixedStart, over, time.Second/(2*quota))
+	received, accepted, took := base.received, base.accepted, clk.Now().Sub(fixedStart)
+	if waited == 0 {
+		t.Error("no call waited for its place: the pace never engaged")
+	}
+	if ratio := float64(received) / float64(accepted); ratio > 1.3 {
+		t.Errorf("during 2× the quota: %d received, %d accepted (%.2f per accepted), want at most 1.3", received, accepted, ratio)
+	}
+	// One caller at a time, each waiting for its place: the goodput is
+	// the accepted over the time they took.
+	if share := float64(accepted) / (quota * took.Seconds()); share < 0.75 {
+		t.Errorf("during 2× the quota: %d accepted in %v, %.2f of the quota, want at least 0.75", accepted, took, share)
+	}
+	// The load falls: from half a second on, nothing is held or refused.
+	run(clk.Now(), clk.Now().Add(500*time.Millisecond), time.Second/(quota/2))
+	waited = 0
+	if refused := run(clk.Now(), clk.Now().Add(2*time.Second), time.Second/(quota/2)); refused != 0 || waited != 0 {
+		t.Errorf("after the load fell: %d refused, %d held, want none", refused, waited)
+	}
+}
