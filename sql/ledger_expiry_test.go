@@ -1,6 +1,7 @@
 package retryfusesql
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -124,4 +125,35 @@ func countRows(t testing.TB, l *Ledger) int64 {
 	var n int64
 	require.NoError(t, l.db.QueryRowContext(ctx(t), "SELECT COUNT(*) FROM "+l.table).Scan(&n))
 	return n
+}
+
+// A sweep that meets an expired row taken over by a claim still in its
+// transaction neither deletes the claim nor waits for it (PostgreSQL
+// skips the locked row; SQLite's sweep waits for the one writer, and
+// then finds the row live).
+func TestSweepSparesARowTakenOverInAnOpenTransaction(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		l, c := clocked(t, b, LedgerConfig{TTL: time.Minute, InFlightTTL: time.Minute})
+		cl := begin(t, l, "k", fpA)
+		require.NoError(t, l.Complete(ctx(t), "k", cl.Token, nil))
+		c.advance(time.Minute) // expired, not deleted
+		claim, tx, err := l.Transactional().BeginTx(ctx(t), "k", fpA)
+		require.NoError(t, err)
+		wantState(t, claim, decide.KeyNone, false)
+
+		swept := make(chan error, 1)
+		sweepCtx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
+		defer cancel()
+		go func() { _, err := l.Sweep(sweepCtx, 0); swept <- err }()
+		if b.dialect == Postgres {
+			require.NoError(t, <-swept, "the sweep waited for the open transaction")
+		}
+		require.NoError(t, tx.Commit(ctx(t), &retryfuse.StoredResponse{StatusCode: 201}))
+		if b.dialect == SQLite {
+			require.NoError(t, <-swept)
+		}
+		got := begin(t, l, "k", fpA)
+		wantState(t, got, decide.KeyCompleted, false)
+		require.NotNil(t, got.Stored)
+	})
 }

@@ -48,8 +48,14 @@ WHERE idem_key = $2 AND token = $3 AND state IN (0, 1) AND gone_ms > {{now}}`
 	uncertainSQL = `UPDATE {{table}} SET state = 1, flight_ms = 0, gone_ms = {{now}} + $4
 WHERE idem_key = $2 AND token = $3 AND state = 0 AND gone_ms > {{now}}`
 
-	// sweep deletes at most $2 rows whose time has passed.
-	sweepSQL = `DELETE FROM {{table}} WHERE idem_key IN (SELECT idem_key FROM {{table}} WHERE gone_ms <= {{now}} LIMIT $2)`
+	// sweep deletes at most $2 rows whose time has passed. The outer
+	// condition is checked again on a row that a concurrent claim took
+	// over meanwhile (PostgreSQL re-reads a row it waited for), so that a
+	// row made live again is never deleted; and PostgreSQL skips rows
+	// locked by an open transaction (a key claimed in the transactional
+	// mode) rather than wait for it.
+	sweepSQL = `DELETE FROM {{table}} WHERE idem_key IN (SELECT idem_key FROM {{table}} WHERE gone_ms <= {{now}} LIMIT $2{{skiplocked}})
+AND gone_ms <= {{now}}`
 )
 
 // The dialects' {{now}}: parameter 1 when it is not NULL, else the
@@ -62,12 +68,12 @@ const (
 )
 
 func newQueries(d Dialect, table string) queries {
-	now := postgresNow
+	now, skipLocked := postgresNow, " FOR UPDATE SKIP LOCKED"
 	if d == SQLite {
-		now = sqliteNow
+		now, skipLocked = sqliteNow, "" // one writer at a time: nothing to skip
 	}
 	q := func(s string) string {
-		return rebind(d, strings.NewReplacer("{{table}}", table, "{{now}}", now).Replace(s))
+		return rebind(d, strings.NewReplacer("{{table}}", table, "{{now}}", now, "{{skiplocked}}", skipLocked).Replace(s))
 	}
 	return queries{
 		claim:     q(claimSQL),
