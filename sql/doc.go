@@ -8,6 +8,13 @@
 //	ledger, err := retryfusesql.NewLedger(ctx, db, retryfusesql.LedgerConfig{Dialect: retryfusesql.Postgres})
 //	h, err := idempotency.New(mux, idempotency.Config{Ledger: ledger})
 //
+// Where the handler's effects live in the same database, give the
+// middleware ledger.Transactional() (a TxLedger): the key's claim, the
+// effects the handler writes in idempotency.Tx(r.Context()) and its
+// recorded response then commit in one transaction, so that a crash
+// anywhere before the commit leaves nothing (the key free, the effect
+// absent) and a repeat after it gets the stored response.
+//
 // The package imports no driver: register the one you use (pgx's stdlib,
 // modernc.org/sqlite, or another) and say which SQL it speaks in
 // LedgerConfig.Dialect.
