@@ -54,7 +54,9 @@ type Config struct {
 	// Ledger, such as retryfuseredis.Ledger. A key is kept for the
 	// Ledger's TTL (MemoryLedger.TTL, retryfuseredis.LedgerConfig.TTL):
 	// publish it (draft Section 2.3). Give the server's keys a Ledger (or a
-	// Redis prefix) apart from any client's.
+	// Redis prefix) apart from any client's. A TxLedger (such as
+	// retryfusesql's Ledger.Transactional) runs the handler in the
+	// transactional mode: see TxLedger.
 	Ledger retryfuse.Ledger
 	// Methods are the request methods that need a key, matched exactly
 	// (as on the wire). Nil means POST and PATCH, the methods that are not
@@ -140,7 +142,8 @@ type Handler struct {
 	retryAfter string
 	rerun      bool
 	log        *log.Logger
-	memory     bool // ledger is a *retryfuse.MemoryLedger
+	memory     bool     // ledger is a *retryfuse.MemoryLedger
+	tx         TxLedger // ledger, when it is one: the transactional mode (tx.go)
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -183,6 +186,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 		h.ledger = &retryfuse.MemoryLedger{}
 	}
 	_, h.memory = h.ledger.(*retryfuse.MemoryLedger)
+	h.tx, _ = h.ledger.(TxLedger)
 	ra := orDefault(cfg.RetryAfter, defaultRetryAfter)
 	h.retryAfter = strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)
 	if h.log == nil {

@@ -51,6 +51,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the last NUL tells scope and key apart whatever the scope holds.
 	lkey := scope + "\x00" + key
 
+	if h.tx != nil {
+		h.serveTx(w, r, body, path, lkey, fp) // the transactional mode: tx.go
+		return
+	}
 	cl, err := h.ledger.Begin(r.Context(), lkey, fp)
 	if err == nil && cl.State == decide.KeyInFlight && cl.Uncertain && h.rerun {
 		cl, err = h.rerunClaim(r, lkey, fp, cl)
@@ -68,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			c.body.Reset(body) // read whole: the handler reads the copy
 			r.Body = &c.body
 		}
-		h.run(w, r, c, lkey, cl.Token)
+		h.run(w, r.WithContext(withStepRoot(r.Context(), lkey)), c, lkey, cl.Token)
 	case decide.KeyConflict:
 		keyReused.write(w, "")
 	case decide.KeyCompleted:
