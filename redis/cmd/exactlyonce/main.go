@@ -23,7 +23,7 @@
 //
 // Usage, from the repository root:
 //
-//	go run ./redis/cmd/exactlyonce [-calls 20000] [-callers 16] [-servers 4] [-honour both]
+//	go run ./redis/cmd/exactlyonce [-calls 20000] [-callers 16] [-servers 4] [-honour both] [-throttle=false]
 package main
 
 import (
@@ -56,6 +56,7 @@ func main() {
 	pause := flag.Duration("pause", 2*time.Second, "how long Redis is paused in the redis phase")
 	down := flag.Duration("down", 500*time.Millisecond, "how long Redis stays killed in the redis phase")
 	seed := flag.Uint64("seed", 1, "seed of the calls and of the proxy's faults")
+	throttle := flag.Bool("throttle", true, "leave the Transport's throttle of new calls on, as it is by default (false: DisableThrottle)")
 	var rates fleet.FaultRates
 	flag.Float64Var(&rates.Unavailable, "f503", 0.04, "share of exchanges answered 503 by the proxy")
 	flag.Float64Var(&rates.Reset, "freset", 0.04, "share of exchanges reset after the server answered")
@@ -103,7 +104,7 @@ func main() {
 				Load: fleet.LoadOptions{
 					Calls: *calls, Callers: *callers, Seed: *seed + uint64(10*i+j), CallTimeout: 30 * time.Second,
 					Mix:    fleet.Mix{Keyed: *keyed, Unkeyed: *unkeyed, Resend: *resend},
-					Client: fleet.ClientOptions{Declared: mode == "declared", Unaware: mode == "unaware", MaxAttempts: *attempts, AttemptTimeout: *attemptTimeout, BudgetRatio: *budget},
+					Client: fleet.ClientOptions{Declared: mode == "declared", Unaware: mode == "unaware", MaxAttempts: *attempts, AttemptTimeout: *attemptTimeout, BudgetRatio: *budget, Throttle: *throttle},
 				},
 				Faults: rates, ProxySeed: *seed + uint64(10*i+j),
 			}

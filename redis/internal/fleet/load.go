@@ -32,6 +32,9 @@ type ClientOptions struct {
 	// BudgetRatio is the retry budget's RatioBudgetConfig.Ratio; 0 is the
 	// Transport's default budget (Ratio 0.1).
 	BudgetRatio float64
+	// Throttle leaves the Transport's throttle of new calls at its
+	// default (on); false turns it off (DisableThrottle).
+	Throttle bool
 }
 
 // Mix is the shares of the kinds of calls: Keyed and Unkeyed writes, and
@@ -123,10 +126,7 @@ func Load(o LoadOptions) (*LoadResult, error) {
 		MaxAttempts:       o.Client.MaxAttempts,
 		AttemptTimeout:    o.Client.AttemptTimeout,
 		ServerHonoursKeys: o.Client.Declared,
-		// The run tests the protocol of the key, as its budget ratio
-		// does: the throttle of new calls would refuse a share of them
-		// while Redis is down and the servers answer 503.
-		DisableThrottle: true,
+		DisableThrottle:   !o.Client.Throttle,
 		Hooks: retryfuse.Hooks{
 			AttemptStart: func(retryfuse.AttemptStartInfo) { attempts.Add(1) },
 			Retry:        func(retryfuse.RetryInfo) { retries.Add(1) },

@@ -109,9 +109,13 @@ func (r *PhaseResult) Report(w io.Writer) {
 		client = "HonourMemory -1 (never learnt: no uncertain write repeated)"
 	}
 	fmt.Fprintf(w, "#### %s\n\n", o.Name)
-	fmt.Fprintf(w, "%d calls from %d callers in %.1fs (%.0f calls/s); client: %s, MaxAttempts %d, AttemptTimeout %v, budget ratio %s.\n",
+	throttle := "off"
+	if o.Load.Client.Throttle {
+		throttle = "on (the default)"
+	}
+	fmt.Fprintf(w, "%d calls from %d callers in %.1fs (%.0f calls/s); client: %s, MaxAttempts %d, AttemptTimeout %v, budget ratio %s, throttle %s.\n",
 		len(l.Calls), o.Load.Callers, l.Took.Seconds(), float64(len(l.Calls))/l.Took.Seconds(), client,
-		o.Load.Client.MaxAttempts, o.Load.Client.AttemptTimeout, budgetName(o.Load.Client.BudgetRatio))
+		o.Load.Client.MaxAttempts, o.Load.Client.AttemptTimeout, budgetName(o.Load.Client.BudgetRatio), throttle)
 	fmt.Fprintf(w, "Attempts %d, retries %d, attempts answered by a replay %d, requests net/http re-sent by itself %d.\n",
 		l.Attempts, l.Retries, l.Replays, l.HiddenResends)
 	var proxy []string
