@@ -65,6 +65,7 @@ type demoResults struct {
 	Tail       tailResults
 	Overload   overloadResults
 	Exactly    exactlyResults
+	Crash      crashResults
 }
 
 // runDemo runs the demo and prints its table to stdout. It returns the
@@ -127,6 +128,9 @@ func measure(cfg demoConfig) (demoResults, error) {
 		return res, err
 	}
 	if res.Exactly, err = runExactly(srv); err != nil {
+		return res, err
+	}
+	if res.Crash, err = runCrash(srv); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -102,7 +102,25 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	}
 	t.note("the middleware (package idempotency) runs a key's request once and answers a repeat with the stored response")
 	t.note("retryfuse (ServerHonoursKeys, confirmed by the marker on its first keyed call) repeated the uncertain write with the same key and body: %d attempts, its answer %s", e.FuseAttempts, replay)
+
+	c := r.Crash
+	t.section("8. A crash mid-request: the handler writes the charge, then its server dies before the response is recorded",
+		"key in its own ledger", "key in the charge's transaction")
+	t.row("times the handler ran", c.Own.Runs, c.Tx.Runs)
+	t.row("charges in the database", c.Own.Applied, c.Tx.Applied)
+	t.row("what retryfuse's caller got", c.Own.Outcome, c.Tx.Outcome)
+	t.row("a later call under the key", stuck(c.Own.KeyStuck), stuck(c.Tx.KeyStuck))
+	t.note("both behind the middleware, retryfuse repeating the uncertain write (%d and %d attempts); on the right, its transactional mode on SQLite", c.Own.Attempts, c.Tx.Attempts)
+	t.note("(retryfusesql): the claim, the charge and the response commit together, so the crash left nothing and the repeat ran once")
 	return t.err
+}
+
+// stuck says what a later call under a key got.
+func stuck(reconcile bool) string {
+	if reconcile {
+		return "*ReconcileRequiredError"
+	}
+	return "the stored response"
 }
 
 // pct0 prints a share as a whole percentage.

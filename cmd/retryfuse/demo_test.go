@@ -124,6 +124,22 @@ func checkDemoTable(t *testing.T, res demoResults, out string, deadline time.Dur
 		assertRow(t, out, "times applied, behind the middleware", e.PlainApplied, e.FuseApplied)
 	})
 
+	t.Run("crash mid-request", func(t *testing.T) {
+		// Nothing here waits on a timer: the panic ends the first run at
+		// once, whatever the machine's speed.
+		c := res.Crash
+		assert.Equal(t, 1, c.Own.Runs, "own ledger: the handler runs once; its key is left uncertain")
+		assert.Equal(t, 1, c.Own.Applied, "own ledger: charges")
+		assert.Equal(t, "*ReconcileRequiredError", c.Own.Outcome, "own ledger: the caller reconciles")
+		assert.True(t, c.Own.KeyStuck, "own ledger: a later call under the key reconciles too")
+		assert.Equal(t, 2, c.Tx.Runs, "transactional: the first run rolled back, the repeat ran")
+		assert.Equal(t, 1, c.Tx.Applied, "transactional: charges")
+		assert.Equal(t, "201 Created", c.Tx.Outcome, "transactional: the caller gets the charge")
+		assert.False(t, c.Tx.KeyStuck, "transactional: a later call gets the stored response")
+		assertRow(t, out, "charges in the database", c.Own.Applied, c.Tx.Applied)
+		assertRow(t, out, "what retryfuse's caller got", c.Own.Outcome, c.Tx.Outcome)
+	})
+
 	t.Run("brake", func(t *testing.T) {
 		k := res.Brake
 		assert.GreaterOrEqual(t, k.Breaker.FirstOK, k.DownFor, "no 200 before the dependency recovered")
