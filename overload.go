@@ -62,16 +62,22 @@ func (c *call) admitCall() error {
 
 // keepPace waits for the call's place in the scope's pace, when the
 // dependency has been answering 429: at most MaxLimitWait (one second by
-// default; negative: no wait), and never until the caller's deadline. A
-// call whose place comes later is refused with a *RateLimitError
-// (Learnt), having sent nothing: sent, it would have met a 429.
+// default; negative: no wait) — or, while a 429's Retry-After holds new
+// calls, as long as it asks (it is capped by MaxRetryAfter, as a retry's
+// wait is) — and never until the caller's deadline. A call whose place
+// comes later is refused with a *RateLimitError (Learnt), having sent
+// nothing: sent, it would have met a 429.
 func (c *call) keepPace(st *scopeRecord) error {
 	now := c.now()
-	d, cancel := st.throttle.pace.delay(now)
+	d, held, cancel := st.throttle.pace.delay(now)
 	if d == 0 {
 		return nil
 	}
-	tooLong := d > c.p.maxLimitWait
+	limit := c.p.maxLimitWait
+	if held {
+		limit = max(limit, c.p.maxRetryAfter)
+	}
+	tooLong := d > limit
 	if dl, ok := c.deadline(); ok && d >= dl.Sub(now) {
 		tooLong = true
 	}

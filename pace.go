@@ -62,27 +62,29 @@ type pace struct {
 }
 
 // delay reserves the next new call's place at now and returns how long it
-// must wait for it, with cancel to give the place back should the call not
-// wait. Zero when the pace is idle.
-func (p *pace) delay(now time.Time) (time.Duration, func()) {
+// must wait for it, whether that wait is a 429's Retry-After (held), and
+// cancel to give the place back should the call not wait. Zero when the
+// pace is idle. The places after a Retry-After are spaced by the rate from
+// its end, so that the calls held do not all go at once.
+func (p *pace) delay(now time.Time) (d time.Duration, held bool, cancel func()) {
 	if !p.active.Load() {
-		return 0, nil
+		return 0, false, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now.Sub(p.lastRej) >= p.quiet {
+	if now.Sub(p.lastRej) >= p.quiet && !now.Before(p.holdUntil) {
 		p.active.Store(false) // no 429 for long enough: the rate is regained
-		return 0, nil
+		return 0, false, nil
 	}
-	r := p.lim.ReserveN(now, 1)
-	d := r.DelayFrom(now)
-	if hold := p.holdUntil.Sub(now); hold > d {
-		d = hold
+	from := now
+	if p.holdUntil.After(now) {
+		from, held = p.holdUntil, true
 	}
-	if d == 0 {
-		return 0, nil
+	r := p.lim.ReserveN(from, 1)
+	if d = r.DelayFrom(now); d == 0 {
+		return 0, false, nil
 	}
-	return d, func() { r.CancelAt(now) }
+	return d, held, func() { r.CancelAt(now) }
 }
 
 // record hears an attempt that ended at now: whether it was answered 429,

@@ -80,3 +80,43 @@ func TestPaceKeepsToAQuota(t *testing.T) {
 		t.Errorf("after the load fell: %d refused, %d held, want none", refused, waited)
 	}
 }
+
+// A 429's Retry-After holds new calls until it has passed: the next call
+// waits for it (within MaxRetryAfter) rather than being sent to meet
+// another 429, and the pace falls idle once the quiet has passed.
+func TestPaceHoldsNewCallsForRetryAfter(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	var sentAt []time.Time
+	first := true
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		sentAt = append(sentAt, clk.Now())
+		code, h := http.StatusOK, http.Header{}
+		if first {
+			first = false
+			code = http.StatusTooManyRequests
+			h.Set("Retry-After", "2")
+		}
+		return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	})
+	var waits []time.Duration
+	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1, Hooks: Hooks{Policy: func(i PolicyInfo) {
+		if i.Policy == policyThrottle && i.Action == actionWaited {
+			waits = append(waits, i.Wait)
+		}
+	}}})
+	for range 2 {
+		if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sentAt) != 2 || sentAt[1].Sub(sentAt[0]) < 2*time.Second {
+		t.Errorf("sent at %v, want the second call 2s after the 429", sentAt)
+	}
+	if len(waits) != 1 || waits[0] != 2*time.Second {
+		t.Errorf("waits %v, want one of 2s", waits)
+	}
+	clk.Advance(time.Second)
+	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil || len(waits) != 1 {
+		t.Errorf("after the quiet: err %v, waits %v; want no wait", err, waits)
+	}
+}
