@@ -65,14 +65,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ledgerUnavailable.write(w, "")
 		return
 	}
+	if cl.State != decide.KeyNone {
+		h.answer(w, r, path, cl)
+		return
+	}
+	c := &claim{}
+	if r.Body != nil && r.Body != http.NoBody {
+		c.body.Reset(body) // read whole: the handler reads the copy
+		r.Body = &c.body
+	}
+	h.run(w, r.WithContext(withStepRoot(r.Context(), lkey)), c, lkey, cl.Token)
+}
+
+// answer sends the response to a claim that the handler does not run
+// for: a conflict, a stored response, a key in flight or uncertain.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, path string, cl retryfuse.LedgerClaim) {
 	switch cl.State {
-	case decide.KeyNone:
-		c := &claim{}
-		if r.Body != nil && r.Body != http.NoBody {
-			c.body.Reset(body) // read whole: the handler reads the copy
-			r.Body = &c.body
-		}
-		h.run(w, r.WithContext(withStepRoot(r.Context(), lkey)), c, lkey, cl.Token)
 	case decide.KeyConflict:
 		keyReused.write(w, "")
 	case decide.KeyCompleted:

@@ -224,29 +224,3 @@ func containsToken(list, name string) bool {
 	}
 	return false
 }
-
-// answer sends the response to a claim that the handler does not run
-// for: a conflict, a stored response, a key in flight or uncertain.
-func (h *Handler) answer(w http.ResponseWriter, r *http.Request, path string, cl retryfuse.LedgerClaim) {
-	switch cl.State {
-	case decide.KeyConflict:
-		keyReused.write(w, "")
-	case decide.KeyCompleted:
-		if cl.Stored == nil {
-			notStored.write(w, "")
-			return
-		}
-		replay(w, cl.Stored)
-	case decide.KeyInFlight:
-		if cl.Uncertain {
-			outcomeUnknown.write(w, "")
-			return
-		}
-		w.Header().Set("Retry-After", h.retryAfter)
-		inFlight.write(w, "")
-	default:
-		h.log.Printf("idempotency: %s %s: the ledger answered with key state %v", r.Method, path, cl.State)
-		w.Header().Set("Retry-After", h.retryAfter)
-		ledgerUnavailable.write(w, "")
-	}
-}
