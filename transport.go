@@ -314,28 +314,18 @@ type Transport struct {
 	// DisableThrottle: when a scope's dependency has rejected most of what
 	// it was sent over the last ThrottleWindow (a 503, or no answer), a
 	// share of new calls, (requests − K·accepts) / (calls + 8) and at most
-	// 90%, is refused before anything is sent with an error matching
-	// ErrDeclined (ReasonName: throttled), so that what reaches it, retries
-	// included, stays about K times what it accepts. Nothing is refused
-	// while it accepts 1/K of what it is sent (with the default K of 2, a
-	// dependency that serves every call on its second attempt), nor before
-	// 5 rejections, nor, with a Breaker, before the scope's breaker has
-	// heard its MinObservations (or FailureThreshold) outcomes since it
-	// last closed, nor while it is open or half-open (the breaker decides
-	// then); once it accepts 3 attempts in a row over a tenth of a second,
-	// the rejections are forgotten. A refusal counts as a request, is
-	// reported (Hooks.Policy, "throttle"), and never reaches the Breaker.
-	//
-	// A 429 is not a rejection: it teaches the scope's pace, a send rate
-	// learnt from the dependency's 429s (CUBIC, as AWS SDK v2's adaptive
-	// retry mode learns it; a 429's Retry-After, up to MaxRetryAfter, holds
-	// new calls until it has passed). While 429s come, a new call waits
-	// for its place (Hooks.Policy, "throttle", "waited"), for at most
-	// MaxLimitWait (one second by default) and never up to the caller's
-	// deadline; one whose place comes later is not sent and gets a
-	// *RateLimitError with Learnt set. Half a second without a 429 and the
-	// pace holds nothing. Zero means 2; below 1, NaN or infinite is
-	// refused, as is any value with DisableThrottle.
+	// 90%, is refused before anything is sent (ErrDeclined, ReasonName
+	// throttled), so that what reaches it, retries included, stays about K
+	// times what it accepts. Nothing is refused while it accepts 1/K of
+	// what it is sent, nor before 5 rejections, nor, with a Breaker, before
+	// the scope's breaker has heard its MinObservations (or
+	// FailureThreshold) outcomes, nor while it is open or half-open. A 429
+	// is no rejection: it teaches the scope's pace, a send rate learnt
+	// from 429s (and their Retry-After) that spaces new calls, each
+	// waiting within MaxLimitWait and its deadline, else refused with a
+	// *RateLimitError (Learnt). See the README's "Load". Zero means 2;
+	// below 1, NaN or infinite is refused, as is any value with
+	// DisableThrottle.
 	ThrottleRatio float64
 
 	// ThrottleWindow is how long the throttle remembers requests, in
@@ -343,8 +333,7 @@ type Transport struct {
 	// window is refused, as is any with DisableThrottle.
 	ThrottleWindow time.Duration
 
-	// DisableThrottle turns the throttle of new calls off, and the pace
-	// learnt from 429s with it.
+	// DisableThrottle turns the throttle of new calls and its pace off.
 	DisableThrottle bool
 
 	// SlowStart is the window over which admission ramps up after a
@@ -442,28 +431,22 @@ type Transport struct {
 	//
 	// The declaration is trusted for a scope once one of its responses to
 	// a keyed request has carried the marker of such a server
-	// ("Idempotency-Key-Honoured: ?1"), and until a response to a keyed
-	// write comes without it (but a 5xx, 408 or 429, which a proxy in front
-	// answers as often): a server that never says it honours keys is
-	// never sent an uncertain write again, declared or not. Both are
-	// reported (Hooks.Policy, "server_keys", "confirmed" and "revoked").
-	// False means a scope is known to honour keys only as learnt
-	// (HonourMemory).
+	// ("Idempotency-Key-Honoured: ?1"), until a response to a keyed write
+	// comes without it (but a 5xx, 408 or 429): a server that never says
+	// so is never sent a write twice (Hooks.Policy, "server_keys"). False
+	// means a scope is known to honour keys only as learnt (HonourMemory).
 	ServerHonoursKeys bool
 
 	// HonourMemory is how long a scope is taken to honour Idempotency-Key
 	// after a response to a keyed request carrying the marker of such a
 	// server ("Idempotency-Key-Honoured: ?1"), counted from the latest such
-	// response, and forgotten at a response to a keyed write without it
-	// (as for ServerHonoursKeys). Zero means 10 minutes; a negative value
-	// means never: only ServerHonoursKeys declares it. Whatever it is, from such a server a
-	// 409 while the first request under the key runs is retried (after
-	// backoff, within the attempts, the budget and the deadline), a 422
-	// for a key reused with another payload becomes an error matching
-	// ErrIdempotencyConflict, a 409 for a key whose earlier request ended
-	// without a result a *ReconcileRequiredError, a 409 for one whose
-	// result was too large to store an error matching ErrAlreadyApplied,
-	// and a replayed response (Idempotent-Replayed: true) is final.
+	// response, unless revoked (see ServerHonoursKeys). Zero means 10
+	// minutes; a negative value means never: only ServerHonoursKeys
+	// declares it. Whatever it is, such a server's answers to a keyed
+	// request mean what they say (see the README: a 409 in flight is
+	// retried, a 422 is ErrIdempotencyConflict, a 409 outcome unknown a
+	// *ReconcileRequiredError, a 409 not stored ErrAlreadyApplied, a
+	// replayed response final).
 	HonourMemory time.Duration
 
 	once    sync.Once
