@@ -64,7 +64,8 @@ func (c *call) admitCall() error {
 // dependency has been answering 429: at most MaxLimitWait (one second by
 // default; negative: no wait) — or, while a 429's Retry-After holds new
 // calls, as long as it asks (it is capped by MaxRetryAfter, as a retry's
-// wait is) — and never until the caller's deadline. A call whose place
+// wait is) — and never for more than half of what is left of the
+// caller's deadline. A call whose place
 // comes later is refused with a *RateLimitError (Learnt), having sent
 // nothing: sent, it would have met a 429.
 func (c *call) keepPace(st *scopeRecord) error {
@@ -78,7 +79,10 @@ func (c *call) keepPace(st *scopeRecord) error {
 		limit = max(limit, c.p.maxRetryAfter)
 	}
 	tooLong := d > limit
-	if dl, ok := c.deadline(); ok && d >= dl.Sub(now) {
+	if dl, ok := c.deadline(); ok && d >= dl.Sub(now)/2 {
+		// A call sent with little of its deadline left is one the
+		// dependency serves too late: it spends a place of the quota for
+		// nothing. Half of what is left stays for the call.
 		tooLong = true
 	}
 	if tooLong {
@@ -139,7 +143,7 @@ func (c *call) feedLoad(ps pass, a attempt) {
 	if th := st.throttle; th != nil {
 		if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
 			// A rate, not a failure: the pace learns it (pace.go).
-			th.pace.record(now, a.resp, c.p.maxRetryAfter, func() float64 { return th.sentRate(now) })
+			th.pace.record(now, a.resp, c.p.maxRetryAfter, func() float64 { return th.acceptedRate(now) })
 		} else {
 			th.record(now, ps.first, accepted)
 			th.pace.record(now, nil, 0, nil)

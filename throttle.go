@@ -266,20 +266,29 @@ func (t *throttle) windowLocked() throttleCounts {
 	return w
 }
 
-// sentRate returns the rate of the attempts the window holds, per second
-// of the time it covers up to now: where the pace starts from at a 429.
-func (t *throttle) sentRate(now time.Time) float64 {
+// acceptedRate returns the rate of the attempts accepted over the last
+// second of the window (its last half of buckets, up to now), per second
+// of the time that covers: what the dependency has shown it serves, where
+// the pace is set at a 429.
+func (t *throttle) acceptedRate(now time.Time) float64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.started.Load() {
 		return 0
 	}
-	w := t.windowLocked()
-	span := min(now.Sub(t.origin), time.Duration(throttleBuckets)*t.width)
+	const recent = throttleBuckets / 2
+	var accepts uint64
+	for i := range t.ring {
+		b := &t.ring[i]
+		if tick := b.tick.Load(); tick != noTick && tick > t.newest-recent && tick <= t.newest {
+			accepts += b.sent.Load() & throttlePackMask
+		}
+	}
+	span := min(now.Sub(t.origin), recent*t.width)
 	if span < t.width {
 		span = t.width
 	}
-	return float64(w.requests) / span.Seconds()
+	return float64(accepts) / span.Seconds()
 }
 
 // forgetLocked empties the window. t.mu is held.

@@ -322,8 +322,8 @@ type Transport struct {
 	// FailureThreshold) outcomes, nor while it is open or half-open. A 429
 	// is no rejection: it teaches the scope's pace, a send rate learnt
 	// from 429s (and their Retry-After) that spaces new calls, each
-	// waiting within MaxLimitWait and its deadline, else refused with a
-	// *RateLimitError (Learnt). See the README's "Load". Zero means 2;
+	// waiting within MaxLimitWait and half of what is left of its
+	// deadline, else refused with a *RateLimitError (Learnt). See the README's "Load". Zero means 2;
 	// below 1, NaN or infinite is refused, as is any value with
 	// DisableThrottle.
 	ThrottleRatio float64
