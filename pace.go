@@ -33,7 +33,7 @@ import (
 
 // The constants of the pace.
 const (
-	paceMinRate  = 0.5 // calls per second
+	paceMinRate  = 0.5  // calls per second
 	paceGrowth   = 0.25 // of the rate set at the last 429, per second
 	paceCutEvery = 100 * time.Millisecond
 )
