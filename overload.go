@@ -69,6 +69,9 @@ func (c *call) admitCall() error {
 // comes later is refused with a *RateLimitError (Learnt), having sent
 // nothing: sent, it would have met a 429.
 func (c *call) keepPace(st *scopeRecord) error {
+	if !st.throttle.pace.active.Load() {
+		return nil // idle: no reading of the clock
+	}
 	now := c.now()
 	d, held, cancel := st.throttle.pace.delay(now)
 	if d == 0 {
