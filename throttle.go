@@ -75,7 +75,6 @@ const (
 // and admission while active take the lock. An accepted attempt that races with the first rejection may
 // miss the streak of accepts (it only delays forgetting by one).
 type throttle struct {
-	pace    pace        // the rate learnt from 429s (pace.go)
 	active  atomic.Bool // the window holds rejections: admit must look
 	started atomic.Bool // origin is set
 	width   time.Duration
@@ -87,6 +86,10 @@ type throttle struct {
 	newest  int64 // the newest tick counted
 	streak  int   // attempts accepted since the last rejected
 	lastRej time.Time
+
+	// pace is the rate learnt from 429s (pace.go), after the counts: its
+	// flag is read once per call, the counts' fields by every attempt.
+	pace pace
 }
 
 // throttleBucket holds the counts of one tick of the window (a
