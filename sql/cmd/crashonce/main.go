@@ -296,6 +296,9 @@ func runFleet(url string, calls, callers, attempts int) map[string]int {
 		Hooks: retryfuse.Hooks{GiveUp: func(i retryfuse.GiveUpInfo) {
 			if slot, ok := i.Context.Value(gaveUpKey{}).(*string); ok {
 				*slot = retryfuse.ReasonName(i.Reason)
+				if errors.Is(i.Reason, retryfuse.ErrReconcileRequired) {
+					*slot = "the server's 409 outcome unknown"
+				}
 			}
 		}},
 	}}
