@@ -122,7 +122,10 @@ func NewLedger(ctx context.Context, db *sql.DB, cfg LedgerConfig) (*Ledger, erro
 // prepare prepares the Ledger's statements (see prepared).
 func (l *Ledger) prepare(ctx context.Context) error {
 	l.stmts = map[string]*sql.Stmt{}
-	for _, q := range [...]string{l.q.claim, l.q.look, l.q.complete, l.q.release, l.q.uncertain, l.q.sweep} {
+	for _, q := range [...]string{l.q.claim, l.q.claimLocked, l.q.look, l.q.complete, l.q.release, l.q.uncertain, l.q.sweep} {
+		if q == "" {
+			continue
+		}
 		st, err := l.db.PrepareContext(ctx, q)
 		if err != nil {
 			for _, st := range l.stmts {
@@ -207,6 +210,13 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 
 // begin runs Begin's statements on ex.
 func (l *Ledger) begin(ctx context.Context, ex execer, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
+	return l.beginLocking(ctx, ex, key, fp, false)
+}
+
+// beginLocking runs Begin's statements on ex; with lock, the claim takes
+// the key's advisory lock first, in the same statement (claimLocked),
+// and a lock held by another transaction is KeyInFlight.
+func (l *Ledger) beginLocking(ctx context.Context, ex execer, key string, fp retryfuse.Fingerprint, lock bool) (retryfuse.LedgerClaim, error) {
 	if key == "" {
 		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
 	}
@@ -216,7 +226,21 @@ func (l *Ledger) begin(ctx context.Context, ex execer, key string, fp retryfuse.
 	// times.
 	for range 3 {
 		var got string
-		err := (prepared{l, ex}).QueryRowContext(ctx, l.q.claim, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis).Scan(&got)
+		var err error
+		if lock {
+			var locked bool
+			var tok sql.NullString
+			err = (prepared{l, ex}).QueryRowContext(ctx, l.q.claimLocked, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis, l.lockKey(key)).Scan(&locked, &tok)
+			switch {
+			case err == nil && !locked:
+				return retryfuse.LedgerClaim{State: decide.KeyInFlight}, nil
+			case err == nil && !tok.Valid:
+				err = sql.ErrNoRows // the key has a live row
+			}
+			got = tok.String
+		} else {
+			err = (prepared{l, ex}).QueryRowContext(ctx, l.q.claim, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis).Scan(&got)
+		}
 		switch {
 		case err == nil && got == token:
 			return retryfuse.LedgerClaim{State: decide.KeyNone, Token: token}, nil
