@@ -105,6 +105,28 @@
 // it returns. The Ledger steps that record an outcome run detached from
 // the request's cancellation, each bounded by 5 seconds.
 //
+// # The transactional mode, and the calls a handler makes
+//
+// Where the handler's effects live in the database that holds the keys,
+// give Config.Ledger a TxLedger (retryfusesql's Ledger.Transactional):
+// the key's claim, the handler's effects, written in the request's
+// transaction (Tx), and its recorded response then commit in one
+// transaction. Anything before the commit (a panic, a server killed, a
+// connection to the database lost) leaves nothing: the key is free, the
+// effects absent, and a repeat runs the handler once; after the commit a
+// repeat gets the stored response. No key is left uncertain, and neither
+// of the 409s above (outcome unknown, not stored) arises from a crash.
+// The response is held until the commit, at most Config.MaxStoredBody
+// of body (beyond it: rolled back, 500 ProblemResponseTooLarge). What
+// the transaction cannot cover is outside the database: a call the
+// handler makes to another service, a file, a message sent. For a call
+// to another keyed API, Step gives a context whose requests retryfuse's
+// Transport sends under a key derived from the request's scope and key
+// and the step's name, the same on every run of the handler for that
+// request: a run after a crash sends the call again under the same key,
+// and a downstream that honours keys applies it once. A call to a
+// service that does not honour keys stays at-least-once. See TxLedger.
+//
 // # Where it differs from the draft, and why
 //
 //   - It accepts the bare form of the key besides the sf-string, and

@@ -69,6 +69,9 @@ type Ledger struct {
 	sweepEvery    uint64
 	sweepLimit    int
 	begins        atomic.Uint64
+	// stmts are the statements of q, prepared once by NewLedger, by
+	// their text (see prepared). Never changed after NewLedger.
+	stmts map[string]*sql.Stmt
 	// clock, when not nil, gives the time of every statement instead of
 	// the database's clock: the tests' seam (export_test.go).
 	clock func() time.Time
@@ -110,7 +113,65 @@ func NewLedger(ctx context.Context, db *sql.DB, cfg LedgerConfig) (*Ledger, erro
 		}
 		return nil, fmt.Errorf("%w: %w", retryfuse.ErrLedgerUnavailable, err)
 	}
+	if err := l.prepare(ctx); err != nil {
+		return nil, fmt.Errorf("%w: retryfusesql: prepare the ledger's statements: %w", retryfuse.ErrLedgerUnavailable, err)
+	}
 	return l, nil
+}
+
+// prepare prepares the Ledger's statements (see prepared).
+func (l *Ledger) prepare(ctx context.Context) error {
+	l.stmts = map[string]*sql.Stmt{}
+	for _, q := range [...]string{l.q.claim, l.q.claimLocked, l.q.look, l.q.complete, l.q.release, l.q.uncertain, l.q.sweep} {
+		if q == "" {
+			continue
+		}
+		st, err := l.db.PrepareContext(ctx, q)
+		if err != nil {
+			for _, st := range l.stmts {
+				_ = st.Close()
+			}
+			return err
+		}
+		l.stmts[q] = st
+	}
+	return nil
+}
+
+// prepared runs the Ledger's statements as prepared once by NewLedger,
+// on the database or within a transaction, so that a driver that does
+// not cache statements (modernc.org/sqlite parses each statement it is
+// given) parses each once a connection rather than at every step (the
+// database/sql Stmt keeps one a connection, and a transaction reuses its
+// connection's). Any other statement goes to ex as it is.
+type prepared struct {
+	l  *Ledger
+	ex execer
+}
+
+func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
+	st := p.l.stmts[query]
+	if st == nil {
+		return nil
+	}
+	if tx, ok := p.ex.(*sql.Tx); ok {
+		return tx.StmtContext(ctx, st)
+	}
+	return st
+}
+
+func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := p.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return p.ex.ExecContext(ctx, query, args...)
+}
+
+func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := p.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return p.ex.QueryRowContext(ctx, query, args...)
 }
 
 // ceilMillis returns d in whole milliseconds, rounded up.
@@ -149,6 +210,13 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 
 // begin runs Begin's statements on ex.
 func (l *Ledger) begin(ctx context.Context, ex execer, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
+	return l.beginLocking(ctx, ex, key, fp, false)
+}
+
+// beginLocking runs Begin's statements on ex; with lock, the claim takes
+// the key's advisory lock first, in the same statement (claimLocked),
+// and a lock held by another transaction is KeyInFlight.
+func (l *Ledger) beginLocking(ctx context.Context, ex execer, key string, fp retryfuse.Fingerprint, lock bool) (retryfuse.LedgerClaim, error) {
 	if key == "" {
 		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
 	}
@@ -158,7 +226,21 @@ func (l *Ledger) begin(ctx context.Context, ex execer, key string, fp retryfuse.
 	// times.
 	for range 3 {
 		var got string
-		err := ex.QueryRowContext(ctx, l.q.claim, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis).Scan(&got)
+		var err error
+		if lock {
+			var locked bool
+			var tok sql.NullString
+			err = (prepared{l, ex}).QueryRowContext(ctx, l.q.claimLocked, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis, l.lockKey(key)).Scan(&locked, &tok)
+			switch {
+			case err == nil && !locked:
+				return retryfuse.LedgerClaim{State: decide.KeyInFlight}, nil
+			case err == nil && !tok.Valid:
+				err = sql.ErrNoRows // the key has a live row
+			}
+			got = tok.String
+		} else {
+			err = (prepared{l, ex}).QueryRowContext(ctx, l.q.claim, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis).Scan(&got)
+		}
 		switch {
 		case err == nil && got == token:
 			return retryfuse.LedgerClaim{State: decide.KeyNone, Token: token}, nil
@@ -191,7 +273,7 @@ func (l *Ledger) look(ctx context.Context, ex execer, key string, fp retryfuse.F
 		body      []byte
 		lapsed    int64
 	)
-	err = ex.QueryRowContext(ctx, l.q.look, l.now(), []byte(key)).Scan(&rowFP, &state, &token, &hasResult, &status, &header, &body, &lapsed)
+	err = (prepared{l, ex}).QueryRowContext(ctx, l.q.look, l.now(), []byte(key)).Scan(&rowFP, &state, &token, &hasResult, &status, &header, &body, &lapsed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cl, false, nil
 	}
@@ -262,7 +344,7 @@ func (l *Ledger) Uncertain(ctx context.Context, key, token string) error {
 // end runs one step's statement; no row changed means that token does
 // not own key: an error wrapping retryfuse.ErrLedgerToken.
 func (l *Ledger) end(ctx context.Context, ex execer, step, key, token, query string, args ...any) error {
-	res, err := ex.ExecContext(ctx, query, append([]any{l.now(), []byte(key), token}, args...)...)
+	res, err := (prepared{l, ex}).ExecContext(ctx, query, append([]any{l.now(), []byte(key), token}, args...)...)
 	if err != nil {
 		return unavailable(step, key, err)
 	}
@@ -284,7 +366,7 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = l.sweepLimit
 	}
-	res, err := l.db.ExecContext(ctx, l.q.sweep, l.now(), limit)
+	res, err := (prepared{l, l.db}).ExecContext(ctx, l.q.sweep, l.now(), limit)
 	if err != nil {
 		return 0, unavailable("Sweep", "", err)
 	}

@@ -14,6 +14,9 @@ import (
 // queries are a Ledger's statements, for its dialect and table.
 type queries struct {
 	claim, look, complete, release, uncertain, sweep string
+	// claimLocked is claim in the transactional mode on PostgreSQL; empty
+	// on SQLite.
+	claimLocked string
 }
 
 const (
@@ -28,6 +31,23 @@ ON CONFLICT (idem_key) DO UPDATE SET fp = excluded.fp, state = 0, token = exclud
 	flight_ms = excluded.flight_ms, gone_ms = excluded.gone_ms, has_result = 0, status = NULL, header = NULL, body = NULL
 WHERE {{table}}.gone_ms <= {{now}}
 RETURNING token`
+
+	// claimLocked is claim in the transactional mode on PostgreSQL, in the
+	// same round trip as the transaction-scoped advisory lock on the key
+	// ($7) that keeps a concurrent duplicate from waiting for this
+	// transaction: the lock is tried first (lk), the claim made only
+	// when it is taken, and the statement returns one row, whether the
+	// lock was taken and the token of the claim (NULL when the key has a
+	// live row: look reads it). The casts type the parameters of the
+	// INSERT … SELECT, which VALUES would take from the columns.
+	claimLockedSQL = `WITH lk AS (SELECT pg_try_advisory_xact_lock($7::BIGINT) AS ok),
+ins AS (INSERT INTO {{table}} (idem_key, fp, state, token, flight_ms, gone_ms, has_result)
+SELECT $2::BYTEA, $3::BYTEA, 0, $4::TEXT, {{now}} + $5::BIGINT, {{now}} + $5::BIGINT + $6::BIGINT, 0 FROM lk WHERE lk.ok
+ON CONFLICT (idem_key) DO UPDATE SET fp = excluded.fp, state = 0, token = excluded.token,
+	flight_ms = excluded.flight_ms, gone_ms = excluded.gone_ms, has_result = 0, status = NULL, header = NULL, body = NULL
+WHERE {{table}}.gone_ms <= {{now}}
+RETURNING token)
+SELECT lk.ok, (SELECT token FROM ins) FROM lk`
 
 	// look reads a live row; its last column says whether an in-flight
 	// claim has expired (lapsed: uncertain).
@@ -75,13 +95,18 @@ func newQueries(d Dialect, table string) queries {
 	q := func(s string) string {
 		return rebind(d, strings.NewReplacer("{{table}}", table, "{{now}}", now, "{{skiplocked}}", skipLocked).Replace(s))
 	}
+	claimLocked := ""
+	if d == Postgres {
+		claimLocked = q(claimLockedSQL)
+	}
 	return queries{
-		claim:     q(claimSQL),
-		look:      q(lookSQL),
-		complete:  q(completeSQL),
-		release:   q(releaseSQL),
-		uncertain: q(uncertainSQL),
-		sweep:     q(sweepSQL),
+		claimLocked: claimLocked,
+		claim:       q(claimSQL),
+		look:        q(lookSQL),
+		complete:    q(completeSQL),
+		release:     q(releaseSQL),
+		uncertain:   q(uncertainSQL),
+		sweep:       q(sweepSQL),
 	}
 }
 

@@ -79,16 +79,9 @@ func (t TxLedger) BeginTx(ctx context.Context, key string, fp retryfuse.Fingerpr
 		cancel()
 		return cl, nil, err
 	}
-	if l.dialect == Postgres {
-		var locked bool
-		if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", l.lockKey(key)).Scan(&locked); err != nil {
-			return fail(retryfuse.LedgerClaim{}, unavailable("BeginTx", key, err))
-		}
-		if !locked {
-			return fail(retryfuse.LedgerClaim{State: decide.KeyInFlight}, nil)
-		}
-	}
-	cl, err := l.begin(ctx, tx, key, fp)
+	// On PostgreSQL the claim first takes the key's advisory lock, in the
+	// same statement.
+	cl, err := l.beginLocking(ctx, tx, key, fp, l.dialect == Postgres)
 	if err != nil || cl.State != decide.KeyNone {
 		return fail(cl, err)
 	}

@@ -1,15 +1,38 @@
 // Command crashonce sends keyed writes from a retryfuse client fleet,
 // through a fault proxy, to server processes behind the idempotency
-// middleware in its transactional mode on one PostgreSQL, while it kills
-// a random server with SIGKILL about every second and starts it again.
-// Each server writes its effect in the request's transaction, with the
-// key's claim and the recorded response. At the end every key is sent
-// once more, straight to a server, and the counts are taken from the
-// database: keys applied twice and keys left uncertain must both be 0.
+// middleware, while it kills a random server with SIGKILL about every
+// second and starts it again, and counts from the database (and the
+// downstream's own records) the effects applied twice and the keys left
+// uncertain.
+//
+// Ledgers (-ledger), each run on tables (or keys) of its own:
+//
+//   - sql: the transactional mode on one PostgreSQL; each server writes
+//     its effect in the request's transaction, with the key's claim and
+//     the recorded response. Keys applied twice and keys left uncertain
+//     must both be 0.
+//   - redis: the ordinary mode on retryfuseredis.Ledger (a redis-server
+//     the run starts, append-only file, fsync always); the effect is
+//     written to the same PostgreSQL outside any transaction. A server
+//     killed between its effect and the record of its response leaves
+//     the key uncertain: the run counts them. None may be applied twice.
+//
+// Phases (-phases), each with keys of its own:
+//
+//   - effect: the handler writes its effect;
+//   - foreign: the handler first makes one foreign call, to a fake
+//     downstream API that honours keys (the idempotency middleware on a
+//     MemoryLedger of its own, in this process, behind a fault proxy of
+//     its own), under the key of idempotency.Step(ctx, "charge"); the
+//     downstream counts its own charges, each of which must be applied
+//     at most once.
+//
+// At the end of each run every key is sent once more, straight to a
+// server, and the counts are taken.
 //
 // Usage, with PG_DSN (or -dsn) naming a PostgreSQL database:
 //
-//	go run ./sql/cmd/crashonce [-calls 3000] [-callers 16] [-servers 3] [-kill-every 1s]
+//	go run ./sql/cmd/crashonce [-calls 20000] [-callers 16] [-servers 4] [-kill-every 1s] [-ledger sql,redis] [-phases effect,foreign]
 package main
 
 import (
@@ -37,113 +60,207 @@ import (
 // options are a run's settings (see the flags).
 type options struct {
 	dsn, table              string
+	ledger                  string // sql or redis
+	foreign                 bool   // the handler makes a foreign call
+	redis                   string // the Redis address, with ledger redis
 	calls, callers, servers int
 	attempts                int
 	killEvery               time.Duration
+	flightTTL               time.Duration // the Redis ledger's InFlightTTL
 	f503, fLost             float64
 	seed                    uint64
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-serve" {
+		os.Exit(serveMain(os.Args[2:]))
+	}
 	var o options
 	flag.StringVar(&o.dsn, "dsn", os.Getenv("PG_DSN"), "the PostgreSQL database (default $PG_DSN)")
-	flag.StringVar(&o.table, "table", "", "the ledger's table (default: one of the run's own, dropped at the end)")
-	serveMode := flag.Bool("serve", false, "run as a server process (crashonce starts them)")
-	flag.IntVar(&o.calls, "calls", 3000, "keyed writes sent")
+	ledgers := flag.String("ledger", "sql", "ledgers to run, in order: sql (the transactional mode on PostgreSQL), redis (the ordinary mode on a Redis the run starts)")
+	phases := flag.String("phases", "effect,foreign", "phases to run, in order: effect, foreign (one call to a downstream API under the key of a Step)")
+	flag.IntVar(&o.calls, "calls", 20000, "keyed writes sent a run")
 	flag.IntVar(&o.callers, "callers", 16, "concurrent callers")
-	flag.IntVar(&o.servers, "servers", 3, "server processes")
+	flag.IntVar(&o.servers, "servers", 4, "server processes")
 	flag.DurationVar(&o.killEvery, "kill-every", time.Second, "mean interval between two kills (each ±50%)")
-	flag.Float64Var(&o.f503, "f503", 0.03, "share of exchanges answered 503 by the proxy")
-	flag.Float64Var(&o.fLost, "flost", 0.05, "share of exchanges whose response the proxy drops after the server answered")
+	flag.DurationVar(&o.flightTTL, "flight-ttl", 5*time.Second, "the Redis ledger's InFlightTTL: a killed server's claim is uncertain after it")
+	flag.Float64Var(&o.f503, "f503", 0.03, "share of exchanges answered 503 by a proxy")
+	flag.Float64Var(&o.fLost, "flost", 0.05, "share of exchanges whose response a proxy drops after the server answered")
 	flag.IntVar(&o.attempts, "attempts", 8, "the client's Transport.MaxAttempts")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the kills and the proxy's faults")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the kills and the proxies' faults")
 	flag.Parse()
 	if o.dsn == "" {
 		fail(errors.New("no database: set PG_DSN or -dsn (scripts/sql-test shows how to start a PostgreSQL)"))
-	}
-	if *serveMode {
-		os.Exit(serve(o.dsn, o.table))
 	}
 	self, err := os.Executable()
 	if err != nil {
 		fail(err)
 	}
-	c, err := run(o, []string{self}, os.Stdout)
-	if err != nil {
-		fail(err)
+	var results []result
+	for _, l := range strings.Split(*ledgers, ",") {
+		if l != "sql" && l != "redis" {
+			fail(fmt.Errorf("unknown ledger %q: sql or redis", l))
+		}
+		var rs *redisServer
+		if l == "redis" {
+			dir, err := os.MkdirTemp("", "crashonce")
+			if err != nil {
+				fail(err)
+			}
+			defer os.RemoveAll(dir)
+			if rs, err = startRedis(dir); err != nil {
+				fail(err)
+			}
+		}
+		for _, p := range strings.Split(*phases, ",") {
+			if p != "effect" && p != "foreign" {
+				fail(fmt.Errorf("unknown phase %q: effect or foreign", p))
+			}
+			ro := o
+			ro.ledger, ro.foreign = l, p == "foreign"
+			if rs != nil {
+				ro.redis = rs.addr
+			}
+			res, err := run(ro, []string{self}, os.Stdout)
+			if err != nil {
+				fail(err)
+			}
+			results = append(results, res)
+			fmt.Println()
+		}
+		if rs != nil {
+			rs.stop()
+		}
 	}
-	if !c.ok() {
-		fmt.Println("\ncrashonce: FAILED")
-		os.Exit(1)
+	summary(os.Stdout, results)
+	for _, r := range results {
+		if !r.ok() {
+			fmt.Println("\ncrashonce: FAILED")
+			os.Exit(1)
+		}
 	}
 }
 
-// ok reports whether every key was applied exactly once, with its
-// completion, and none is left uncertain.
-func (c counts) ok() bool {
-	return c.twice == 0 && c.uncertain == 0 && c.missing == 0 && c.orphans == 0
+// serveMain is a server process's main: the flags after -serve.
+func serveMain(args []string) int {
+	var o serveOptions
+	fs := flag.NewFlagSet("crashonce -serve", flag.ExitOnError)
+	serveFlags(fs, &o)
+	_ = fs.Parse(args)
+	return serve(o)
 }
 
-// run runs the fleet against servers started with serveCmd (then
-// "-serve", "-dsn", "-table"), prints its table to w, and returns the
-// database's counts.
-func run(o options, serveCmd []string, w io.Writer) (counts, error) {
+// run runs the fleet against servers started with serveCmd (then the
+// server's options), prints its table to w, and returns the counts.
+func run(o options, serveCmd []string, w io.Writer) (result, error) {
 	own := o.table == ""
 	if own {
 		o.table = "crashonce_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
+	res := result{ledger: o.ledger, foreign: o.foreign, calls: o.calls}
 	db, err := sql.Open("pgx", o.dsn)
 	if err != nil {
-		return counts{}, err
+		return res, err
 	}
 	defer db.Close()
 	ctx := context.Background()
-	if _, err := retryfusesql.NewLedger(ctx, db, retryfusesql.LedgerConfig{Dialect: retryfusesql.Postgres, Table: o.table}); err != nil {
-		return counts{}, err
+	if o.ledger == "sql" {
+		if _, err := retryfusesql.NewLedger(ctx, db, retryfusesql.LedgerConfig{Dialect: retryfusesql.Postgres, Table: o.table}); err != nil {
+			return res, err
+		}
 	}
 	if own {
 		defer db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+o.table+", "+o.table+"_schema, "+o.table+"_effects")
 	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+o.table+"_effects (idem TEXT NOT NULL, pid INTEGER NOT NULL)"); err != nil {
-		return counts{}, err
+		return res, err
 	}
-	s := &servers{cmd: serveCmd, dsn: o.dsn, table: o.table}
+	so := serveOptions{dsn: o.dsn, table: o.table, ledger: o.ledger, redis: o.redis}
+	if o.ledger == "redis" {
+		so.flightTTL = o.flightTTL
+	} else {
+		so.flightTTL = 30 * time.Second
+	}
+	var down *downstream
+	var downProxy *proxy
+	if o.foreign {
+		if down, err = startDownstream(); err != nil {
+			return res, err
+		}
+		defer down.close()
+		downProxy = newProxy(func(*rand.Rand) string { return down.addr }, o.f503, o.fLost, o.seed+100)
+		u, stop, err := listen(downProxy)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
+		so.downstream = u
+	}
+	s := &servers{cmd: serveCmd, o: so}
 	defer s.stop()
 	if err := s.start(o.servers); err != nil {
-		return counts{}, err
+		return res, err
 	}
-	p := &proxy{servers: s, f503: o.f503, fLost: o.fLost, rand: rand.New(rand.NewPCG(o.seed, 1)),
-		tr: &http.Transport{MaxIdleConnsPerHost: 64, ResponseHeaderTimeout: 10 * time.Second}}
-	defer p.tr.CloseIdleConnections()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p := newProxy(s.pick, o.f503, o.fLost, o.seed)
+	url, stop, err := listen(p)
 	if err != nil {
-		return counts{}, err
+		return res, err
 	}
-	front := &http.Server{Handler: p}
-	served := make(chan struct{})
-	go func() { front.Serve(ln); close(served) }()
-	defer func() { front.Close(); <-served }()
+	defer stop()
 
-	fmt.Fprintf(w, "crashonce: %d server processes behind the transactional middleware on one PostgreSQL (table %s), a fault proxy (%.0f%% 503, %.0f%% responses lost), %d callers, %d keyed writes, a server killed about every %s\n\n",
-		o.servers, o.table, 100*o.f503, 100*o.fLost, o.callers, o.calls, o.killEvery)
+	phase := "effect"
+	if o.foreign {
+		phase = "foreign: one call to a downstream API under the key of idempotency.Step(ctx, \"charge\"), then the effect"
+	}
+	mode := "the transactional middleware on one PostgreSQL"
+	if o.ledger == "redis" {
+		mode = "the middleware on one Redis (retryfuseredis.Ledger, InFlightTTL " + o.flightTTL.String() + "), the effect in PostgreSQL outside a transaction"
+	}
+	fmt.Fprintf(w, "crashonce [%s, %s]: %d server processes behind %s (table %s), a fault proxy (%.0f%% 503, %.0f%% responses lost), %d callers, %d keyed writes, a server killed about every %s; phase %s\n\n",
+		o.ledger, res.phase(), o.servers, mode, o.table, 100*o.f503, 100*o.fLost, o.callers, o.calls, o.killEvery, phase)
 	stopKills := make(chan struct{})
 	killsDone := make(chan error, 1)
 	go func() { killsDone <- killLoop(s, o.killEvery, o.seed, stopKills) }()
 
 	start := time.Now()
-	out := runFleet("http://"+ln.Addr().String(), o.calls, o.callers, o.attempts)
+	res.out = runFleet(url, o.calls, o.callers, o.attempts)
 	close(stopKills)
 	if err := <-killsDone; err != nil {
-		return counts{}, err
+		return res, err
 	}
-	elapsed := time.Since(start)
-	settled := settle(s, o.calls)
-	c, err := count(ctx, db, o.table, o.calls)
+	res.elapsed = time.Since(start)
+	wait := 5 * time.Second
+	if o.ledger == "redis" {
+		wait += o.flightTTL
+	}
+	res.settled = settle(s, o.calls, wait)
+	if res.c, err = count(ctx, db, o.table, o.calls, o.ledger == "sql", res.settled); err != nil {
+		return res, err
+	}
+	if down != nil {
+		d := down.counts()
+		res.down = &d
+		res.c.compareDownstream(d)
+	}
+	res.kills = s.kills
+	res.faults = p.faults()
+	if downProxy != nil {
+		res.downFaults = downProxy.faults()
+	}
+	report(w, res)
+	return res, nil
+}
+
+// listen serves h on a loopback port, and returns its URL and how to stop it.
+func listen(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return counts{}, err
+		return "", nil, err
 	}
-	report(w, out, settled, c, s.kills, p, elapsed)
-	return c, nil
+	srv := &http.Server{Handler: h}
+	served := make(chan struct{})
+	go func() { srv.Serve(ln); close(served) }()
+	return "http://" + ln.Addr().String(), func() { srv.Close(); <-served }, nil
 }
 
 // killLoop kills a random server and starts it again, at random
@@ -165,12 +282,25 @@ func killLoop(s *servers, every time.Duration, seed uint64, stop chan struct{}) 
 
 func keyOf(i int) string { return "crashonce-" + strconv.Itoa(i) }
 
+// gaveUpKey is the context key of a call's slot for the reason its
+// Transport gave up (Hooks.GiveUp), read when the call ends.
+type gaveUpKey struct{}
+
 // runFleet sends calls keyed writes through url from callers goroutines,
-// each with a retryfuse Transport told that the servers honour keys, and
-// counts how each call ended for its caller.
+// on one retryfuse Transport told that the servers honour keys, its
+// other settings (the retry budget, the throttle of new calls) the
+// defaults, and counts how each call ended for its caller.
 func runFleet(url string, calls, callers, attempts int) map[string]int {
 	client := &http.Client{Transport: &retryfuse.Transport{
-		MaxAttempts: attempts, AttemptTimeout: 5 * time.Second, Budget: retryfuse.UnlimitedBudget(), ServerHonoursKeys: true,
+		MaxAttempts: attempts, AttemptTimeout: 5 * time.Second, ServerHonoursKeys: true,
+		Hooks: retryfuse.Hooks{GiveUp: func(i retryfuse.GiveUpInfo) {
+			if slot, ok := i.Context.Value(gaveUpKey{}).(*string); ok {
+				*slot = retryfuse.ReasonName(i.Reason)
+				if errors.Is(i.Reason, retryfuse.ErrReconcileRequired) {
+					*slot = "the server's 409 outcome unknown"
+				}
+			}
+		}},
 	}}
 	defer client.CloseIdleConnections()
 	var (
@@ -197,17 +327,24 @@ func runFleet(url string, calls, callers, attempts int) map[string]int {
 	return out
 }
 
-// call sends keyed write i and names how it ended.
+// call sends keyed write i and names how it ended. A
+// *ReconcileRequiredError is named with the reason its Transport gave
+// up (Hooks.GiveUp of the same call): "budget" when the retry budget
+// refused the retry that would have settled the write.
 func call(client *http.Client, url string, i int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	var gaveUp string
+	ctx = context.WithValue(ctx, gaveUpKey{}, &gaveUp)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/effects", strings.NewReader(`{"n":`+strconv.Itoa(i)+`}`))
 	req.Header.Set("Idempotency-Key", keyOf(i))
 	resp, err := client.Do(req)
 	var rec *retryfuse.ReconcileRequiredError
 	switch {
+	case errors.As(err, &rec) && rec.Earlier:
+		return "reconcile required, earlier call (given up: " + gaveUp + ")"
 	case errors.As(err, &rec):
-		return "reconcile required"
+		return "reconcile required (given up: " + gaveUp + ")"
 	case err != nil:
 		return "error: " + retryfuse.ReasonName(err)
 	}
@@ -220,37 +357,63 @@ func call(client *http.Client, url string, i int) string {
 }
 
 // settle sends every key once more, straight to a server, until it is
-// answered 201 (run now, or replayed): a key whose call failed for its
-// caller is then applied once, never twice.
-func settle(s *servers, calls int) map[string]int {
-	out := map[string]int{}
-	r := rand.New(rand.NewPCG(3, 3))
+// answered 201 (run now, or replayed) or 409 outcome unknown (the Redis
+// ledger's uncertain keys), each for at most wait: a key whose call
+// failed for its caller is then applied once, never twice.
+func settle(s *servers, calls int, wait time.Duration) map[string]int {
+	var (
+		mu   sync.Mutex
+		out  = map[string]int{}
+		next = make(chan int)
+		wg   sync.WaitGroup
+	)
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
-	for i := range calls {
-		got := "unsettled"
-		for try := 0; try < 50; try++ {
-			req, _ := http.NewRequest(http.MethodPost, "http://"+s.pick(r)+"/effects", strings.NewReader(`{"n":`+strconv.Itoa(i)+`}`))
-			req.Header.Set("Idempotency-Key", keyOf(i))
-			resp, err := client.Do(req)
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
+	for w := range 8 {
+		r := rand.New(rand.NewPCG(3, uint64(w)))
+		wg.Go(func() {
+			for i := range next {
+				got := settleOne(client, s, r, i, wait)
+				mu.Lock()
+				out[got]++
+				mu.Unlock()
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusCreated {
-				got = "ran now"
-				if resp.Header.Get(idempotency.HeaderReplayed) == "true" {
-					got = "replayed"
-				}
-				break
-			}
-			time.Sleep(100 * time.Millisecond) // 409 in flight: a killed server's transaction not yet ended
-		}
-		out[got]++
+		})
 	}
+	for i := range calls {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	return out
+}
+
+func settleOne(client *http.Client, s *servers, r *rand.Rand, i int, wait time.Duration) string {
+	got := "unsettled"
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.pick(r)+"/effects", strings.NewReader(`{"n":`+strconv.Itoa(i)+`}`))
+		req.Header.Set("Idempotency-Key", keyOf(i))
+		resp, err := client.Do(req)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusCreated && resp.Header.Get(idempotency.HeaderReplayed) == "true":
+			return "replayed"
+		case resp.StatusCode == http.StatusCreated:
+			return "ran now"
+		case resp.StatusCode == http.StatusConflict && strings.Contains(string(b), idempotency.ProblemOutcomeUnknown):
+			return "409 outcome unknown"
+		case resp.StatusCode == http.StatusConflict && strings.Contains(string(b), idempotency.ProblemNotStored):
+			return "409 not stored"
+		}
+		got = "unsettled (last " + strconv.Itoa(resp.StatusCode) + ")"
+		time.Sleep(100 * time.Millisecond) // 409 in flight: a killed server's claim not yet ended
+	}
+	return got
 }
 
 func fail(err error) {

@@ -7,14 +7,16 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// proxy forwards each exchange to a random server, and injects faults:
+// proxy forwards each exchange to the address pick returns (a random
+// server, or the downstream), and injects faults:
 // a 503 without forwarding, or a response lost after the server answered
 // (the client's connection closed), the uncertain write that the
 // client's retries must not apply twice.
 type proxy struct {
-	servers      *servers
+	pick         func(*rand.Rand) string
 	f503, fLost  float64
 	mu           sync.Mutex
 	rand         *rand.Rand
@@ -26,7 +28,7 @@ type proxy struct {
 func (p *proxy) roll() (float64, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.rand.Float64(), p.servers.pick(p.rand)
+	return p.rand.Float64(), p.pick(p.rand)
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -70,4 +72,16 @@ func hijackClose(w http.ResponseWriter) {
 		return
 	}
 	panic(http.ErrAbortHandler)
+}
+
+func newProxy(pick func(*rand.Rand) string, f503, fLost float64, seed uint64) *proxy {
+	return &proxy{pick: pick, f503: f503, fLost: fLost, rand: rand.New(rand.NewPCG(seed, 1)),
+		tr: &http.Transport{MaxIdleConnsPerHost: 64, ResponseHeaderTimeout: 10 * time.Second}}
+}
+
+// faultCounts are the faults a proxy injected or met.
+type faultCounts struct{ n503, lost, cut int64 }
+
+func (p *proxy) faults() faultCounts {
+	return faultCounts{p.n503.Load(), p.nLost.Load(), p.nUnreachable.Load()}
 }

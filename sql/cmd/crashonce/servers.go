@@ -15,8 +15,8 @@ import (
 // servers are the server processes (this binary, -serve), each
 // restarted on a new port when killed.
 type servers struct {
-	cmd        []string // the server's command, before -serve -dsn -table
-	dsn, table string
+	cmd []string     // the server's command, before its options
+	o   serveOptions // the server's options
 
 	mu    sync.Mutex
 	procs []*exec.Cmd
@@ -39,7 +39,7 @@ func (s *servers) start(n int) error {
 
 // startOne starts server i and waits for its address.
 func (s *servers) startOne(i int) error {
-	cmd := exec.Command(s.cmd[0], append(s.cmd[1:], "-serve", "-dsn", s.dsn, "-table", s.table)...)
+	cmd := exec.Command(s.cmd[0], append(s.cmd[1:], s.o.args()...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
