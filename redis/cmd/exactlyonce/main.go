@@ -56,6 +56,7 @@ func main() {
 	pause := flag.Duration("pause", 2*time.Second, "how long Redis is paused in the redis phase")
 	down := flag.Duration("down", 500*time.Millisecond, "how long Redis stays killed in the redis phase")
 	seed := flag.Uint64("seed", 1, "seed of the calls and of the proxy's faults")
+	bare := flag.Bool("bare", false, "servers without the Idempotency-Key middleware (the client's -honour still as given; callers re-send no key, and nothing is redelivered)")
 	throttle := flag.Bool("throttle", true, "leave the Transport's throttle of new calls on, as it is by default (false: DisableThrottle)")
 	var rates fleet.FaultRates
 	flag.Float64Var(&rates.Unavailable, "f503", 0.04, "share of exchanges answered 503 by the proxy")
@@ -89,7 +90,7 @@ func main() {
 	defer os.RemoveAll(dir)
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
 	f, err := fleet.StartFleet(dir, fleet.ServerOptions{
-		Command: []string{self, "-serve"}, N: *servers, Prefix: "exactlyonce:" + stamp + ":", LedgerTimeout: *ledgerTimeout,
+		Command: []string{self, "-serve"}, N: *servers, Prefix: "exactlyonce:" + stamp + ":", LedgerTimeout: *ledgerTimeout, Bare: *bare,
 	})
 	if err != nil {
 		fail(err)
@@ -106,7 +107,14 @@ func main() {
 					Mix:    fleet.Mix{Keyed: *keyed, Unkeyed: *unkeyed, Resend: *resend},
 					Client: fleet.ClientOptions{Declared: mode == "declared", Unaware: mode == "unaware", MaxAttempts: *attempts, AttemptTimeout: *attemptTimeout, BudgetRatio: *budget, Throttle: *throttle},
 				},
-				Faults: rates, ProxySeed: *seed + uint64(10*i+j),
+				Faults: rates, ProxySeed: *seed + uint64(10*i+j), NoRedelivery: *bare,
+			}
+			if *bare {
+				// A server that does not honour keys applies a caller's
+				// re-send again: that is the caller's doing, not the
+				// Transport's, and is left out.
+				o.Load.Mix.Resend = 0
+				o.Name += "-bare"
 			}
 			switch name {
 			case "steady":

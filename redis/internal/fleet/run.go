@@ -55,6 +55,10 @@ type PhaseOptions struct {
 	// have, restarting it Down later with its append-only file.
 	RedisFaults bool
 	Pause, Down time.Duration
+	// NoRedelivery skips sending every keyed write once more after the
+	// load: toward servers without the middleware (ServerOptions.Bare)
+	// it would apply each a second time, by the harness's own doing.
+	NoRedelivery bool
 }
 
 // Event is something done to Redis during a phase.
@@ -135,8 +139,10 @@ func RunPhase(f *Fleet, o PhaseOptions) (*PhaseResult, error) {
 	if res.AppliedBefore, err = f.phaseEffects(o.Name); err != nil {
 		return nil, err
 	}
-	if err := res.redeliver(f.Servers.Addrs()); err != nil {
-		return nil, err
+	if !o.NoRedelivery {
+		if err := res.redeliver(f.Servers.Addrs()); err != nil {
+			return nil, err
+		}
 	}
 	if res.Applied, err = f.phaseEffects(o.Name); err != nil {
 		return nil, err

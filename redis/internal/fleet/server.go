@@ -56,17 +56,18 @@ func Serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	prefix := fs.String("prefix", "", "the ledger's key prefix")
 	effects := fs.String("effects", "", "the file the server appends its effects to")
 	timeout := fs.Duration("ledger-timeout", 0, "LedgerConfig.Timeout (0: the default)")
+	bare := fs.Bool("bare", false, "serve the API without the Idempotency-Key middleware")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := serve(*addr, *prefix, *effects, *timeout, stdin, stdout); err != nil {
+	if err := serve(*addr, *prefix, *effects, *timeout, *bare, stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "fleet server:", err)
 		return 1
 	}
 	return 0
 }
 
-func serve(addr, prefix, effectsPath string, timeout time.Duration, stdin io.Reader, stdout io.Writer) error {
+func serve(addr, prefix, effectsPath string, timeout time.Duration, bare bool, stdin io.Reader, stdout io.Writer) error {
 	redis.SetLogger(quietLogger{}) // go-redis logs every failed dial: Redis is killed on purpose
 	eff, err := os.OpenFile(effectsPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -87,13 +88,15 @@ func serve(addr, prefix, effectsPath string, timeout time.Duration, stdin io.Rea
 		return err
 	}
 	var logged ledgerLog
-	h, err := idempotency.New(newAPI(eff, &applied), idempotency.Config{
-		Ledger:      ledger,
-		KeyOptional: true, // POST /notes goes without a key, as it is
-		ErrorLog:    log.New(&logged, "", 0),
-	})
-	if err != nil {
-		return err
+	var h http.Handler = newAPI(eff, &applied) // bare: keys not honoured
+	if !bare {
+		if h, err = idempotency.New(h, idempotency.Config{
+			Ledger:      ledger,
+			KeyOptional: true, // POST /notes goes without a key, as it is
+			ErrorLog:    log.New(&logged, "", 0),
+		}); err != nil {
+			return err
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -29,6 +29,9 @@ type ServerOptions struct {
 	Dir     string   // where their effects files go
 	// LedgerTimeout is each server's LedgerConfig.Timeout; 0: the default.
 	LedgerTimeout time.Duration
+	// Bare serves the API without the Idempotency-Key middleware: servers
+	// that do not honour keys, whatever a client declares.
+	Bare bool
 }
 
 // Servers are running server processes.
@@ -54,6 +57,9 @@ func StartServers(o ServerOptions) (*Servers, error) {
 		path := filepath.Join(o.Dir, "effects-"+strconv.Itoa(i)+".log")
 		args := append(append([]string(nil), o.Command[1:]...), "-redis", o.Redis, "-prefix", o.Prefix,
 			"-effects", path, "-ledger-timeout", o.LedgerTimeout.String())
+		if o.Bare {
+			args = append(args, "-bare")
+		}
 		p, err := startServer(o.Command[0], args, o.Env)
 		if err != nil {
 			s.Stop()
