@@ -47,12 +47,14 @@ func (c *call) admitCall() error {
 	if err := c.keepPace(st); err != nil {
 		return err
 	}
-	share := st.throttle.admit(c.p.clock, c.p.randN)
+	var waive func() bool
+	if b := c.p.breaker; b != nil {
+		// The breaker has not seen what its settings ask for: it decides.
+		waive = func() bool { return !b.heard(c.breakerScopeName()) }
+	}
+	share := st.throttle.admit(c.p.clock, c.p.randN, waive)
 	if share == 0 {
 		return nil
-	}
-	if b := c.p.breaker; b != nil && !b.heard(c.breakerScopeName()) {
-		return nil // the breaker has not seen what its settings ask for: it decides
 	}
 	err = &throttledError{scope: st.name, share: share}
 	c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionRejected, Err: err})

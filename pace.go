@@ -19,15 +19,17 @@ import (
 // second (the throttle's counts: a direct reading of its quota), at most
 // once per paceCutEvery however many 429s the attempts then in flight
 // bring back; from there it grows by paceGrowth of itself a second, up to
-// twice, probing for more, until the next 429. A 429's Retry-After
-// (capped by MaxRetryAfter) holds new calls until it has passed, and the
-// places after it are spaced by the rate. The bucket is
+// twice, probing for more, until the next 429. A 429's Retry-After (one
+// up to MaxRetryAfter; a longer one is not waited for, as a retry does
+// not wait for it) holds new calls until it has passed, and the places
+// after it are spaced by the rate. The bucket is
 // golang.org/x/time/rate's, with a burst of a tenth of a second's worth
 // (at least one call).
 //
 // The pace is idle until a 429 (admission then costs one atomic load)
-// and falls idle again once no 429 has come for a quarter of the
-// throttle's window (half a second by default): a call of a client whose
+// and falls idle again once no 429 has come, and no Retry-After held, for
+// a quarter of the throttle's window (half a second by default); a clock
+// that went back by more than that makes it idle too: a call of a client whose
 // load has fallen is never held for a rate it learnt under load, and a
 // client still above the quota meets a 429 soon and paces again.
 
@@ -62,8 +64,12 @@ func (p *pace) delay(now time.Time) (d time.Duration, held bool, cancel func()) 
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now.Sub(p.lastRej) >= p.quiet && !now.Before(p.holdUntil) {
-		p.active.Store(false) // no 429 for long enough
+	last := p.lastRej
+	if p.holdUntil.After(last) {
+		last = p.holdUntil
+	}
+	if now.Sub(last) >= p.quiet || p.lastRej.Sub(now) > p.quiet {
+		p.active.Store(false) // no 429 for long enough, or a clock gone back
 		return 0, false, nil
 	}
 	from := now
@@ -101,11 +107,17 @@ func (p *pace) record(now time.Time, resp *http.Response, maxHold time.Duration,
 		}
 		p.active.Store(true)
 	}
-	r := p.base * min(2, 1+paceGrowth*now.Sub(p.lastCut).Seconds())
+	r := p.base * min(2, 1+paceGrowth*max(0, now.Sub(p.lastCut).Seconds()))
 	if p.lim == nil {
 		p.lim = rate.NewLimiter(rate.Limit(r), max(1, int(r/10)))
 		return
 	}
-	p.lim.SetLimitAt(now, rate.Limit(r))
-	p.lim.SetBurstAt(now, max(1, int(r/10)))
+	// The places reserved during a Retry-After begin where it ends: the
+	// limiter is moved there, never back before it.
+	at := now
+	if p.holdUntil.After(at) {
+		at = p.holdUntil
+	}
+	p.lim.SetLimitAt(at, rate.Limit(r))
+	p.lim.SetBurstAt(at, max(1, int(r/10)))
 }

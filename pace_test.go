@@ -152,3 +152,46 @@ func TestPaceSpacesCallsAtTheAcceptedRate(t *testing.T) {
 		t.Errorf("after the quiet: held %v, want none", d)
 	}
 }
+
+// The places taken during a Retry-After are spaced by the rate from its
+// end, even when more 429s come back meanwhile.
+func TestPacePlacesAfterRetryAfterStaySpaced(t *testing.T) {
+	var p pace
+	p.quiet = 500 * time.Millisecond
+	now := fixedStart
+	held := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"2"}}}
+	again := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
+	ten := func() float64 { return 10 }
+	p.record(now, held, time.Minute, ten)
+	var places []time.Duration
+	for i := range 5 {
+		d, wasHeld, _ := p.delay(now)
+		if !wasHeld {
+			t.Errorf("call %d: not held during the Retry-After", i)
+		}
+		places = append(places, d)
+		now = now.Add(10 * time.Millisecond)
+		p.record(now, again, time.Minute, ten) // an attempt in flight comes back 429
+	}
+	for i := 1; i < len(places); i++ {
+		// Each place is a tenth of a second after the one before, less the
+		// 10ms that passed between the two calls.
+		if gap := places[i] + 10*time.Millisecond - places[i-1]; gap < 90*time.Millisecond {
+			t.Errorf("places %v: call %d goes %v after call %d, want about 100ms", places, i, gap, i-1)
+		}
+	}
+}
+
+// A clock that went back makes the pace idle rather than hold calls for
+// ever on a rate it cannot date.
+func TestPaceClockGoneBack(t *testing.T) {
+	var p pace
+	p.quiet = 500 * time.Millisecond
+	now := fixedStart
+	p.record(now, &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}, time.Minute, func() float64 { return 10 })
+	back := now.Add(-time.Minute)
+	p.record(back, nil, 0, nil)
+	if d, _, _ := p.delay(back); d != 0 {
+		t.Errorf("a minute back: held %v, want none", d)
+	}
+}

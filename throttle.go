@@ -83,7 +83,8 @@ type throttle struct {
 	ring    [throttleBuckets]throttleBucket
 
 	mu      sync.Mutex
-	newest  int64 // the newest tick counted
+	since   time.Time // when the window last began: origin, or its last forgetting
+	newest  int64     // the newest tick counted
 	streak  int   // attempts accepted since the last rejected
 	lastRej time.Time
 
@@ -167,9 +168,11 @@ func (t *throttle) share(w throttleCounts) float64 {
 
 // admit decides whether a new call may go now (on clk), drawing from
 // randN, and counts it when it may not: it returns the share refused
-// then, zero when the call may go. A window without rejections costs one
-// atomic load.
-func (t *throttle) admit(clk clock, randN func(int64) int64) float64 {
+// then, zero when the call may go. waive, when not nil, is asked before a
+// refusal is counted: true lets the call go, uncounted (a Breaker that
+// has not heard its outcomes decides). A window without rejections costs
+// one atomic load.
+func (t *throttle) admit(clk clock, randN func(int64) int64, waive func() bool) float64 {
 	if !t.active.Load() {
 		return 0
 	}
@@ -184,7 +187,7 @@ func (t *throttle) admit(clk clock, randN func(int64) int64) float64 {
 	}
 	p := t.share(w)
 	const scale = 1 << 53
-	if p == 0 || randN(scale) >= int64(p*scale) {
+	if p == 0 || randN(scale) >= int64(p*scale) || waive != nil && waive() {
 		return 0
 	}
 	b.sent.Add(1<<(2*throttlePackBits) | 1<<throttlePackBits) // a call, and a request
@@ -213,7 +216,7 @@ func (t *throttle) record(now time.Time, first, accepted bool) {
 	}
 	t.streak++
 	if t.active.Load() && t.streak >= throttleFresh && now.Sub(t.lastRej) >= t.width {
-		t.forgetLocked() // accepted again: the rejections are history
+		t.forgetLocked(now) // accepted again: the rejections are history
 	}
 }
 
@@ -225,18 +228,18 @@ func (t *throttle) record(now time.Time, first, accepted bool) {
 // forgotten, and so is a window that now has left behind. t.mu is held.
 func (t *throttle) placeLocked(now time.Time) *throttleBucket {
 	if !t.started.Load() {
-		t.origin, t.newest = now, 0
+		t.origin, t.since, t.newest = now, now, 0
 		t.started.Store(true)
 	}
 	tick := t.tickOf(now)
 	switch {
 	case tick > t.newest:
 		if tick-t.newest >= throttleBuckets {
-			t.forgetLocked()
+			t.forgetLocked(now)
 		}
 		t.newest = tick
 	case tick <= t.newest-throttleBuckets:
-		t.forgetLocked()
+		t.forgetLocked(now)
 		t.newest = tick
 	}
 	b := t.bucket(tick)
@@ -269,10 +272,10 @@ func (t *throttle) windowLocked() throttleCounts {
 	return w
 }
 
-// acceptedRate returns the rate of the attempts accepted over the last
-// second of the window (its last half of buckets, up to now), per second
-// of the time that covers: what the dependency has shown it serves, where
-// the pace is set at a 429.
+// acceptedRate returns the rate of the attempts accepted over the second
+// up to now (the window's last half of buckets), per second of the time
+// the window has covered of it since it last began: what the dependency
+// has shown it serves, where the pace is set at a 429.
 func (t *throttle) acceptedRate(now time.Time) float64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -280,22 +283,24 @@ func (t *throttle) acceptedRate(now time.Time) float64 {
 		return 0
 	}
 	const recent = throttleBuckets / 2
+	last := t.tickOf(now)
 	var accepts uint64
 	for i := range t.ring {
 		b := &t.ring[i]
-		if tick := b.tick.Load(); tick != noTick && tick > t.newest-recent && tick <= t.newest {
+		if tick := b.tick.Load(); tick != noTick && tick > last-recent && tick <= last && tick > t.newest-throttleBuckets {
 			accepts += b.sent.Load() & throttlePackMask
 		}
 	}
-	span := min(now.Sub(t.origin), recent*t.width)
+	span := min(now.Sub(t.since), recent*t.width)
 	if span < t.width {
 		span = t.width
 	}
 	return float64(accepts) / span.Seconds()
 }
 
-// forgetLocked empties the window. t.mu is held.
-func (t *throttle) forgetLocked() {
+// forgetLocked empties the window at now. t.mu is held.
+func (t *throttle) forgetLocked(now time.Time) {
+	t.since = now
 	for i := range t.ring {
 		b := &t.ring[i]
 		b.tick.Store(noTick)

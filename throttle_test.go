@@ -23,7 +23,7 @@ func TestThrottleNeverRefusesAHealthyDependency(t *testing.T) {
 	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
 	clk := newFakeClockAt(fixedStart)
 	for i := range 10000 {
-		if p := th.admit(clk, lowestDraw); p != 0 {
+		if p := th.admit(clk, lowestDraw, nil); p != 0 {
 			t.Fatalf("call %d refused (share %v): the dependency accepted every request", i, p)
 		}
 		th.record(clk.Now(), true, true)
@@ -37,11 +37,11 @@ func TestThrottleFewRejectionsDoNotThrottle(t *testing.T) {
 	for range throttleMinRejects - 1 {
 		th.record(clk.Now(), true, false)
 	}
-	if p := th.admit(clk, lowestDraw); p != 0 {
+	if p := th.admit(clk, lowestDraw, nil); p != 0 {
 		t.Errorf("after %d rejections alone: refused (share %v), want admitted", throttleMinRejects-1, p)
 	}
 	th.record(clk.Now(), true, false)
-	if p := th.admit(clk, lowestDraw); p == 0 {
+	if p := th.admit(clk, lowestDraw, nil); p == 0 {
 		t.Errorf("after %d rejections alone: admitted, want refused", throttleMinRejects)
 	}
 }
@@ -65,7 +65,7 @@ func quota(th *throttle, clk *fakeClock, randN func(int64) int64, perTick, calls
 			return ok
 		}
 		for range calls {
-			if th.admit(clk, randN) != 0 {
+			if th.admit(clk, randN, nil) != 0 {
 				continue
 			}
 			if !send(true) {
@@ -97,7 +97,7 @@ func TestThrottleLetsWorkThroughOnceAccepted(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	randN := seeded(1)
 	quota(th, clk, randN, 10, 30, 200)
-	if p := th.admit(clk, lowestDraw); p == 0 {
+	if p := th.admit(clk, lowestDraw, nil); p == 0 {
 		t.Fatal("not throttling after two seconds at three times the quota")
 	}
 	// The load falls below the quota: what is sent is accepted. Within a
@@ -106,7 +106,7 @@ func TestThrottleLetsWorkThroughOnceAccepted(t *testing.T) {
 	began := clk.Now()
 	for range 100 {
 		for range 5 {
-			if th.admit(clk, randN) != 0 {
+			if th.admit(clk, randN, nil) != 0 {
 				refusedAfter = clk.Now().Sub(began)
 			} else {
 				th.record(clk.Now(), true, true)
@@ -127,7 +127,7 @@ func TestThrottleClockJumps(t *testing.T) {
 			th.record(clk.Now(), true, false)
 			clk.Advance(time.Millisecond)
 		}
-		if th.admit(clk, lowestDraw) == 0 {
+		if th.admit(clk, lowestDraw, nil) == 0 {
 			t.Fatal("not throttling after 50 rejections")
 		}
 		return th, clk
@@ -135,21 +135,21 @@ func TestThrottleClockJumps(t *testing.T) {
 	t.Run("back: what the window holds cannot be dated, and is forgotten", func(t *testing.T) {
 		th, clk := fill()
 		clk.Advance(-time.Hour)
-		if p := th.admit(clk, lowestDraw); p != 0 {
+		if p := th.admit(clk, lowestDraw, nil); p != 0 {
 			t.Errorf("refused (share %v) after the clock went back an hour, want admitted", p)
 		}
 		// Counting goes on from there.
 		for range 50 {
 			th.record(clk.Now(), true, false)
 		}
-		if th.admit(clk, lowestDraw) == 0 {
+		if th.admit(clk, lowestDraw, nil) == 0 {
 			t.Error("not throttling after 50 rejections since the clock went back")
 		}
 	})
 	t.Run("forward past the window: it has expired", func(t *testing.T) {
 		th, clk := fill()
 		clk.Advance(time.Hour)
-		if p := th.admit(clk, lowestDraw); p != 0 {
+		if p := th.admit(clk, lowestDraw, nil); p != 0 {
 			t.Errorf("refused (share %v) an hour later, want admitted", p)
 		}
 	})
@@ -159,7 +159,7 @@ func TestThrottleOneFailingRequestAMinuteIsNeverRefused(t *testing.T) {
 	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
 	clk := newFakeClockAt(fixedStart)
 	for i := range 120 {
-		if p := th.admit(clk, lowestDraw); p != 0 {
+		if p := th.admit(clk, lowestDraw, nil); p != 0 {
 			t.Fatalf("call %d refused (share %v): a window never holds more than one", i, p)
 		}
 		th.record(clk.Now(), true, false)
@@ -173,11 +173,11 @@ func TestThrottleShareIsBounded(t *testing.T) {
 	for range 1000 {
 		th.record(clk.Now(), true, false)
 	}
-	if p := th.admit(clk, lowestDraw); p != throttleMaxShare {
+	if p := th.admit(clk, lowestDraw, nil); p != throttleMaxShare {
 		t.Errorf("share with every request rejected: got %v, want %v, so that a few calls still go and tell when it accepts again", p, throttleMaxShare)
 	}
 	// The share is drawn: with a draw above it, the call goes.
-	if p := th.admit(clk, func(n int64) int64 { return n - 1 }); p != 0 {
+	if p := th.admit(clk, func(n int64) int64 { return n - 1 }, nil); p != 0 {
 		t.Errorf("a draw above the share: refused (share %v), want admitted", p)
 	}
 }
@@ -194,7 +194,7 @@ func TestThrottleCountsATimeReadJustBeforeTheWindowMovedOn(t *testing.T) {
 	clk.Advance(defaultThrottleWindow / throttleBuckets)
 	th.record(clk.Now(), true, false) // the next bucket
 	th.record(clk.Now().Add(-time.Microsecond), true, false)
-	if p := th.admit(clk, lowestDraw); p == 0 {
+	if p := th.admit(clk, lowestDraw, nil); p == 0 {
 		t.Error("the window was forgotten on a time read a microsecond before the newest bucket")
 	}
 }
