@@ -60,6 +60,7 @@ type call struct {
 	confirmed        bool          // the call ends with a confirmed result
 	notStored        bool          // ... whose response is not to be stored for replay
 	uncertain        bool          // the call ends with an uncertain write
+	applied          bool          // the server said the key's write was applied, its result not kept
 	settled          bool          // settle has run
 	gaveUp           error         // the reason the call gave up, if it did
 
@@ -140,6 +141,9 @@ func (c *call) run() (*http.Response, error) {
 		}
 		now := c.p.clock.Now()
 		c.t.keys.remember(key, keyMemo{earlier: uncertainCall{at: now, attempts: c.attempt, phase: c.phase}}, now)
+	}
+	if c.applied && c.memoized {
+		c.t.keys.remember(c.memo(), keyMemo{applied: true}, c.p.clock.Now()) // a later call gets ErrAlreadyApplied
 	}
 	if c.ledgerToken == "" {
 		return resp, err // no claim to settle

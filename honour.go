@@ -217,11 +217,16 @@ func (c *call) stopUnsettled(reason error, v decide.Verdict) (*http.Response, er
 // answeredUnknown ends a keyed write that the server refused because an
 // earlier request under the key ended without a result (409 outcome
 // unknown: a handler that panicked, a server that died mid-request): it
-// may have been applied. When this call's own attempt left the write
-// uncertain, that attempt is what the caller reconciles; otherwise the
-// earlier call's is (Earlier: this call applied nothing). The key is held
-// as for any uncertain write.
+// may have been applied. When an attempt of this call before may have
+// reached the server (it was uncertain, or written and answered: a
+// handler that panicked behind a recoverer answering 500), that request
+// may be the one, and this call's write is what the caller reconciles;
+// otherwise the earlier call's is (Earlier: this call applied nothing).
+// The key is held as for any uncertain write.
 func (c *call) answeredUnknown() (*http.Response, error) {
+	if c.repeated == nil && c.reachedBefore() {
+		c.repeated = c.reconcileError(nil)
+	}
 	if c.repeated != nil {
 		return c.stopUnsettled(ErrReconcileRequired, decide.Verdict{})
 	}
@@ -240,10 +245,25 @@ func (c *call) answeredUnknown() (*http.Response, error) {
 // answeredNotStored ends a keyed write that the server answered with 409
 // not stored: an earlier request under the key was applied, and its
 // response was too large to keep. The write happened; there is nothing to
-// replay.
+// replay: the key is held as applied (the Ledger's claim completed without
+// a result, or the Transport's memory), so that a later call under it is
+// not sent.
 func (c *call) answeredNotStored() (*http.Response, error) {
 	drain(c.lastResp, 0)
+	c.applied = true
 	return nil, c.refuseApplied(decide.Verdict{})
+}
+
+// reachedBefore reports whether an attempt of the call before the last may
+// have reached the server: it was not refused before anything was written.
+func (c *call) reachedBefore() bool {
+	h := c.attempts()
+	for _, a := range h[:max(0, len(h)-1)] {
+		if a.Phase != decide.PhasePreWrite {
+			return true
+		}
+	}
+	return false
 }
 
 // replayed reports whether resp is a stored response a server replayed.

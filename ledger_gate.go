@@ -152,9 +152,12 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 	// location, and that request claims it).
 	ctx, cancel := ledgerStepContext(c.req.Context())
 	var lerr error
-	if c.uncertain {
+	switch {
+	case c.uncertain:
 		lerr = l.Uncertain(ctx, key, token)
-	} else {
+	case c.applied:
+		lerr = l.Complete(ctx, key, token, nil) // applied, nothing kept to replay
+	default:
 		lerr = l.Release(ctx, key, token)
 	}
 	cancel()

@@ -114,10 +114,11 @@ func (c *call) keepPace(st *scopeRecord) error {
 // whether it counts at all, and whether the dependency accepted it. A 429
 // or 503 and an attempt without an answer (a timeout, a connection
 // refused or lost) are rejected; any other answer is accepted. What the
-// caller cancelled, or a local error ended, does not count.
+// caller cancelled, a local error ended, or a server replayed from its
+// store does not count.
 func loadVerdict(a attempt) (counts, accepted bool) {
 	switch {
-	case a.ignored:
+	case a.ignored, a.keyed == answerReplayed: // a stored answer says nothing of the load now
 		return false, false
 	case a.resp != nil:
 		code := a.resp.StatusCode

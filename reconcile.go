@@ -116,7 +116,7 @@ func (c *call) refuseUncertain() *ReconcileRequiredError {
 // when no result of it is kept to replay.
 func (c *call) refuseApplied(v decide.Verdict) error {
 	c.giveUp(ErrAlreadyApplied, v)
-	return &RetryError{Reason: ErrAlreadyApplied, about: c.about()}
+	return &RetryError{Reason: ErrAlreadyApplied, Attempts: c.attempt, about: c.about()}
 }
 
 // about names the call's request and key, for a refusal under the key:

@@ -219,3 +219,72 @@ func TestUnmarkedAnswerRevokesHonour(t *testing.T) {
 
 // attemptTimeout cuts the attempt whose response a server never sends.
 const attemptTimeout = 200 * time.Millisecond
+
+// recoverer answers 500 for a handler that panicked, outside the
+// middleware: the key is left uncertain, and the 500 carries the marker.
+type recoverer struct{ next http.Handler }
+
+func (rc recoverer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if recover() != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}()
+	rc.next.ServeHTTP(w, r)
+}
+
+// A handler that panicked behind a recoverer answering 500: the call's own
+// first attempt ran it, so the 409 outcome unknown its retry gets is about
+// this call's write, not an earlier call's.
+func TestOutcomeUnknownAfterOwnAnsweredAttemptIsThisCalls(t *testing.T) {
+	var runs atomic.Int32
+	h, _ := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		panic("applied, then failed")
+	}), Config{})
+	srv := httptest.NewUnstartedServer(recoverer{h})
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tr := newClient(t, &retryfuse.Transport{InitialBackoff: time.Millisecond})
+	_, _, err := clientSend(t, tr, srv.URL+"/charges", "pay-8", "{}")
+	var rec *retryfuse.ReconcileRequiredError
+	if !errors.As(err, &rec) || rec.Earlier || rec.Attempts != 2 {
+		t.Errorf("got %v (%+v), want a *ReconcileRequiredError about this call's 2 attempts", err, rec)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+}
+
+// ErrAlreadyApplied from the server holds the key as applied on the
+// client too, in its Ledger or its memory: a later call is not sent.
+func TestNotStoredHoldsTheKeyOnTheClient(t *testing.T) {
+	for name, ledger := range map[string]retryfuse.Ledger{"ledger": &retryfuse.MemoryLedger{}, "memory": nil} {
+		t.Run(name, func(t *testing.T) {
+			var hits atomic.Int32
+			h, _ := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, strings.Repeat("x", 2048))
+			}), Config{MaxStoredBody: 1024})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			first := newClient(t, &retryfuse.Transport{})
+			if code, _, err := clientSend(t, first, srv.URL+"/charges", "pay-9", "{}"); err != nil || code != http.StatusCreated {
+				t.Fatalf("first: %d, %v", code, err)
+			}
+			tr := newClient(t, &retryfuse.Transport{Ledger: ledger})
+			for i := range 2 {
+				if _, _, err := clientSend(t, tr, srv.URL+"/charges", "pay-9", "{}"); !errors.Is(err, retryfuse.ErrAlreadyApplied) {
+					t.Errorf("call %d: got %v, want ErrAlreadyApplied", i, err)
+				}
+			}
+			if n := hits.Load(); n != 2 {
+				t.Errorf("the server got %d requests, want 2: the third call is not sent", n)
+			}
+		})
+	}
+}
