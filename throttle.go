@@ -85,7 +85,7 @@ type throttle struct {
 	mu      sync.Mutex
 	since   time.Time // when the window last began: origin, or its last forgetting
 	newest  int64     // the newest tick counted
-	streak  int   // attempts accepted since the last rejected
+	streak  int       // attempts accepted since the last rejected
 	lastRej time.Time
 
 	// pace is the rate learnt from 429s (pace.go), after the counts: its
