@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild()) // a server process of a crash test (tx_crash_test.go)
 	}
+	if os.Getenv(serveChildEnv) != "" {
+		os.Exit(serveChild()) // a server process of a test with two (tx_processes_test.go)
+	}
 	goleak.VerifyTestMain(m)
 }
 
