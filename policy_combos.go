@@ -31,8 +31,9 @@ import "fmt"
 //     negative HonourMemory (see keepsScopes).
 //   - MaxStoredBody or MaxFingerprintBytes without a Ledger: only the
 //     Ledger fingerprints bodies and stores results.
-//   - MaxLimitWait without RateLimit, MaxQueued or AdaptiveInFlight: no
-//     attempt waits (a bulkhead without a queue refuses at once);
+//   - MaxLimitWait without RateLimit, MaxQueued, AdaptiveInFlight or the
+//     throttle (whose pace makes new calls wait): no attempt waits (a
+//     bulkhead without a queue refuses at once);
 //     MaxQueued with a negative MaxLimitWait: no attempt waits in the
 //     queue.
 //   - The settings of the learnt limit, the throttle and slow start
@@ -95,9 +96,9 @@ func (t *Transport) checkTogether(p *policy) error {
 		return invalidPolicy(fmt.Sprint("MaxStoredBody ", t.MaxStoredBody), "needs a Ledger: only a Ledger stores results")
 	case t.MaxFingerprintBytes != 0 && t.Ledger == nil:
 		return invalidPolicy(fmt.Sprint("MaxFingerprintBytes ", t.MaxFingerprintBytes), "needs a Ledger: only a Ledger fingerprints bodies")
-	case t.MaxLimitWait != 0 && t.RateLimit == 0 && t.MaxQueued == 0 && !t.AdaptiveInFlight:
+	case t.MaxLimitWait != 0 && t.RateLimit == 0 && t.MaxQueued == 0 && !t.AdaptiveInFlight && t.DisableThrottle:
 		return invalidPolicy("MaxLimitWait "+t.MaxLimitWait.String(),
-			"needs a RateLimit, a MaxQueued or AdaptiveInFlight: without them no attempt waits (a bulkhead without a queue refuses at once)")
+			"needs a RateLimit, a MaxQueued, AdaptiveInFlight or the throttle (DisableThrottle is set): without them no attempt waits (a bulkhead without a queue refuses at once)")
 	case t.MaxQueued > 0 && t.MaxLimitWait < 0:
 		return invalidPolicy(fmt.Sprint("MaxQueued ", t.MaxQueued),
 			"needs a MaxLimitWait that lets an attempt wait: with MaxLimitWait "+t.MaxLimitWait.String()+" none waits in the queue")

@@ -305,9 +305,10 @@ type Transport struct {
 	// no waiting: an attempt is admitted at once or refused. The rate
 	// limiter refuses at once an attempt that would have to wait past
 	// the caller's deadline; a queued attempt whose caller's context ends
-	// first gets that context's error, as any wait of the call does. It is
-	// refused without a RateLimit, a MaxQueued or AdaptiveInFlight:
-	// nothing else waits.
+	// first gets that context's error, as any wait of the call does. It
+	// bounds the wait for the throttle's pace too. It is refused without a
+	// RateLimit, a MaxQueued, AdaptiveInFlight or the throttle: nothing
+	// else waits.
 	MaxLimitWait time.Duration
 
 	// ThrottleRatio is K of the throttle of new calls, which is on unless
