@@ -80,7 +80,7 @@ func (c *call) keepPace(st *scopeRecord) error {
 		return nil
 	}
 	limit := c.p.maxLimitWait
-	if held {
+	if held && limit >= 0 { // negative: never wait, not even for a Retry-After
 		limit = max(limit, c.p.maxRetryAfter)
 	}
 	tooLong := d > limit

@@ -52,7 +52,7 @@ func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
 		{"MaxLimitWait beside a bulkhead without a queue: a full bulkhead refuses at once",
 			&Transport{MaxInFlight: 4, MaxLimitWait: 2 * time.Second, DisableThrottle: true}, []string{"MaxLimitWait 2s", "MaxQueued"}},
 		{"negative MaxLimitWait without a limiter or a queue: there is no wait to forbid",
-			&Transport{MaxLimitWait: -1}, []string{"MaxLimitWait -1ns", "RateLimit"}},
+			&Transport{MaxLimitWait: -1, DisableThrottle: true}, []string{"MaxLimitWait -1ns", "RateLimit"}},
 		{"MaxQueued with a negative MaxLimitWait: no attempt waits in the queue",
 			&Transport{MaxInFlight: 1, MaxQueued: 4, MaxLimitWait: -1}, []string{"MaxQueued 4", "MaxLimitWait -1ns"}},
 		{"TimeoutCost beside the default MaxCallCost: 3 attempts never cost 100",
@@ -208,5 +208,15 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 				t.Errorf("GiveUp reasons: got %v, want [%v]", gu.reasons, tt.want.reason)
 			}
 		})
+	}
+}
+
+// MaxLimitWait bounds the wait for the throttle's pace: beside the
+// throttle (on by default) it has an effect, and is accepted alone.
+func TestMaxLimitWaitAcceptedBesideTheThrottle(t *testing.T) {
+	for _, d := range []time.Duration{-1, 2 * time.Second} {
+		if err := (&Transport{MaxLimitWait: d}).Validate(); err != nil {
+			t.Errorf("MaxLimitWait %v beside the throttle: %v, want accepted", d, err)
+		}
 	}
 }
