@@ -142,9 +142,6 @@ func (c *call) run() (*http.Response, error) {
 		now := c.p.clock.Now()
 		c.t.keys.remember(key, keyMemo{earlier: uncertainCall{at: now, attempts: c.attempt, phase: c.phase}}, now)
 	}
-	if c.applied && c.memoized {
-		c.t.keys.remember(c.memo(), keyMemo{applied: true}, c.p.clock.Now()) // a later call gets ErrAlreadyApplied
-	}
 	if c.ledgerToken == "" {
 		return resp, err // no claim to settle
 	}

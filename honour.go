@@ -250,7 +250,10 @@ func (c *call) answeredUnknown() (*http.Response, error) {
 // not sent.
 func (c *call) answeredNotStored() (*http.Response, error) {
 	drain(c.lastResp, 0)
-	c.applied = true
+	c.applied = true // the Ledger's claim is completed as the call settles
+	if c.memoized {
+		c.t.keys.remember(c.memo(), keyMemo{applied: true}, c.p.clock.Now()) // a later call gets ErrAlreadyApplied
+	}
 	return nil, c.refuseApplied(decide.Verdict{})
 }
 
