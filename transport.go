@@ -311,22 +311,16 @@ type Transport struct {
 	// else waits.
 	MaxLimitWait time.Duration
 
-	// ThrottleRatio is K of the throttle of new calls, which is on unless
-	// DisableThrottle: when a scope's dependency has rejected most of what
-	// it was sent over the last ThrottleWindow (a 503, or no answer), a
-	// share of new calls, (requests − K·accepts) / (calls + 8) and at most
-	// 90%, is refused before anything is sent (ErrDeclined, ReasonName
-	// throttled), so that what reaches it, retries included, stays about K
-	// times what it accepts. Nothing is refused while it accepts 1/K of
-	// what it is sent, nor before 5 rejections, nor, with a Breaker, before
-	// the scope's breaker has heard its MinObservations (or
-	// FailureThreshold) outcomes, nor while it is open or half-open. A 429
-	// is no rejection: it teaches the scope's pace, a send rate learnt
-	// from 429s (and their Retry-After) that spaces new calls, each
-	// waiting within MaxLimitWait and half of what is left of its
-	// deadline, else refused with a *RateLimitError (Learnt). See the README's "Load". Zero means 2;
-	// below 1, NaN or infinite is refused, as is any value with
-	// DisableThrottle.
+	// ThrottleRatio is K of the throttle of new calls, on unless
+	// DisableThrottle: while a scope's dependency rejects most of what it
+	// is sent (503s, no answer), a share of new calls is refused before
+	// anything is sent (ErrDeclined, ReasonName throttled), so that what
+	// reaches it stays about K times what it accepts. A 429 is no
+	// rejection: it teaches the scope's pace, which spaces new calls
+	// (waiting within MaxLimitWait and half of what is left of the
+	// deadline, else a *RateLimitError with Learnt). What it refuses and
+	// when: see the README. Zero means 2; below 1, NaN or infinite is
+	// refused, as is any value with DisableThrottle.
 	ThrottleRatio float64
 
 	// ThrottleWindow is how long the throttle remembers requests, in
@@ -440,14 +434,10 @@ type Transport struct {
 
 	// HonourMemory is how long a scope is taken to honour Idempotency-Key
 	// after a response to a keyed request carrying the marker of such a
-	// server ("Idempotency-Key-Honoured: ?1"), counted from the latest such
-	// response, unless revoked (see ServerHonoursKeys). Zero means 10
-	// minutes; a negative value means never: only ServerHonoursKeys
-	// declares it. Whatever it is, such a server's answers to a keyed
-	// request mean what they say (see the README: a 409 in flight is
-	// retried, a 422 is ErrIdempotencyConflict, a 409 outcome unknown a
-	// *ReconcileRequiredError, a 409 not stored ErrAlreadyApplied, a
-	// replayed response final).
+	// server, from the latest such response, unless revoked (see
+	// ServerHonoursKeys). Zero means 10 minutes; negative, never: only
+	// ServerHonoursKeys declares it. Such a server's answers to a keyed
+	// request are mapped to what they mean (see the README).
 	HonourMemory time.Duration
 
 	once    sync.Once

@@ -24,30 +24,9 @@ func TestTxConcurrentRequestsOnOneKeyCommitOnce(t *testing.T) {
 			servers = append(servers, txServer(t, b.ledgerOn(t, db, LedgerConfig{}).Transactional(), e, idempotency.Config{}).URL)
 		}
 		const n = 100
-		var (
-			wg       sync.WaitGroup
-			mu       sync.Mutex
-			statuses = map[string]int{}
-		)
-		start, c := make(chan struct{}), ctx(t)
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
 		defer client.CloseIdleConnections()
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				got, err := postTo(c, client, servers[i%2], "k1", "x")
-				mu.Lock()
-				if err != nil {
-					statuses["error "+err.Error()]++
-				} else {
-					statuses[http.StatusText(got.status)+" "+got.replayed]++
-				}
-				mu.Unlock()
-			})
-		}
-		close(start)
-		wg.Wait()
-		t.Logf("statuses: %v", statuses)
+		statuses := postConcurrently(t, client, servers, "k1", n)
 		require.Equal(t, int64(1), e.count(t, dbs[0], "k1"), "effects committed (statuses %v)", statuses)
 		require.Equal(t, 1, statuses["Created "], "first responses (statuses %v)", statuses)
 		require.Equal(t, n, statuses["Created "]+statuses["Created true"]+statuses["Conflict "], "statuses %v", statuses)
@@ -95,4 +74,34 @@ func TestTxDuplicateWhileTheFirstRuns(t *testing.T) {
 		require.Equal(t, result{201, "", "1", "created"}, <-first)
 		require.Equal(t, int64(1), e.runs.Load())
 	})
+}
+
+// postConcurrently sends n keyed POSTs under key at once, spread over
+// servers in turn, and counts their answers by status and replay marker
+// ("Created ", "Created true", "Conflict ", or "error ...").
+func postConcurrently(t *testing.T, client *http.Client, servers []string, key string, n int) map[string]int {
+	t.Helper()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		statuses = map[string]int{}
+	)
+	start, c := make(chan struct{}), ctx(t)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			got, err := postTo(c, client, servers[i%len(servers)], key, "x")
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				statuses["error "+err.Error()]++
+				return
+			}
+			statuses[http.StatusText(got.status)+" "+got.replayed]++
+		})
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("statuses: %v", statuses)
+	return statuses
 }

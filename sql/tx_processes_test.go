@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -104,30 +103,10 @@ func TestTxTwoProcessesCommitOnce(t *testing.T) {
 		_ = b.ledgerOn(t, db, LedgerConfig{}) // the schema, before the servers race to make it
 		servers := []string{startServeChild(t, b), startServeChild(t, b)}
 		const n = 100
-		var (
-			wg       sync.WaitGroup
-			mu       sync.Mutex
-			statuses = map[string]int{}
-		)
-		start, c := make(chan struct{}), ctx(t)
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
 		defer client.CloseIdleConnections()
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				got, err := postTo(c, client, servers[i%2], "k1", "x")
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					statuses["error "+err.Error()]++
-					return
-				}
-				statuses[http.StatusText(got.status)+" "+got.replayed]++
-			})
-		}
-		close(start)
-		wg.Wait()
-		t.Logf("statuses: %v", statuses)
+		statuses := postConcurrently(t, client, servers, "k1", n)
+		c := ctx(t)
 		require.Equal(t, int64(1), e.count(t, db, "k1"), "effects committed (statuses %v)", statuses)
 		require.Equal(t, 1, statuses["Created "], "first responses (statuses %v)", statuses)
 		require.Equal(t, n, statuses["Created "]+statuses["Created true"]+statuses["Conflict "], "statuses %v", statuses)
