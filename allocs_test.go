@@ -39,7 +39,7 @@ func TestSuccessPathAllocations(t *testing.T) {
 		alternate bool // calls alternate between two hosts, whose records were made
 	}{
 		{"defaults", &Transport{Base: staticBase{}}, 3, false},
-		{"AttemptTimeout", &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}, 6, false},
+		{"AttemptTimeout", &Transport{Base: staticBase{}, Retry: RetryPolicy{AttemptTimeout: 10 * time.Second}}, 6, false},
 		{"two hosts in turn", &Transport{Base: staticBase{}}, 3, true},
 	} {
 		reqs := []*http.Request{req, req}

@@ -53,8 +53,15 @@ func TestAttemptContextReportsTheAttemptsDeadline(t *testing.T) {
 				}
 				return textResponse(req, http.StatusOK, "ok"), nil
 			})
-			tr := newTransport(t, clk, &Transport{Base: base, AttemptTimeout: tt.timeout, Budget: UnlimitedBudget(),
-				InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+			tr := newTransport(t, clk, &Transport{
+				Base: base,
+				Retry: RetryPolicy{
+					AttemptTimeout: tt.timeout,
+					Budget:         UnlimitedBudget(),
+					InitialBackoff: time.Millisecond,
+					MaxBackoff:     time.Millisecond,
+				},
+			})
 			ctx := testCtx(t)
 			var callerDL time.Time
 			if tt.caller > 0 {
@@ -111,7 +118,7 @@ func TestAttemptDeadlineIsMonotonicAndNeverWraps(t *testing.T) {
 				}
 				return textResponse(req, http.StatusOK, "ok"), nil
 			})
-			tr := &Transport{Base: base, AttemptTimeout: timeout, Budget: UnlimitedBudget(), InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
+			tr := &Transport{Base: base, Retry: RetryPolicy{AttemptTimeout: timeout, Budget: UnlimitedBudget(), InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 			before := time.Now()
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 			if err != nil || resp.StatusCode != http.StatusOK {

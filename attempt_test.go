@@ -27,7 +27,7 @@ import (
 func TestGetBodyFailureReportsTheAttemptsMade(t *testing.T) {
 	url := refusedURL(t)
 	var log hookLog
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 3, Budget: UnlimitedBudget(), Hooks: log.hooks()})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 3, Budget: UnlimitedBudget()}, Hooks: log.hooks()})
 	errGetBody := errors.New("rv: body source gone")
 	var calls atomic.Int32
 	req := newRequest(t, testCtx(t), http.MethodPut, url, "payload")
@@ -125,7 +125,7 @@ func TestDiscardedBodiesDrainedForConnectionReuse(t *testing.T) {
 				}
 				_, _ = io.WriteString(w, "ok")
 			})
-			tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 3})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 3}})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			if err != nil || resp.StatusCode != 200 {
 				t.Fatalf("Do: got %v, %v; want 200", resp, err)
@@ -157,7 +157,7 @@ func TestDiscardedBodyOverDrainLimitDoesNotHang(t *testing.T) {
 			}
 		}
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{MaxDrainBytes: 1 << 10})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxDrainBytes: 1 << 10}})
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != 200 || string(body) != "ok" {
 		t.Fatalf("Do: got %v, %q, %v; want 200 ok", resp, body, err)
@@ -260,7 +260,7 @@ func TestEndlessBodyOnDiscardedAttemptReadOnlyToMaxDrainBytes(t *testing.T) {
 	const maxDrain = 1 << 10
 	srv := newFaultServer(t, 3*time.Second)
 	base := &readCountingBase{base: cleanhttp.DefaultPooledTransport()}
-	tr := newTransport(t, nil, &Transport{Base: base, MaxDrainBytes: maxDrain, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	tr := newTransport(t, nil, &Transport{Base: base, Retry: RetryPolicy{MaxDrainBytes: maxDrain, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 	req, err := faultCall{name: "endless", method: http.MethodGet, fault: faultEndlessBody, times: 1, status: http.StatusServiceUnavailable}.request(testCtx(t), srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +324,7 @@ func TestTrickledBodyOnDiscardedAttemptIsCutInTime(t *testing.T) {
 		}
 	})
 	defer close(done)
-	tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget()})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 	setMaxDrainTime(tr, 100*time.Millisecond)
 	start := time.Now()
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))

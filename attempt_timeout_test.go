@@ -20,7 +20,7 @@ func TestNilResponseBodyWithAttemptTimeoutDoesNotPanic(t *testing.T) {
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusNoContent, Header: http.Header{}, Request: r}, nil
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, AttemptTimeout: time.Minute})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Retry: RetryPolicy{AttemptTimeout: time.Minute}})
 	var (
 		resp *http.Response
 		body []byte
@@ -45,7 +45,7 @@ func TestNilResponseBodyWithAttemptTimeoutDoesNotPanic(t *testing.T) {
 // net/http's own timeouts, it matches context.DeadlineExceeded.
 func TestAttemptTimeoutDoesNotMatchContextCanceled(t *testing.T) {
 	srv := newTestServer(t, stallUntilGone)
-	tr := newTransport(t, nil, &Transport{MaxAttempts: 2, AttemptTimeout: 50 * time.Millisecond, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	tr := newTransport(t, nil, &Transport{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 50 * time.Millisecond, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if !errors.Is(err, ErrAttemptTimeout) || !errors.Is(err, ErrAttemptsExhausted) {
@@ -70,7 +70,7 @@ func TestHeadersThatNeverArriveAreCutByAttemptTimeout(t *testing.T) {
 		margin         = 500 * time.Millisecond
 	)
 	srv := newFaultServer(t, 3*time.Second) // the headers would come after 3s
-	tr := newTransport(t, nil, &Transport{MaxAttempts: attempts, AttemptTimeout: attemptTimeout, InitialBackoff: backoff, MaxBackoff: backoff})
+	tr := newTransport(t, nil, &Transport{Retry: RetryPolicy{MaxAttempts: attempts, AttemptTimeout: attemptTimeout, InitialBackoff: backoff, MaxBackoff: backoff}})
 	req, err := faultCall{name: "noheaders", method: http.MethodGet, fault: faultSlowHeaders, delay: "1h"}.request(testCtx(t), srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestAttemptTimeoutInAndOutOfASynctestBubble(t *testing.T) {
 		return nil, req.Context().Err()
 	})
 	synctest.Test(t, func(t *testing.T) {
-		tr := &Transport{Base: hang, AttemptTimeout: 10 * time.Second, MaxAttempts: 1}
+		tr := &Transport{Base: hang, Retry: RetryPolicy{AttemptTimeout: 10 * time.Second, MaxAttempts: 1}}
 		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/", nil)
 		require.NoError(t, err)
 		start := time.Now()
@@ -108,14 +108,14 @@ func TestAttemptTimeoutInAndOutOfASynctestBubble(t *testing.T) {
 		require.ErrorIs(t, err, ErrAttemptTimeout)
 		assert.Equal(t, 10*time.Second, time.Since(start), "the timeout struck after the bubble's 10s")
 
-		ok := &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}
+		ok := &Transport{Base: staticBase{}, Retry: RetryPolicy{AttemptTimeout: 10 * time.Second}}
 		for range 3 {
 			resp, err := ok.RoundTrip(req)
 			require.NoError(t, err)
 			_ = resp.Body.Close()
 		}
 	})
-	tr := &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}
+	tr := &Transport{Base: staticBase{}, Retry: RetryPolicy{AttemptTimeout: 10 * time.Second}}
 	for range 3 {
 		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://dependency.test/", nil)
 		require.NoError(t, err)

@@ -110,16 +110,18 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 	}{
 		{name: "success", handler: failThenOK(0), key: "k1", status: 200, wantLive: true, wantN: 1},
 		{name: "success with attempt timeout", handler: failThenOK(0), key: "k1", status: 200, wantLive: true, wantN: 1,
-			tr: func(*testing.T) *Transport { return &Transport{AttemptTimeout: time.Minute} }},
+			tr: func(*testing.T) *Transport { return &Transport{Retry: RetryPolicy{AttemptTimeout: time.Minute}} }},
 		{name: "retry", handler: failThenOK(2), key: "k1", status: 200, wantLive: true, wantN: 3},
 		{name: "reconcile", handler: stallUntilGone, key: "k1", wantErr: ErrReconcileRequired, wantN: 1,
-			tr: func(*testing.T) *Transport { return &Transport{AttemptTimeout: shortTimeout} }},
+			tr: func(*testing.T) *Transport { return &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}} }},
 		{name: "brake rule 5: POST without key", handler: failThenOK(1), status: 503, wantLive: true, wantN: 1},
 		{name: "brake rule 6: failure threshold", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 2,
-			tr: func(*testing.T) *Transport { return &Transport{MaxAttempts: 5, MaxFailureStreak: 2} }},
+			tr: func(*testing.T) *Transport {
+				return &Transport{Retry: RetryPolicy{MaxAttempts: 5, MaxFailureStreak: 2}}
+			}},
 		{name: "attempts exhausted", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 3},
 		{name: "budget refusal", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 1,
-			tr: func(*testing.T) *Transport { return &Transport{Budget: &refusingBudget{}} }},
+			tr: func(*testing.T) *Transport { return &Transport{Retry: RetryPolicy{Budget: &refusingBudget{}}} }},
 		{name: "Retry-After over the cap", key: "k1", status: 503, wantLive: true, wantN: 1,
 			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Retry-After", "3600")
@@ -137,10 +139,12 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 				if err != nil {
 					t.Fatalf("NewBreaker: %v", err)
 				}
-				return &Transport{Breaker: b, Scope: dep}
+				return &Transport{Brake: BrakePolicy{Breaker: b}, Scope: ScopePolicy{Of: dep}}
 			}},
 		{name: "breaker open before the call", handler: failThenOK(0), key: "k1", wantErr: ErrCircuitOpen, wantN: 0,
-			tr: func(t *testing.T) *Transport { return &Transport{Breaker: openBreaker(t), Scope: dep} }},
+			tr: func(t *testing.T) *Transport {
+				return &Transport{Brake: BrakePolicy{Breaker: openBreaker(t)}, Scope: ScopePolicy{Of: dep}}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,7 +259,7 @@ func TestRecordedBodyMayBeClosedDuringARead(t *testing.T) {
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 201, Header: http.Header{}, Body: body, ContentLength: -1, Request: r}, nil
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Ledger: ledger})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Keys: KeyPolicy{Ledger: ledger}})
 	req := newRequest(t, testCtx(t), http.MethodPost, "http://rv.invalid/charges", `{"amount":1}`)
 	req.Header.Set(headerIdempotencyKey, "rv-key-2")
 

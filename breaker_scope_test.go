@@ -51,10 +51,10 @@ func TestBreakerScopeOpensOnlyTheFailingRoute(t *testing.T) {
 	host := scopeOf(t, srv.Server)
 	clock := newFakeClockAt(fixedStart)
 	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3})
-	tr.Budget = nil
+	tr.Retry.Budget = nil
 	budgets := &budgetFactory{}
-	tr.NewBudget = budgets.newBudget
-	tr.BreakerScope = byPath
+	tr.Retry.NewBudget = budgets.newBudget
+	tr.Brake.Route = byPath
 	client := &http.Client{Transport: tr}
 
 	refused := 0
@@ -110,7 +110,7 @@ func TestBreakerScopeEmptyOrPanickingMeansTheWholeScope(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "")
 			tr, b, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 2})
-			tr.BreakerScope = f
+			tr.Brake.Route = f
 			client := &http.Client{Transport: tr}
 			for range 2 {
 				code, err := getStatus(t, client, srv.URL+"/x")
@@ -126,7 +126,7 @@ func TestBreakerScopeEmptyOrPanickingMeansTheWholeScope(t *testing.T) {
 }
 
 func TestBreakerScopeWithoutBreakerIsRefused(t *testing.T) {
-	err := (&Transport{BreakerScope: byPath}).Validate()
+	err := (&Transport{Brake: BrakePolicy{Route: byPath}}).Validate()
 	assert.ErrorIs(t, err, ErrInvalidPolicy)
 	assert.ErrorContains(t, err, "BreakerScope needs a Breaker")
 }

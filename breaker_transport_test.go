@@ -59,9 +59,9 @@ func newBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Tr
 	b, err := NewBreaker(s)
 	require.NoError(t, err)
 	tr := newNoWaitTransport(clock)
-	tr.MaxAttempts = 1
-	tr.Budget = UnlimitedBudget()
-	tr.Breaker = b
+	tr.Retry.MaxAttempts = 1
+	tr.Retry.Budget = UnlimitedBudget()
+	tr.Brake.Breaker = b
 	rec := &transitionLog{}
 	tr.Hooks.BreakerChange = rec.hook
 	return tr, b, rec
@@ -198,9 +198,9 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 	defer srv.Close()
 	clock := newFakeClockAt(fixedStart)
 	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
-	tr.MaxAttempts = 3
+	tr.Retry.MaxAttempts = 3
 	refuse := &refusingBudget{}
-	tr.Budget = refuse
+	tr.Retry.Budget = refuse
 	var gave giveUpLog
 	tr.Hooks.GiveUp = gave.hook
 	client := &http.Client{Transport: tr}
@@ -233,7 +233,7 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 	defer srv.Close()
 	clock := newFakeClockAt(fixedStart)
 	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
-	tr.MaxAttempts = 3
+	tr.Retry.MaxAttempts = 3
 	client := &http.Client{Transport: tr}
 
 	for i := range 6 {
@@ -300,8 +300,8 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 	t.Cleanup(srv.Close)
 	clk := newFakeClockAt(fixedStart)
 	tr, b, _ := newBreakerTransport(t, clk, BreakerSettings{FailureThreshold: 2})
-	tr.MaxAttempts = 2
-	tr.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
+	tr.Retry.MaxAttempts = 2
+	tr.Retry.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
 	scope := scopeOf(t, srv)
 	setSleep(tr, func(ctx context.Context, _ time.Duration) error {
 		// Another call's failure opens the scope during this call's wait.
@@ -337,10 +337,10 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 1})
-	tr.MaxAttempts = 3
+	tr.Retry.MaxAttempts = 3
 	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
 	require.NoError(t, err)
-	tr.Budget = bucket
+	tr.Retry.Budget = bucket
 	var waits atomic.Int32
 	setSleep(tr, func(ctx context.Context, _ time.Duration) error { waits.Add(1); return ctx.Err() })
 	var reasons []error
@@ -374,7 +374,7 @@ func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 	base := &panicBase{}
 	base.status.Store(503)
 	tr := newNoWaitTransport(clock)
-	tr.Base, tr.MaxAttempts, tr.Breaker, tr.Budget = base, 1, b, UnlimitedBudget()
+	tr.Base, tr.Retry.MaxAttempts, tr.Brake.Breaker, tr.Retry.Budget = base, 1, b, UnlimitedBudget()
 	const url = "http://rv-breaker.invalid/"
 
 	resp, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, url, ""))

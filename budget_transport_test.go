@@ -69,7 +69,7 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 		srv := newSettableServer(t, http.StatusServiceUnavailable)
 		clock := newFakeClockAt(fixedStart)
 		tr := newNoWaitTransport(clock)
-		tr.NewBudget = ratioBudgets
+		tr.Retry.NewBudget = ratioBudgets
 		storm(t, &http.Client{Transport: tr}, srv.URL, callers)
 
 		got := srv.requests.Load()
@@ -98,7 +98,7 @@ func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 	srvA := newSettableServer(t, http.StatusServiceUnavailable)
 	srvB := newSettableServer(t, http.StatusServiceUnavailable)
 	trA, trB := newNoWaitTransport(clock), newNoWaitTransport(clock)
-	trA.Budget, trB.Budget = shared, shared
+	trA.Retry.Budget, trB.Retry.Budget = shared, shared
 	clientA, clientB := &http.Client{Transport: trA}, &http.Client{Transport: trB}
 
 	for range 5 {
@@ -156,7 +156,7 @@ func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {
 	var gave giveUpLog
 	budget := &refusingBudget{}
 	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
-	tr.Budget = budget
+	tr.Retry.Budget = budget
 	tr.Hooks.GiveUp = gave.hook
 
 	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
@@ -179,7 +179,7 @@ func TestBudgetTransportRefusalReturnsLastResponse(t *testing.T) {
 func TestBudgetTransportRefusalWithoutResponse(t *testing.T) {
 	var gave giveUpLog
 	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
-	tr.Budget = &refusingBudget{}
+	tr.Retry.Budget = &refusingBudget{}
 	tr.Hooks.GiveUp = gave.hook
 
 	_, err := getStatus(t, &http.Client{Transport: tr}, refusedURL(t))
@@ -205,13 +205,13 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	stacked := newSettableServer(t, http.StatusServiceUnavailable)
 
 	single := newNoWaitTransport(clock)
-	single.NewBudget = func(string) (Budget, error) { return UnlimitedBudget(), nil }
+	single.Retry.NewBudget = func(string) (Budget, error) { return UnlimitedBudget(), nil }
 	inner := newNoWaitTransport(clock)
-	inner.MaxAttempts = 5 // would multiply with the outer's 3 if both repeated
-	inner.NewBudget = single.NewBudget
+	inner.Retry.MaxAttempts = 5 // would multiply with the outer's 3 if both repeated
+	inner.Retry.NewBudget = single.Retry.NewBudget
 	outer := newNoWaitTransport(clock)
 	outer.Base = inner
-	outer.NewBudget = single.NewBudget
+	outer.Retry.NewBudget = single.Retry.NewBudget
 
 	for _, c := range []struct {
 		rt  http.RoundTripper
@@ -232,7 +232,7 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	var attempts atomic.Int64
 	outer2 := newNoWaitTransport(clock)
 	inner2 := newNoWaitTransport(clock)
-	inner2.MaxAttempts = 5
+	inner2.Retry.MaxAttempts = 5
 	inner2.Hooks.AttemptStart = func(AttemptStartInfo) { attempts.Add(1) }
 	outer2.Base = inner2
 	_, err := getStatus(t, &http.Client{Transport: outer2}, url)

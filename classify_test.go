@@ -248,7 +248,7 @@ func TestServerRetryHintsThroughTheTransport(t *testing.T) {
 		w.Header().Set("Stripe-Should-Retry", "false")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget()})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, no.URL, ""))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)

@@ -73,13 +73,18 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 					hookMu  sync.Mutex
 					hookErr *ReconcileRequiredError
 				)
-				tr := &Transport{Ledger: lc.ledger(t), Hooks: Hooks{Reconcile: func(i ReconcileInfo) {
-					hookMu.Lock()
-					defer hookMu.Unlock()
-					if hookErr == nil {
-						hookErr = i.Err
-					}
-				}}}
+				tr := &Transport{
+					Keys: KeyPolicy{
+						Ledger: lc.ledger(t),
+					},
+					Hooks: Hooks{Reconcile: func(i ReconcileInfo) {
+						hookMu.Lock()
+						defer hookMu.Unlock()
+						if hookErr == nil {
+							hookErr = i.Err
+						}
+					}},
+				}
 				if rc.clientFirst {
 					tr.Base = awaitClientTimer{base: cleanhttp.DefaultPooledTransport()}
 				}

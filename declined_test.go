@@ -27,8 +27,8 @@ type declinedCase struct {
 // for real, with no budget.
 func newDeclinedTransport(t *testing.T, tr *Transport) *Transport {
 	t.Helper()
-	if tr.Budget == nil && tr.NewBudget == nil {
-		tr.Budget = UnlimitedBudget()
+	if tr.Retry.Budget == nil && tr.Retry.NewBudget == nil {
+		tr.Retry.Budget = UnlimitedBudget()
 	}
 	return newTransport(t, newFakeClock(), tr)
 }
@@ -42,21 +42,21 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 	tests := []declinedCase{
 		{"budget exhausted", func(t *testing.T) (error, int) {
 			u := refusedURL(t)
-			tr := newDeclinedTransport(t, &Transport{Budget: &refusingBudget{}})
+			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{Budget: &refusingBudget{}}})
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, u, ""))
 			return err, 0
 		}, func(err error) bool { return errors.Is(err, ErrBudgetExhausted) }},
 
 		{"circuit open", func(t *testing.T) (error, int) {
 			srv := statusServer(t, http.StatusOK, "ok")
-			tr := newDeclinedTransport(t, &Transport{Breaker: openBreaker(t), Scope: func(*http.Request) string { return "dep" }})
+			tr := newDeclinedTransport(t, &Transport{Brake: BrakePolicy{Breaker: openBreaker(t)}, Scope: ScopePolicy{Of: func(*http.Request) string { return "dep" }}})
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			return err, srv.count()
 		}, errAs[*CircuitOpenError]},
 
 		{"bulkhead full", func(t *testing.T) (error, int) {
 			srv := newSettableServer(t, http.StatusOK)
-			tr := newDeclinedTransport(t, &Transport{MaxInFlight: 1})
+			tr := newDeclinedTransport(t, &Transport{Load: LoadPolicy{MaxInFlight: 1}})
 			g := srv.hold()
 			held := make(chan error, 1)
 			go func() {
@@ -75,7 +75,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 
 		{"rate limited", func(t *testing.T) (error, int) {
 			srv := statusServer(t, http.StatusOK, "ok")
-			tr := newDeclinedTransport(t, &Transport{RateLimit: 1, RateBurst: 1, MaxLimitWait: -1})
+			tr := newDeclinedTransport(t, &Transport{Load: LoadPolicy{RateLimit: 1, RateBurst: 1, MaxWait: -1}})
 			if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
 				t.Fatalf("the first call: %v", err)
 			}
@@ -85,7 +85,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 
 		{"throttled", func(t *testing.T) (error, int) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "busy")
-			tr := newDeclinedTransport(t, &Transport{MaxAttempts: 1})
+			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 			setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
 			for range throttleMinRejects {
 				if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
@@ -98,7 +98,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 
 		{"deadline before the retry", func(t *testing.T) (error, int) {
 			u := refusedURL(t)
-			tr := newDeclinedTransport(t, &Transport{InitialBackoff: time.Hour})
+			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{InitialBackoff: time.Hour}})
 			setRandN(tr, func(n int64) int64 { return n - 1 })
 			ctx, cancel := context.WithTimeout(testCtx(t), time.Minute)
 			defer cancel()
@@ -154,7 +154,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 	tests := []declinedCase{
 		{"attempts exhausted on connection errors", func(t *testing.T) (error, int) {
 			u := refusedURL(t)
-			tr := newDeclinedTransport(t, &Transport{MaxAttempts: 2})
+			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{MaxAttempts: 2}})
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, u, ""))
 			return err, 0
 		}, func(err error) bool { return errors.Is(err, ErrAttemptsExhausted) }},
@@ -201,7 +201,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 
 		{"already applied, its result not stored", func(t *testing.T) (error, int) {
 			srv := newTestServer(t, stallOnce)
-			tr := newDeclinedTransport(t, &Transport{AttemptTimeout: 100 * time.Millisecond})
+			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond}})
 			rec := uncertainPOST(t, tr, srv.URL, "k-applied")
 			if err := rec.Resolve(context.Background(), true); err != nil {
 				t.Fatalf("Resolve: %v", err)
@@ -214,7 +214,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 
 		{"invalid policy", func(t *testing.T) (error, int) {
 			srv := statusServer(t, http.StatusOK, "ok")
-			tr := &Transport{MaxInFlight: -1}
+			tr := &Transport{Load: LoadPolicy{MaxInFlight: -1}}
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			return err, 0
 		}, func(err error) bool { return errors.Is(err, ErrInvalidPolicy) }},

@@ -27,9 +27,15 @@ func ExampleBreaker() {
 		panic(err)
 	}
 	tr := &retryfuse.Transport{
-		MaxAttempts: 1,
-		Breaker:     b,
-		Scope:       func(*http.Request) string { return "payments" },
+		Retry: retryfuse.RetryPolicy{
+			MaxAttempts: 1,
+		},
+		Brake: retryfuse.BrakePolicy{
+			Breaker: b,
+		},
+		Scope: retryfuse.ScopePolicy{
+			Of: func(*http.Request) string { return "payments" },
+		},
 		Hooks: retryfuse.Hooks{BreakerChange: func(i retryfuse.BreakerChangeInfo) {
 			fmt.Printf("%s: %v -> %v (cause: %v)\n", i.Scope, i.From, i.To, i.Cause)
 		}},

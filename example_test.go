@@ -25,7 +25,7 @@ func Example() {
 	}))
 	defer srv.Close()
 
-	tr := &retryfuse.Transport{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
@@ -56,7 +56,7 @@ func ExampleTransport_idempotencyKey() {
 	}))
 	defer srv.Close()
 
-	tr := &retryfuse.Transport{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
@@ -85,7 +85,7 @@ func ExampleReconcileRequiredError_attemptTimeout() {
 	}))
 	defer srv.Close()
 
-	tr := &retryfuse.Transport{AttemptTimeout: 50 * time.Millisecond}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: 50 * time.Millisecond}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 

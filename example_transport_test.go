@@ -29,7 +29,9 @@ func ExampleTransport() {
 	defer srv.Close()
 
 	client := &http.Client{Transport: &retryfuse.Transport{
-		InitialBackoff: time.Millisecond, // the default is 100ms
+		Retry: retryfuse.RetryPolicy{
+			InitialBackoff: time.Millisecond,
+		},
 	}}
 	resp, err := client.Get(srv.URL)
 	if err != nil {
@@ -67,7 +69,7 @@ func ExampleTransport_keyedPost() {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer srv.Close()
-	client := &http.Client{Transport: &retryfuse.Transport{InitialBackoff: time.Millisecond}}
+	client := &http.Client{Transport: &retryfuse.Transport{Retry: retryfuse.RetryPolicy{InitialBackoff: time.Millisecond}}}
 
 	for _, key := range []string{"order-42", ""} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"sku":"A1"}`))
@@ -162,7 +164,7 @@ func ExampleRatioBudget_shared() {
 	if err != nil {
 		panic(err)
 	}
-	client := &http.Client{Transport: &retryfuse.Transport{Budget: budget, InitialBackoff: time.Millisecond, DisableThrottle: true}}
+	client := &http.Client{Transport: &retryfuse.Transport{Retry: retryfuse.RetryPolicy{Budget: budget, InitialBackoff: time.Millisecond}, Load: retryfuse.LoadPolicy{Throttle: retryfuse.ThrottlePolicy{Disable: true}}}}
 	var counts []string
 	for i := range 20 {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)

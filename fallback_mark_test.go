@@ -30,7 +30,7 @@ func TestFallbackResponseIsMarkedWithWhyTheCallFailed(t *testing.T) {
 		srv := newTestServer(t, failThenOK(100))
 		kept := http.Header{"Content-Type": {"text/plain"}}
 		fb, pl := &fallbackLog{answer: staleCopy(kept)}, newPolicyLog()
-		tr := fallbackTransport(t, fb, pl, &Transport{MaxAttempts: 2})
+		tr := fallbackTransport(t, fb, pl, &Transport{Retry: RetryPolicy{MaxAttempts: 2}})
 		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 		require.NoError(t, err)
 		assert.Equal(t, "stale", string(body))
@@ -41,7 +41,7 @@ func TestFallbackResponseIsMarkedWithWhyTheCallFailed(t *testing.T) {
 	})
 	t.Run("circuit open", func(t *testing.T) {
 		fb := &fallbackLog{answer: cached}
-		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Breaker: openBreaker(t), Scope: func(*http.Request) string { return "dep" }})
+		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Brake: BrakePolicy{Breaker: openBreaker(t)}, Scope: ScopePolicy{Of: func(*http.Request) string { return "dep" }}})
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, refusedURL(t), ""))
 		require.NoError(t, err)
 		assert.Equal(t, "circuit_open", resp.Header.Get("Retryfuse-Fallback"))
@@ -49,7 +49,7 @@ func TestFallbackResponseIsMarkedWithWhyTheCallFailed(t *testing.T) {
 	t.Run("a Fallback that sets the header itself, or leaves none", func(t *testing.T) {
 		for _, h := range []http.Header{nil, {"Retryfuse-Fallback": {""}}, {"Retryfuse-Fallback": {"fresh"}}} {
 			fb := &fallbackLog{answer: staleCopy(h)}
-			tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{MaxAttempts: 1})
+			tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, refusedURL(t), ""))
 			require.NoError(t, err)
 			assert.Equal(t, []string{"attempts_exhausted"}, resp.Header.Values("Retryfuse-Fallback"), "the Fallback's header %v", h)
@@ -60,7 +60,7 @@ func TestFallbackResponseIsMarkedWithWhyTheCallFailed(t *testing.T) {
 func TestFallbackHandingOnTheCallsResponseLeavesItUnmarked(t *testing.T) {
 	srv := newTestServer(t, failThenOK(100))
 	fb, pl := &fallbackLog{answer: func(resp *http.Response, err error) (*http.Response, error) { return resp, err }}, newPolicyLog()
-	tr := fallbackTransport(t, fb, pl, &Transport{MaxAttempts: 1})
+	tr := fallbackTransport(t, fb, pl, &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
@@ -96,7 +96,7 @@ func TestFallbackNotAskedForARequestThatNeedsCurrentData(t *testing.T) {
 			// A Fallback that would serve its stale copy for anything.
 			srv := newTestServer(t, failThenOK(100))
 			fb, pl := &fallbackLog{answer: staleCopy(nil)}, newPolicyLog()
-			tr := fallbackTransport(t, fb, pl, &Transport{MaxAttempts: 2})
+			tr := fallbackTransport(t, fb, pl, &Transport{Retry: RetryPolicy{MaxAttempts: 2}})
 			resp, body, err := do(tr, mark(newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")))
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the dependency's failure")
@@ -109,7 +109,7 @@ func TestFallbackNotAskedForARequestThatNeedsCurrentData(t *testing.T) {
 	}
 	t.Run("an error goes back as it is", func(t *testing.T) {
 		fb, pl := &fallbackLog{answer: staleCopy(nil)}, newPolicyLog()
-		tr := fallbackTransport(t, fb, pl, &Transport{MaxAttempts: 1})
+		tr := fallbackTransport(t, fb, pl, &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 		req := newRequest(t, WithCurrentData(testCtx(t)), http.MethodGet, refusedURL(t), "")
 		_, _, err := do(tr, req)
 		assert.ErrorIs(t, err, ErrAttemptsExhausted)
@@ -131,7 +131,7 @@ func TestFallbackAskedWhenStaleDataWillDo(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fb := &fallbackLog{answer: cached}
-			tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{MaxAttempts: 1})
+			tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 			_, body, err := do(tr, mark(newRequest(t, testCtx(t), http.MethodGet, refusedURL(t), "")))
 			require.NoError(t, err)
 			assert.Equal(t, "cached", string(body))

@@ -56,8 +56,8 @@ func fallbackTransport(t *testing.T, fb *fallbackLog, pl *policyLog, tr *Transpo
 	t.Helper()
 	tr.Fallback = fb.fallback
 	tr.Hooks.Policy = pl.hook
-	if tr.Budget == nil {
-		tr.Budget = UnlimitedBudget()
+	if tr.Retry.Budget == nil {
+		tr.Retry.Budget = UnlimitedBudget()
 	}
 	return newTransport(t, newFakeClock(), tr)
 }
@@ -66,7 +66,7 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 	t.Run("connection refused", func(t *testing.T) {
 		u := refusedURL(t)
 		fb, pl := &fallbackLog{answer: cached}, newPolicyLog()
-		tr := fallbackTransport(t, fb, pl, &Transport{MaxAttempts: 2})
+		tr := fallbackTransport(t, fb, pl, &Transport{Retry: RetryPolicy{MaxAttempts: 2}})
 		req := newRequest(t, testCtx(t), http.MethodGet, u, "")
 		resp, body, err := do(tr, req)
 		if err != nil || resp.StatusCode != http.StatusOK || string(body) != "cached" {
@@ -87,7 +87,7 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 	t.Run("circuit open", func(t *testing.T) {
 		srv := statusServer(t, http.StatusOK, "live")
 		fb, pl := &fallbackLog{answer: cached}, newPolicyLog()
-		tr := fallbackTransport(t, fb, pl, &Transport{Breaker: openBreaker(t), Scope: func(*http.Request) string { return "dep" }})
+		tr := fallbackTransport(t, fb, pl, &Transport{Brake: BrakePolicy{Breaker: openBreaker(t)}, Scope: ScopePolicy{Of: func(*http.Request) string { return "dep" }}})
 		_, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 		if err != nil || string(body) != "cached" {
 			t.Fatalf("got %v, %q; want the Fallback's answer", err, body)
@@ -106,7 +106,7 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 		bodies := &responseBodies{rt: &http.Transport{}}
 		t.Cleanup(bodies.CloseIdleConnections)
 		fb, pl := &fallbackLog{answer: cached}, newPolicyLog()
-		tr := fallbackTransport(t, fb, pl, &Transport{Base: bodies, MaxAttempts: 3})
+		tr := fallbackTransport(t, fb, pl, &Transport{Base: bodies, Retry: RetryPolicy{MaxAttempts: 3}})
 		_, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 		if err != nil || string(body) != "cached" {
 			t.Fatalf("got %v, %q; want the Fallback's answer", err, body)
@@ -125,7 +125,7 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 	t.Run("503 handed on", func(t *testing.T) {
 		srv := newTestServer(t, failThenOK(100))
 		fb := &fallbackLog{answer: func(resp *http.Response, err error) (*http.Response, error) { return resp, err }}
-		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{MaxAttempts: 2})
+		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Retry: RetryPolicy{MaxAttempts: 2}})
 		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || string(body) != "try later" {
 			t.Fatalf("got %v, %q; want the 503 the Fallback handed on, its body whole", err, body)
@@ -136,7 +136,7 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 		u := refusedURL(t)
 		mine := errors.New("no cached copy")
 		fb := &fallbackLog{answer: func(*http.Response, error) (*http.Response, error) { return nil, mine }}
-		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{MaxAttempts: 1})
+		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 		if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, u, "")); !errors.Is(err, mine) {
 			t.Errorf("got %v, want the Fallback's error", err)
 		}
@@ -151,7 +151,7 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 			given = resp
 			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: extra}, mine
 		}}
-		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{MaxAttempts: 1})
+		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 		if !errors.Is(err, mine) || resp != nil {
 			t.Errorf("got %v, %v; want the Fallback's error alone", resp, err)
@@ -201,7 +201,7 @@ func TestFallbackNotAsked(t *testing.T) {
 		srv := newOrdersServer(t, always(orderApplyThenStall))
 		fb := &fallbackLog{answer: cached}
 		client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
-			tr.AttemptTimeout = heldAttemptTimeout
+			tr.Retry.AttemptTimeout = heldAttemptTimeout
 			tr.Fallback = fb.fallback
 		})
 		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
@@ -251,7 +251,7 @@ func TestFallbackNotAsked(t *testing.T) {
 		srv := statusServer(t, http.StatusOK, "fresh")
 		fb := &fallbackLog{answer: cached}
 		ledger, _ := newMemoryLedger(&MemoryLedger{})
-		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Ledger: ledger, MaxFingerprintBytes: 4})
+		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Keys: KeyPolicy{Ledger: ledger, MaxFingerprintBytes: 4}})
 		req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "longer than four bytes")
 		req.Header.Set("Idempotency-Key", "k-fp")
 		_, _, err := do(tr, req)
@@ -291,7 +291,7 @@ func TestFallbackFailureContained(t *testing.T) {
 		t.Run(name+", after an error", func(t *testing.T) {
 			u := refusedURL(t)
 			fb, pl := &fallbackLog{answer: answer}, newPolicyLog()
-			tr := fallbackTransport(t, fb, pl, &Transport{MaxAttempts: 2})
+			tr := fallbackTransport(t, fb, pl, &Transport{Retry: RetryPolicy{MaxAttempts: 2}})
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, u, ""))
 			if !errors.Is(err, ErrAttemptsExhausted) || !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("got %v, want the call's own error", err)
@@ -304,7 +304,7 @@ func TestFallbackFailureContained(t *testing.T) {
 		t.Run(name+", after a 503", func(t *testing.T) {
 			srv := newTestServer(t, failThenOK(100))
 			fb, pl := &fallbackLog{answer: answer}, newPolicyLog()
-			tr := fallbackTransport(t, fb, pl, &Transport{MaxAttempts: 2})
+			tr := fallbackTransport(t, fb, pl, &Transport{Retry: RetryPolicy{MaxAttempts: 2}})
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			if err != nil || resp.StatusCode != http.StatusServiceUnavailable || string(body) != "try later" {
 				t.Errorf("got %v, %q; want the last 503, its body whole", err, body)
@@ -324,7 +324,7 @@ func TestFallbackFailureContained(t *testing.T) {
 func TestFallbackNeverResends(t *testing.T) {
 	srv := newTestServer(t, failThenOK(100))
 	fb := &fallbackLog{answer: cached}
-	tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{MaxAttempts: 3})
+	tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Retry: RetryPolicy{MaxAttempts: 3}})
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
 	req.Header.Set(headerIdempotencyKey, "k-fb")
 	_, body, err := do(tr, req)

@@ -224,7 +224,11 @@ func TestRetryAfterPlusJitterNeverWraps(t *testing.T) {
 	clk := newFakeClock()
 	var log hookLog
 	tr := newTransport(t, clk, &Transport{
-		MaxRetryAfter: 200 * year, InitialBackoff: 200 * year, MaxBackoff: 200 * year,
+		Retry: RetryPolicy{
+			MaxRetryAfter:  200 * year,
+			InitialBackoff: 200 * year,
+			MaxBackoff:     200 * year,
+		},
 		Hooks: log.hooks(),
 	})
 	setRandN(tr, func(n int64) int64 { return n - 1 }) // the largest jitter

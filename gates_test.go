@@ -38,7 +38,7 @@ func TestNoAttemptAfterTheDeadlineStruckInAGate(t *testing.T) {
 	base := &countingBase{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Budget: cancelingBudget{cancel: cancel}})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Retry: RetryPolicy{Budget: cancelingBudget{cancel: cancel}}})
 	req := newRequest(t, ctx, http.MethodPost, "http://127.0.0.1:1/", "pay 10")
 	bs := &bodies{content: "pay 10"}
 	bs.attach(req, true)
@@ -61,7 +61,7 @@ func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newTransport(t, newFakeClock(), &Transport{Ledger: ledger, GenerateIdempotencyKeys: true, Budget: UnlimitedBudget()})
+	tr := newTransport(t, newFakeClock(), &Transport{Keys: KeyPolicy{Ledger: ledger, Generate: true}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 	for range 3 {
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order"))
 		if err != nil || resp.StatusCode != http.StatusCreated {

@@ -55,7 +55,7 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 
 	t.Run("no HedgeDelay: no hedge until the estimate", func(t *testing.T) {
 		noGoroutineLeft(t)
-		tr := newTransport(t, nil, &Transport{Base: base, MaxHedges: 1, HedgeQuantile: 0.95, Budget: UnlimitedBudget()})
+		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 		ds := install(tr)
 		delays := run(t, tr, ds, latencyMinimum)
 		if len(delays) != 0 {
@@ -72,7 +72,7 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 	})
 	t.Run("HedgeDelay until the estimate", func(t *testing.T) {
 		noGoroutineLeft(t)
-		tr := newTransport(t, nil, &Transport{Base: base, MaxHedges: 1, HedgeQuantile: 0.95, HedgeDelay: 50 * time.Millisecond, Budget: UnlimitedBudget()})
+		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95, Delay: 50 * time.Millisecond}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 		delays := run(t, tr, install(tr), latencyMinimum+1)
 		if len(delays) != latencyMinimum+1 {
 			t.Fatalf("hedge timers: got %d, want %d", len(delays), latencyMinimum+1)
@@ -111,7 +111,15 @@ func TestHedgeExtraRequestsBoundedByBudget(t *testing.T) {
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 	})
 	var hedges, refusals int
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond, Budget: budget,
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Base: base,
+		Hedge: HedgePolicy{
+			Max:   1,
+			Delay: 10 * time.Millisecond,
+		},
+		Retry: RetryPolicy{
+			Budget: budget,
+		},
 		Hooks: Hooks{Policy: func(i PolicyInfo) {
 			switch i.Action {
 			case actionSent:
@@ -120,7 +128,8 @@ func TestHedgeExtraRequestsBoundedByBudget(t *testing.T) {
 				refusals++
 			}
 			close(*decided.Load())
-		}}})
+		}},
+	})
 	for i := range calls {
 		ch := make(chan struct{})
 		decided.Store(&ch)

@@ -22,8 +22,8 @@ func TestHedgeRefusedByLimitsTakesNoRetry(t *testing.T) {
 	}{
 		// Two slots (MaxHedges with one is refused): the PUT holds one, the
 		// GET's first branch the other.
-		{"bulkhead full", func(tr *Transport) { tr.MaxInFlight = 2; tr.MaxQueued = 4 }, true, errAs[*BulkheadFullError]},
-		{"rate limited", func(tr *Transport) { tr.RateLimit = 1; tr.RateBurst = 1 }, false, errAs[*RateLimitError]},
+		{"bulkhead full", func(tr *Transport) { tr.Load.MaxInFlight = 2; tr.Load.MaxQueued = 4 }, true, errAs[*BulkheadFullError]},
+		{"rate limited", func(tr *Transport) { tr.Load.RateLimit = 1; tr.Load.RateBurst = 1 }, false, errAs[*RateLimitError]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,7 +40,7 @@ func TestHedgeRefusedByLimitsTakesNoRetry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr := &Transport{Budget: budget, Hooks: Hooks{Policy: pl.hook}}
+			tr := &Transport{Retry: RetryPolicy{Budget: budget}, Hooks: Hooks{Policy: pl.hook}}
 			tt.limits(tr)
 			tr = hedgedTransport(t, g, tr)
 
@@ -89,8 +89,18 @@ func TestHedgeRefusedByOpenCircuit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := hedgedTransport(t, g, &Transport{Budget: budget, Breaker: breaker, Scope: func(*http.Request) string { return "dep" },
-		Hooks: Hooks{Policy: pl.hook}})
+	tr := hedgedTransport(t, g, &Transport{
+		Retry: RetryPolicy{
+			Budget: budget,
+		},
+		Brake: BrakePolicy{
+			Breaker: breaker,
+		},
+		Scope: ScopePolicy{
+			Of: func(*http.Request) string { return "dep" },
+		},
+		Hooks: Hooks{Policy: pl.hook},
+	})
 
 	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	waitFor(t, srv.arrived, 1, "first branch")
@@ -127,7 +137,7 @@ func TestHedgeRefusedWhenGetBodyFails(t *testing.T) {
 	srv.hold(1)
 	g := newGatedSleep(newFakeClock())
 	pl := newPolicyLog()
-	tr := hedgedTransport(t, g, &Transport{HedgeMethods: []string{http.MethodPut}})
+	tr := hedgedTransport(t, g, &Transport{Hedge: HedgePolicy{Methods: []string{http.MethodPut}}})
 	tr.Hooks.Policy = pl.hook
 
 	req := newRequest(t, testCtx(t), http.MethodPut, srv.URL, "v1")

@@ -64,7 +64,7 @@ func TestHedgeAllBranchesFailThenRetryHedgesAgain(t *testing.T) {
 	srv.fail(1, 2)
 	g := newGatedSleep(newFakeClock())
 	var hooks hookLog
-	tr := hedgedTransport(t, g, &Transport{MaxAttempts: 4, Hooks: hooks.hooks()})
+	tr := hedgedTransport(t, g, &Transport{Retry: RetryPolicy{MaxAttempts: 4}, Hooks: hooks.hooks()})
 
 	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	waitFor(t, srv.arrived, 1, "first branch")
@@ -116,7 +116,7 @@ func TestHedgeFailedBranchesCountInHistory(t *testing.T) {
 	srv.fail(1, 2)
 	g := newGatedSleep(newFakeClock())
 	gu := &giveUpLog{}
-	tr := hedgedTransport(t, g, &Transport{MaxAttempts: 10, MaxFailureStreak: 2, Hooks: Hooks{GiveUp: gu.hook}})
+	tr := hedgedTransport(t, g, &Transport{Retry: RetryPolicy{MaxAttempts: 10, MaxFailureStreak: 2}, Hooks: Hooks{GiveUp: gu.hook}})
 
 	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	waitFor(t, srv.arrived, 1, "first branch")

@@ -19,14 +19,14 @@ import (
 // unlimited budget, on a fake clock whose sleeps g holds.
 func hedgedTransport(t *testing.T, g *gatedSleep, tr *Transport) *Transport {
 	t.Helper()
-	if tr.MaxHedges == 0 {
-		tr.MaxHedges = 1
+	if tr.Hedge.Max == 0 {
+		tr.Hedge.Max = 1
 	}
-	if tr.HedgeDelay == 0 && tr.HedgeQuantile == 0 {
-		tr.HedgeDelay = 10 * time.Millisecond
+	if tr.Hedge.Delay == 0 && tr.Hedge.Quantile == 0 {
+		tr.Hedge.Delay = 10 * time.Millisecond
 	}
-	if tr.Budget == nil {
-		tr.Budget = UnlimitedBudget()
+	if tr.Retry.Budget == nil {
+		tr.Retry.Budget = UnlimitedBudget()
 	}
 	tr = newTransport(t, nil, tr)
 	g.install(tr)
@@ -167,7 +167,7 @@ func TestHedgeAtMostMaxHedges(t *testing.T) {
 	srv.hold(1, 2, 3)
 	g := newGatedSleep(newFakeClock())
 	pl := newPolicyLog()
-	tr := hedgedTransport(t, g, &Transport{MaxHedges: 2, MaxAttempts: 10, Hooks: Hooks{Policy: pl.hook}})
+	tr := hedgedTransport(t, g, &Transport{Hedge: HedgePolicy{Max: 2}, Retry: RetryPolicy{MaxAttempts: 10}, Hooks: Hooks{Policy: pl.hook}})
 
 	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	waitFor(t, srv.arrived, 1, "first branch")
@@ -202,7 +202,7 @@ func TestHedgeCountsAgainstMaxAttempts(t *testing.T) {
 	srv.hold(1, 2)
 	g := newGatedSleep(newFakeClock())
 	pl := newPolicyLog()
-	tr := hedgedTransport(t, g, &Transport{MaxHedges: 3, MaxAttempts: 2, Hooks: Hooks{Policy: pl.hook}})
+	tr := hedgedTransport(t, g, &Transport{Hedge: HedgePolicy{Max: 3}, Retry: RetryPolicy{MaxAttempts: 2}, Hooks: Hooks{Policy: pl.hook}})
 
 	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	waitFor(t, srv.arrived, 1, "first branch")
@@ -249,7 +249,7 @@ func TestHedgeRefusedByBudget(t *testing.T) {
 			srv.hold(1)
 			g := newGatedSleep(newFakeClock())
 			pl := newPolicyLog()
-			tr := hedgedTransport(t, g, &Transport{Budget: budget(t), Hooks: Hooks{Policy: pl.hook}})
+			tr := hedgedTransport(t, g, &Transport{Retry: RetryPolicy{Budget: budget(t)}, Hooks: Hooks{Policy: pl.hook}})
 
 			call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			waitFor(t, srv.arrived, 1, "first branch")
@@ -298,7 +298,7 @@ func TestHedgeEligibility(t *testing.T) {
 			noGoroutineLeft(t)
 			srv := newBranchServer(t)
 			g := newGatedSleep(newFakeClock())
-			tr := hedgedTransport(t, g, &Transport{HedgeMethods: tt.methods})
+			tr := hedgedTransport(t, g, &Transport{Hedge: HedgePolicy{Methods: tt.methods}})
 			body := ""
 			if tt.method != http.MethodGet && tt.method != http.MethodHead {
 				body = "payload"

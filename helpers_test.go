@@ -256,7 +256,7 @@ var fixedStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 // with zero jitter the throttle would refuse every call it may refuse.
 // The throttle's own tests turn it on (throttle_test.go).
 func newNoWaitTransport(clock *fakeClock) *Transport {
-	tr := &Transport{DisableThrottle: true}
+	tr := &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}}
 	setClock(tr, clock.Now, func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
 	setRandN(tr, func(int64) int64 { return 0 })
 	return tr

@@ -56,8 +56,16 @@ func keyedPOST(t *testing.T, tr *Transport, url, key string) (*http.Response, []
 func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
 	srv := newHonouringServer(t, true)
 	var replays []bool
-	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget(),
-		ServerHonoursKeys: true, Hooks: Hooks{AttemptDone: func(i AttemptDoneInfo) { replays = append(replays, i.Replayed) }}})
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Retry: RetryPolicy{
+			AttemptTimeout: 100 * time.Millisecond,
+			Budget:         UnlimitedBudget(),
+		},
+		Keys: KeyPolicy{
+			ServerHonours: true,
+		},
+		Hooks: Hooks{AttemptDone: func(i AttemptDoneInfo) { replays = append(replays, i.Replayed) }},
+	})
 	confirmServerKeys(t, tr, srv.URL)
 	resp, body, err := keyedPOST(t, tr, srv.URL, "pay-1")
 	require.NoError(t, err, "the lost response is recovered, not a reconcile error")
@@ -73,7 +81,7 @@ func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
 func TestUncertainKeyedWriteReconciledUnlessServerKnownToHonourKeys(t *testing.T) {
 	t.Run("not known", func(t *testing.T) {
 		srv := newHonouringServer(t, true)
-		tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget()})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget()}})
 		_, _, err := keyedPOST(t, tr, srv.URL, "pay-2")
 		var rec *ReconcileRequiredError
 		require.ErrorAs(t, err, &rec)
@@ -81,7 +89,7 @@ func TestUncertainKeyedWriteReconciledUnlessServerKnownToHonourKeys(t *testing.T
 	})
 	t.Run("an unkeyed write, declared", func(t *testing.T) {
 		srv := newHonouringServer(t, true)
-		tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget(), ServerHonoursKeys: true})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{ServerHonours: true}})
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, `{"amount":100}`))
 		var rec *ReconcileRequiredError
 		require.ErrorAs(t, err, &rec, "without a key the server cannot know the repeat")
@@ -121,7 +129,7 @@ func TestServerHonouringKeysLearntFromItsMarker(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 			})
 			clk := newFakeClock()
-			tr := newTransport(t, clk, &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget(), HonourMemory: tc.memory})
+			tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{HonourMemory: tc.memory}})
 			_, _, err := keyedPOST(t, tr, srv.URL, "pay-3")
 			require.NoError(t, err)
 			clk.Advance(tc.advance)
@@ -166,8 +174,15 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 		br, err := NewBreaker(BreakerSettings{FailureThreshold: 1, MinObservations: 1})
 		require.NoError(t, err)
 		var changes int
-		tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget(), Breaker: br,
-			Hooks: Hooks{BreakerChange: func(BreakerChangeInfo) { changes++ }}})
+		tr := newTransport(t, newFakeClock(), &Transport{
+			Retry: RetryPolicy{
+				Budget: UnlimitedBudget(),
+			},
+			Brake: BrakePolicy{
+				Breaker: br,
+			},
+			Hooks: Hooks{BreakerChange: func(BreakerChangeInfo) { changes++ }},
+		})
 		resp, _, err := keyedPOST(t, tr, srv.URL, "pay-5")
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusCreated, resp.StatusCode)
@@ -178,7 +193,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 		srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 			problemResponse(w, http.StatusUnprocessableEntity, problemReused)
 		})
-		tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget()})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 		resp, _, err := keyedPOST(t, tr, srv.URL, "pay-6")
 		assert.Nil(t, resp)
 		require.ErrorIs(t, err, ErrIdempotencyConflict)
@@ -193,7 +208,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			_, _ = io.WriteString(w, `{"type":"https://api.example/problems/amount","title":"bad amount"}`)
 		})
-		tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget()})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 		resp, body, err := keyedPOST(t, tr, srv.URL, "pay-7")
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
@@ -205,8 +220,16 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 func TestDecisionAsksVersion2WithTheFact(t *testing.T) {
 	srv := newHonouringServer(t, true)
 	var verdicts []decide.Verdict
-	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget(), ServerHonoursKeys: true,
-		Hooks: Hooks{Decision: func(i DecisionInfo) { verdicts = append(verdicts, i.Verdict) }}})
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Retry: RetryPolicy{
+			AttemptTimeout: 100 * time.Millisecond,
+			Budget:         UnlimitedBudget(),
+		},
+		Keys: KeyPolicy{
+			ServerHonours: true,
+		},
+		Hooks: Hooks{Decision: func(i DecisionInfo) { verdicts = append(verdicts, i.Verdict) }},
+	})
 	confirmServerKeys(t, tr, srv.URL)
 	_, _, err := keyedPOST(t, tr, srv.URL, "pay-8")
 	require.NoError(t, err)

@@ -40,8 +40,16 @@ func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
 				tc.later(w, r)
 			})
 			var reconciled int
-			tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 100 * time.Millisecond, Budget: tc.budget,
-				ServerHonoursKeys: true, Hooks: Hooks{Reconcile: func(ReconcileInfo) { reconciled++ }}})
+			tr := newTransport(t, newFakeClock(), &Transport{
+				Retry: RetryPolicy{
+					AttemptTimeout: 100 * time.Millisecond,
+					Budget:         tc.budget,
+				},
+				Keys: KeyPolicy{
+					ServerHonours: true,
+				},
+				Hooks: Hooks{Reconcile: func(ReconcileInfo) { reconciled++ }},
+			})
 			confirmServerKeys(t, tr, srv.URL)
 			resp, _, err := keyedPOST(t, tr, srv.URL, "pay-u")
 			assert.Nil(t, resp)

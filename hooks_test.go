@@ -195,7 +195,7 @@ func TestHiddenResendReported(t *testing.T) {
 // called, not the time since year 1.
 func TestElapsedOfHooksSetAfterValidate(t *testing.T) {
 	clk := newFakeClock()
-	tr := newTransport(t, clk, &Transport{Base: always503(), MaxAttempts: 2, MaxCallCost: 100})
+	tr := newTransport(t, clk, &Transport{Base: always503(), Retry: RetryPolicy{MaxAttempts: 2, MaxCallCost: 100}})
 	if err := tr.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -269,8 +269,14 @@ func TestHiddenResendsCountAgainstAttemptsAndBudget(t *testing.T) {
 	budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 10})
 	require.NoError(t, err)
 	var hidden []AttemptDoneInfo
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxAttempts: 5, Budget: budget,
-		Hooks: Hooks{HiddenResend: func(i AttemptDoneInfo) { hidden = append(hidden, i) }}})
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Base: base,
+		Retry: RetryPolicy{
+			MaxAttempts: 5,
+			Budget:      budget,
+		},
+		Hooks: Hooks{HiddenResend: func(i AttemptDoneInfo) { hidden = append(hidden, i) }},
+	})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://api.example/items", ""))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)

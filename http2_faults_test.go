@@ -120,7 +120,7 @@ func TestHTTP2PUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
 			})
 			clk := newFakeClock()
 			var log hookLog
-			tr := newTransport(t, clk, &Transport{Base: base, AttemptTimeout: shortTimeout, Hooks: log.hooks()})
+			tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{AttemptTimeout: shortTimeout}, Hooks: log.hooks()})
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL+"/doc/1", "v2"))
 			if err != nil || resp.StatusCode != http.StatusOK || string(body) != "stored" {
 				t.Fatalf("Do: got %v, %q, %v; want 200 stored", resp, body, err)

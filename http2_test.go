@@ -29,7 +29,7 @@ func TestHTTP2KeyedPOSTRetriedOn503WithSameBodyAndKey(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				srv, base := startTLSServer(t, p, failThenOK(1))
 				var log hookLog
-				tr := newTransport(t, newFakeClock(), &Transport{Base: base, GenerateIdempotencyKeys: generated, Hooks: log.hooks()})
+				tr := newTransport(t, newFakeClock(), &Transport{Base: base, Keys: KeyPolicy{Generate: generated}, Hooks: log.hooks()})
 				req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 				if !generated {
 					req.Header.Set(headerIdempotencyKey, "pay-h2-1")
@@ -88,7 +88,7 @@ func TestHTTP2KeyedPOSTStallingAfterEffectRequiresReconcile(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			srv, base := startTLSServer(t, p, stallUntilGone)
 			clk := newFakeClock()
-			tr := newTransport(t, clk, &Transport{Base: base, AttemptTimeout: shortTimeout})
+			tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{AttemptTimeout: shortTimeout}})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 			req.Header.Set(headerIdempotencyKey, "pay-h2-2")
 			resp, _, err := do(tr, req)

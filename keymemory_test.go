@@ -40,7 +40,7 @@ func TestUncertainKeyRememberedWithoutALedger(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
-			tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget()})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget()}})
 			first := uncertainPOST(t, tr, srv.URL, "order-5")
 			assert.ErrorIs(t, first.Cause, ErrAttemptTimeout)
 
@@ -79,7 +79,7 @@ func TestResolveWithALedger(t *testing.T) {
 		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
 			ledger := &MemoryLedger{}
-			tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget(), Ledger: ledger})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{Ledger: ledger}})
 			first := uncertainPOST(t, tr, srv.URL, "order-8")
 			again := uncertainPOST(t, tr, srv.URL, "order-8")
 			assert.True(t, again.Earlier)
@@ -106,7 +106,7 @@ func TestResolveWithALedger(t *testing.T) {
 // and Resolve does nothing.
 func TestUnkeyedAndGeneratedKeysAreNotRemembered(t *testing.T) {
 	srv := newTestServer(t, stallUntilGone)
-	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 200 * time.Millisecond, GenerateIdempotencyKeys: true})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond}, Keys: KeyPolicy{Generate: true}})
 	for range 2 {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order"))
 		var rec *ReconcileRequiredError

@@ -50,7 +50,7 @@ func newLedgerClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Clien
 // newLedgerClientOn is newLedgerClient on clock clk.
 func newLedgerClientOn(t *testing.T, clk *fakeClock, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
 	t.Helper()
-	tr := &Transport{Ledger: l, Budget: UnlimitedBudget()}
+	tr := &Transport{Keys: KeyPolicy{Ledger: l}, Retry: RetryPolicy{Budget: UnlimitedBudget()}}
 	clk.install(tr)
 	setRandN(tr, func(n int64) int64 { return n / 2 })
 	if tune != nil {

@@ -383,7 +383,7 @@ func TestMemoryLedgerInvalidSettings(t *testing.T) {
 			_, err := tt.cfg.Begin(context.Background(), "k", ledgerFP(1))
 			require.ErrorIs(t, err, ErrInvalidPolicy)
 			assert.Contains(t, err.Error(), "MemoryLedger."+tt.field+" ")
-			err = (&Transport{Ledger: tt.cfg}).Validate()
+			err = (&Transport{Keys: KeyPolicy{Ledger: tt.cfg}}).Validate()
 			require.ErrorIs(t, err, ErrInvalidPolicy)
 			assert.Contains(t, err.Error(), "MemoryLedger."+tt.field+" ")
 		})

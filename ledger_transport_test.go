@@ -114,7 +114,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 	t.Run("uncertain", func(t *testing.T) {
 		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 		srv := newOrdersServer(t, always(orderApplyThenStall))
-		client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
+		client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Retry.AttemptTimeout = heldAttemptTimeout })
 		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 		reconcileErrOf(t, err, key)
 		conflict(t, client, srv)
@@ -140,7 +140,7 @@ func TestLedgerStoredResultReplayed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
 			srv := newOrdersServer(t, always(tc.step))
-			client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.AttemptTimeout = tc.timeout })
+			client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Retry.AttemptTimeout = tc.timeout })
 			first, err := client.Do(newKeyedPOST(t, callCtx(t), srv.url(), "k-"+tc.name, `{"item":"book"}`))
 			require.NoError(t, err)
 			require.Equalf(t, tc.status, first.StatusCode, "got status %d, want %d", first.StatusCode, tc.status)
@@ -170,7 +170,7 @@ func TestLedgerResultNotStoredIsAlreadyApplied(t *testing.T) {
 	}{
 		{
 			name: "over_transport_max_stored_body",
-			tune: func(tr *Transport) { tr.MaxStoredBody = 8 },
+			tune: func(tr *Transport) { tr.Keys.MaxStoredBody = 8 },
 			read: func(r io.Reader) error { _, err := io.ReadAll(r); return err },
 		},
 		{
@@ -212,7 +212,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 	)
 	ledger, clock := newLedgerOnFakeClock(t, &MemoryLedger{TTL: ttl})
 	srv := newOrdersServer(t, firstThenApply(orderApplyThenStall))
-	client, _ := newLedgerClientOn(t, clock, ledger, func(tr *Transport) { tr.AttemptTimeout = heldAttemptTimeout })
+	client, _ := newLedgerClientOn(t, clock, ledger, func(tr *Transport) { tr.Retry.AttemptTimeout = heldAttemptTimeout })
 
 	resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.Nil(t, resp)
@@ -250,7 +250,7 @@ func TestLedgerDefiniteFailureFreesKey(t *testing.T) {
 		}
 		return orderApply
 	})
-	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.MaxAttempts = 2 })
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Retry.MaxAttempts = 2 })
 
 	resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
 	require.NoErrorf(t, err, "got %v, want the final 503 as a response", err)
@@ -384,7 +384,7 @@ func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
 		sent = true
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Ledger: ledger})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Keys: KeyPolicy{Ledger: ledger}})
 	req := &http.Request{Method: http.MethodPost, Header: http.Header{headerIdempotencyKey: {"rv-key"}}}
 	req = req.WithContext(testCtx(t))
 
@@ -417,7 +417,7 @@ func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := &panicBase{}
-	tr := newTransport(t, clk, &Transport{Base: base, Ledger: ledger, Budget: UnlimitedBudget()})
+	tr := newTransport(t, clk, &Transport{Base: base, Keys: KeyPolicy{Ledger: ledger}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
 	const url = "http://rv-ledger.invalid/charges"
 	post := func() *http.Request {
 		req := newRequest(t, testCtx(t), http.MethodPost, url, `{"amount":1}`)

@@ -16,10 +16,10 @@ import (
 // "dep" on clk, whose sleeps move clk on and are recorded.
 func rateTransport(t *testing.T, clk *fakeClock, tr *Transport) *Transport {
 	t.Helper()
-	if tr.Budget == nil {
-		tr.Budget = UnlimitedBudget()
+	if tr.Retry.Budget == nil {
+		tr.Retry.Budget = UnlimitedBudget()
 	}
-	tr.Scope = func(*http.Request) string { return "dep" }
+	tr.Scope.Of = func(*http.Request) string { return "dep" }
 	return newTransport(t, clk, tr)
 }
 
@@ -27,7 +27,7 @@ func TestRateLimiterBurstThenWaits(t *testing.T) {
 	srv := statusServer(t, http.StatusOK, "ok")
 	clk := newFakeClock()
 	pl := newPolicyLog()
-	tr := rateTransport(t, clk, &Transport{RateLimit: 4, RateBurst: 2, Hooks: Hooks{Policy: pl.hook}})
+	tr := rateTransport(t, clk, &Transport{Load: LoadPolicy{RateLimit: 4, RateBurst: 2}, Hooks: Hooks{Policy: pl.hook}})
 
 	for i := range 2 {
 		if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
@@ -82,7 +82,7 @@ func TestRateLimiterRejectsLongWaitWithoutTakingToken(t *testing.T) {
 			// never strikes in real time.
 			clk := newFakeClockAt(time.Now().Add(time.Hour))
 			pl := newPolicyLog()
-			rt := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, MaxLimitWait: tt.maxLimitWait, Hooks: Hooks{Policy: pl.hook}})
+			rt := rateTransport(t, clk, &Transport{Load: LoadPolicy{RateLimit: 1, RateBurst: 1, MaxWait: tt.maxLimitWait}, Hooks: Hooks{Policy: pl.hook}})
 			if _, _, err := do(rt, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
 				t.Fatalf("the first call: %v", err)
 			}
@@ -128,7 +128,7 @@ func TestRateLimiterRetriesDrawFromIt(t *testing.T) {
 	t.Run("waits", func(t *testing.T) {
 		srv := newTestServer(t, failThenOK(1))
 		clk := newFakeClock()
-		tr := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, InitialBackoff: 100 * time.Millisecond})
+		tr := rateTransport(t, clk, &Transport{Load: LoadPolicy{RateLimit: 1, RateBurst: 1}, Retry: RetryPolicy{InitialBackoff: 100 * time.Millisecond}})
 		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 		if err != nil || resp.StatusCode != http.StatusOK || string(body) != "done" {
 			t.Fatalf("got %v, want the retry's 200", err)
@@ -145,8 +145,17 @@ func TestRateLimiterRetriesDrawFromIt(t *testing.T) {
 		srv := newTestServer(t, failThenOK(1))
 		clk := newFakeClock()
 		gu := &giveUpLog{}
-		tr := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, InitialBackoff: 100 * time.Millisecond,
-			MaxLimitWait: 500 * time.Millisecond, Hooks: Hooks{GiveUp: gu.hook}})
+		tr := rateTransport(t, clk, &Transport{
+			Load: LoadPolicy{
+				RateLimit: 1,
+				RateBurst: 1,
+				MaxWait:   500 * time.Millisecond,
+			},
+			Retry: RetryPolicy{
+				InitialBackoff: 100 * time.Millisecond,
+			},
+			Hooks: Hooks{GiveUp: gu.hook},
+		})
 		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || string(body) != "try later" {
 			t.Fatalf("got %v, want the first attempt's 503 back", err)
@@ -168,8 +177,17 @@ func TestRateLimiterRefusesHedgeWithoutWaiting(t *testing.T) {
 	srv := newPathServer(t, "/a")
 	g := newGatedSleep(newFakeClock())
 	pl := newPolicyLog()
-	tr := rateTransport(t, g.clk, &Transport{RateLimit: 1, RateBurst: 1, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond,
-		Hooks: Hooks{Policy: pl.hook}})
+	tr := rateTransport(t, g.clk, &Transport{
+		Load: LoadPolicy{
+			RateLimit: 1,
+			RateBurst: 1,
+		},
+		Hedge: HedgePolicy{
+			Max:   1,
+			Delay: 10 * time.Millisecond,
+		},
+		Hooks: Hooks{Policy: pl.hook},
+	})
 	g.install(tr)
 
 	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
@@ -197,7 +215,7 @@ func TestRateLimiterRefusesHedgeWithoutWaiting(t *testing.T) {
 func TestRateLimiterRefusesWaitEndingAtDeadline(t *testing.T) {
 	srv := statusServer(t, http.StatusOK, "ok")
 	clk := newFakeClockAt(time.Now().Add(time.Hour)) // the deadline never strikes in real time
-	tr := rateTransport(t, clk, &Transport{RateLimit: 1, RateBurst: 1, MaxLimitWait: time.Hour})
+	tr := rateTransport(t, clk, &Transport{Load: LoadPolicy{RateLimit: 1, RateBurst: 1, MaxWait: time.Hour}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
 		t.Fatalf("the first call: %v", err)
 	}

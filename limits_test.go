@@ -58,8 +58,18 @@ func TestBulkheadBoundsInFlightUnderLoad(t *testing.T) {
 		defer client.leave()
 		return inner.RoundTrip(r)
 	})
-	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 1, Budget: UnlimitedBudget(),
-		MaxInFlight: maxInFlight, MaxQueued: callers, MaxLimitWait: time.Hour})
+	tr := newTransport(t, nil, &Transport{
+		Base: base,
+		Retry: RetryPolicy{
+			MaxAttempts: 1,
+			Budget:      UnlimitedBudget(),
+		},
+		Load: LoadPolicy{
+			MaxInFlight: maxInFlight,
+			MaxQueued:   callers,
+			MaxWait:     time.Hour,
+		},
+	})
 
 	var wg sync.WaitGroup
 	var failed atomic.Int32
@@ -105,14 +115,14 @@ func TestBulkheadBoundsInFlightUnderLoad(t *testing.T) {
 // the scope "dep", on a fake clock whose sleeps g holds.
 func bulkheadTransport(t *testing.T, g *gatedSleep, tr *Transport) *Transport {
 	t.Helper()
-	if tr.MaxInFlight == 0 {
-		tr.MaxInFlight = 1
+	if tr.Load.MaxInFlight == 0 {
+		tr.Load.MaxInFlight = 1
 	}
-	if tr.MaxAttempts == 0 {
-		tr.MaxAttempts = 1
+	if tr.Retry.MaxAttempts == 0 {
+		tr.Retry.MaxAttempts = 1
 	}
-	tr.Budget = UnlimitedBudget()
-	tr.Scope = func(*http.Request) string { return "dep" }
+	tr.Retry.Budget = UnlimitedBudget()
+	tr.Scope.Of = func(*http.Request) string { return "dep" }
 	tr = newTransport(t, nil, tr)
 	g.install(tr)
 	return tr
@@ -172,7 +182,7 @@ func TestBulkheadQueueIsFIFO(t *testing.T) {
 	clk := newFakeClock()
 	g := newGatedSleep(clk)
 	pl := newPolicyLog()
-	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 2, MaxLimitWait: time.Minute, Hooks: Hooks{Policy: pl.hook}})
+	tr := bulkheadTransport(t, g, &Transport{Load: LoadPolicy{MaxQueued: 2, MaxWait: time.Minute}, Hooks: Hooks{Policy: pl.hook}})
 
 	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
 	if p := srv.next(t); p != "/a" {
@@ -225,7 +235,7 @@ func TestBulkheadQueueWaitEndsAtMaxLimitWait(t *testing.T) {
 	srv := newPathServer(t, "/a")
 	g := newGatedSleep(newFakeClock())
 	pl := newPolicyLog()
-	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 1, MaxLimitWait: 50 * time.Millisecond, Hooks: Hooks{Policy: pl.hook}})
+	tr := bulkheadTransport(t, g, &Transport{Load: LoadPolicy{MaxQueued: 1, MaxWait: 50 * time.Millisecond}, Hooks: Hooks{Policy: pl.hook}})
 
 	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
 	srv.next(t)
@@ -265,7 +275,7 @@ func TestBulkheadQueueWaitEndsAtCallerDeadline(t *testing.T) {
 	noGoroutineLeft(t)
 	srv := newPathServer(t, "/a")
 	g := newGatedSleep(newFakeClock())
-	tr := bulkheadTransport(t, g, &Transport{MaxQueued: 1, MaxLimitWait: time.Hour})
+	tr := bulkheadTransport(t, g, &Transport{Load: LoadPolicy{MaxQueued: 1, MaxWait: time.Hour}})
 
 	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
 	srv.next(t)
@@ -293,8 +303,20 @@ func TestBulkheadRefusesHedgeWithoutWaiting(t *testing.T) {
 	srv := newPathServer(t, "/a", "/b")
 	g := newGatedSleep(newFakeClock())
 	pl := newPolicyLog()
-	tr := bulkheadTransport(t, g, &Transport{MaxInFlight: 2, MaxQueued: 4, MaxAttempts: 3, MaxHedges: 1, HedgeDelay: 10 * time.Millisecond,
-		Hooks: Hooks{Policy: pl.hook}})
+	tr := bulkheadTransport(t, g, &Transport{
+		Load: LoadPolicy{
+			MaxInFlight: 2,
+			MaxQueued:   4,
+		},
+		Retry: RetryPolicy{
+			MaxAttempts: 3,
+		},
+		Hedge: HedgePolicy{
+			Max:   1,
+			Delay: 10 * time.Millisecond,
+		},
+		Hooks: Hooks{Policy: pl.hook},
+	})
 
 	// A PUT, not hedged, holds one slot; the GET's attempt takes the other.
 	b := goDo(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL+"/b", ""))
@@ -329,8 +351,8 @@ func TestBulkheadKeptWhileInFlight(t *testing.T) {
 	noGoroutineLeft(t)
 	srv := newPathServer(t, "/a")
 	g := newGatedSleep(newFakeClock())
-	tr := bulkheadTransport(t, g, &Transport{MaxScopes: 1})
-	tr.Scope = func(r *http.Request) string { return r.URL.Path[:2] }
+	tr := bulkheadTransport(t, g, &Transport{Scope: ScopePolicy{Max: 1}})
+	tr.Scope.Of = func(r *http.Request) string { return r.URL.Path[:2] }
 
 	a := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/a", ""))
 	srv.next(t)
@@ -411,12 +433,12 @@ func TestBulkheadSlotReturnedWhenBasePanics(t *testing.T) {
 			// good, and the call after them refused. A hedge needs a
 			// second slot (MaxHedges with one is refused).
 			slots := 1
-			tr := &Transport{Base: base, Budget: UnlimitedBudget()}
+			tr := &Transport{Base: base, Retry: RetryPolicy{Budget: UnlimitedBudget()}}
 			if hedged {
 				slots = 2
-				tr.MaxHedges, tr.HedgeDelay = 1, time.Hour
+				tr.Hedge.Max, tr.Hedge.Delay = 1, time.Hour
 			}
-			tr.MaxInFlight = slots
+			tr.Load.MaxInFlight = slots
 			tr = newTransport(t, newFakeClock(), tr)
 			setSleep(tr, func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() })
 			for range slots {

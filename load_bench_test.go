@@ -24,11 +24,15 @@ func BenchmarkLoadMixed(b *testing.B) {
 		b.Fatal(err)
 	}
 	tr := &Transport{
-		InitialBackoff: 5 * time.Millisecond,
-		MaxBackoff:     50 * time.Millisecond,
-		AttemptTimeout: 200 * time.Millisecond,
-		Budget:         budget,
-		Breaker:        &Breaker{},
+		Retry: RetryPolicy{
+			InitialBackoff: 5 * time.Millisecond,
+			MaxBackoff:     50 * time.Millisecond,
+			AttemptTimeout: 200 * time.Millisecond,
+			Budget:         budget,
+		},
+		Brake: BrakePolicy{
+			Breaker: &Breaker{},
+		},
 	}
 	b.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
@@ -85,7 +89,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 		rt   func() http.RoundTripper
 	}{
 		{"base", func() http.RoundTripper { return cleanhttp.DefaultPooledTransport() }},
-		{"retryfuse", func() http.RoundTripper { return &Transport{AttemptTimeout: time.Second} }},
+		{"retryfuse", func() http.RoundTripper { return &Transport{Retry: RetryPolicy{AttemptTimeout: time.Second}} }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			rt := bc.rt()

@@ -132,13 +132,17 @@ func runLoad(t *testing.T, n int) {
 		opened    atomic.Int64
 	)
 	tr := &Transport{
-		MaxAttempts:    3,
-		InitialBackoff: 5 * time.Millisecond,
-		MaxBackoff:     50 * time.Millisecond,
-		AttemptTimeout: 200 * time.Millisecond,
-		MaxRetryAfter:  time.Second,
-		Budget:         budget,
-		Breaker:        breaker,
+		Retry: RetryPolicy{
+			MaxAttempts:    3,
+			InitialBackoff: 5 * time.Millisecond,
+			MaxBackoff:     50 * time.Millisecond,
+			AttemptTimeout: 200 * time.Millisecond,
+			MaxRetryAfter:  time.Second,
+			Budget:         budget,
+		},
+		Brake: BrakePolicy{
+			Breaker: breaker,
+		},
 		Hooks: Hooks{
 			Retry:        func(RetryInfo) { retries.Add(1) },
 			HiddenResend: func(h AttemptDoneInfo) { resends.Add(int64(h.Connections - 1)) },

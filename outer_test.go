@@ -23,7 +23,7 @@ func TestKeyHeaderInAnySpellingIsTheKey(t *testing.T) {
 	for _, name := range []string{"IDEMPOTENCY-KEY", "idempotency-KEY", "X-IDEMPOTENCY-KEY"} {
 		t.Run(name, func(t *testing.T) {
 			srv := newTestServer(t, failThenOK(1))
-			tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget(), GenerateIdempotencyKeys: true})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Keys: KeyPolicy{Generate: true}})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
 			req.Header[name] = []string{"order-9"}
 			resp, _, err := do(tr, req)
@@ -77,10 +77,10 @@ func TestTimedOutCallsReportTimeout(t *testing.T) {
 		req  func(t *testing.T) *http.Request
 		want func(t *testing.T, err error)
 	}{
-		{"one attempt, AttemptTimeout", &Transport{MaxAttempts: 1, AttemptTimeout: 20 * time.Millisecond},
+		{"one attempt, AttemptTimeout", &Transport{Retry: RetryPolicy{MaxAttempts: 1, AttemptTimeout: 20 * time.Millisecond}},
 			func(t *testing.T) *http.Request { return newRequest(t, testCtx(t), http.MethodGet, stall.URL, "") },
 			func(t *testing.T, err error) { var re *RetryError; assert.ErrorAs(t, err, &re) }},
-		{"attempts exhausted on timeouts", &Transport{MaxAttempts: 2, AttemptTimeout: 20 * time.Millisecond, Budget: UnlimitedBudget()},
+		{"attempts exhausted on timeouts", &Transport{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 20 * time.Millisecond, Budget: UnlimitedBudget()}},
 			func(t *testing.T) *http.Request { return newRequest(t, testCtx(t), http.MethodGet, stall.URL, "") },
 			func(t *testing.T, err error) { assert.ErrorIs(t, err, ErrAttemptsExhausted) }},
 		{"reconcile error after the caller's deadline", &Transport{},
@@ -157,7 +157,7 @@ func TestMayRetry(t *testing.T) {
 // context sends the same key, and the POST may be repeated.
 func TestKeyFromTheContextSurvivesOuterRetries(t *testing.T) {
 	srv := newTestServer(t, failThenOK(1))
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 1, GenerateIdempotencyKeys: true})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 1}, Keys: KeyPolicy{Generate: true}})
 	ctx := WithIdempotencyKey(testCtx(t), "order-77")
 	client := &http.Client{Transport: tr}
 	var last *http.Response

@@ -93,8 +93,16 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	}
 	var ev events
 	var gave giveUpLog
-	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1, Breaker: breaker,
-		Hooks: Hooks{Policy: ev.hook, GiveUp: gave.hook}})
+	tr := newTransport(t, clk, &Transport{
+		Base: base,
+		Retry: RetryPolicy{
+			MaxAttempts: 1,
+		},
+		Brake: BrakePolicy{
+			Breaker: breaker,
+		},
+		Hooks: Hooks{Policy: ev.hook, GiveUp: gave.hook},
+	})
 	setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
 	// One call in four accepted: the throttle would refuse after the
 	// fifth rejection, but waits until the breaker has heard its eight
@@ -194,7 +202,7 @@ func TestLearntLimitRefusesWithABulkheadFullError(t *testing.T) {
 	noGoroutineLeft(t)
 	base := newLoadBase()
 	base.hold = make(chan struct{})
-	tr := newTransport(t, newFakeClockAt(fixedStart), &Transport{Base: base, MaxAttempts: 1, AdaptiveInFlight: true, MaxLimitWait: -1})
+	tr := newTransport(t, newFakeClockAt(fixedStart), &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Load: LoadPolicy{Adaptive: true, MaxWait: -1}})
 	release := heldCalls(t, tr, base, adaptiveInitialLimit)
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 	var full *BulkheadFullError
@@ -217,7 +225,7 @@ func TestLearntLimitChangesAreReported(t *testing.T) {
 	base := newLoadBase()
 	base.hold = make(chan struct{})
 	var ev events
-	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1, AdaptiveInFlight: true, Hooks: Hooks{Policy: ev.hook}})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Load: LoadPolicy{Adaptive: true}, Hooks: Hooks{Policy: ev.hook}})
 	// Rounds of the limit in flight, each answering 10ms later: nothing
 	// queues, and the limit doubles once a window has its answers.
 	for range 4 {
@@ -248,7 +256,7 @@ func TestSlowStartAfterTheBreakerCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ev events
-	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1, Breaker: breaker, DisableThrottle: true, Hooks: Hooks{Policy: ev.hook}})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Hooks: Hooks{Policy: ev.hook}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
 		t.Fatal(err) // the 503, which opens the scope
 	}
@@ -285,8 +293,20 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 		clk := newFakeClockAt(fixedStart)
 		base := newLoadBase()
 		var gave giveUpLog
-		tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 2, AdaptiveInFlight: true, MinInFlight: 1, MaxInFlight: 1,
-			MaxLimitWait: -1, Budget: UnlimitedBudget(), Hooks: Hooks{GiveUp: gave.hook}})
+		tr := newTransport(t, clk, &Transport{
+			Base: base,
+			Retry: RetryPolicy{
+				MaxAttempts: 2,
+				Budget:      UnlimitedBudget(),
+			},
+			Load: LoadPolicy{
+				Adaptive:    true,
+				MinInFlight: 1,
+				MaxInFlight: 1,
+				MaxWait:     -1,
+			},
+			Hooks: Hooks{GiveUp: gave.hook},
+		})
 		base.status.Store(http.StatusServiceUnavailable)
 		// While the call waits to retry, another takes the only slot.
 		var release func() []error
@@ -311,8 +331,19 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 		// A ceiling of 2 (MaxHedges with a ceiling of 1 is refused): a PUT,
 		// never hedged, holds one slot of the learnt limit, the GET's
 		// attempt the other, and the GET's hedge finds none.
-		tr := newTransport(t, nil, &Transport{Base: base, AdaptiveInFlight: true, MinInFlight: 1, MaxInFlight: 2,
-			MaxHedges: 1, HedgeDelay: time.Millisecond, Hooks: Hooks{Policy: ev.hook}})
+		tr := newTransport(t, nil, &Transport{
+			Base: base,
+			Load: LoadPolicy{
+				Adaptive:    true,
+				MinInFlight: 1,
+				MaxInFlight: 2,
+			},
+			Hedge: HedgePolicy{
+				Max:   1,
+				Delay: time.Millisecond,
+			},
+			Hooks: Hooks{Policy: ev.hook},
+		})
 		var calls []*asyncCall
 		for _, method := range []string{http.MethodPut, http.MethodGet} {
 			calls = append(calls, goDo(tr, newRequest(t, testCtx(t), method, "http://dep.test/", "")))

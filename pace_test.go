@@ -96,11 +96,17 @@ func TestPaceHoldsNewCallsForRetryAfter(t *testing.T) {
 		return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
 	})
 	var waits []time.Duration
-	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1, Hooks: Hooks{Policy: func(i PolicyInfo) {
-		if i.Policy == policyThrottle && i.Action == actionWaited {
-			waits = append(waits, i.Wait)
-		}
-	}}})
+	tr := newTransport(t, clk, &Transport{
+		Base: base,
+		Retry: RetryPolicy{
+			MaxAttempts: 1,
+		},
+		Hooks: Hooks{Policy: func(i PolicyInfo) {
+			if i.Policy == policyThrottle && i.Action == actionWaited {
+				waits = append(waits, i.Wait)
+			}
+		}},
+	})
 	for range 2 {
 		if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
 			t.Fatal(err)

@@ -118,59 +118,59 @@ func (t *Transport) resolve() (policy, error) {
 	e := environment(t)
 	p := policy{
 		base:           t.Base,
-		maxAttempts:    orDefault(t.MaxAttempts, defaultMaxAttempts),
-		initialBackoff: orDefault(t.InitialBackoff, defaultInitialBackoff),
-		maxBackoff:     orDefault(t.MaxBackoff, max(defaultMaxBackoff, t.InitialBackoff)),
-		attemptTimeout: t.AttemptTimeout,
-		maxRetryAfter:  orDefault(t.MaxRetryAfter, defaultMaxRetryAfter),
+		maxAttempts:    orDefault(t.Retry.MaxAttempts, defaultMaxAttempts),
+		initialBackoff: orDefault(t.Retry.InitialBackoff, defaultInitialBackoff),
+		maxBackoff:     orDefault(t.Retry.MaxBackoff, max(defaultMaxBackoff, t.Retry.InitialBackoff)),
+		attemptTimeout: t.Retry.AttemptTimeout,
+		maxRetryAfter:  orDefault(t.Retry.MaxRetryAfter, defaultMaxRetryAfter),
 		decision: decide.Policy{
 			// A zero threshold never cuts MaxAttempts short.
-			FailureThreshold: orDefault(t.MaxFailureStreak, max(defaultMaxFailureStreak, orDefault(t.MaxAttempts, defaultMaxAttempts))),
-			BudgetUnits:      orDefault(t.MaxCallCost, defaultMaxCallCost),
+			FailureThreshold: orDefault(t.Retry.MaxFailureStreak, max(defaultMaxFailureStreak, orDefault(t.Retry.MaxAttempts, defaultMaxAttempts))),
+			BudgetUnits:      orDefault(t.Retry.MaxCallCost, defaultMaxCallCost),
 		},
-		timeoutCost:  orDefault(t.TimeoutCost, defaultTimeoutCost),
-		classifier:   t.Classifier,
-		generateKeys: t.GenerateIdempotencyKeys,
-		budget:       t.Budget, // on the Transport's clock, below
-		newBudget:    t.NewBudget,
-		breaker:      t.Breaker,
-		breakerScope: t.BreakerScope,
-		ledger:       ledgerOn(t.Ledger, e.clock),
-		reconciler:   t.Reconciler,
-		scope:        t.Scope,
-		maxScopes:    orDefault(t.MaxScopes, defaultMaxScopes),
+		timeoutCost:  orDefault(t.Retry.TimeoutCost, defaultTimeoutCost),
+		classifier:   t.Retry.Classifier,
+		generateKeys: t.Keys.Generate,
+		budget:       t.Retry.Budget, // on the Transport's clock, below
+		newBudget:    t.Retry.NewBudget,
+		breaker:      t.Brake.Breaker,
+		breakerScope: t.Brake.Route,
+		ledger:       ledgerOn(t.Keys.Ledger, e.clock),
+		reconciler:   t.Keys.Reconciler,
+		scope:        t.Scope.Of,
+		maxScopes:    orDefault(t.Scope.Max, defaultMaxScopes),
 		redact:       t.RedactQueryParams,
-		maxDrain:     orDefault(t.MaxDrainBytes, defaultMaxDrainBytes),
+		maxDrain:     orDefault(t.Retry.MaxDrainBytes, defaultMaxDrainBytes),
 		maxDrainTime: e.maxDrainTime,
-		maxFP:        orDefault(t.MaxFingerprintBytes, defaultMaxFingerprintBytes),
-		maxStored:    orDefault(t.MaxStoredBody, defaultMaxStoredBody),
+		maxFP:        orDefault(t.Keys.MaxFingerprintBytes, defaultMaxFingerprintBytes),
+		maxStored:    orDefault(t.Keys.MaxStoredBody, defaultMaxStoredBody),
 		hedge: hedgePolicy{
-			max:      t.MaxHedges,
-			delay:    t.HedgeDelay,
-			quantile: t.HedgeQuantile,
-			methods:  slices.Clone(t.HedgeMethods),
+			max:      t.Hedge.Max,
+			delay:    t.Hedge.Delay,
+			quantile: t.Hedge.Quantile,
+			methods:  slices.Clone(t.Hedge.Methods),
 		},
-		maxInFlight:   t.MaxInFlight,
-		maxQueued:     t.MaxQueued,
-		rateLimit:     t.RateLimit,
-		rateBurst:     t.RateBurst,
-		maxLimitWait:  orDefault(t.MaxLimitWait, defaultMaxLimitWait),
-		honoursKeys:   t.ServerHonoursKeys,
-		honourMemory:  max(0, orDefault(t.HonourMemory, defaultHonourMemory)), // negative: never learnt
+		maxInFlight:   t.Load.MaxInFlight,
+		maxQueued:     t.Load.MaxQueued,
+		rateLimit:     t.Load.RateLimit,
+		rateBurst:     t.Load.RateBurst,
+		maxLimitWait:  orDefault(t.Load.MaxWait, defaultMaxLimitWait),
+		honoursKeys:   t.Keys.ServerHonours,
+		honourMemory:  max(0, orDefault(t.Keys.HonourMemory, defaultHonourMemory)), // negative: never learnt
 		fallback:      t.Fallback,
-		shareReads:    t.ShareReads,
-		shareKey:      t.ShareKey,
-		maxSharedBody: orDefault(t.MaxSharedBody, defaultMaxSharedBody),
+		shareReads:    t.Reads.Share,
+		shareKey:      t.Reads.ShareKey,
+		maxSharedBody: orDefault(t.Reads.MaxSharedBody, defaultMaxSharedBody),
 		clock:         e.clock,
 		randN:         e.randN,
 
-		adaptive:       t.AdaptiveInFlight,
-		minInFlight:    t.MinInFlight,
-		learntWait:     t.MaxLimitWait,
-		throttle:       !t.DisableThrottle,
-		throttleRatio:  orDefault(t.ThrottleRatio, defaultThrottleRatio),
-		throttleWindow: orDefault(t.ThrottleWindow, defaultThrottleWindow),
-		slowStart:      orDefault(t.SlowStart, defaultSlowStart),
+		adaptive:       t.Load.Adaptive,
+		minInFlight:    t.Load.MinInFlight,
+		learntWait:     t.Load.MaxWait,
+		throttle:       !t.Load.Throttle.Disable,
+		throttleRatio:  orDefault(t.Load.Throttle.Ratio, defaultThrottleRatio),
+		throttleWindow: orDefault(t.Load.Throttle.Window, defaultThrottleWindow),
+		slowStart:      orDefault(t.Load.SlowStart, defaultSlowStart),
 	}
 	if p.adaptive {
 		p.maxInFlight = orDefault(p.maxInFlight, defaultMaxInFlightLimit)
@@ -189,70 +189,70 @@ func (t *Transport) resolve() (policy, error) {
 		p.newBudget = newDefaultBudget
 	}
 	switch {
-	case t.MaxAttempts < 0:
+	case t.Retry.MaxAttempts < 0:
 		return p, invalidPolicy("MaxAttempts", "must not be negative")
-	case t.InitialBackoff < 0:
+	case t.Retry.InitialBackoff < 0:
 		return p, invalidPolicy("InitialBackoff", "must not be negative")
-	case t.MaxBackoff < 0:
+	case t.Retry.MaxBackoff < 0:
 		return p, invalidPolicy("MaxBackoff", "must not be negative")
 	case p.maxBackoff < p.initialBackoff: // only a MaxBackoff set can be: a zero one follows InitialBackoff
-		return p, invalidPolicy("MaxBackoff "+t.MaxBackoff.String(),
-			"must not be below "+setting("InitialBackoff", p.initialBackoff, t.InitialBackoff == 0))
-	case t.AttemptTimeout < 0:
+		return p, invalidPolicy("MaxBackoff "+t.Retry.MaxBackoff.String(),
+			"must not be below "+setting("InitialBackoff", p.initialBackoff, t.Retry.InitialBackoff == 0))
+	case t.Retry.AttemptTimeout < 0:
 		return p, invalidPolicy("AttemptTimeout", "must not be negative")
-	case t.MaxRetryAfter < 0:
+	case t.Retry.MaxRetryAfter < 0:
 		return p, invalidPolicy("MaxRetryAfter", "must not be negative")
-	case t.MaxFailureStreak < 0:
+	case t.Retry.MaxFailureStreak < 0:
 		return p, invalidPolicy("MaxFailureStreak", "must not be negative")
-	case t.MaxCallCost < 0 || math.IsNaN(t.MaxCallCost) || math.IsInf(t.MaxCallCost, 0):
+	case t.Retry.MaxCallCost < 0 || math.IsNaN(t.Retry.MaxCallCost) || math.IsInf(t.Retry.MaxCallCost, 0):
 		return p, invalidPolicy("MaxCallCost", "must be a finite, non-negative number")
-	case t.TimeoutCost < 0 || math.IsNaN(t.TimeoutCost) || math.IsInf(t.TimeoutCost, 0):
+	case t.Retry.TimeoutCost < 0 || math.IsNaN(t.Retry.TimeoutCost) || math.IsInf(t.Retry.TimeoutCost, 0):
 		return p, invalidPolicy("TimeoutCost", "must be a finite, non-negative number")
-	case t.MaxFingerprintBytes < 0:
+	case t.Keys.MaxFingerprintBytes < 0:
 		return p, invalidPolicy("MaxFingerprintBytes", "must not be negative")
-	case t.MaxStoredBody < 0:
+	case t.Keys.MaxStoredBody < 0:
 		return p, invalidPolicy("MaxStoredBody", "must not be negative")
-	case t.MaxScopes < 0:
+	case t.Scope.Max < 0:
 		return p, invalidPolicy("MaxScopes", "must not be negative")
-	case t.MaxDrainBytes < 0:
+	case t.Retry.MaxDrainBytes < 0:
 		return p, invalidPolicy("MaxDrainBytes", "must not be negative")
-	case t.MaxHedges < 0:
+	case t.Hedge.Max < 0:
 		return p, invalidPolicy("MaxHedges", "must not be negative")
-	case t.HedgeDelay < 0:
+	case t.Hedge.Delay < 0:
 		return p, invalidPolicy("HedgeDelay", "must not be negative")
-	case t.HedgeQuantile != 0 && !(t.HedgeQuantile > 0 && t.HedgeQuantile < 1):
+	case t.Hedge.Quantile != 0 && !(t.Hedge.Quantile > 0 && t.Hedge.Quantile < 1):
 		return p, invalidPolicy("HedgeQuantile", "must be above 0 and below 1")
-	case t.MaxHedges > 0 && t.HedgeDelay == 0 && t.HedgeQuantile == 0:
+	case t.Hedge.Max > 0 && t.Hedge.Delay == 0 && t.Hedge.Quantile == 0:
 		return p, invalidPolicy("HedgeDelay", "must be set with MaxHedges, unless HedgeQuantile derives it")
-	case t.MaxInFlight < 0:
+	case t.Load.MaxInFlight < 0:
 		return p, invalidPolicy("MaxInFlight", "must not be negative")
-	case t.MaxQueued < 0:
+	case t.Load.MaxQueued < 0:
 		return p, invalidPolicy("MaxQueued", "must not be negative")
-	case t.MaxQueued > 0 && t.MaxInFlight == 0 && !t.AdaptiveInFlight:
+	case t.Load.MaxQueued > 0 && t.Load.MaxInFlight == 0 && !t.Load.Adaptive:
 		return p, invalidPolicy("MaxQueued", "needs a MaxInFlight or AdaptiveInFlight to queue for")
-	case t.RateLimit < 0 || math.IsNaN(t.RateLimit) || math.IsInf(t.RateLimit, 0):
+	case t.Load.RateLimit < 0 || math.IsNaN(t.Load.RateLimit) || math.IsInf(t.Load.RateLimit, 0):
 		return p, invalidPolicy("RateLimit", "must be a finite, non-negative number")
-	case t.RateBurst < 0:
+	case t.Load.RateBurst < 0:
 		return p, invalidPolicy("RateBurst", "must not be negative")
-	case t.RateLimit > 0 && t.RateBurst == 0:
+	case t.Load.RateLimit > 0 && t.Load.RateBurst == 0:
 		return p, invalidPolicy("RateBurst", "must be at least 1 with a RateLimit")
-	case t.RateBurst > 0 && t.RateLimit == 0:
+	case t.Load.RateBurst > 0 && t.Load.RateLimit == 0:
 		return p, invalidPolicy("RateBurst", "needs a RateLimit")
-	case t.MaxSharedBody < 0:
+	case t.Reads.MaxSharedBody < 0:
 		return p, invalidPolicy("MaxSharedBody", "must not be negative")
-	case t.MinInFlight < 0:
+	case t.Load.MinInFlight < 0:
 		return p, invalidPolicy("MinInFlight", "must not be negative")
-	case math.IsNaN(t.ThrottleRatio) || math.IsInf(t.ThrottleRatio, 0) || t.ThrottleRatio != 0 && t.ThrottleRatio < 1:
-		return p, invalidPolicy(fmt.Sprint("ThrottleRatio ", t.ThrottleRatio),
+	case math.IsNaN(t.Load.Throttle.Ratio) || math.IsInf(t.Load.Throttle.Ratio, 0) || t.Load.Throttle.Ratio != 0 && t.Load.Throttle.Ratio < 1:
+		return p, invalidPolicy(fmt.Sprint("ThrottleRatio ", t.Load.Throttle.Ratio),
 			"must be a finite number of at least 1: it is the attempts sent per attempt accepted, and below 1 a dependency that accepts every request would be throttled")
-	case t.ThrottleWindow < 0:
-		return p, invalidPolicy("ThrottleWindow "+t.ThrottleWindow.String(), "must not be negative")
-	case t.ThrottleWindow > 0 && t.ThrottleWindow < throttleBuckets:
-		return p, invalidPolicy("ThrottleWindow "+t.ThrottleWindow.String(), "is shorter than 20ns, the least that divides into its 20 buckets")
-	case t.SlowStart < 0:
-		return p, invalidPolicy("SlowStart "+t.SlowStart.String(), "must not be negative")
+	case t.Load.Throttle.Window < 0:
+		return p, invalidPolicy("ThrottleWindow "+t.Load.Throttle.Window.String(), "must not be negative")
+	case t.Load.Throttle.Window > 0 && t.Load.Throttle.Window < throttleBuckets:
+		return p, invalidPolicy("ThrottleWindow "+t.Load.Throttle.Window.String(), "is shorter than 20ns, the least that divides into its 20 buckets")
+	case t.Load.SlowStart < 0:
+		return p, invalidPolicy("SlowStart "+t.Load.SlowStart.String(), "must not be negative")
 	}
-	for _, m := range t.HedgeMethods {
+	for _, m := range t.Hedge.Methods {
 		if !validMethod(m) {
 			return p, invalidPolicy("HedgeMethods", "holds an invalid method "+strconv.Quote(m))
 		}
@@ -260,7 +260,7 @@ func (t *Transport) resolve() (policy, error) {
 	if err := t.checkTogether(&p); err != nil {
 		return p, err
 	}
-	if ml, ok := t.Ledger.(*MemoryLedger); ok {
+	if ml, ok := t.Keys.Ledger.(*MemoryLedger); ok {
 		if err := ml.validate(); err != nil {
 			return p, err
 		}

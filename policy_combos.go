@@ -67,41 +67,41 @@ import "fmt"
 //     and none is.
 func (t *Transport) checkTogether(p *policy) error {
 	switch {
-	case t.HedgeDelay != 0 && t.MaxHedges == 0:
-		return invalidPolicy("HedgeDelay "+t.HedgeDelay.String(), "needs MaxHedges: without it nothing is hedged")
-	case t.HedgeQuantile != 0 && t.MaxHedges == 0:
-		return invalidPolicy(fmt.Sprint("HedgeQuantile ", t.HedgeQuantile), "needs MaxHedges: without it nothing is hedged")
-	case len(t.HedgeMethods) > 0 && t.MaxHedges == 0:
+	case t.Hedge.Delay != 0 && t.Hedge.Max == 0:
+		return invalidPolicy("HedgeDelay "+t.Hedge.Delay.String(), "needs MaxHedges: without it nothing is hedged")
+	case t.Hedge.Quantile != 0 && t.Hedge.Max == 0:
+		return invalidPolicy(fmt.Sprint("HedgeQuantile ", t.Hedge.Quantile), "needs MaxHedges: without it nothing is hedged")
+	case len(t.Hedge.Methods) > 0 && t.Hedge.Max == 0:
 		return invalidPolicy("HedgeMethods", "needs MaxHedges: without it nothing is hedged")
-	case t.MaxHedges > 0 && p.maxAttempts == 1:
-		return invalidPolicy(fmt.Sprint("MaxHedges ", t.MaxHedges), "needs MaxAttempts of at least 2: a hedge counts as an attempt")
-	case t.MaxHedges > 0 && t.MaxInFlight == 1:
-		return invalidPolicy(fmt.Sprint("MaxHedges ", t.MaxHedges),
+	case t.Hedge.Max > 0 && p.maxAttempts == 1:
+		return invalidPolicy(fmt.Sprint("MaxHedges ", t.Hedge.Max), "needs MaxAttempts of at least 2: a hedge counts as an attempt")
+	case t.Hedge.Max > 0 && t.Load.MaxInFlight == 1:
+		return invalidPolicy(fmt.Sprint("MaxHedges ", t.Hedge.Max),
 			"needs a MaxInFlight of at least 2: a hedge takes a bulkhead slot beside its attempt's, and with one slot none is ever sent")
-	case t.MaxHedges > 0 && t.AttemptTimeout > 0 && t.HedgeDelay >= t.AttemptTimeout:
-		return invalidPolicy("HedgeDelay "+t.HedgeDelay.String(),
-			"must be below AttemptTimeout "+t.AttemptTimeout.String()+": an attempt times out before its hedge is due")
-	case t.ShareKey != nil && !t.ShareReads:
+	case t.Hedge.Max > 0 && t.Retry.AttemptTimeout > 0 && t.Hedge.Delay >= t.Retry.AttemptTimeout:
+		return invalidPolicy("HedgeDelay "+t.Hedge.Delay.String(),
+			"must be below AttemptTimeout "+t.Retry.AttemptTimeout.String()+": an attempt times out before its hedge is due")
+	case t.Reads.ShareKey != nil && !t.Reads.Share:
 		return invalidPolicy("ShareKey", "needs ShareReads: without it no read is shared")
-	case t.MaxSharedBody != 0 && !t.ShareReads:
-		return invalidPolicy(fmt.Sprint("MaxSharedBody ", t.MaxSharedBody), "needs ShareReads: without it no body is shared")
-	case t.BreakerScope != nil && t.Breaker == nil:
+	case t.Reads.MaxSharedBody != 0 && !t.Reads.Share:
+		return invalidPolicy(fmt.Sprint("MaxSharedBody ", t.Reads.MaxSharedBody), "needs ShareReads: without it no body is shared")
+	case t.Brake.Route != nil && t.Brake.Breaker == nil:
 		return invalidPolicy("BreakerScope", "needs a Breaker: without it nothing is braked per scope")
-	case t.Budget != nil && t.NewBudget != nil:
+	case t.Retry.Budget != nil && t.Retry.NewBudget != nil:
 		return invalidPolicy("NewBudget", "must be nil with a Budget: Budget is the budget of every scope, and NewBudget is never called")
-	case t.MaxScopes != 0 && t.Budget != nil && !p.keepsScopes():
-		return invalidPolicy(fmt.Sprint("MaxScopes ", t.MaxScopes),
+	case t.Scope.Max != 0 && t.Retry.Budget != nil && !p.keepsScopes():
+		return invalidPolicy(fmt.Sprint("MaxScopes ", t.Scope.Max),
 			"has nothing to bound: with a Budget and DisableThrottle, without MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges or a Breaker, and with a negative HonourMemory, nothing is kept per scope")
-	case t.MaxStoredBody != 0 && t.Ledger == nil:
-		return invalidPolicy(fmt.Sprint("MaxStoredBody ", t.MaxStoredBody), "needs a Ledger: only a Ledger stores results")
-	case t.MaxFingerprintBytes != 0 && t.Ledger == nil:
-		return invalidPolicy(fmt.Sprint("MaxFingerprintBytes ", t.MaxFingerprintBytes), "needs a Ledger: only a Ledger fingerprints bodies")
-	case t.MaxLimitWait != 0 && t.RateLimit == 0 && t.MaxQueued == 0 && !t.AdaptiveInFlight && t.DisableThrottle:
-		return invalidPolicy("MaxLimitWait "+t.MaxLimitWait.String(),
+	case t.Keys.MaxStoredBody != 0 && t.Keys.Ledger == nil:
+		return invalidPolicy(fmt.Sprint("MaxStoredBody ", t.Keys.MaxStoredBody), "needs a Ledger: only a Ledger stores results")
+	case t.Keys.MaxFingerprintBytes != 0 && t.Keys.Ledger == nil:
+		return invalidPolicy(fmt.Sprint("MaxFingerprintBytes ", t.Keys.MaxFingerprintBytes), "needs a Ledger: only a Ledger fingerprints bodies")
+	case t.Load.MaxWait != 0 && t.Load.RateLimit == 0 && t.Load.MaxQueued == 0 && !t.Load.Adaptive && t.Load.Throttle.Disable:
+		return invalidPolicy("MaxLimitWait "+t.Load.MaxWait.String(),
 			"needs a RateLimit, a MaxQueued, AdaptiveInFlight or the throttle (DisableThrottle is set): without them no attempt waits (a bulkhead without a queue refuses at once)")
-	case t.MaxQueued > 0 && t.MaxLimitWait < 0:
-		return invalidPolicy(fmt.Sprint("MaxQueued ", t.MaxQueued),
-			"needs a MaxLimitWait that lets an attempt wait: with MaxLimitWait "+t.MaxLimitWait.String()+" none waits in the queue")
+	case t.Load.MaxQueued > 0 && t.Load.MaxWait < 0:
+		return invalidPolicy(fmt.Sprint("MaxQueued ", t.Load.MaxQueued),
+			"needs a MaxLimitWait that lets an attempt wait: with MaxLimitWait "+t.Load.MaxWait.String()+" none waits in the queue")
 	}
 	if err := t.checkLoad(); err != nil {
 		return err
@@ -117,17 +117,17 @@ func (t *Transport) checkTogether(p *policy) error {
 // neither a Breaker nor AdaptiveInFlight (nothing ramps).
 func (t *Transport) checkLoad() error {
 	switch {
-	case t.MinInFlight != 0 && !t.AdaptiveInFlight:
-		return invalidPolicy(fmt.Sprint("MinInFlight ", t.MinInFlight), "needs AdaptiveInFlight: it is the floor of the learnt limit")
-	case t.AdaptiveInFlight && t.MaxInFlight > 0 && t.MinInFlight > t.MaxInFlight:
-		return invalidPolicy(fmt.Sprint("MinInFlight ", t.MinInFlight),
-			fmt.Sprint("must not be above MaxInFlight ", t.MaxInFlight, ": the floor of the learnt limit would be above its ceiling"))
-	case t.DisableThrottle && t.ThrottleRatio != 0:
-		return invalidPolicy(fmt.Sprint("ThrottleRatio ", t.ThrottleRatio), "has no effect with DisableThrottle")
-	case t.DisableThrottle && t.ThrottleWindow != 0:
-		return invalidPolicy("ThrottleWindow "+t.ThrottleWindow.String(), "has no effect with DisableThrottle")
-	case t.SlowStart != 0 && t.Breaker == nil && !t.AdaptiveInFlight:
-		return invalidPolicy("SlowStart "+t.SlowStart.String(),
+	case t.Load.MinInFlight != 0 && !t.Load.Adaptive:
+		return invalidPolicy(fmt.Sprint("MinInFlight ", t.Load.MinInFlight), "needs AdaptiveInFlight: it is the floor of the learnt limit")
+	case t.Load.Adaptive && t.Load.MaxInFlight > 0 && t.Load.MinInFlight > t.Load.MaxInFlight:
+		return invalidPolicy(fmt.Sprint("MinInFlight ", t.Load.MinInFlight),
+			fmt.Sprint("must not be above MaxInFlight ", t.Load.MaxInFlight, ": the floor of the learnt limit would be above its ceiling"))
+	case t.Load.Throttle.Disable && t.Load.Throttle.Ratio != 0:
+		return invalidPolicy(fmt.Sprint("ThrottleRatio ", t.Load.Throttle.Ratio), "has no effect with DisableThrottle")
+	case t.Load.Throttle.Disable && t.Load.Throttle.Window != 0:
+		return invalidPolicy("ThrottleWindow "+t.Load.Throttle.Window.String(), "has no effect with DisableThrottle")
+	case t.Load.SlowStart != 0 && t.Brake.Breaker == nil && !t.Load.Adaptive:
+		return invalidPolicy("SlowStart "+t.Load.SlowStart.String(),
 			"needs a Breaker or AdaptiveInFlight: it ramps admission up after a Breaker closes or a learnt limit rises from its floor")
 	}
 	return nil
@@ -142,7 +142,7 @@ func (t *Transport) checkLoad() error {
 // A call of one attempt has no retry to brake, and is let be (see
 // checkTogether).
 func (t *Transport) checkTimeoutCost(p *policy) error {
-	if t.TimeoutCost == 0 || t.TimeoutCost == 1 {
+	if t.Retry.TimeoutCost == 0 || t.Retry.TimeoutCost == 1 {
 		return nil
 	}
 	streak := p.decision.FailureThreshold
@@ -154,18 +154,18 @@ func (t *Transport) checkTimeoutCost(p *policy) error {
 	if p.decision.BudgetUnits <= most {
 		return nil
 	}
-	return invalidPolicy(fmt.Sprint("TimeoutCost ", t.TimeoutCost), fmt.Sprintf(
+	return invalidPolicy(fmt.Sprint("TimeoutCost ", t.Retry.TimeoutCost), fmt.Sprintf(
 		"has no effect with %s: MaxCallCost is never reached, as a call's attempts cost at most %g (%s at %g) before %s stops it",
-		setting("MaxCallCost", p.decision.BudgetUnits, t.MaxCallCost == 0), most, counted(attempts, "attempt"), max(1, p.timeoutCost), stoppedBy(t, p)))
+		setting("MaxCallCost", p.decision.BudgetUnits, t.Retry.MaxCallCost == 0), most, counted(attempts, "attempt"), max(1, p.timeoutCost), stoppedBy(t, p)))
 }
 
 // stoppedBy names what stops a call's attempts: MaxAttempts, or the
 // failure streak when that stops them first.
 func stoppedBy(t *Transport, p *policy) string {
 	if p.decision.FailureThreshold <= p.maxAttempts {
-		return setting("MaxFailureStreak", p.decision.FailureThreshold, t.MaxFailureStreak == 0)
+		return setting("MaxFailureStreak", p.decision.FailureThreshold, t.Retry.MaxFailureStreak == 0)
 	}
-	return setting("MaxAttempts", p.maxAttempts, t.MaxAttempts == 0)
+	return setting("MaxAttempts", p.maxAttempts, t.Retry.MaxAttempts == 0)
 }
 
 // setting names a field and its value for an error message: "MaxAttempts

@@ -24,21 +24,21 @@ func TestInvalidLoadSettings(t *testing.T) {
 		tr     *Transport
 		fields []string
 	}{
-		{"negative MinInFlight", &Transport{AdaptiveInFlight: true, MinInFlight: -1}, []string{"MinInFlight"}},
+		{"negative MinInFlight", &Transport{Load: LoadPolicy{Adaptive: true, MinInFlight: -1}}, []string{"MinInFlight"}},
 		{"MinInFlight above MaxInFlight: the floor above the ceiling",
-			&Transport{AdaptiveInFlight: true, MinInFlight: 10, MaxInFlight: 5}, []string{"MinInFlight 10", "MaxInFlight 5", "floor", "ceiling"}},
-		{"MinInFlight without AdaptiveInFlight", &Transport{MinInFlight: 4}, []string{"MinInFlight 4", "AdaptiveInFlight"}},
-		{"MaxQueued without MaxInFlight or AdaptiveInFlight", &Transport{MaxQueued: 4}, []string{"MaxQueued", "AdaptiveInFlight"}},
-		{"ThrottleRatio below 1", &Transport{ThrottleRatio: 0.5}, []string{"ThrottleRatio 0.5", "at least 1"}},
-		{"negative ThrottleRatio", &Transport{ThrottleRatio: -2}, []string{"ThrottleRatio -2"}},
-		{"NaN ThrottleRatio", &Transport{ThrottleRatio: math.NaN()}, []string{"ThrottleRatio NaN"}},
-		{"infinite ThrottleRatio", &Transport{ThrottleRatio: math.Inf(1)}, []string{"ThrottleRatio +Inf"}},
-		{"negative ThrottleWindow", &Transport{ThrottleWindow: -time.Second}, []string{"ThrottleWindow -1s"}},
-		{"a ThrottleWindow too short to divide", &Transport{ThrottleWindow: 19}, []string{"ThrottleWindow 19ns"}},
-		{"ThrottleRatio with DisableThrottle", &Transport{DisableThrottle: true, ThrottleRatio: 2}, []string{"ThrottleRatio 2", "DisableThrottle"}},
-		{"ThrottleWindow with DisableThrottle", &Transport{DisableThrottle: true, ThrottleWindow: time.Second}, []string{"ThrottleWindow 1s", "DisableThrottle"}},
-		{"negative SlowStart", &Transport{Breaker: breaker, SlowStart: -time.Second}, []string{"SlowStart -1s"}},
-		{"SlowStart without a Breaker or AdaptiveInFlight", &Transport{SlowStart: time.Second}, []string{"SlowStart 1s", "Breaker", "AdaptiveInFlight"}},
+			&Transport{Load: LoadPolicy{Adaptive: true, MinInFlight: 10, MaxInFlight: 5}}, []string{"MinInFlight 10", "MaxInFlight 5", "floor", "ceiling"}},
+		{"MinInFlight without AdaptiveInFlight", &Transport{Load: LoadPolicy{MinInFlight: 4}}, []string{"MinInFlight 4", "AdaptiveInFlight"}},
+		{"MaxQueued without MaxInFlight or AdaptiveInFlight", &Transport{Load: LoadPolicy{MaxQueued: 4}}, []string{"MaxQueued", "AdaptiveInFlight"}},
+		{"ThrottleRatio below 1", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 0.5}}}, []string{"ThrottleRatio 0.5", "at least 1"}},
+		{"negative ThrottleRatio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: -2}}}, []string{"ThrottleRatio -2"}},
+		{"NaN ThrottleRatio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: math.NaN()}}}, []string{"ThrottleRatio NaN"}},
+		{"infinite ThrottleRatio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: math.Inf(1)}}}, []string{"ThrottleRatio +Inf"}},
+		{"negative ThrottleWindow", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: -time.Second}}}, []string{"ThrottleWindow -1s"}},
+		{"a ThrottleWindow too short to divide", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: 19}}}, []string{"ThrottleWindow 19ns"}},
+		{"ThrottleRatio with DisableThrottle", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true, Ratio: 2}}}, []string{"ThrottleRatio 2", "DisableThrottle"}},
+		{"ThrottleWindow with DisableThrottle", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true, Window: time.Second}}}, []string{"ThrottleWindow 1s", "DisableThrottle"}},
+		{"negative SlowStart", &Transport{Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: -time.Second}}, []string{"SlowStart -1s"}},
+		{"SlowStart without a Breaker or AdaptiveInFlight", &Transport{Load: LoadPolicy{SlowStart: time.Second}}, []string{"SlowStart 1s", "Breaker", "AdaptiveInFlight"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,16 +69,16 @@ func TestValidLoadSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tr := range map[string]*Transport{
-		"AdaptiveInFlight alone":                           {AdaptiveInFlight: true},
-		"AdaptiveInFlight within bounds":                   {AdaptiveInFlight: true, MinInFlight: 4, MaxInFlight: 64},
-		"a floor at the ceiling: a fixed limit":            {AdaptiveInFlight: true, MinInFlight: 8, MaxInFlight: 8},
-		"AdaptiveInFlight with a queue and a wait":         {AdaptiveInFlight: true, MaxQueued: 16, MaxLimitWait: 50 * time.Millisecond},
-		"AdaptiveInFlight with a MaxLimitWait":             {AdaptiveInFlight: true, MaxLimitWait: 10 * time.Millisecond},
-		"a ThrottleRatio of 1 and a window":                {ThrottleRatio: 1, ThrottleWindow: 20},
-		"DisableThrottle":                                  {DisableThrottle: true},
-		"SlowStart with a Breaker":                         {Breaker: breaker, SlowStart: 5 * time.Second},
-		"SlowStart with AdaptiveInFlight":                  {AdaptiveInFlight: true, SlowStart: time.Millisecond},
-		"MaxInFlight 1 with AdaptiveInFlight: the floor 1": {AdaptiveInFlight: true, MaxInFlight: 1},
+		"AdaptiveInFlight alone":                           {Load: LoadPolicy{Adaptive: true}},
+		"AdaptiveInFlight within bounds":                   {Load: LoadPolicy{Adaptive: true, MinInFlight: 4, MaxInFlight: 64}},
+		"a floor at the ceiling: a fixed limit":            {Load: LoadPolicy{Adaptive: true, MinInFlight: 8, MaxInFlight: 8}},
+		"AdaptiveInFlight with a queue and a wait":         {Load: LoadPolicy{Adaptive: true, MaxQueued: 16, MaxWait: 50 * time.Millisecond}},
+		"AdaptiveInFlight with a MaxLimitWait":             {Load: LoadPolicy{Adaptive: true, MaxWait: 10 * time.Millisecond}},
+		"a ThrottleRatio of 1 and a window":                {Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 1, Window: 20}}},
+		"DisableThrottle":                                  {Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}},
+		"SlowStart with a Breaker":                         {Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: 5 * time.Second}},
+		"SlowStart with AdaptiveInFlight":                  {Load: LoadPolicy{Adaptive: true, SlowStart: time.Millisecond}},
+		"MaxInFlight 1 with AdaptiveInFlight: the floor 1": {Load: LoadPolicy{Adaptive: true, MaxInFlight: 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tr.Base = newLoadBase()

@@ -19,27 +19,27 @@ func TestInvalidStackSettingsNameTheField(t *testing.T) {
 		tr    *Transport
 		field string
 	}{
-		{"negative MaxHedges", &Transport{MaxHedges: -1}, "MaxHedges"},
-		{"negative HedgeDelay", &Transport{HedgeDelay: -time.Millisecond}, "HedgeDelay"},
-		{"negative HedgeQuantile", &Transport{HedgeQuantile: -0.5}, "HedgeQuantile"},
-		{"HedgeQuantile of 1", &Transport{HedgeQuantile: 1}, "HedgeQuantile"},
-		{"HedgeQuantile above 1", &Transport{HedgeQuantile: 95}, "HedgeQuantile"},
-		{"NaN HedgeQuantile", &Transport{HedgeQuantile: math.NaN()}, "HedgeQuantile"},
-		{"MaxHedges with neither delay nor quantile", &Transport{MaxHedges: 1}, "HedgeDelay"},
-		{"empty HedgeMethods token", &Transport{HedgeMethods: []string{""}}, "HedgeMethods"},
-		{"HedgeMethods token with a space", &Transport{HedgeMethods: []string{"GET POST"}}, "HedgeMethods"},
-		{"HedgeMethods token with a separator", &Transport{HedgeMethods: []string{"GET,HEAD"}}, "HedgeMethods"},
-		{"HedgeMethods token with a control byte", &Transport{HedgeMethods: []string{"GE\x00T"}}, "HedgeMethods"},
-		{"HedgeMethods token beyond ASCII", &Transport{HedgeMethods: []string{"GÉT"}}, "HedgeMethods"},
-		{"negative MaxInFlight", &Transport{MaxInFlight: -1}, "MaxInFlight"},
-		{"negative MaxQueued", &Transport{MaxInFlight: 1, MaxQueued: -1}, "MaxQueued"},
-		{"MaxQueued without MaxInFlight", &Transport{MaxQueued: 4}, "MaxQueued"},
-		{"NaN RateLimit", &Transport{RateLimit: math.NaN(), RateBurst: 1}, "RateLimit"},
-		{"negative RateLimit", &Transport{RateLimit: -1, RateBurst: 1}, "RateLimit"},
-		{"infinite RateLimit", &Transport{RateLimit: math.Inf(1), RateBurst: 1}, "RateLimit"},
-		{"RateLimit without RateBurst", &Transport{RateLimit: 10}, "RateBurst"},
-		{"RateBurst without RateLimit", &Transport{RateBurst: 10}, "RateBurst"},
-		{"negative RateBurst", &Transport{RateLimit: 10, RateBurst: -1}, "RateBurst"},
+		{"negative MaxHedges", &Transport{Hedge: HedgePolicy{Max: -1}}, "MaxHedges"},
+		{"negative HedgeDelay", &Transport{Hedge: HedgePolicy{Delay: -time.Millisecond}}, "HedgeDelay"},
+		{"negative HedgeQuantile", &Transport{Hedge: HedgePolicy{Quantile: -0.5}}, "HedgeQuantile"},
+		{"HedgeQuantile of 1", &Transport{Hedge: HedgePolicy{Quantile: 1}}, "HedgeQuantile"},
+		{"HedgeQuantile above 1", &Transport{Hedge: HedgePolicy{Quantile: 95}}, "HedgeQuantile"},
+		{"NaN HedgeQuantile", &Transport{Hedge: HedgePolicy{Quantile: math.NaN()}}, "HedgeQuantile"},
+		{"MaxHedges with neither delay nor quantile", &Transport{Hedge: HedgePolicy{Max: 1}}, "HedgeDelay"},
+		{"empty HedgeMethods token", &Transport{Hedge: HedgePolicy{Methods: []string{""}}}, "HedgeMethods"},
+		{"HedgeMethods token with a space", &Transport{Hedge: HedgePolicy{Methods: []string{"GET POST"}}}, "HedgeMethods"},
+		{"HedgeMethods token with a separator", &Transport{Hedge: HedgePolicy{Methods: []string{"GET,HEAD"}}}, "HedgeMethods"},
+		{"HedgeMethods token with a control byte", &Transport{Hedge: HedgePolicy{Methods: []string{"GE\x00T"}}}, "HedgeMethods"},
+		{"HedgeMethods token beyond ASCII", &Transport{Hedge: HedgePolicy{Methods: []string{"GÉT"}}}, "HedgeMethods"},
+		{"negative MaxInFlight", &Transport{Load: LoadPolicy{MaxInFlight: -1}}, "MaxInFlight"},
+		{"negative MaxQueued", &Transport{Load: LoadPolicy{MaxInFlight: 1, MaxQueued: -1}}, "MaxQueued"},
+		{"MaxQueued without MaxInFlight", &Transport{Load: LoadPolicy{MaxQueued: 4}}, "MaxQueued"},
+		{"NaN RateLimit", &Transport{Load: LoadPolicy{RateLimit: math.NaN(), RateBurst: 1}}, "RateLimit"},
+		{"negative RateLimit", &Transport{Load: LoadPolicy{RateLimit: -1, RateBurst: 1}}, "RateLimit"},
+		{"infinite RateLimit", &Transport{Load: LoadPolicy{RateLimit: math.Inf(1), RateBurst: 1}}, "RateLimit"},
+		{"RateLimit without RateBurst", &Transport{Load: LoadPolicy{RateLimit: 10}}, "RateBurst"},
+		{"RateBurst without RateLimit", &Transport{Load: LoadPolicy{RateBurst: 10}}, "RateBurst"},
+		{"negative RateBurst", &Transport{Load: LoadPolicy{RateLimit: 10, RateBurst: -1}}, "RateBurst"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,16 +70,21 @@ func TestValidStackSettings(t *testing.T) {
 		name string
 		tr   *Transport
 	}{
-		{"hedge with a delay", &Transport{MaxHedges: 2, HedgeDelay: time.Millisecond}},
-		{"hedge with a quantile only", &Transport{MaxHedges: 1, HedgeQuantile: 0.95}},
-		{"hedge with both", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond, HedgeQuantile: 0.5}},
-		{"HedgeMethods of tokens", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond,
-			HedgeMethods: []string{"GET", "PUT", "POST", "PROPFIND", "x-custom!"}}},
-		{"empty, non-nil HedgeMethods", &Transport{MaxHedges: 1, HedgeDelay: time.Millisecond, HedgeMethods: []string{}}},
-		{"bulkhead without a queue", &Transport{MaxInFlight: 1}},
-		{"bulkhead with a queue", &Transport{MaxInFlight: 8, MaxQueued: 100}},
-		{"rate limit", &Transport{RateLimit: 0.5, RateBurst: 1}},
-		{"no waiting", &Transport{RateLimit: 5, RateBurst: 1, MaxInFlight: 1, MaxLimitWait: -1}},
+		{"hedge with a delay", &Transport{Hedge: HedgePolicy{Max: 2, Delay: time.Millisecond}}},
+		{"hedge with a quantile only", &Transport{Hedge: HedgePolicy{Max: 1, Quantile: 0.95}}},
+		{"hedge with both", &Transport{Hedge: HedgePolicy{Max: 1, Delay: time.Millisecond, Quantile: 0.5}}},
+		{"HedgeMethods of tokens", &Transport{
+			Hedge: HedgePolicy{
+				Max:     1,
+				Delay:   time.Millisecond,
+				Methods: []string{"GET", "PUT", "POST", "PROPFIND", "x-custom!"},
+			},
+		}},
+		{"empty, non-nil HedgeMethods", &Transport{Hedge: HedgePolicy{Max: 1, Delay: time.Millisecond, Methods: []string{}}}},
+		{"bulkhead without a queue", &Transport{Load: LoadPolicy{MaxInFlight: 1}}},
+		{"bulkhead with a queue", &Transport{Load: LoadPolicy{MaxInFlight: 8, MaxQueued: 100}}},
+		{"rate limit", &Transport{Load: LoadPolicy{RateLimit: 0.5, RateBurst: 1}}},
+		{"no waiting", &Transport{Load: LoadPolicy{RateLimit: 5, RateBurst: 1, MaxInFlight: 1, MaxWait: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

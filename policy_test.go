@@ -34,20 +34,20 @@ func TestInvalidPolicyIsAnErrorAndSendsNothing(t *testing.T) {
 		name string
 		tr   *Transport
 	}{
-		{"negative MaxAttempts", &Transport{MaxAttempts: -1}},
-		{"negative InitialBackoff", &Transport{InitialBackoff: -time.Second}},
-		{"negative MaxBackoff", &Transport{MaxBackoff: -time.Second}},
-		{"MaxBackoff below InitialBackoff", &Transport{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}},
-		{"negative AttemptTimeout", &Transport{AttemptTimeout: -time.Second}},
-		{"negative MaxRetryAfter", &Transport{MaxRetryAfter: -time.Second}},
-		{"negative MaxFailureStreak", &Transport{MaxFailureStreak: -1}},
-		{"negative MaxCallCost", &Transport{MaxCallCost: -1}},
-		{"NaN MaxCallCost", &Transport{MaxCallCost: math.NaN()}},
-		{"infinite MaxCallCost", &Transport{MaxCallCost: math.Inf(1)}},
-		{"negative TimeoutCost", &Transport{TimeoutCost: -1}},
-		{"NaN TimeoutCost", &Transport{TimeoutCost: math.NaN()}},
-		{"infinite TimeoutCost", &Transport{TimeoutCost: math.Inf(1)}},
-		{"negative MaxDrainBytes", &Transport{MaxDrainBytes: -1}},
+		{"negative MaxAttempts", &Transport{Retry: RetryPolicy{MaxAttempts: -1}}},
+		{"negative InitialBackoff", &Transport{Retry: RetryPolicy{InitialBackoff: -time.Second}}},
+		{"negative MaxBackoff", &Transport{Retry: RetryPolicy{MaxBackoff: -time.Second}}},
+		{"MaxBackoff below InitialBackoff", &Transport{Retry: RetryPolicy{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}}},
+		{"negative AttemptTimeout", &Transport{Retry: RetryPolicy{AttemptTimeout: -time.Second}}},
+		{"negative MaxRetryAfter", &Transport{Retry: RetryPolicy{MaxRetryAfter: -time.Second}}},
+		{"negative MaxFailureStreak", &Transport{Retry: RetryPolicy{MaxFailureStreak: -1}}},
+		{"negative MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: -1}}},
+		{"NaN MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: math.NaN()}}},
+		{"infinite MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: math.Inf(1)}}},
+		{"negative TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: -1}}},
+		{"NaN TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: math.NaN()}}},
+		{"infinite TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: math.Inf(1)}}},
+		{"negative MaxDrainBytes", &Transport{Retry: RetryPolicy{MaxDrainBytes: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,9 +91,9 @@ func TestMaxBackoffBelowInitialBackoffNamesItsValue(t *testing.T) {
 		tr   *Transport
 		want string
 	}{
-		{"InitialBackoff left zero", &Transport{MaxBackoff: 50 * time.Millisecond},
+		{"InitialBackoff left zero", &Transport{Retry: RetryPolicy{MaxBackoff: 50 * time.Millisecond}},
 			"retryfuse: invalid policy: MaxBackoff 50ms must not be below InitialBackoff (100ms, its default)"},
-		{"both set", &Transport{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second},
+		{"both set", &Transport{Retry: RetryPolicy{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}},
 			"retryfuse: invalid policy: MaxBackoff 1s must not be below InitialBackoff 2s"},
 	}
 	for _, tt := range tests {
@@ -112,7 +112,7 @@ func TestMaxBackoffBelowInitialBackoffNamesItsValue(t *testing.T) {
 // A zero MaxBackoff follows a long InitialBackoff rather than making the
 // policy invalid: only values the caller set can conflict.
 func TestLongInitialBackoffWithDefaultMaxBackoff(t *testing.T) {
-	tr := &Transport{InitialBackoff: 20 * time.Second}
+	tr := &Transport{Retry: RetryPolicy{InitialBackoff: 20 * time.Second}}
 	if err := tr.Validate(); err != nil {
 		t.Fatalf("Validate: got %v, want nil", err)
 	}
@@ -151,7 +151,7 @@ func TestCloseIdleConnectionsOfAnInvalidBaseReturns(t *testing.T) {
 // are read on every call.
 func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 	srv := statusServer(t, http.StatusServiceUnavailable, "down")
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 1, Budget: UnlimitedBudget()})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 1, Budget: UnlimitedBudget()}})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("first call: got %v, %v; want the 503", resp, err)
@@ -168,10 +168,10 @@ func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 		t.Fatalf("breaker: got %v, want open", got)
 	}
 	var scoped, classified bool
-	tr.Breaker = open
-	tr.Scope = func(*http.Request) string { scoped = true; return "everything" }
-	tr.MaxAttempts = 3
-	tr.Classifier = func(*http.Response, error) Class { classified = true; return ClassFinal }
+	tr.Brake.Breaker = open
+	tr.Scope.Of = func(*http.Request) string { scoped = true; return "everything" }
+	tr.Retry.MaxAttempts = 3
+	tr.Retry.Classifier = func(*http.Response, error) Class { classified = true; return ClassFinal }
 	var decisions int
 	tr.Hooks.Decision = func(DecisionInfo) { decisions++ }
 
@@ -195,8 +195,13 @@ func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 	srv := statusServer(t, http.StatusServiceUnavailable, "down")
 	var reasons []string
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, Budget: UnlimitedBudget(),
-		Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, ReasonName(i.Reason)) }}})
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Retry: RetryPolicy{
+			MaxAttempts: 10,
+			Budget:      UnlimitedBudget(),
+		},
+		Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, ReasonName(i.Reason)) }},
+	})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("got %v, %v; want the last 503", resp, err)
@@ -209,7 +214,7 @@ func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 	}
 
 	explicit := statusServer(t, http.StatusServiceUnavailable, "down")
-	tr = newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, MaxFailureStreak: 4, Budget: UnlimitedBudget()})
+	tr = newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 10, MaxFailureStreak: 4, Budget: UnlimitedBudget()}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, explicit.URL, "")); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +228,7 @@ func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 // call need not ask it (call.run): the least brakes a Transport resolves
 // are one failed attempt and the smallest positive cost.
 func TestNothingStopsAFirstAttemptWithAFreeKey(t *testing.T) {
-	for _, tr := range []*Transport{{}, {MaxAttempts: 1, MaxFailureStreak: 1, MaxCallCost: math.SmallestNonzeroFloat64}} {
+	for _, tr := range []*Transport{{}, {Retry: RetryPolicy{MaxAttempts: 1, MaxFailureStreak: 1, MaxCallCost: math.SmallestNonzeroFloat64}}} {
 		if err := tr.Validate(); err != nil {
 			t.Fatal(err)
 		}

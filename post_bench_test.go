@@ -32,7 +32,7 @@ func BenchmarkTransportKeyedPOSTLoopback(b *testing.B) {
 		{"bare", func(base http.RoundTripper) http.RoundTripper { return base }},
 		{"retryfuse", func(base http.RoundTripper) http.RoundTripper { return &Transport{Base: base} }},
 		{"retryfuse_ledger", func(base http.RoundTripper) http.RoundTripper {
-			return &Transport{Base: base, Ledger: mustMemoryLedger(b)}
+			return &Transport{Base: base, Keys: KeyPolicy{Ledger: mustMemoryLedger(b)}}
 		}},
 	} {
 		b.Run(bt.name, func(b *testing.B) {

@@ -87,8 +87,8 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 	var calls atomic.Int32
 	var hooks reconcileRecorder
 	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = heldAttemptTimeout
-		tr.Reconciler = lookupReconciler(&lookups, srv, &calls)
+		tr.Retry.AttemptTimeout = heldAttemptTimeout
+		tr.Keys.Reconciler = lookupReconciler(&lookups, srv, &calls)
 		tr.Hooks.Reconcile = hooks.hook
 	})
 
@@ -120,8 +120,8 @@ func TestReconcilerNotAppliedSendsAgain(t *testing.T) {
 	var calls atomic.Int32
 	var hooks reconcileRecorder
 	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = heldAttemptTimeout
-		tr.Reconciler = lookupReconciler(&lookups, srv, &calls)
+		tr.Retry.AttemptTimeout = heldAttemptTimeout
+		tr.Keys.Reconciler = lookupReconciler(&lookups, srv, &calls)
 		tr.Hooks.Reconcile = hooks.hook
 	})
 
@@ -177,8 +177,8 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			var calls atomic.Int32
 			var hooks reconcileRecorder
 			client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
-				tr.AttemptTimeout = heldAttemptTimeout
-				tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) {
+				tr.Retry.AttemptTimeout = heldAttemptTimeout
+				tr.Keys.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) {
 					calls.Add(1)
 					return tc.answer(stray)
 				})
@@ -220,8 +220,8 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 	)
 	var hooks reconcileRecorder
 	client, _ := newLedgerClient(t, nil, func(tr *Transport) {
-		tr.AttemptTimeout = heldAttemptTimeout
-		tr.Reconciler = Reconciler(func(ctx context.Context, _ *ReconcileRequiredError) (*http.Response, bool, error) {
+		tr.Retry.AttemptTimeout = heldAttemptTimeout
+		tr.Keys.Reconciler = Reconciler(func(ctx context.Context, _ *ReconcileRequiredError) (*http.Response, bool, error) {
 			_, hadDeadline = ctx.Deadline()
 			select {
 			case <-ctx.Done():
@@ -279,8 +279,8 @@ func TestReconcilerLookupThroughSameClient(t *testing.T) {
 	)
 	var hooks reconcileRecorder
 	client, _ = newLedgerClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = heldAttemptTimeout
-		tr.Reconciler = lookupReconciler(&client, srv, &calls)
+		tr.Retry.AttemptTimeout = heldAttemptTimeout
+		tr.Keys.Reconciler = lookupReconciler(&client, srv, &calls)
 		tr.Hooks.Reconcile = hooks.hook
 		tr.Hooks.AttemptStart = func(i AttemptStartInfo) {
 			mu.Lock()
@@ -319,7 +319,7 @@ func TestReconcileHookWithoutReconciler(t *testing.T) {
 	srv := newOrdersServer(t, always(orderApplyThenStall))
 	var hooks reconcileRecorder
 	client, _ := newLedgerClient(t, nil, func(tr *Transport) {
-		tr.AttemptTimeout = heldAttemptTimeout
+		tr.Retry.AttemptTimeout = heldAttemptTimeout
 		tr.Hooks.Reconcile = hooks.hook
 	})
 	_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
@@ -338,8 +338,8 @@ func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
 	var asked atomic.Int32
 	var hooks reconcileRecorder
 	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
-		tr.AttemptTimeout = heldAttemptTimeout
-		tr.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) {
+		tr.Retry.AttemptTimeout = heldAttemptTimeout
+		tr.Keys.Reconciler = Reconciler(func(context.Context, *ReconcileRequiredError) (*http.Response, bool, error) {
 			asked.Add(1)
 			return nil, false, errors.New("cannot tell")
 		})

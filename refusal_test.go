@@ -32,7 +32,7 @@ func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
 			newTr := func() *Transport {
-				return newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget(), Ledger: tc.ledger})
+				return newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{Ledger: tc.ledger}})
 			}
 			tr := newTr()
 			first := uncertainPOST(t, tr, srv.URL, "order-21")
@@ -98,8 +98,18 @@ func TestLedgerRefusalsNameKeyAndScope(t *testing.T) {
 func TestRefusalNamesAreBounded(t *testing.T) {
 	srv := newTestServer(t, stallOnce)
 	scope := strings.Repeat("scope-", 100)
-	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget(),
-		Ledger: &MemoryLedger{}, Scope: func(*http.Request) string { return scope }})
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Retry: RetryPolicy{
+			AttemptTimeout: 200 * time.Millisecond,
+			Budget:         UnlimitedBudget(),
+		},
+		Keys: KeyPolicy{
+			Ledger: &MemoryLedger{},
+		},
+		Scope: ScopePolicy{
+			Of: func(*http.Request) string { return scope },
+		},
+	})
 	uncertainPOST(t, tr, srv.URL, "order-23")
 	again := uncertainPOST(t, tr, srv.URL, "order-23")
 	assert.Less(t, len(again.Error()), 400, "a long scope is cut: %q", again.Error())

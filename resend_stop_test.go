@@ -103,8 +103,8 @@ type resendCase struct {
 
 var resendCases = []resendCase{
 	{"default", func(*Transport) {}},
-	{"AttemptTimeout", func(tr *Transport) { tr.AttemptTimeout = time.Hour }},
-	{"hedged", func(tr *Transport) { tr.MaxHedges, tr.HedgeDelay = 1, time.Hour }},
+	{"AttemptTimeout", func(tr *Transport) { tr.Retry.AttemptTimeout = time.Hour }},
+	{"hedged", func(tr *Transport) { tr.Hedge.Max, tr.Hedge.Delay = 1, time.Hour }},
 }
 
 // clockFor returns the clock of a Transport for rc: the fake one, except
@@ -165,7 +165,7 @@ func TestBaseResendsStopWhenAttemptsAreSpent(t *testing.T) {
 			base := newPooledBase(t, warmPooledConns)
 			warmPool(t, base, srv, warmPooledConns)
 			var log hookLog
-			tr := &Transport{Base: base, MaxAttempts: 3, Budget: UnlimitedBudget(), Hooks: log.hooks()}
+			tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 3, Budget: UnlimitedBudget()}, Hooks: log.hooks()}
 			rc.set(tr)
 			newTransport(t, rc.clockFor(), tr)
 			got, err := stoppedGET(t, tr, srv)
@@ -195,7 +195,7 @@ func TestBaseResendsStopAtTheBudgetsRefusal(t *testing.T) {
 				t.Fatal(err)
 			}
 			var log hookLog
-			tr := &Transport{Base: base, MaxAttempts: 10, Budget: budget, Hooks: log.hooks()}
+			tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 10, Budget: budget}, Hooks: log.hooks()}
 			rc.set(tr)
 			newTransport(t, rc.clockFor(), tr)
 			got, err := stoppedGET(t, tr, srv)
@@ -219,7 +219,7 @@ func TestBaseResendsWithinTheShareStillHappen(t *testing.T) {
 			base := newPooledBase(t, warmPooledConns)
 			warmPool(t, base, srv, warmPooledConns)
 			var log hookLog
-			tr := &Transport{Base: base, MaxAttempts: warmPooledConns + 1, Budget: UnlimitedBudget(), Hooks: log.hooks()}
+			tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: warmPooledConns + 1, Budget: UnlimitedBudget()}, Hooks: log.hooks()}
 			rc.set(tr)
 			newTransport(t, rc.clockFor(), tr)
 			before := len(srv.requests())
@@ -252,8 +252,18 @@ func TestHedgedBranchesShareTheAttemptsOfTheirResends(t *testing.T) {
 	warmPool(t, base, srv, warmPooledConns)
 	var log hookLog
 	// On the fake clock the hedge delay passes at once.
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxAttempts: 3, Budget: UnlimitedBudget(),
-		MaxHedges: 1, HedgeDelay: time.Millisecond, Hooks: log.hooks()})
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Base: base,
+		Retry: RetryPolicy{
+			MaxAttempts: 3,
+			Budget:      UnlimitedBudget(),
+		},
+		Hedge: HedgePolicy{
+			Max:   1,
+			Delay: time.Millisecond,
+		},
+		Hooks: log.hooks(),
+	})
 	got, err := stoppedGET(t, tr, srv)
 	if got != 3 {
 		t.Errorf("requests the server received: got %d, want 3 (MaxAttempts)", got)
@@ -305,7 +315,7 @@ func TestStoppedResendOfAWriteIsNoUncertainWrite(t *testing.T) {
 	warmPool(t, base, srv, warmPooledConns)
 	broken.Store(true)
 	var log hookLog
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, MaxAttempts: 2, Budget: UnlimitedBudget(), Hooks: log.hooks()})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 2, Budget: UnlimitedBudget()}, Hooks: log.hooks()})
 	before := len(srv.requests())
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/orders", "order"))
 	if got := len(srv.requests()) - before; got != 0 {

@@ -63,7 +63,7 @@ func TestResolveAfterCallersDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
-			tr := newTransport(t, newFakeClock(), &Transport{Budget: UnlimitedBudget(), Ledger: tc.ledger()})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Keys: KeyPolicy{Ledger: tc.ledger()}})
 
 			ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
 			defer cancel()
@@ -83,7 +83,7 @@ func TestResolveAfterCallersDeadline(t *testing.T) {
 			assert.Equal(t, http.StatusCreated, resp.StatusCode)
 			assert.Equal(t, 2, srv.count())
 
-			if l, ok := tr.Ledger.(*storeLedger); ok {
+			if l, ok := tr.Keys.Ledger.(*storeLedger); ok {
 				for i, left := range l.deadlines {
 					assert.True(t, left > 0 && left <= ledgerStepTimeout, "step %d: a settling step has a time of its own, bounded: %v left", i, left)
 				}

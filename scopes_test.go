@@ -30,10 +30,14 @@ func TestDefaultScopeIsSchemeHostAndPort(t *testing.T) {
 // factory that keeps its budgets sees the one in use.
 func TestNewBudgetCalledOncePerScope(t *testing.T) {
 	var created atomic.Int32
-	tr := &Transport{NewBudget: func(string) (Budget, error) {
-		created.Add(1)
-		return NewRatioBudget(RatioBudgetConfig{})
-	}}
+	tr := &Transport{
+		Retry: RetryPolicy{
+			NewBudget: func(string) (Budget, error) {
+				created.Add(1)
+				return NewRatioBudget(RatioBudgetConfig{})
+			},
+		},
+	}
 	tr.setup()
 	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
 	var wg sync.WaitGroup
@@ -60,7 +64,7 @@ func TestNewBudgetCalledOncePerScope(t *testing.T) {
 
 // The map of per-scope budgets stays within MaxScopes.
 func TestBudgetScopesBounded(t *testing.T) {
-	tr := &Transport{MaxScopes: 4}
+	tr := &Transport{Scope: ScopePolicy{Max: 4}}
 	tr.setup()
 	for i := range 20 {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://h%d.test/", i), nil)
@@ -82,13 +86,15 @@ func TestDefaultPortSpellingsShareOneBudget(t *testing.T) {
 		scopes []string
 	)
 	tr := newTransport(t, newFakeClock(), &Transport{
-		Base:        always503(),
-		MaxAttempts: 1,
-		NewBudget: func(scope string) (Budget, error) {
-			mu.Lock()
-			scopes = append(scopes, scope)
-			mu.Unlock()
-			return UnlimitedBudget(), nil
+		Base: always503(),
+		Retry: RetryPolicy{
+			MaxAttempts: 1,
+			NewBudget: func(scope string) (Budget, error) {
+				mu.Lock()
+				scopes = append(scopes, scope)
+				mu.Unlock()
+				return UnlimitedBudget(), nil
+			},
 		},
 	})
 	for _, u := range []string{"http://api.example.test/a", "http://api.example.test:80/b", "https://api.example.test/c", "https://api.example.test:443/d"} {
@@ -110,10 +116,17 @@ func TestDefaultPortSpellingsShareOneBudget(t *testing.T) {
 // its return.
 func TestBudgetFoundLastIsItsScopesOwn(t *testing.T) {
 	var made []string
-	tr := &Transport{MaxScopes: 2, NewBudget: func(scope string) (Budget, error) {
-		made = append(made, scope)
-		return &RatioBudget{}, nil
-	}}
+	tr := &Transport{
+		Scope: ScopePolicy{
+			Max: 2,
+		},
+		Retry: RetryPolicy{
+			NewBudget: func(scope string) (Budget, error) {
+				made = append(made, scope)
+				return &RatioBudget{}, nil
+			},
+		},
+	}
 	tr.setup()
 	budgetOf := func(u string) Budget {
 		t.Helper()

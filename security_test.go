@@ -70,7 +70,7 @@ func TestCredentialsNeverReported(t *testing.T) {
 		key     string
 		wantErr error
 	}{
-		{"reconcile", stallUntilGone, &Transport{AttemptTimeout: shortTimeout}, "pay-s1", ErrReconcileRequired},
+		{"reconcile", stallUntilGone, &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}}, "pay-s1", ErrReconcileRequired},
 		{"refused", nil, &Transport{}, "pay-s2", ErrAttemptsExhausted},
 		{"retried 503", failThenOK(9), &Transport{}, "pay-s3", nil},
 		{"not repeatable", failThenOK(9), &Transport{}, "", nil},
@@ -127,7 +127,7 @@ func TestCredentialsNeverReported(t *testing.T) {
 // own error inside carries the redacted URL. SECURITY.md documents this.
 func TestCredentialsInHTTPClientURLError(t *testing.T) {
 	srv := newTestServer(t, stallUntilGone)
-	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: shortTimeout})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}})
 	req := newRequest(t, testCtx(t), http.MethodPost, secretURL(srv.URL), `{"amount":10}`)
 	req.Header.Set(headerIdempotencyKey, "pay-s5")
 	_, _, err := do(tr, req)

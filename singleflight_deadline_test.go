@@ -65,8 +65,16 @@ func TestShareReadsCallKeepsTheLatestDeadlineOfItsCallers(t *testing.T) {
 			})
 			log := newShareLog()
 			var gave giveUpLog
-			tr := newTransport(t, clk, &Transport{Base: base, ShareReads: true, Budget: UnlimitedBudget(),
-				Hooks: Hooks{Policy: log.hook, GiveUp: gave.hook}})
+			tr := newTransport(t, clk, &Transport{
+				Base: base,
+				Reads: ReadPolicy{
+					Share: true,
+				},
+				Retry: RetryPolicy{
+					Budget: UnlimitedBudget(),
+				},
+				Hooks: Hooks{Policy: log.hook, GiveUp: gave.hook},
+			})
 
 			calls := []*asyncCall{goDo(tr, getReq(t, deadlineOf(t, testCtx(t), clk, tt.leader), "http://dep.test/"))}
 			log.await(t, actionLed, 1)
@@ -144,8 +152,17 @@ func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 		return textResponse(req, http.StatusOK, "ok"), nil
 	})
 	log := newShareLog()
-	tr := newTransport(t, clk, &Transport{Base: base, ShareReads: true, Budget: UnlimitedBudget(),
-		AttemptTimeout: 250 * time.Millisecond, Hooks: Hooks{Policy: log.hook}})
+	tr := newTransport(t, clk, &Transport{
+		Base: base,
+		Reads: ReadPolicy{
+			Share: true,
+		},
+		Retry: RetryPolicy{
+			Budget:         UnlimitedBudget(),
+			AttemptTimeout: 250 * time.Millisecond,
+		},
+		Hooks: Hooks{Policy: log.hook},
+	})
 
 	leaderCtx, cancel := context.WithDeadline(testCtx(t), leaderDL)
 	defer cancel()

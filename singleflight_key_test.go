@@ -28,7 +28,7 @@ func TestShareReadsOnlyGETAndHEADWithoutBody(t *testing.T) {
 		t.Run(tt.method+" "+tt.body+" "+strings.Join(tt.header, ":"), func(t *testing.T) {
 			srv := newHeldServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {})
 			log := newShareLog()
-			tr := shareTransport(t, log, &Transport{MaxAttempts: 1})
+			tr := shareTransport(t, log, &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 			var calls []*asyncCall
 			for range 2 {
 				req := newRequest(t, testCtx(t), tt.method, srv.URL, tt.body)
@@ -50,7 +50,7 @@ func TestShareReadsOnlyGETAndHEADWithoutBody(t *testing.T) {
 func TestShareReadsGETAndHEADDoNotShare(t *testing.T) {
 	srv := newHeldServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "body") })
 	log := newShareLog()
-	tr := shareTransport(t, log, &Transport{ShareKey: func(*http.Request) string { return "everything" }})
+	tr := shareTransport(t, log, &Transport{Reads: ReadPolicy{ShareKey: func(*http.Request) string { return "everything" }}})
 	head := goDo(tr, newRequest(t, testCtx(t), http.MethodHead, srv.URL, ""))
 	get := goDo(tr, getReq(t, testCtx(t), srv.URL))
 	log.await(t, actionLed, 2)
@@ -68,7 +68,7 @@ func TestShareKeyThatPanicsOrIsEmptySharesNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := newHeldServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 			log := newShareLog()
-			tr := shareTransport(t, log, &Transport{ShareKey: key})
+			tr := shareTransport(t, log, &Transport{Reads: ReadPolicy{ShareKey: key}})
 			calls := []*asyncCall{goDo(tr, getReq(t, testCtx(t), srv.URL)), goDo(tr, getReq(t, testCtx(t), srv.URL))}
 			require.True(t, poll(settleBound, func() bool { return srv.count() == 2 }), "both requests at the server")
 			srv.open()

@@ -112,10 +112,10 @@ func (l *shareLog) events() []PolicyInfo {
 // never waits, its events recorded by log.
 func shareTransport(t *testing.T, log *shareLog, tr *Transport) *Transport {
 	t.Helper()
-	tr.ShareReads = true
+	tr.Reads.Share = true
 	tr.Hooks.Policy = log.hook
-	if tr.Budget == nil {
-		tr.Budget = UnlimitedBudget()
+	if tr.Retry.Budget == nil {
+		tr.Retry.Budget = UnlimitedBudget()
 	}
 	return newTransport(t, newFakeClock(), tr)
 }
@@ -287,7 +287,7 @@ func TestShareReadsBodyOverTheBoundIsNotShared(t *testing.T) {
 				_, _ = io.WriteString(w, big)
 			})
 			log := newShareLog()
-			tr := shareTransport(t, log, &Transport{MaxSharedBody: 1 << 10})
+			tr := shareTransport(t, log, &Transport{Reads: ReadPolicy{MaxSharedBody: 1 << 10}})
 			leader := goDo(tr, getReq(t, testCtx(t), srv.URL))
 			log.await(t, actionLed, 1)
 			followers := make([]*asyncCall, 3)
@@ -315,7 +315,7 @@ func TestShareReadsBodyOverTheBoundIsNotShared(t *testing.T) {
 func TestShareReadsShareRetries(t *testing.T) {
 	srv := newHeldServer(t, failThenOK(1))
 	log := newShareLog()
-	tr := shareTransport(t, log, &Transport{MaxAttempts: 3})
+	tr := shareTransport(t, log, &Transport{Retry: RetryPolicy{MaxAttempts: 3}})
 	leader := goDo(tr, getReq(t, testCtx(t), srv.URL))
 	log.await(t, actionLed, 1)
 	follower := goDo(tr, getReq(t, testCtx(t), srv.URL))
@@ -334,7 +334,7 @@ func TestShareReadsEachCallerHasItsOwnFallback(t *testing.T) {
 	srv := newHeldServer(t, failThenOK(100))
 	log := newShareLog()
 	fb := &fallbackLog{answer: cached}
-	tr := shareTransport(t, log, &Transport{MaxAttempts: 1, Fallback: fb.fallback})
+	tr := shareTransport(t, log, &Transport{Retry: RetryPolicy{MaxAttempts: 1}, Fallback: fb.fallback})
 	leader := goDo(tr, getReq(t, testCtx(t), srv.URL))
 	log.await(t, actionLed, 1)
 	current := goDo(tr, getReq(t, testCtx(t), srv.URL, "Cache-Control", "no-cache"))
@@ -363,9 +363,9 @@ func TestShareReadsPanicOfTheBaseReachesTheCaller(t *testing.T) {
 
 func TestShareReadsSettingsRefusedWithoutShareReads(t *testing.T) {
 	for _, tr := range []*Transport{
-		{ShareKey: func(*http.Request) string { return "k" }},
-		{MaxSharedBody: 1},
-		{ShareReads: true, MaxSharedBody: -1},
+		{Reads: ReadPolicy{ShareKey: func(*http.Request) string { return "k" }}},
+		{Reads: ReadPolicy{MaxSharedBody: 1}},
+		{Reads: ReadPolicy{Share: true, MaxSharedBody: -1}},
 	} {
 		if err := tr.Validate(); !errors.Is(err, ErrInvalidPolicy) {
 			t.Errorf("Validate() = %v, want ErrInvalidPolicy", err)

@@ -176,7 +176,7 @@ func TestSlogHooksReconcile(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	tr, buf := slogTransport(slog.LevelDebug)
-	tr.AttemptTimeout = 50 * time.Millisecond
+	tr.Retry.AttemptTimeout = 50 * time.Millisecond
 	_, err := roundTrip(t, tr, http.MethodPost, srv.URL+"/orders", "order-42")
 	var rre *ReconcileRequiredError
 	if !errors.As(err, &rre) {

@@ -15,8 +15,8 @@ func TestStackedTransportsDoNotMultiplyAttempts(t *testing.T) {
 	srv := statusServer(t, 503, "down")
 	innerClk, outerClk := newFakeClock(), newFakeClock()
 	var innerLog, outerLog hookLog
-	inner := newTransport(t, innerClk, &Transport{MaxAttempts: 3, Hooks: innerLog.hooks()})
-	outer := newTransport(t, outerClk, &Transport{Base: inner, MaxAttempts: 3, Hooks: outerLog.hooks()})
+	inner := newTransport(t, innerClk, &Transport{Retry: RetryPolicy{MaxAttempts: 3}, Hooks: innerLog.hooks()})
+	outer := newTransport(t, outerClk, &Transport{Base: inner, Retry: RetryPolicy{MaxAttempts: 3}, Hooks: outerLog.hooks()})
 
 	resp, _, err := do(outer, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != 503 {
@@ -51,8 +51,8 @@ func TestStackedTransportsDoNotMultiplyAttempts(t *testing.T) {
 func TestStackedTransportsDoNotMultiplyAttemptsOnErrors(t *testing.T) {
 	url := refusedURL(t)
 	var innerLog hookLog
-	inner := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 4, Hooks: innerLog.hooks()})
-	outer := newTransport(t, newFakeClock(), &Transport{Base: inner, MaxAttempts: 2})
+	inner := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 4}, Hooks: innerLog.hooks()})
+	outer := newTransport(t, newFakeClock(), &Transport{Base: inner, Retry: RetryPolicy{MaxAttempts: 2}})
 	_, _, err := do(outer, newRequest(t, testCtx(t), http.MethodGet, url, ""))
 	if !errors.Is(err, ErrAttemptsExhausted) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("Do: got %v, want ErrAttemptsExhausted and ECONNREFUSED", err)
@@ -78,9 +78,9 @@ func TestStackedOuterDoesNotRepeatAnInnerBreakerRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner := newTransport(t, newFakeClock(), &Transport{Breaker: b})
+	inner := newTransport(t, newFakeClock(), &Transport{Brake: BrakePolicy{Breaker: b}})
 	outerClk := newFakeClock()
-	outer := newTransport(t, outerClk, &Transport{Base: inner, MaxAttempts: 4, Budget: UnlimitedBudget()})
+	outer := newTransport(t, outerClk, &Transport{Base: inner, Retry: RetryPolicy{MaxAttempts: 4, Budget: UnlimitedBudget()}})
 
 	_, _, err = do(outer, newRequest(t, testCtx(t), http.MethodGet, url, ""))
 	if !errors.Is(err, ErrCircuitOpen) {

@@ -63,7 +63,7 @@ func TestDefaultsServeADependencyThatServesEveryCallOnItsRetry(t *testing.T) {
 	// throttle's share alone (the default budget grants retries to 10%
 	// of requests and 1 a second, and hands back the 503 of a call it
 	// stops).
-	tr := newTransport(t, clk, &Transport{Base: base, NewBudget: func(string) (Budget, error) { return UnlimitedBudget(), nil }})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{NewBudget: func(string) (Budget, error) { return UnlimitedBudget(), nil }}})
 	setRandN(tr, func(int64) int64 { return 0 })
 	ok, throttled := countOutcomes(t, tr, clk, 30, 10*time.Millisecond)
 	if ok != 30 || throttled != 0 {
@@ -98,12 +98,20 @@ func TestThrottleLeavesTheBreakerItsMinObservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	var opened []int64
-	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1, Breaker: br,
+	tr := newTransport(t, clk, &Transport{
+		Base: base,
+		Retry: RetryPolicy{
+			MaxAttempts: 1,
+		},
+		Brake: BrakePolicy{
+			Breaker: br,
+		},
 		Hooks: Hooks{BreakerChange: func(i BreakerChangeInfo) {
 			if i.To == BreakerOpen {
 				opened = append(opened, base.sent.Load())
 			}
-		}}})
+		}},
+	})
 	setRandN(tr, func(int64) int64 { return 0 })
 	var throttled, open int
 	for range 30 {
@@ -137,7 +145,7 @@ func TestThrottleLetsWorkFlowSoonAfterAnOutage(t *testing.T) {
 		}
 		return http.StatusOK
 	}}
-	tr := newTransport(t, clk, &Transport{Base: base, MaxAttempts: 1})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}})
 	setRandN(tr, rand.New(rand.NewPCG(3, 4)).Int64N)
 	var first time.Time
 	served, after := 0, 0

@@ -39,9 +39,11 @@ func TestPhaseThroughWrapperBaseIsPreWrite(t *testing.T) {
 	t.Cleanup(inner.CloseIdleConnections)
 	var phases []decide.Phase
 	tr := newTransport(t, newFakeClock(), &Transport{
-		Base:   wrapperBase{rt: inner},
-		Budget: UnlimitedBudget(),
-		Hooks:  Hooks{AttemptDone: func(i AttemptDoneInfo) { phases = append(phases, i.Phase) }},
+		Base: wrapperBase{rt: inner},
+		Retry: RetryPolicy{
+			Budget: UnlimitedBudget(),
+		},
+		Hooks: Hooks{AttemptDone: func(i AttemptDoneInfo) { phases = append(phases, i.Phase) }},
 	})
 	req := newRequest(t, testCtx(t), http.MethodPost, refusedURL(t), "pay 10")
 	req.Header.Set("Idempotency-Key", "k-wrapper")
@@ -61,8 +63,10 @@ func TestPhaseThroughWrapperBaseIsPreWrite(t *testing.T) {
 
 func TestPhaseWithoutTraceIsUnknownAndTreatedAsWritten(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{
-		Base:   opaqueBase{err: errors.New("opaque failure")},
-		Budget: UnlimitedBudget(),
+		Base: opaqueBase{err: errors.New("opaque failure")},
+		Retry: RetryPolicy{
+			Budget: UnlimitedBudget(),
+		},
 	})
 	req := newRequest(t, testCtx(t), http.MethodPost, "http://127.0.0.1:1/", "pay 10")
 	req.Header.Set("Idempotency-Key", "k-opaque")
@@ -112,7 +116,7 @@ func TestTraceNotRewrittenUnderALateWriteLoop(t *testing.T) {
 	ctx := httptrace.WithClientTrace(testCtx(t), &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Add(1) },
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 2, Budget: UnlimitedBudget()})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 2, Budget: UnlimitedBudget()}})
 	setRandN(tr, func(int64) int64 { return 0 })
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL(), io.LimitReader(zeros{}, bodySize))

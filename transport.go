@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Transport is an http.RoundTripper that repeats a request only when
@@ -43,304 +42,32 @@ type Transport struct {
 	// cleanhttp.DefaultPooledTransport, created once per Transport.
 	Base http.RoundTripper
 
-	// MaxAttempts is the number of attempts in total, the first included.
-	// Zero means 3; 1 disables retries. The decision
-	// core also stops a call after MaxFailureStreak failed attempts in a
-	// row; a zero MaxFailureStreak follows MaxAttempts, so that it never
-	// stops a call sooner. With MaxAttempts 1 the settings that shape
-	// retries (the backoff, MaxRetryAfter, MaxDrainBytes, the brakes, the
-	// budgets) are accepted and stay idle until retries are turned back
-	// on; MaxHedges is refused with it (a hedge counts as an attempt).
-	MaxAttempts int
+	// Retry is when and how a call is repeated: attempts, backoff, the
+	// per-attempt timeout, the Retry-After cap, the brakes on one call,
+	// the retry budget.
+	Retry RetryPolicy
 
-	// InitialBackoff and MaxBackoff shape the delay before a retry: the
-	// ceiling doubles from InitialBackoff up to MaxBackoff, and the delay is
-	// drawn uniformly below it (full jitter). Zero means 100ms and 10s (or
-	// InitialBackoff when that is longer). A MaxBackoff below InitialBackoff,
-	// its default included, is refused.
-	InitialBackoff time.Duration
-	MaxBackoff     time.Duration
+	// Keys is what is done with idempotency keys: generating them, the
+	// Ledger, the Reconciler, whether servers honour them.
+	Keys KeyPolicy
 
-	// AttemptTimeout bounds each attempt until its response headers arrive
-	// (the deadline its context reports); it is cut to what remains of the
-	// caller's deadline. The body of a returned response stays readable
-	// until it is closed. Zero means no timeout beyond the caller's.
-	AttemptTimeout time.Duration
+	// Brake is the circuit breaker, off without a Breaker.
+	Brake BrakePolicy
 
-	// MaxRetryAfter caps a server's Retry-After. A retryable response
-	// asking for a longer wait, or for a wait longer than the caller's
-	// deadline leaves, is returned at once. Zero means 30s.
-	MaxRetryAfter time.Duration
+	// Hedge sends a second attempt beside a slow one, off without Max.
+	Hedge HedgePolicy
 
-	// MaxFailureStreak and MaxCallCost brake one call in the decision core
-	// (decide.Policy's FailureThreshold and BudgetUnits): the failed
-	// attempts in a row, and the total cost of its attempts, that stop it
-	// (ErrFailureStreak, ErrCallCost). They are about one call, not a
-	// dependency: the Breaker's FailureThreshold opens a scope for every
-	// call. Zero means 5 or MaxAttempts, whichever is larger, and 100.
-	//
-	// A success ends a call, so the failed attempts in a row are all its
-	// attempts so far: MaxFailureStreak caps them as MaxAttempts does, and
-	// the lower of the two stops the call. Each brake is a ceiling: one
-	// that a call cannot reach before MaxAttempts stops it is accepted,
-	// as the defaults are beside 3 attempts.
-	MaxFailureStreak int
-	MaxCallCost      float64
+	// Load bounds the load put on each scope: the bulkhead (fixed or
+	// learnt), the rate limiter, the throttle, slow start.
+	Load LoadPolicy
 
-	// TimeoutCost is the cost of an attempt that timed out; other attempts
-	// cost 1. A timeout holds the dependency's resources longer than a fast
-	// failure; raise it to brake sooner on timeouts. Zero means 1. A
-	// timeout of the Base's own (dial, TLS handshake) counts as well as
-	// one of AttemptTimeout. It weighs only the MaxCallCost brake: a
-	// TimeoutCost other than 1 is refused when no call can reach
-	// MaxCallCost (the default 100 included), as attempts that all time
-	// out cost less before MaxAttempts or MaxFailureStreak stops the call,
-	// unless a call makes a single attempt.
-	TimeoutCost float64
+	// Reads lets concurrent identical reads share one call, off unless
+	// Share.
+	Reads ReadPolicy
 
-	// Classifier changes how responses and errors are classified. Nil
-	// means the default rules (see Classifier). The request-safety rules
-	// apply on top.
-	Classifier Classifier
-
-	// GenerateIdempotencyKeys, when true, gives a POST or PATCH that lacks
-	// an idempotency key a random one (128 bits from crypto/rand), so that
-	// it may be repeated. The key is sent on every attempt and reported in
-	// hooks and errors (KeyGenerated).
-	GenerateIdempotencyKeys bool
-
-	// Budget, when set, is the one retry budget shared by every scope of
-	// this Transport (and by every Transport it is given to). Each retry
-	// must take a token from it; the first attempt is always free.
-	Budget Budget
-
-	// NewBudget creates the budget of a scope on first use, when Budget is
-	// nil. It is called once per scope, under the Transport's lock: keep it
-	// quick (a constructor), and do not call the Transport from it. Nil
-	// means a RatioBudget with its default settings per scope (retries at
-	// most 10% of requests plus a small floor). Return UnlimitedBudget() to
-	// turn budgets off; a nil Budget with a nil error counts as
-	// UnlimitedBudget() too. An error fails the call that needed the
-	// budget, before anything is sent. Setting both Budget and NewBudget
-	// is refused: NewBudget is never called with a Budget.
-	NewBudget func(scope string) (Budget, error)
-
-	// Breaker, when set, brakes a failing dependency per scope: an open
-	// scope fails fast with a *CircuitOpenError without sending, and after
-	// its open interval only a bounded number of probes pass. Only
-	// dependency outcomes feed it: the caller's cancellation, a budget
-	// refusal or a local refusal are not evidence about the dependency. A
-	// Breaker may be shared by several Transports.
-	Breaker *Breaker
-
-	// BreakerScope, when set, divides the Breaker's scopes by a function of
-	// the request (a route's template, an operation), so that one failing
-	// route does not block the others of its dependency: the scope at the
-	// breaker is Scope's, a space and the value ("https://api:443 GET
-	// /orders/{id}"), or Scope's alone for an empty value or a panic.
-	// Budgets, limits and the Ledger stay per Scope. Nil means Scope's.
-	// Refused without a Breaker. Keep the values few: each is a scope the
-	// Breaker remembers, within its MaxScopes.
-	BreakerScope func(*http.Request) string
-
-	// Ledger, when set, remembers idempotency keys (scoped by Scope), so
-	// that a concurrent duplicate is braked (ErrDuplicateInFlight), a key
-	// reused with another body is refused (ErrIdempotencyConflict), and a
-	// completed key gets its stored result back without sending. A call
-	// whose outcome stays uncertain leaves its key neither completed nor
-	// free: later calls under it get a *ReconcileRequiredError. Requests
-	// without a key, or whose body has no GetBody, bypass the ledger.
-	Ledger Ledger
-
-	// MaxFingerprintBytes bounds the body hashed for the Ledger; a longer
-	// body is refused with ErrFingerprintLimit. Zero means 1 MiB. It is
-	// refused without a Ledger: nothing else hashes bodies.
-	MaxFingerprintBytes int64
-
-	// MaxStoredBody bounds the response body recorded for the Ledger as the
-	// result of a completed key. A longer body is returned to the caller
-	// whole, but not stored: a later call under the key gets a
-	// error matching ErrAlreadyApplied rather than a
-	// replay. Zero means 64 KiB. The headers stored are bounded too, to 100
-	// values and 32 KiB: a response with more is not stored either. It is
-	// refused without a Ledger: nothing else stores results.
-	MaxStoredBody int64
-
-	// Reconciler, when set, is asked whether an uncertain write took
-	// effect before a *ReconcileRequiredError is returned. See Reconciler.
-	Reconciler Reconciler
-
-	// Scope names the dependency a request belongs to, for budgets, the
-	// breaker (unless BreakerScope divides it) and the ledger. Nil means
-	// the request's scheme, host and port, the port written even when it
-	// is the scheme's default ("https://api.example.com:443").
-	Scope func(*http.Request) string
-
-	// MaxScopes bounds the scopes whose state the Transport keeps: each
-	// scope's budget (unless Budget is shared), rate limiter, bulkhead (its
-	// learnt limit, its slow start), throttle and latency estimate, in one
-	// record per scope (the breaker has its own bound,
-	// BreakerSettings.MaxScopes). When it is reached, the record of a scope
-	// with no attempt in flight is dropped to make room (one with nothing
-	// to forget first: no token owed to its rate limiter, no rejection in
-	// its throttle), and that scope starts afresh when it returns. A scope
-	// with attempts in flight or queued is never dropped, so while every
-	// scope is busy the records may exceed the bound by as many scopes.
-	// Zero means 1024. It is refused with a Budget and DisableThrottle when
-	// neither MaxInFlight, AdaptiveInFlight, RateLimit, MaxHedges nor a
-	// Breaker keeps state per scope: nothing is then kept per scope to
-	// bound.
-	MaxScopes int
-
-	// MaxHedges, when above zero, hedges requests for tail latency: when
-	// an attempt has not answered after the hedge delay, another is sent
-	// beside it, up to MaxHedges more per attempt, and the first good
-	// answer wins; the others are cancelled and their bodies closed. Each
-	// hedge counts as an attempt (against MaxAttempts) and takes a retry
-	// from the budget; it passes the breaker, the rate limiter and the
-	// bulkhead without waiting, and is not sent when any of them refuses.
-	// A retry may hedge again. Only requests of HedgeMethods that may be
-	// repeated at all (see Transport) are hedged. Zero means no hedging.
-	//
-	// MaxHedges with MaxAttempts 1 is refused: the hedge would be a
-	// second attempt. A MaxHedges of MaxAttempts or more is a ceiling:
-	// hedges go while attempts remain, and the next is refused (reported
-	// through Hooks.Policy). As a hedge waits for nothing, it needs a free
-	// bulkhead slot and a rate limiter token beside its attempt's: it is
-	// refused beside MaxInFlight 1, and beside a RateBurst of 1 that the
-	// RateLimit does not refill within the hedge delay no hedge is sent.
-	MaxHedges int
-
-	// HedgeDelay is how long an attempt runs before a hedge is sent beside
-	// it. With HedgeQuantile set, it is the delay until the scope has a
-	// latency estimate (zero: no hedge until then), and the longest delay
-	// after: a few slow answers never make hedging later than this. It is
-	// refused without MaxHedges, and at or above AttemptTimeout (every
-	// attempt would time out before its hedge is due).
-	HedgeDelay time.Duration
-
-	// HedgeQuantile, when set (above 0, below 1), derives the hedge delay
-	// from the scope's observed latency: the delay is this quantile of the
-	// time to response headers of the scope's recent answers (0.95: hedge
-	// the slowest 5%), kept in a small histogram per scope (quarter-octave
-	// buckets, recent answers weighing most). A branch cancelled because
-	// another answered first is not an answer, and is not counted. The
-	// estimate needs 20 answers; HedgeDelay applies before that. It is
-	// refused without MaxHedges.
-	HedgeQuantile float64
-
-	// HedgeMethods are the methods that may be hedged. Nil means GET, HEAD
-	// and OPTIONS. Listing another method is a risk taken knowingly: the
-	// same request is then sent twice at once, so the server sees two
-	// concurrent copies (a PUT or DELETE applied twice, a keyed POST whose
-	// second copy finds the first still in progress). A POST or PATCH is
-	// hedged only when it may be repeated at all: with an idempotency key
-	// and a replayable body. The slice is copied at the first use. An
-	// empty, non-nil slice hedges no method; one listing methods is
-	// refused without MaxHedges.
-	HedgeMethods []string
-
-	// MaxInFlight, when above zero, is the bulkhead of each scope: at most
-	// this many attempts of this Transport to one scope are in flight (from
-	// the attempt's send until its response headers, or its error). An
-	// attempt beyond it waits in the scope's queue, for at most
-	// MaxLimitWait and never past the caller's deadline; when the queue is
-	// full (MaxQueued) or the wait runs out, the attempt is not sent, and
-	// the call gets a *BulkheadFullError (or, after earlier attempts, its
-	// last result). Zero means no bulkhead. With AdaptiveInFlight it is
-	// the ceiling of the learnt limit instead.
-	MaxInFlight int
-
-	// AdaptiveInFlight, when true, learns each scope's bulkhead limit
-	// rather than taking it from MaxInFlight: the attempts in flight the
-	// dependency takes without queueing, between MinInFlight and
-	// MaxInFlight (1000 when zero). It starts at 4 and doubles while the
-	// fastest tenth of the answers stays at its unloaded level, then grows
-	// by one a window (a tenth of a second or more), holds while that tenth
-	// is up to 1.2 times the unloaded level, and is cut in proportion
-	// beyond, or by a tenth on overload signals (429, 503, timeouts, lost
-	// connections) from the attempts sent with the most in flight (see the
-	// README's "Load"). Attempts over it wait in the scope's queue (a
-	// quarter of the limit, for a quarter of the unloaded latency; while it
-	// doubles, four times the limit, for that latency; never past the
-	// caller's deadline less that latency; MaxQueued and MaxLimitWait,
-	// when set, instead), or are refused with a
-	// *BulkheadFullError (Learnt) matching ErrDeclined. Retries and hedges
-	// pass it too. Changes are reported (Hooks.Policy, "adaptive_limit").
-	// Off by default: a learnt limit refuses work that a dependency would
-	// have queued and served within the callers' deadlines (a burst).
-	AdaptiveInFlight bool
-
-	// MinInFlight is the floor of the learnt limit: it is never cut below
-	// it. Zero means 2 (or MaxInFlight when that is lower). It is refused
-	// without AdaptiveInFlight, and above MaxInFlight.
-	MinInFlight int
-
-	// MaxQueued bounds the attempts waiting for a slot of a scope's
-	// bulkhead. Zero means none wait: a full bulkhead rejects at once;
-	// with AdaptiveInFlight, zero means a quarter of the learnt limit
-	// (four times it while the limit doubles). It is
-	// refused without MaxInFlight or AdaptiveInFlight, and with a
-	// negative MaxLimitWait (no attempt would wait in the queue).
-	MaxQueued int
-
-	// RateLimit, when above zero, is the rate limiter of each scope: at
-	// most this many attempts per second to one scope, with bursts of
-	// RateBurst (a token bucket, golang.org/x/time/rate). Retries and hedges
-	// draw from it too. An attempt the limiter cannot admit at once waits
-	// for it, for at most MaxLimitWait and never past the caller's
-	// deadline; one that would have to wait longer is not sent, and the
-	// call gets a *RateLimitError (or, after earlier attempts, its last
-	// result). Zero means no limit.
-	RateLimit float64
-
-	// RateBurst is the size of the rate limiter's bucket: the attempts it
-	// admits at once after a quiet spell. Required (at least 1) with a
-	// RateLimit.
-	RateBurst int
-
-	// MaxLimitWait bounds the wait of an attempt for the bulkhead's queue
-	// or the rate limiter. Zero means one second (with AdaptiveInFlight, a
-	// quarter of the scope's unloaded latency in the queue); a negative value means
-	// no waiting: an attempt is admitted at once or refused. The rate
-	// limiter refuses at once an attempt that would have to wait past
-	// the caller's deadline; a queued attempt whose caller's context ends
-	// first gets that context's error, as any wait of the call does. It
-	// bounds the wait for the throttle's pace too. It is refused without a
-	// RateLimit, a MaxQueued, AdaptiveInFlight or the throttle: nothing
-	// else waits.
-	MaxLimitWait time.Duration
-
-	// ThrottleRatio is K of the throttle of new calls, on unless
-	// DisableThrottle: while a scope's dependency rejects most of what it
-	// is sent (503s, no answer), a share of new calls is refused before
-	// anything is sent (ErrDeclined, ReasonName throttled), so that what
-	// reaches it stays about K times what it accepts. A 429 is no
-	// rejection: it teaches the scope's pace, which spaces new calls
-	// (waiting within MaxLimitWait and half of what is left of the
-	// deadline, else a *RateLimitError with Learnt). What it refuses and
-	// when: see the README. Zero means 2; below 1, NaN or infinite is
-	// refused, as is any value with DisableThrottle.
-	ThrottleRatio float64
-
-	// ThrottleWindow is how long the throttle remembers requests, in
-	// twenty buckets. Zero means 2s; a negative or shorter than 20ns
-	// window is refused, as is any with DisableThrottle.
-	ThrottleWindow time.Duration
-
-	// DisableThrottle turns the throttle of new calls and its pace off.
-	DisableThrottle bool
-
-	// SlowStart is the window over which admission ramps up after a
-	// scope's Breaker closes (one this Transport's calls saw close), and
-	// after its learnt limit rises from its floor: the attempts admitted at
-	// once start from the Breaker's MaxProbes (or the floor), double every
-	// tenth of the window and grow by one per success, whichever is lower,
-	// under the bulkhead's limit; the rest wait or are refused as for the
-	// bulkhead (a *BulkheadFullError with SlowStart set). Reported through
-	// Hooks.Policy ("slow_start"). Zero means one second; negative, or
-	// set without a Breaker or AdaptiveInFlight, is refused.
-	SlowStart time.Duration
+	// Scope names the dependency a request belongs to, and bounds the
+	// scopes whose state is kept.
+	Scope ScopePolicy
 
 	// Fallback, when set, may answer for a call that failed all the way:
 	// an error (a refusal included: budget, breaker, bulkhead, rate
@@ -364,34 +91,6 @@ type Transport struct {
 	// answer: the caller gets the call's own failure.
 	Fallback func(req *http.Request, resp *http.Response, err error) (*http.Response, error)
 
-	// ShareReads, when true, lets concurrent identical reads (a GET or
-	// HEAD without a body, of one ShareKey) share one call, its retries and
-	// hedges included. Each caller gets its own copy of the status,
-	// headers and body (buffered up to MaxSharedBody) and its own
-	// Fallback's answer; a caller whose context ends leaves the others be,
-	// and the call is cancelled once every caller has gone. It runs on a
-	// goroutine of its own, under the context values of the caller who
-	// started it, and plans against the latest deadline of its callers
-	// (none once one had none). Hooks.Policy says who led and followed.
-	ShareReads bool
-
-	// ShareKey names the answer a read asks for: reads of one method with
-	// one key share a call. It must tell apart every request whose answer
-	// may differ, credentials above all. Nil means the method, the URL,
-	// the Host and every header but those that only trace a request
-	// (Traceparent, X-Request-Id, ...: see the README): reads whose
-	// Authorization, Cookie, Accept or any other header differs never
-	// share. A Base that adds credentials from the context needs a
-	// ShareKey that includes them. A ShareKey that returns "" or panics
-	// (reported) leaves the read unshared. Refused without ShareReads.
-	ShareKey func(*http.Request) string
-
-	// MaxSharedBody bounds the body buffered to be shared: past it, the
-	// caller who started the call reads the body as it comes, and every
-	// other makes a call of its own. Zero means 1 MiB. Refused without
-	// ShareReads.
-	MaxSharedBody int64
-
 	// Hooks observe every decision. See Hooks.
 	Hooks Hooks
 
@@ -401,44 +100,6 @@ type Transport struct {
 	// password, secret, sig, signature and token; an empty, non-nil slice
 	// redacts none. User information is always removed.
 	RedactQueryParams []string
-
-	// MaxDrainBytes bounds how much of a retryable response's body is read
-	// when the response is set aside for a retry: read, its connection
-	// goes back to the pool during the wait, and the response is kept to
-	// hand back should no retry follow. A longer body is closed past that
-	// point and its response dropped (its status stays in the error). Zero
-	// means 64 KiB. The read is also bounded in time, to one second: a body
-	// still arriving then is closed, its connection with it. Other bodies
-	// the Transport discards are closed unread.
-	MaxDrainBytes int64
-
-	// ServerHonoursKeys declares that the servers this Transport calls
-	// honour Idempotency-Key (as package idempotency's middleware does):
-	// each runs a key's request at most once, answers a repeat with the
-	// stored result, and a repeat while the first still runs with 409. A
-	// keyed write whose outcome is uncertain is then sent again, with the
-	// same key and body, instead of returning a *ReconcileRequiredError:
-	// the server answers with the stored result, or runs it once (decision
-	// contract version 2). Its body must be replayable (GetBody). Repeats
-	// that end without a response settling the write (the attempts, the
-	// budget or the deadline ran out on timeouts, resets or 503s) still
-	// end in a *ReconcileRequiredError.
-	//
-	// The declaration is trusted for a scope once one of its responses to
-	// a keyed request has carried the marker of such a server
-	// ("Idempotency-Key-Honoured: ?1"), until a response to a keyed write
-	// comes without it (but a 5xx, 408 or 429): a server that never says
-	// so is never sent a write twice (Hooks.Policy, "server_keys"). False
-	// means a scope is known to honour keys only as learnt (HonourMemory).
-	ServerHonoursKeys bool
-
-	// HonourMemory is how long a scope is taken to honour Idempotency-Key
-	// after a response to a keyed request carrying the marker of such a
-	// server, from the latest such response, unless revoked (see
-	// ServerHonoursKeys). Zero means 10 minutes; negative, never: only
-	// ServerHonoursKeys declares it. Such a server's answers to a keyed
-	// request are mapped to what they mean (see the README).
-	HonourMemory time.Duration
 
 	once    sync.Once
 	p       policy // the settings, resolved once

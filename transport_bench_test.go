@@ -25,7 +25,7 @@ func benchTransports() []struct {
 		{"bare", func() http.RoundTripper { return cleanhttp.DefaultPooledTransport() }},
 		{"retryfuse", func() http.RoundTripper { return &Transport{Base: cleanhttp.DefaultPooledTransport()} }},
 		{"retryfuse_timeout", func() http.RoundTripper {
-			return &Transport{Base: cleanhttp.DefaultPooledTransport(), AttemptTimeout: 10 * time.Second}
+			return &Transport{Base: cleanhttp.DefaultPooledTransport(), Retry: RetryPolicy{AttemptTimeout: 10 * time.Second}}
 		}},
 	}
 }
@@ -97,7 +97,7 @@ func BenchmarkTransportGETPaired(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			srv := benchServer(b)
 			bare := cleanhttp.DefaultPooledTransport()
-			fuse := &Transport{Base: cleanhttp.DefaultPooledTransport(), AttemptTimeout: timeout}
+			fuse := &Transport{Base: cleanhttp.DefaultPooledTransport(), Retry: RetryPolicy{AttemptTimeout: timeout}}
 			defer bare.CloseIdleConnections()
 			defer fuse.CloseIdleConnections()
 			bareClient, fuseClient := &http.Client{Transport: bare}, &http.Client{Transport: fuse}
@@ -132,7 +132,7 @@ func BenchmarkTransportOverhead(b *testing.B) {
 	}{
 		{"base", staticBase{}},
 		{"retryfuse", &Transport{Base: staticBase{}}},
-		{"retryfuse_timeout", &Transport{Base: staticBase{}, AttemptTimeout: 10 * time.Second}},
+		{"retryfuse_timeout", &Transport{Base: staticBase{}, Retry: RetryPolicy{AttemptTimeout: 10 * time.Second}}},
 	} {
 		b.Run(bt.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -166,7 +166,7 @@ func BenchmarkTransportOverheadKeyedPOST(b *testing.B) {
 	}{
 		{"base", readingBase{}},
 		{"retryfuse", &Transport{Base: readingBase{}}},
-		{"retryfuse_ledger", &Transport{Base: readingBase{}, Ledger: mustMemoryLedger(b)}},
+		{"retryfuse_ledger", &Transport{Base: readingBase{}, Keys: KeyPolicy{Ledger: mustMemoryLedger(b)}}},
 	} {
 		b.Run(bt.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -22,14 +22,14 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 		reason   error
 		rule     decide.Rule
 	}{
-		{"FailureThreshold 2", &Transport{MaxFailureStreak: 2}, 2, ErrFailureStreak, decide.RuleFailureThreshold},
-		{"MaxCallCost 3", &Transport{MaxCallCost: 3}, 3, ErrCallCost, decide.RuleCostBudget},
+		{"FailureThreshold 2", &Transport{Retry: RetryPolicy{MaxFailureStreak: 2}}, 2, ErrFailureStreak, decide.RuleFailureThreshold},
+		{"MaxCallCost 3", &Transport{Retry: RetryPolicy{MaxCallCost: 3}}, 3, ErrCallCost, decide.RuleCostBudget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "down")
 			var log hookLog
-			tt.tr.MaxAttempts, tt.tr.Budget, tt.tr.Hooks = 10, UnlimitedBudget(), log.hooks()
+			tt.tr.Retry.MaxAttempts, tt.tr.Retry.Budget, tt.tr.Hooks = 10, UnlimitedBudget(), log.hooks()
 			tr := newTransport(t, newFakeClock(), tt.tr)
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			if err != nil || resp.StatusCode != http.StatusServiceUnavailable || string(body) != "down" {
@@ -52,7 +52,7 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 // Without a response to give, the brake is an error matching the rule's
 // sentinel, with the last attempt's error still reachable.
 func TestCoreBrakeWithoutResponseIsAnError(t *testing.T) {
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 10, MaxFailureStreak: 2, Budget: UnlimitedBudget()})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 10, MaxFailureStreak: 2, Budget: UnlimitedBudget()}})
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, refusedURL(t), ""))
 	if !errors.Is(err, ErrFailureStreak) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("Do: got %v; want an error matching ErrFailureStreak and ECONNREFUSED", err)
@@ -85,8 +85,12 @@ func TestTimeoutCostBrakesOnTimeouts(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 			})
 			tr := newTransport(t, newFakeClock(), &Transport{
-				AttemptTimeout: 50 * time.Millisecond, MaxCallCost: 3, TimeoutCost: tt.timeoutCost,
-				Budget: UnlimitedBudget(),
+				Retry: RetryPolicy{
+					AttemptTimeout: 50 * time.Millisecond,
+					MaxCallCost:    3,
+					TimeoutCost:    tt.timeoutCost,
+					Budget:         UnlimitedBudget(),
+				},
 			})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			switch {

@@ -44,7 +44,7 @@ func TestKeyedPOSTStallingPastAttemptTimeoutRequiresReconcile(t *testing.T) {
 	srv := newTestServer(t, stallUntilGone)
 	clk := newFakeClock()
 	var log hookLog
-	tr := newTransport(t, clk, &Transport{AttemptTimeout: shortTimeout, Hooks: log.hooks()})
+	tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}, Hooks: log.hooks()})
 
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 	req.Header.Set(headerIdempotencyKey, "pay-1")
@@ -226,7 +226,7 @@ func TestPUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
 	})
 	clk := newFakeClock()
 	var log hookLog
-	tr := newTransport(t, clk, &Transport{AttemptTimeout: shortTimeout, Hooks: log.hooks()})
+	tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}, Hooks: log.hooks()})
 
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL+"/doc/1", "v2"))
 	if err != nil {
@@ -278,7 +278,7 @@ func TestRefusedConnectionRetriedUnlessNotRepeatable(t *testing.T) {
 		url := refusedURL(t)
 		clk := newFakeClock()
 		var log hookLog
-		tr := newTransport(t, clk, &Transport{MaxAttempts: 3, Hooks: log.hooks()})
+		tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{MaxAttempts: 3}, Hooks: log.hooks()})
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, url, ""))
 		if resp != nil {
 			t.Errorf("Do: got a response %d, want none", resp.StatusCode)
@@ -308,7 +308,7 @@ func TestRefusedConnectionRetriedUnlessNotRepeatable(t *testing.T) {
 	t.Run("POST without key not retried", func(t *testing.T) {
 		url := refusedURL(t)
 		clk := newFakeClock()
-		tr := newTransport(t, clk, &Transport{MaxAttempts: 3})
+		tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{MaxAttempts: 3}})
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, url, "payload"))
 		if !errors.Is(err, ErrNotRepeatable) || !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("Do: got error %v, want one matching ErrNotRepeatable and ECONNREFUSED", err)
@@ -350,7 +350,7 @@ func TestPUTOnConnectionClosedWhileIdleIsRetried(t *testing.T) {
 			}
 		}
 	})
-	tr := newTransport(t, nil, &Transport{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	tr := newTransport(t, nil, &Transport{Retry: RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 	if resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL()+"/a", "first")); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("first PUT: got %v, %v; want 200", resp, err)
 	}

@@ -37,7 +37,7 @@ func TestKeyedPOSTRetriedWithSameBodyAndKey(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := newTestServer(t, failThenOK(2))
 			clk := newFakeClock()
-			tr := newTransport(t, clk, &Transport{MaxAttempts: 3})
+			tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{MaxAttempts: 3}})
 
 			const payload, key = `{"amount":10}`, "order-42"
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, payload)
@@ -138,7 +138,7 @@ func TestGeneratedIdempotencyKeyOnePerPOSTSentOnEveryAttempt(t *testing.T) {
 	srv := newTestServer(t, failThenOK(2))
 	clk := newFakeClock()
 	var log hookLog
-	tr := newTransport(t, clk, &Transport{GenerateIdempotencyKeys: true, Hooks: log.hooks()})
+	tr := newTransport(t, clk, &Transport{Keys: KeyPolicy{Generate: true}, Hooks: log.hooks()})
 
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "payload")
 	resp, _, err := do(tr, req)

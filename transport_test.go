@@ -67,13 +67,13 @@ func TestCallerRequestUnmodifiedAndBodyClosed(t *testing.T) {
 		wantN   int // requests the server sees
 	}{
 		{name: "success", handler: failThenOK(0), key: "k1", wantN: 1},
-		{name: "success with generated key", handler: failThenOK(0), tr: &Transport{GenerateIdempotencyKeys: true}, wantN: 1},
+		{name: "success with generated key", handler: failThenOK(0), tr: &Transport{Keys: KeyPolicy{Generate: true}}, wantN: 1},
 		{name: "retry", handler: failThenOK(2), key: "k1", wantN: 3},
-		{name: "retry with attempt timeout", handler: failThenOK(2), key: "k1", tr: &Transport{AttemptTimeout: time.Minute}, wantN: 3},
+		{name: "retry with attempt timeout", handler: failThenOK(2), key: "k1", tr: &Transport{Retry: RetryPolicy{AttemptTimeout: time.Minute}}, wantN: 3},
 		{name: "invalid key", handler: failThenOK(0), key: "k\r\n1", wantErr: ErrInvalidIdempotencyKey},
-		{name: "invalid policy", handler: failThenOK(0), key: "k1", tr: &Transport{MaxAttempts: -1}, wantErr: ErrInvalidPolicy},
+		{name: "invalid policy", handler: failThenOK(0), key: "k1", tr: &Transport{Retry: RetryPolicy{MaxAttempts: -1}}, wantErr: ErrInvalidPolicy},
 		{name: "not repeatable", handler: failThenOK(1), wantN: 1},
-		{name: "uncertain write", handler: stallUntilGone, key: "k1", tr: &Transport{AttemptTimeout: shortTimeout}, wantErr: ErrReconcileRequired, wantN: 1},
+		{name: "uncertain write", handler: stallUntilGone, key: "k1", tr: &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}}, wantErr: ErrReconcileRequired, wantN: 1},
 		{name: "refused connection", key: "k1", refused: true, wantErr: ErrAttemptsExhausted},
 	}
 	for _, tt := range tests {
@@ -198,7 +198,7 @@ func TestFinal503ReturnedAsResponse(t *testing.T) {
 			})
 			clk := newFakeClock()
 			var log hookLog
-			tr := newTransport(t, clk, &Transport{MaxAttempts: 3, AttemptTimeout: timeout, Hooks: log.hooks()})
+			tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{MaxAttempts: 3, AttemptTimeout: timeout}, Hooks: log.hooks()})
 
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			if err != nil {
@@ -232,7 +232,7 @@ func TestAttemptTimeoutSparesTheBody(t *testing.T) {
 		time.Sleep(3 * timeout) // a bounded wait on a real socket
 		fmt.Fprint(w, "late body")
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{AttemptTimeout: timeout})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: timeout}})
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil {
 		t.Fatalf("Do: got error %v, want nil", err)
@@ -250,12 +250,17 @@ func retryEverything(*http.Response, error) Class { return ClassRetryable }
 func TestClassifierMakes404RetryableForGET(t *testing.T) {
 	srv := statusServer(t, 404, "not yet")
 	clk := newFakeClock()
-	tr := newTransport(t, clk, &Transport{MaxAttempts: 3, Classifier: func(resp *http.Response, err error) Class {
-		if resp != nil && resp.StatusCode == 404 {
-			return ClassRetryable
-		}
-		return ClassDefault
-	}})
+	tr := newTransport(t, clk, &Transport{
+		Retry: RetryPolicy{
+			MaxAttempts: 3,
+			Classifier: func(resp *http.Response, err error) Class {
+				if resp != nil && resp.StatusCode == 404 {
+					return ClassRetryable
+				}
+				return ClassDefault
+			},
+		},
+	})
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != 404 || string(body) != "not yet" {
 		t.Fatalf("Do: got %v, %q, %v; want the final 404", resp, body, err)
@@ -267,7 +272,7 @@ func TestClassifierMakes404RetryableForGET(t *testing.T) {
 
 func TestClassifierCanMake503Final(t *testing.T) {
 	srv := statusServer(t, 503, "down")
-	tr := newTransport(t, newFakeClock(), &Transport{Classifier: func(*http.Response, error) Class { return ClassFinal }})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Classifier: func(*http.Response, error) Class { return ClassFinal }}})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != 503 {
 		t.Fatalf("Do: got %v, %v; want the 503", resp, err)
@@ -280,7 +285,7 @@ func TestClassifierCanMake503Final(t *testing.T) {
 func TestClassifierCannotMakePOSTWithoutKeyRepeatable(t *testing.T) {
 	for _, status := range []int{404, 503} {
 		srv := statusServer(t, status, "no")
-		tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 3, Classifier: retryEverything})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 3, Classifier: retryEverything}})
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, "payload"))
 		if err != nil || resp.StatusCode != status {
 			t.Fatalf("Do: got %v, %v; want the %d", resp, err, status)
@@ -290,7 +295,7 @@ func TestClassifierCannotMakePOSTWithoutKeyRepeatable(t *testing.T) {
 		}
 	}
 	url := refusedURL(t)
-	tr := newTransport(t, newFakeClock(), &Transport{MaxAttempts: 3, Classifier: retryEverything})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 3, Classifier: retryEverything}})
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, url, "payload"))
 	var re *RetryError
 	if !errors.Is(err, ErrNotRepeatable) || !errors.As(err, &re) || re.Attempts != 1 {
@@ -301,7 +306,7 @@ func TestClassifierCannotMakePOSTWithoutKeyRepeatable(t *testing.T) {
 func TestClassifierCannotReplayAnUncertainPOST(t *testing.T) {
 	srv := newTestServer(t, stallUntilGone)
 	clk := newFakeClock()
-	tr := newTransport(t, clk, &Transport{AttemptTimeout: shortTimeout, MaxAttempts: 3, Classifier: retryEverything})
+	tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout, MaxAttempts: 3, Classifier: retryEverything}})
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "payload")
 	req.Header.Set(headerIdempotencyKey, "pay-9")
 	_, _, err := do(tr, req)

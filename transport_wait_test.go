@@ -32,7 +32,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := newFakeClock()
 			var log hookLog
-			tr := newTransport(t, clk, &Transport{Base: retryAfterMock(clk, tt.value), MaxRetryAfter: 20 * time.Second, Hooks: log.hooks()})
+			tr := newTransport(t, clk, &Transport{Base: retryAfterMock(clk, tt.value), Retry: RetryPolicy{MaxRetryAfter: 20 * time.Second}, Hooks: log.hooks()})
 			start := clk.Now()
 			asked, ok := parseRetryAfter(tt.value(start), start)
 			if !ok || asked < 6*time.Second || asked > 7*time.Second {
@@ -59,8 +59,12 @@ func TestRetryAfterWithJitterStaysUnderTheCap(t *testing.T) {
 	clk := newFakeClock()
 	mock := retryAfterMock(clk, func(time.Time) string { return "29" })
 	tr := newTransport(t, clk, &Transport{
-		Base: mock, MaxRetryAfter: 30 * time.Second,
-		InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second,
+		Base: mock,
+		Retry: RetryPolicy{
+			MaxRetryAfter:  30 * time.Second,
+			InitialBackoff: 5 * time.Second,
+			MaxBackoff:     5 * time.Second,
+		},
 	})
 	setRandN(tr, func(n int64) int64 { return n - 1 }) // the largest jitter
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, mockURL, "")); err != nil {
@@ -77,8 +81,12 @@ func TestMalformedRetryAfterIgnored(t *testing.T) {
 			clk := newFakeClock()
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{
-				Base:           retryAfterMock(clk, func(time.Time) string { return value }),
-				InitialBackoff: time.Second, MaxBackoff: time.Second, Hooks: log.hooks(),
+				Base: retryAfterMock(clk, func(time.Time) string { return value }),
+				Retry: RetryPolicy{
+					InitialBackoff: time.Second,
+					MaxBackoff:     time.Second,
+				},
+				Hooks: log.hooks(),
 			})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, mockURL, ""))
 			if err != nil || resp.StatusCode != 200 {
@@ -113,7 +121,7 @@ func TestRetryAfterTooLongReturnsTheResponseAtOnce(t *testing.T) {
 			clk := newFakeClock()
 			var log hookLog
 			mock := retryAfterMock(clk, func(time.Time) string { return tt.value })
-			tr := newTransport(t, clk, &Transport{Base: mock, MaxRetryAfter: 30 * time.Second, Hooks: log.hooks()})
+			tr := newTransport(t, clk, &Transport{Base: mock, Retry: RetryPolicy{MaxRetryAfter: 30 * time.Second}, Hooks: log.hooks()})
 			ctx := testCtx(t)
 			if tt.deadline > 0 {
 				var cancel context.CancelFunc
@@ -149,7 +157,7 @@ func TestDeadlineShorterThanBackoff(t *testing.T) {
 		var log hookLog
 		mock := httpmock.NewMockTransport()
 		mock.RegisterResponder(http.MethodGet, mockURL, sequenceResponder(503, 200))
-		tr := newTransport(t, clk, &Transport{Base: mock, InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second, Hooks: log.hooks()})
+		tr := newTransport(t, clk, &Transport{Base: mock, Retry: RetryPolicy{InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second}, Hooks: log.hooks()})
 		ctx, cancel := context.WithDeadline(testCtx(t), clk.Now().Add(2*time.Second))
 		defer cancel()
 		resp, _, err := do(tr, newRequest(t, ctx, http.MethodGet, mockURL, ""))
@@ -170,7 +178,7 @@ func TestDeadlineShorterThanBackoff(t *testing.T) {
 		clk := newFakeClock()
 		mock := httpmock.NewMockTransport()
 		mock.RegisterResponder(http.MethodGet, mockURL, httpmock.NewErrorResponder(io.ErrUnexpectedEOF))
-		tr := newTransport(t, clk, &Transport{Base: mock, InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second})
+		tr := newTransport(t, clk, &Transport{Base: mock, Retry: RetryPolicy{InitialBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second}})
 		ctx, cancel := context.WithDeadline(testCtx(t), clk.Now().Add(2*time.Second))
 		defer cancel()
 		_, _, err := do(tr, newRequest(t, ctx, http.MethodGet, mockURL, ""))
@@ -190,7 +198,7 @@ func TestCancellationMidWait(t *testing.T) {
 	defer cancel()
 	clk.onSleep = func(time.Duration) { cancel() } // the caller gives up during the wait
 	var log hookLog
-	tr := newTransport(t, clk, &Transport{MaxAttempts: 5, Hooks: log.hooks()})
+	tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{MaxAttempts: 5}, Hooks: log.hooks()})
 	resp, _, err := do(tr, newRequest(t, ctx, http.MethodGet, srv.URL, ""))
 	if resp != nil {
 		t.Errorf("Do: got a response %d, want none", resp.StatusCode)
@@ -216,7 +224,7 @@ func TestCancellationMidWait(t *testing.T) {
 // The real timer of the wait stops as soon as the caller cancels.
 func TestCancellationMidRealWait(t *testing.T) {
 	srv := statusServer(t, 503, "busy")
-	tr := &Transport{InitialBackoff: time.Hour, MaxBackoff: time.Hour}
+	tr := &Transport{Retry: RetryPolicy{InitialBackoff: time.Hour, MaxBackoff: time.Hour}}
 	setRandN(tr, func(n int64) int64 { return n - 1 })
 	t.Cleanup(tr.CloseIdleConnections)
 	ctx, cancel := context.WithCancel(testCtx(t))
@@ -318,7 +326,7 @@ func TestNoRetryStartsAfterTheCallerIsDone(t *testing.T) {
 		return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 	})
 	ctx, cancel := context.WithCancel(testCtx(t))
-	tr := newTransport(t, nil, &Transport{Base: base, MaxAttempts: 3, Budget: UnlimitedBudget()})
+	tr := newTransport(t, nil, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 3, Budget: UnlimitedBudget()}})
 	setSleep(tr, func(context.Context, time.Duration) error {
 		cancel() // the caller gives up as the timer fires
 		return nil

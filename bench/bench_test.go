@@ -105,7 +105,7 @@ func retryfuseClient() client {
 
 func retryfuseTimeoutClient() client {
 	base := cleanhttp.DefaultPooledTransport()
-	rt := &retryfuse.Transport{Base: base, AttemptTimeout: 300 * time.Millisecond}
+	rt := &retryfuse.Transport{Base: base, Retry: retryfuse.RetryPolicy{AttemptTimeout: 300 * time.Millisecond}}
 	return client{"retryfuse-timeout", &http.Client{Transport: rt}, base}
 }
 
@@ -114,16 +114,25 @@ func retryfuseTimeoutClient() client {
 func retryfuseGatedClient() client {
 	base := cleanhttp.DefaultPooledTransport()
 	br, _ := retryfuse.NewBreaker(retryfuse.BreakerSettings{})
-	rt := &retryfuse.Transport{Base: base, Budget: &retryfuse.RatioBudget{}, Breaker: br, Hooks: retryfuse.Hooks{
-		AttemptStart: func(retryfuse.AttemptStartInfo) {},
-		AttemptDone:  func(retryfuse.AttemptDoneInfo) {},
-	}}
+	rt := &retryfuse.Transport{
+		Base: base,
+		Retry: retryfuse.RetryPolicy{
+			Budget: &retryfuse.RatioBudget{},
+		},
+		Brake: retryfuse.BrakePolicy{
+			Breaker: br,
+		},
+		Hooks: retryfuse.Hooks{
+			AttemptStart: func(retryfuse.AttemptStartInfo) {},
+			AttemptDone:  func(retryfuse.AttemptDoneInfo) {},
+		},
+	}
 	return client{"retryfuse-gated", &http.Client{Transport: rt}, base}
 }
 
 func retryfuseLedgerClient() client {
 	base := cleanhttp.DefaultPooledTransport()
-	rt := &retryfuse.Transport{Base: base, Ledger: &retryfuse.MemoryLedger{}}
+	rt := &retryfuse.Transport{Base: base, Keys: retryfuse.KeyPolicy{Ledger: &retryfuse.MemoryLedger{}}}
 	return client{"retryfuse-ledger", &http.Client{Transport: rt}, base}
 }
 
@@ -132,7 +141,7 @@ func retryfuseLedgerClient() client {
 // answers at once (its first branch runs on a goroutine of its own).
 func retryfuseHedgeClient() client {
 	base := cleanhttp.DefaultPooledTransport()
-	rt := &retryfuse.Transport{Base: base, MaxHedges: 1, HedgeDelay: 20 * time.Millisecond}
+	rt := &retryfuse.Transport{Base: base, Hedge: retryfuse.HedgePolicy{Max: 1, Delay: 20 * time.Millisecond}}
 	return client{"retryfuse-hedge", &http.Client{Transport: rt}, base}
 }
 
@@ -298,9 +307,9 @@ func BenchmarkGETLoadControls(b *testing.B) {
 		return client{name, &http.Client{Transport: tr}, base}
 	}
 	cs := []client{bareClient(),
-		mk("retryfuse-nothrottle", &retryfuse.Transport{DisableThrottle: true}),
+		mk("retryfuse-nothrottle", &retryfuse.Transport{Load: retryfuse.LoadPolicy{Throttle: retryfuse.ThrottlePolicy{Disable: true}}}),
 		mk("retryfuse", &retryfuse.Transport{}),
-		mk("retryfuse-adaptive", &retryfuse.Transport{AdaptiveInFlight: true})}
+		mk("retryfuse-adaptive", &retryfuse.Transport{Load: retryfuse.LoadPolicy{Adaptive: true}})}
 	reqs := make([]*http.Request, len(cs))
 	for i := range reqs {
 		reqs[i], _ = http.NewRequest(http.MethodGet, srv.URL, nil)

@@ -87,13 +87,13 @@ func hedgeClients() []client {
 	return []client{
 		mk("bare", func(base *http.Transport) http.RoundTripper { return base }),
 		mk("retryfuse-20ms", func(base *http.Transport) http.RoundTripper {
-			return &retryfuse.Transport{Base: base, MaxHedges: 1, HedgeDelay: tailHedgeDelay}
+			return &retryfuse.Transport{Base: base, Hedge: retryfuse.HedgePolicy{Max: 1, Delay: tailHedgeDelay}}
 		}),
 		mk("retryfuse-p95", func(base *http.Transport) http.RoundTripper {
-			return &retryfuse.Transport{Base: base, MaxHedges: 1, HedgeDelay: tailHedgeDelay, HedgeQuantile: 0.95}
+			return &retryfuse.Transport{Base: base, Hedge: retryfuse.HedgePolicy{Max: 1, Delay: tailHedgeDelay, Quantile: 0.95}}
 		}),
 		mk("retryfuse-p99", func(base *http.Transport) http.RoundTripper {
-			return &retryfuse.Transport{Base: base, MaxHedges: 1, HedgeDelay: tailHedgeDelay, HedgeQuantile: 0.99}
+			return &retryfuse.Transport{Base: base, Hedge: retryfuse.HedgePolicy{Max: 1, Delay: tailHedgeDelay, Quantile: 0.99}}
 		}),
 		mk("failsafe-20ms", func(base *http.Transport) http.RoundTripper {
 			return failsafehttp.NewRoundTripper(base, hedgepolicy.NewWithDelay[*http.Response](tailHedgeDelay))

@@ -60,10 +60,19 @@ func instantClients(tb testing.TB) []instantClient {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gated := &retryfuse.Transport{Base: instantBase{}, Budget: budget, Breaker: br, Hooks: retryfuse.Hooks{
-		AttemptStart: func(retryfuse.AttemptStartInfo) {},
-		AttemptDone:  func(retryfuse.AttemptDoneInfo) {},
-	}}
+	gated := &retryfuse.Transport{
+		Base: instantBase{},
+		Retry: retryfuse.RetryPolicy{
+			Budget: budget,
+		},
+		Brake: retryfuse.BrakePolicy{
+			Breaker: br,
+		},
+		Hooks: retryfuse.Hooks{
+			AttemptStart: func(retryfuse.AttemptStartInfo) {},
+			AttemptDone:  func(retryfuse.AttemptDoneInfo) {},
+		},
+	}
 	rc := retryablehttp.NewClient()
 	rc.HTTPClient = &http.Client{Transport: instantBase{}}
 	rc.RetryMax = 2
@@ -85,7 +94,7 @@ func instantClients(tb testing.TB) []instantClient {
 		{"bare", instantBase{}},
 		{"trace-only", traceOnly{instantBase{}}},
 		{"retryfuse", &retryfuse.Transport{Base: instantBase{}}},
-		{"retryfuse-timeout", &retryfuse.Transport{Base: instantBase{}, AttemptTimeout: 300 * time.Millisecond}},
+		{"retryfuse-timeout", &retryfuse.Transport{Base: instantBase{}, Retry: retryfuse.RetryPolicy{AttemptTimeout: 300 * time.Millisecond}}},
 		{"retryfuse-gated", gated},
 		{"retryablehttp", &retryablehttp.RoundTripper{Client: rc}},
 		{"retryablehttp-timeout", &retryablehttp.RoundTripper{Client: rcTimeout}},

@@ -69,7 +69,7 @@ func failsafeRefused(err error) bool {
 // retryfuseLoad is a retryfuse client named name, configured by set.
 func retryfuseLoad(name string, set func(*retryfuse.Transport)) loadClient {
 	base := newBase()
-	tr := &retryfuse.Transport{Base: base, MaxAttempts: attempts, InitialBackoff: backoff, AttemptTimeout: attemptTimeout}
+	tr := &retryfuse.Transport{Base: base, Retry: retryfuse.RetryPolicy{MaxAttempts: attempts, InitialBackoff: backoff, AttemptTimeout: attemptTimeout}}
 	if set != nil {
 		set(tr)
 	}
@@ -107,16 +107,16 @@ var (
 	// retryfuseBudgets is retryfuse before its controls of load: the
 	// retry budget alone.
 	retryfuseBudgets = func() loadClient {
-		return retryfuseLoad("retryfuse-budgets", func(t *retryfuse.Transport) { t.DisableThrottle = true })
+		return retryfuseLoad("retryfuse-budgets", func(t *retryfuse.Transport) { t.Load.Throttle.Disable = true })
 	}
 	retryfuseDefault = func() loadClient { return retryfuseLoad("retryfuse", nil) }
 	// retryfuseStatic is a bulkhead set to the right guess: the
 	// dependency's 8 workers, twice.
 	retryfuseStatic = func() loadClient {
-		return retryfuseLoad("retryfuse-static", func(t *retryfuse.Transport) { t.MaxInFlight = 16 })
+		return retryfuseLoad("retryfuse-static", func(t *retryfuse.Transport) { t.Load.MaxInFlight = 16 })
 	}
 	retryfuseAdaptive = func() loadClient {
-		return retryfuseLoad("retryfuse-adaptive", func(t *retryfuse.Transport) { t.AdaptiveInFlight = true })
+		return retryfuseLoad("retryfuse-adaptive", func(t *retryfuse.Transport) { t.Load.Adaptive = true })
 	}
 	failsafeLimiter = func() loadClient {
 		return failsafeLoad("failsafe-limiter", adaptivelimiter.NewWithDefaults[*http.Response]())
@@ -370,8 +370,8 @@ func BenchmarkOverloadRecovery(b *testing.B) {
 	var closed atomic.Int64 // when the breaker last closed, in unix nanoseconds
 	breakerClient := func() loadClient {
 		return retryfuseLoad("retryfuse-adaptive-breaker", func(t *retryfuse.Transport) {
-			t.AdaptiveInFlight = true
-			t.Breaker, _ = retryfuse.NewBreaker(retryfuse.BreakerSettings{OpenTimeout: 100 * time.Millisecond})
+			t.Load.Adaptive = true
+			t.Brake.Breaker, _ = retryfuse.NewBreaker(retryfuse.BreakerSettings{OpenTimeout: 100 * time.Millisecond})
 			t.Hooks.BreakerChange = func(i retryfuse.BreakerChangeInfo) {
 				if i.To == retryfuse.BreakerClosed {
 					closed.Store(i.At.UnixNano())

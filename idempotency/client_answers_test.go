@@ -52,7 +52,7 @@ func clientSend(t *testing.T, rt http.RoundTripper, url, key, body string) (int,
 
 func newClient(t *testing.T, tr *retryfuse.Transport) *retryfuse.Transport {
 	t.Helper()
-	tr.NewBudget = func(string) (retryfuse.Budget, error) { return retryfuse.UnlimitedBudget(), nil }
+	tr.Retry.NewBudget = func(string) (retryfuse.Budget, error) { return retryfuse.UnlimitedBudget(), nil }
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }
@@ -72,7 +72,7 @@ func TestOutcomeUnknownIsAReconcileError(t *testing.T) {
 		runs.Add(1)
 		panic("the write was applied, then the handler failed")
 	}), Config{})
-	tr := newClient(t, &retryfuse.Transport{ServerHonoursKeys: true})
+	tr := newClient(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{ServerHonours: true}})
 	if code, _, err := clientSend(t, tr, srv.URL+"/ping", "confirm", "{}"); err != nil || code != http.StatusCreated {
 		t.Fatalf("confirming call: %d, %v", code, err)
 	}
@@ -124,7 +124,7 @@ func TestReplayedResponseIsFinal(t *testing.T) {
 	}), Config{})
 	var sent atomic.Int32
 	tr := newClient(t, &retryfuse.Transport{Hooks: retryfuse.Hooks{AttemptStart: func(retryfuse.AttemptStartInfo) { sent.Add(1) }}})
-	first := newClient(t, &retryfuse.Transport{MaxAttempts: 1})
+	first := newClient(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 1}})
 	if code, _, _ := clientSend(t, first, srv.URL+"/charges", "pay-3", "{}"); code != http.StatusServiceUnavailable {
 		t.Fatalf("first: %d, want the handler's 503", code)
 	}
@@ -167,7 +167,7 @@ func TestDeclaredHonourNeedsAMarkedResponse(t *testing.T) {
 	s := &stallFirst{}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	tr := newClient(t, &retryfuse.Transport{ServerHonoursKeys: true, AttemptTimeout: attemptTimeout})
+	tr := newClient(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{ServerHonours: true}, Retry: retryfuse.RetryPolicy{AttemptTimeout: attemptTimeout}})
 	_, _, err := clientSend(t, tr, srv.URL+"/charges", "pay-4", "{}")
 	var rec *retryfuse.ReconcileRequiredError
 	if !errors.As(err, &rec) {
@@ -197,12 +197,19 @@ func TestUnmarkedAnswerRevokesHonour(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	var actions []string
-	tr := newClient(t, &retryfuse.Transport{ServerHonoursKeys: true, AttemptTimeout: attemptTimeout,
+	tr := newClient(t, &retryfuse.Transport{
+		Keys: retryfuse.KeyPolicy{
+			ServerHonours: true,
+		},
+		Retry: retryfuse.RetryPolicy{
+			AttemptTimeout: attemptTimeout,
+		},
 		Hooks: retryfuse.Hooks{Policy: func(i retryfuse.PolicyInfo) {
 			if i.Policy == "server_keys" {
 				actions = append(actions, i.Action)
 			}
-		}}})
+		}},
+	})
 	clientSend(t, tr, srv.URL+"/charges", "pay-5", "{}") // marked: confirmed
 	marked.Store(false)
 	clientSend(t, tr, srv.URL+"/charges", "pay-6", "{}") // a 201 without the marker: revoked
@@ -246,7 +253,7 @@ func TestOutcomeUnknownAfterOwnAnsweredAttemptIsThisCalls(t *testing.T) {
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.Start()
 	t.Cleanup(srv.Close)
-	tr := newClient(t, &retryfuse.Transport{InitialBackoff: time.Millisecond})
+	tr := newClient(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{InitialBackoff: time.Millisecond}})
 	_, _, err := clientSend(t, tr, srv.URL+"/charges", "pay-8", "{}")
 	var rec *retryfuse.ReconcileRequiredError
 	if !errors.As(err, &rec) || rec.Earlier || rec.Attempts != 2 {
@@ -276,7 +283,7 @@ func TestNotStoredHoldsTheKeyOnTheClient(t *testing.T) {
 			if code, _, err := clientSend(t, first, srv.URL+"/charges", "pay-9", "{}"); err != nil || code != http.StatusCreated {
 				t.Fatalf("first: %d, %v", code, err)
 			}
-			tr := newClient(t, &retryfuse.Transport{Ledger: ledger})
+			tr := newClient(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: ledger}})
 			for i := range 2 {
 				if _, _, err := clientSend(t, tr, srv.URL+"/charges", "pay-9", "{}"); !errors.Is(err, retryfuse.ErrAlreadyApplied) {
 					t.Errorf("call %d: got %v, want ErrAlreadyApplied", i, err)

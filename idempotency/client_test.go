@@ -89,7 +89,7 @@ func TestFingerprintIsTheClients(t *testing.T) {
 	h, _ := newHandler(t, &counter{}, Config{Ledger: server})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	rt := &retryfuse.Transport{Ledger: client}
+	rt := &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: client}}
 	defer rt.CloseIdleConnections()
 
 	paths := []string{"/charges", "/v1/a%2Fb/charges?sig=1", "/caf%C3%A9/x%20y", "/"}
@@ -135,7 +135,7 @@ func TestLostResponseEndsExactlyOnce(t *testing.T) {
 			h, _ := newHandler(t, mux, Config{})
 			srv := httptest.NewServer(h)
 			defer srv.Close()
-			rt := &retryfuse.Transport{AttemptTimeout: 200 * time.Millisecond, InitialBackoff: 10 * time.Millisecond, ServerHonoursKeys: declared}
+			rt := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: 200 * time.Millisecond, InitialBackoff: 10 * time.Millisecond}, Keys: retryfuse.KeyPolicy{ServerHonours: declared}}
 			defer rt.CloseIdleConnections()
 			if status, _, _ := clientPost(t, rt, srv.URL+"/warm", "warm-1", []byte(`{}`)); status != http.StatusCreated {
 				t.Fatalf("warm-up: %d", status)

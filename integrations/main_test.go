@@ -139,9 +139,9 @@ func fast(t *testing.T, tr *retryfuse.Transport) *retryfuse.Transport {
 	// everything: the throttle of new calls, which would refuse a share of
 	// them once the dependency has rejected five, is off, so that the
 	// figures are the retry layers' own.
-	tr.DisableThrottle = true
-	tr.InitialBackoff = time.Millisecond
-	tr.MaxBackoff = 5 * time.Millisecond
+	tr.Load.Throttle.Disable = true
+	tr.Retry.InitialBackoff = time.Millisecond
+	tr.Retry.MaxBackoff = 5 * time.Millisecond
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }

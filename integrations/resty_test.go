@@ -208,7 +208,7 @@ func TestRestyMayRetryCondition(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				var fx effects
 				base := orderServer(t, &fx, orderApplyAndStall, orderApply)
-				c := restyClient(fast(t, &retryfuse.Transport{AttemptTimeout: attemptTimeout}), 3, tc.cond...)
+				c := restyClient(fast(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: attemptTimeout}}), 3, tc.cond...)
 				_, err := postOrder(t.Context(), c, base, "")
 				var rec *retryfuse.ReconcileRequiredError
 				assert.Equal(t, tc.reconcile, errors.As(err, &rec), "reconcile error returned: %v", err)
@@ -238,7 +238,7 @@ func TestRestyContextKeySurvivesRetries(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var fx effects
 			base := orderServer(t, &fx, orderApplyAndCut, orderApply)
-			c := restyClient(fast(t, &retryfuse.Transport{GenerateIdempotencyKeys: true}), 3) // resty's default condition
+			c := restyClient(fast(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Generate: true}}), 3) // resty's default condition
 
 			ctx := t.Context()
 			key := ""

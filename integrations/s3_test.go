@@ -86,7 +86,7 @@ func s3Retryer(at checkAt) aws.Retryer {
 
 // recipeTransport is retryfuse as the recipe has it under the SDK.
 func recipeTransport(t *testing.T) *retryfuse.Transport {
-	return fast(t, &retryfuse.Transport{MaxAttempts: 1, AttemptTimeout: attemptTimeout})
+	return fast(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 1, AttemptTimeout: attemptTimeout}})
 }
 
 func s3Client(base string, tr *retryfuse.Transport, retryer aws.Retryer) *s3.Client {
@@ -346,7 +346,7 @@ func TestS3CompleteMultipartUploadLostResponse(t *testing.T) {
 // pinned here, so that the recipe's AttemptTimeout has its reason.
 func TestS3CallerDeadlineDropsReconcileError(t *testing.T) {
 	f, base := newFakeS3(t, s3ApplyAndStall)
-	c := s3Client(base, fast(t, &retryfuse.Transport{MaxAttempts: 1}), s3Retryer(checkFirst))
+	c := s3Client(base, fast(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 1}}), s3Retryer(checkFirst))
 
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()

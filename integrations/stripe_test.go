@@ -199,7 +199,7 @@ func TestStripeOwnRetriesOnTopMultiply(t *testing.T) {
 		var fx effects
 		base := stripeServer(t, &fx, stripeBalancer503)
 		tr := fast(t, &retryfuse.Transport{})
-		tr.DisableThrottle = false
+		tr.Load.Throttle.Disable = false
 		sc := stripeClient(base, tr, stripe.DefaultMaxNetworkRetries)
 		const creates = 20
 		for range creates {
@@ -243,7 +243,7 @@ func TestStripeOwnRetriesOnTopMultiply(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				var fx effects
 				base := stripeServer(t, &fx, stripeChargeAndStall, stripeCharge)
-				sc := stripeClient(base, fast(t, &retryfuse.Transport{AttemptTimeout: attemptTimeout}), tc.sdkRetries)
+				sc := stripeClient(base, fast(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: attemptTimeout}}), tc.sdkRetries)
 				_, err := createCharge(t.Context(), sc)
 				var rec *retryfuse.ReconcileRequiredError
 				assert.Equal(t, tc.reconcile, errors.As(err, &rec), "reconcile error returned: %v", err)

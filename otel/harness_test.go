@@ -167,5 +167,5 @@ func statusSequence(t *testing.T, statuses ...int) *httptest.Server {
 }
 
 func fastTransport(h *harness) *retryfuse.Transport {
-	return &retryfuse.Transport{Hooks: h.hooks, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
+	return &retryfuse.Transport{Hooks: h.hooks, Retry: retryfuse.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 }

@@ -54,7 +54,7 @@ func TestKeyedPOSTReconcile(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
 	tr := fastTransport(h)
-	tr.AttemptTimeout = 50 * time.Millisecond
+	tr.Retry.AttemptTimeout = 50 * time.Millisecond
 
 	span, _, err := h.call(tr, http.MethodPost, srv.URL+"/orders", "order-42")
 	if !errors.Is(err, retryfuse.ErrReconcileRequired) {
@@ -111,7 +111,7 @@ func TestGETAttemptsExhausted(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // connections to addr are refused: nothing is written
 	tr := fastTransport(h)
-	tr.MaxAttempts = 2
+	tr.Retry.MaxAttempts = 2
 
 	span, _, err := h.call(tr, http.MethodGet, "http://"+addr+"/", "")
 	if !errors.Is(err, retryfuse.ErrAttemptsExhausted) {
@@ -285,7 +285,7 @@ func TestHooksWithoutRecordingSpan(t *testing.T) {
 // refused: the dependency (a base that answers 503) rejected every call.
 func throttledError(t *testing.T) error {
 	t.Helper()
-	tr := &retryfuse.Transport{Base: unavailable{}, MaxAttempts: 1, Budget: retryfuse.UnlimitedBudget()}
+	tr := &retryfuse.Transport{Base: unavailable{}, Retry: retryfuse.RetryPolicy{MaxAttempts: 1, Budget: retryfuse.UnlimitedBudget()}}
 	for range 1000 {
 		req, err := http.NewRequest(http.MethodGet, "http://x/", nil)
 		if err != nil {

@@ -62,7 +62,7 @@ func TestOtelhttpAsBase(t *testing.T) {
 	t.Cleanup(base.CloseIdleConnections)
 	tr := fastTransport(h)
 	tr.Base = otelhttp.NewTransport(base, otelhttp.WithTracerProvider(h.tp), otelhttp.WithPropagators(propagation.TraceContext{}))
-	tr.MaxAttempts = 2
+	tr.Retry.MaxAttempts = 2
 
 	_, _, err = h.call(tr, http.MethodPost, "http://"+addr+"/orders", "order-7")
 	if !errors.Is(err, retryfuse.ErrAttemptsExhausted) {

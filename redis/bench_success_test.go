@@ -82,7 +82,7 @@ type getter struct {
 }
 
 func newGetter(b *testing.B, url string, newBudget func(string) (retryfuse.Budget, error)) *getter {
-	tr := &retryfuse.Transport{NewBudget: newBudget}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{NewBudget: newBudget}}
 	b.Cleanup(tr.CloseIdleConnections)
 	return &getter{c: &http.Client{Transport: tr}, url: url}
 }

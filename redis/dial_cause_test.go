@@ -42,7 +42,7 @@ func TestRedisDownErrorsCarryTheDialError(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Begin with Redis down: got %v, want an error wrapping ErrUnavailable and ECONNREFUSED, naming it", err)
 	}
-	client := newTransport(t, &retryfuse.Transport{Ledger: l})
+	client := newTransport(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: l}})
 	srv := newStallServer(t)
 	resp, err := keyedPost(bg(), client, srv.URL, "order-1")
 	if err == nil {

@@ -28,8 +28,12 @@ func Example() {
 	}
 	defer ledger.Close(context.Background()) // flushes what Redis could not take yet
 	client := &http.Client{Transport: &retryfuse.Transport{
-		NewBudget: budgets.New,
-		Ledger:    ledger,
+		Retry: retryfuse.RetryPolicy{
+			NewBudget: budgets.New,
+		},
+		Keys: retryfuse.KeyPolicy{
+			Ledger: ledger,
+		},
 		Hooks: retryfuse.Hooks{
 			EvidenceUnavailable: func(i retryfuse.EvidenceUnavailableInfo) {
 				log.Printf("%s unavailable, fail-safe applied: %v", i.Source, i.Err)

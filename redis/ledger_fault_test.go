@@ -112,7 +112,7 @@ func newFaultFleet(t *testing.T, addr string) *faultFleet {
 		}
 		closeLedger(t, l)
 		f.ledgers = append(f.ledgers, l)
-		f.clients = append(f.clients, newTransport(t, &retryfuse.Transport{Ledger: l}))
+		f.clients = append(f.clients, newTransport(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: l}}))
 	}
 	return f
 }

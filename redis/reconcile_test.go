@@ -64,7 +64,7 @@ func TestReconcileResolvedWithTheExpiredContext(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			l := newTestLedger(t, LedgerConfig{})
-			client := newTransport(t, &retryfuse.Transport{Ledger: l})
+			client := newTransport(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: l}})
 			srv := newStallServer(t)
 
 			ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)

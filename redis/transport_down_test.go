@@ -51,7 +51,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	var ev evidence
-	client := newTransport(t, &retryfuse.Transport{MaxAttempts: 3, NewBudget: budgets.New, Ledger: ledger, Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
+	client := newTransport(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 3, NewBudget: budgets.New}, Keys: retryfuse.KeyPolicy{Ledger: ledger}, Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
 	budgetKey := prefix + "{http://" + srv.Listener.Addr().String() + "}"
 
 	getFlaky := func() {

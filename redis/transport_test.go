@@ -44,9 +44,9 @@ func newTransport(t *testing.T, tr *retryfuse.Transport) *http.Client {
 	// These tests count what budgets and ledgers let through to servers
 	// that fail on purpose: the throttle of new calls, which would refuse a
 	// share of them once most had been rejected, is off.
-	tr.DisableThrottle = true
-	if tr.InitialBackoff == 0 {
-		tr.InitialBackoff, tr.MaxBackoff = time.Millisecond, 2*time.Millisecond
+	tr.Load.Throttle.Disable = true
+	if tr.Retry.InitialBackoff == 0 {
+		tr.Retry.InitialBackoff, tr.Retry.MaxBackoff = time.Millisecond, 2*time.Millisecond
 	}
 	if err := tr.Validate(); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestReplicasShareOneBudget(t *testing.T) {
 			var ev evidence
 			clients := make([]*http.Client, replicas)
 			for i := range clients {
-				clients[i] = newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: tc.newBudget(t, prefix), Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
+				clients[i] = newTransport(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 4, NewBudget: tc.newBudget(t, prefix)}, Hooks: retryfuse.Hooks{EvidenceUnavailable: ev.hook}})
 			}
 			var calls int64
 			deadline := time.Now().Add(10 * time.Second)
@@ -180,8 +180,8 @@ func TestReplicasShareOneBudget(t *testing.T) {
 			return retryfuse.NewTokenBucket(retryfuse.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour})
 		}
 		clients := []*http.Client{
-			newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: local}),
-			newTransport(t, &retryfuse.Transport{MaxAttempts: 4, NewBudget: local}),
+			newTransport(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 4, NewBudget: local}}),
+			newTransport(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 4, NewBudget: local}}),
 		}
 		const calls = 100
 		callAll(t, clients, srv.URL, calls)
@@ -240,7 +240,7 @@ func ledgerReplica(t *testing.T, addr, prefix string) *http.Client {
 		t.Fatal(err)
 	}
 	closeLedger(t, l)
-	return newTransport(t, &retryfuse.Transport{Ledger: l})
+	return newTransport(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: l}})
 }
 
 // TestReplicasShareOneLedger: the same keyed POST sent through two

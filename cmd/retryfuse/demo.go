@@ -151,11 +151,13 @@ func (s *servers) newPlain(attemptTimeout time.Duration) plainLoop {
 // else is left at its default unless set by the caller.
 func (s *servers) newFuse(attemptTimeout time.Duration) *retryfuse.Transport {
 	return &retryfuse.Transport{
-		Base:           s.transport(),
-		MaxAttempts:    demoAttempts,
-		InitialBackoff: demoInitialBackoff,
-		MaxBackoff:     demoMaxBackoff,
-		AttemptTimeout: attemptTimeout,
+		Base: s.transport(),
+		Retry: retryfuse.RetryPolicy{
+			MaxAttempts:    demoAttempts,
+			InitialBackoff: demoInitialBackoff,
+			MaxBackoff:     demoMaxBackoff,
+			AttemptTimeout: attemptTimeout,
+		},
 	}
 }
 

@@ -83,7 +83,7 @@ func runBrake(srv *servers, cfg demoConfig) (brakeResults, error) {
 	plain := srv.newPlain(demoAttemptTimeout)
 	budgetOnly := &http.Client{Transport: srv.newFuse(demoAttemptTimeout)}
 	braked := srv.newFuse(demoAttemptTimeout)
-	braked.Breaker = breaker
+	braked.Brake.Breaker = breaker
 	var mu sync.Mutex
 	braked.Hooks.BreakerChange = func(c retryfuse.BreakerChangeInfo) {
 		mu.Lock()

@@ -106,7 +106,7 @@ func crashSideRun(srv *servers, db *sql.DB, side string, ledger retryfuse.Ledger
 		return out, err
 	}
 	tr := srv.newFuse(lostAttemptTimeout)
-	tr.ServerHonoursKeys = true
+	tr.Keys.ServerHonours = true
 	var attempts atomic.Int32
 	tr.Hooks.AttemptDone = func(retryfuse.AttemptDoneInfo) { attempts.Add(1) }
 	client := &http.Client{Transport: tr}

@@ -56,7 +56,7 @@ func runExactly(srv *servers) (exactlyResults, error) {
 	res.PlainApplied = pay.count(plainKey)
 
 	tr := srv.newFuse(lostAttemptTimeout)
-	tr.ServerHonoursKeys = true
+	tr.Keys.ServerHonours = true
 	var attempts atomic.Int32
 	var replayed atomic.Bool
 	tr.Hooks.AttemptDone = func(i retryfuse.AttemptDoneInfo) {

@@ -151,12 +151,12 @@ func runOverload(srv *servers) (overloadResults, error) {
 	plain := srv.newPlain(overloadAttempt)
 	plain.client = &http.Client{Transport: base()}
 	fuse := func(set func(*retryfuse.Transport)) *http.Client {
-		tr := &retryfuse.Transport{Base: base(), MaxAttempts: demoAttempts, AttemptTimeout: overloadAttempt}
+		tr := &retryfuse.Transport{Base: base(), Retry: retryfuse.RetryPolicy{MaxAttempts: demoAttempts, AttemptTimeout: overloadAttempt}}
 		set(tr)
 		return &http.Client{Transport: tr}
 	}
-	static := fuse(func(tr *retryfuse.Transport) { tr.MaxInFlight = overloadGuess })
-	adaptive := fuse(func(tr *retryfuse.Transport) { tr.AdaptiveInFlight = true })
+	static := fuse(func(tr *retryfuse.Transport) { tr.Load.MaxInFlight = overloadGuess })
+	adaptive := fuse(func(tr *retryfuse.Transport) { tr.Load.Adaptive = true })
 	calls := [3]func(context.Context, string) (*http.Response, error){
 		func(ctx context.Context, url string) (*http.Response, error) { return plain.do(ctx, getter(url)) },
 		clientGet(static),

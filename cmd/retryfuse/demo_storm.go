@@ -62,7 +62,7 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 		return res, err
 	}
 	fuse := srv.newFuse(demoAttemptTimeout)
-	fuse.NewBudget = func(string) (retryfuse.Budget, error) { return budget, nil }
+	fuse.Retry.NewBudget = func(string) (retryfuse.Budget, error) { return budget, nil }
 	client := &http.Client{Transport: fuse}
 	res.FuseElapsed = together(cfg.callers, func() {
 		req, err := getter(fuseSrv.URL)(context.Background())

@@ -93,11 +93,11 @@ func runTail(srv *servers, calls int) (tailResults, error) {
 			return &http.Client{Transport: base}, base.CloseIdleConnections
 		}},
 		{&res.Fixed, func() (*http.Client, func()) {
-			tr := &retryfuse.Transport{Base: srv.transport(), MaxHedges: 1, HedgeDelay: tailHedgeDelay}
+			tr := &retryfuse.Transport{Base: srv.transport(), Hedge: retryfuse.HedgePolicy{Max: 1, Delay: tailHedgeDelay}}
 			return &http.Client{Transport: tr}, tr.CloseIdleConnections
 		}},
 		{&res.Derived, func() (*http.Client, func()) {
-			tr := &retryfuse.Transport{Base: srv.transport(), MaxHedges: 1, HedgeDelay: tailHedgeDelay, HedgeQuantile: tailQuantile}
+			tr := &retryfuse.Transport{Base: srv.transport(), Hedge: retryfuse.HedgePolicy{Max: 1, Delay: tailHedgeDelay, Quantile: tailQuantile}}
 			return &http.Client{Transport: tr}, tr.CloseIdleConnections
 		}},
 	}

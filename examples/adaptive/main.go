@@ -59,8 +59,13 @@ func run(w io.Writer) error {
 
 	var mu sync.Mutex
 	rt := &retryfuse.Transport{
-		AdaptiveInFlight: true, // the limit is learnt, per scope, between 2 and 1000
-		MaxAttempts:      1,
+		Load: retryfuse.LoadPolicy{
+			Adaptive: true,
+		},
+		Retry: retryfuse.RetryPolicy{
+			// the limit is learnt, per scope, between 2 and 1000
+			MaxAttempts: 1,
+		},
 		Hooks: retryfuse.Hooks{
 			Policy: func(i retryfuse.PolicyInfo) {
 				if i.Policy == "adaptive_limit" {

@@ -54,10 +54,14 @@ func run(w io.Writer) error {
 	}
 	var transitions, pending []string // pending: printed after the call's own line
 	rt := &retryfuse.Transport{
-		Breaker: breaker,
-		// One attempt per call, so that each call below is one outcome for
-		// the breaker. With retries, every attempt counts.
-		MaxAttempts: 1,
+		Brake: retryfuse.BrakePolicy{
+			Breaker: breaker,
+		},
+		Retry: retryfuse.RetryPolicy{
+			// One attempt per call, so that each call below is one outcome for
+			// the breaker. With retries, every attempt counts.
+			MaxAttempts: 1,
+		},
 		Hooks: retryfuse.Hooks{
 			BreakerChange: func(i retryfuse.BreakerChangeInfo) {
 				tr := fmt.Sprintf("%v -> %v", i.From, i.To)

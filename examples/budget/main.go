@@ -53,13 +53,20 @@ func run(w io.Writer) error {
 	}
 	var byBudget, byAttempts atomic.Int32
 	rt := &retryfuse.Transport{
-		Budget: budget, // one budget for every caller (and every scope)
-		// The throttle, on by default, would refuse some of the callers that
-		// start after the first 503s (how many depends on their timing):
-		// off here, to show the budget alone.
-		DisableThrottle: true,
-		InitialBackoff:  5 * time.Millisecond,
-		MaxBackoff:      20 * time.Millisecond,
+		Retry: retryfuse.RetryPolicy{
+			Budget:         budget,
+			InitialBackoff: 5 * time.Millisecond,
+			MaxBackoff:     20 * time.Millisecond,
+		},
+		Load: retryfuse.LoadPolicy{
+			Throttle: retryfuse.ThrottlePolicy{
+				// one budget for every caller (and every scope)
+				// The throttle, on by default, would refuse some of the callers that
+				// start after the first 503s (how many depends on their timing):
+				// off here, to show the budget alone.
+				Disable: true,
+			},
+		},
 		Hooks: retryfuse.Hooks{
 			GiveUp: func(i retryfuse.GiveUpInfo) {
 				switch {

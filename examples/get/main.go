@@ -48,10 +48,12 @@ func run(w io.Writer) error {
 	defer srv.Close()
 
 	rt := &retryfuse.Transport{
-		// Short waits so that the example runs at once; the defaults are
-		// 100ms and 10s.
-		InitialBackoff: 20 * time.Millisecond,
-		MaxBackoff:     200 * time.Millisecond,
+		Retry: retryfuse.RetryPolicy{
+			// Short waits so that the example runs at once; the defaults are
+			// 100ms and 10s.
+			InitialBackoff: 20 * time.Millisecond,
+			MaxBackoff:     200 * time.Millisecond,
+		},
 		Hooks: retryfuse.Hooks{
 			AttemptStart: func(i retryfuse.AttemptStartInfo) {
 				fmt.Fprintf(w, "attempt %d: %s %s\n", i.Attempt, i.Method, i.URL)

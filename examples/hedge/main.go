@@ -45,11 +45,13 @@ func run(w io.Writer) error {
 	defer srv.Close()
 
 	rt := &retryfuse.Transport{
-		// One hedge, sent when an attempt has not answered within 50ms.
-		// GET, HEAD and OPTIONS are hedged; other methods only when listed
-		// in HedgeMethods. Each hedge takes a retry from the budget.
-		MaxHedges:  1,
-		HedgeDelay: 50 * time.Millisecond,
+		Hedge: retryfuse.HedgePolicy{
+			// One hedge, sent when an attempt has not answered within 50ms.
+			// GET, HEAD and OPTIONS are hedged; other methods only when listed
+			// in HedgeMethods. Each hedge takes a retry from the budget.
+			Max:   1,
+			Delay: 50 * time.Millisecond,
+		},
 		Hooks: retryfuse.Hooks{
 			AttemptStart: func(i retryfuse.AttemptStartInfo) {
 				fmt.Fprintf(w, "attempt %d (branch %d): %s %s\n", i.Attempt, i.Branch, i.Method, i.URL)

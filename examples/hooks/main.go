@@ -65,7 +65,9 @@ func run(w io.Writer) error {
 		fmt.Fprintf(w, "call %d attempt %d %-13s "+format+"\n", append([]any{c.CallID, c.Attempt, event}, args...)...)
 	}
 	rt := &retryfuse.Transport{
-		InitialBackoff: 10 * time.Millisecond,
+		Retry: retryfuse.RetryPolicy{
+			InitialBackoff: 10 * time.Millisecond,
+		},
 		Hooks: retryfuse.Hooks{
 			AttemptStart: func(i retryfuse.AttemptStartInfo) {
 				log(i.CallInfo, "AttemptStart", "%s %s key=%q", i.Method, i.URL, i.IdempotencyKey)

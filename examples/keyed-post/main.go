@@ -70,7 +70,10 @@ func run(w io.Writer) error {
 	defer srv.Close()
 
 	rt := &retryfuse.Transport{
-		InitialBackoff: 10 * time.Millisecond, // short, so the example runs at once
+		Retry: retryfuse.RetryPolicy{
+			InitialBackoff: 10 * time.Millisecond,
+		},
+		// short, so the example runs at once
 		Hooks: retryfuse.Hooks{
 			Retry: func(i retryfuse.RetryInfo) {
 				fmt.Fprintf(w, "  transport: attempt %d: %v; repeating with key %q\n", i.Attempt, i.Err, i.IdempotencyKey)

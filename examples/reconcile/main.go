@@ -69,7 +69,7 @@ func run(w io.Writer) error {
 // key ledger) and handles the reconcile error by looking the order up.
 func callerReconciles(ctx context.Context, out io.Writer, base string, api *ordersAPI) error {
 	const key = "checkout-1001"
-	tr := &retryfuse.Transport{AttemptTimeout: attemptTimeout, Ledger: &retryfuse.MemoryLedger{}}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: attemptTimeout}, Keys: retryfuse.KeyPolicy{Ledger: &retryfuse.MemoryLedger{}}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
@@ -114,10 +114,10 @@ func callerReconciles(ctx context.Context, out io.Writer, base string, api *orde
 // the order up (through the same client) before any error is returned.
 func transportReconciles(ctx context.Context, out io.Writer, base string, api *ordersAPI) error {
 	const key = "checkout-1002"
-	tr := &retryfuse.Transport{AttemptTimeout: attemptTimeout}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: attemptTimeout}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	tr.Reconciler = retryfuse.Reconciler(func(ctx context.Context, rerr *retryfuse.ReconcileRequiredError) (*http.Response, bool, error) {
+	tr.Keys.Reconciler = retryfuse.Reconciler(func(ctx context.Context, rerr *retryfuse.ReconcileRequiredError) (*http.Response, bool, error) {
 		fmt.Fprintf(out, "reconciler: no response for %s %s; GET /orders?key=%s\n", rerr.Method, rerr.URL, rerr.IdempotencyKey)
 		resp, err := lookupOrder(ctx, client, base, rerr.IdempotencyKey)
 		switch {

@@ -70,9 +70,11 @@ func run(w io.Writer) error {
 	counter := retryfuse.Hooks{AttemptDone: func(retryfuse.AttemptDoneInfo) { attempts.Add(1) }}
 
 	tr := &retryfuse.Transport{
-		Hooks:          retryfuse.JoinHooks(retryfuse.SlogHooks(logger), counter),
-		InitialBackoff: 10 * time.Millisecond,
-		AttemptTimeout: 200 * time.Millisecond,
+		Hooks: retryfuse.JoinHooks(retryfuse.SlogHooks(logger), counter),
+		Retry: retryfuse.RetryPolicy{
+			InitialBackoff: 10 * time.Millisecond,
+			AttemptTimeout: 200 * time.Millisecond,
+		},
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}

@@ -48,10 +48,12 @@ func run(w io.Writer) error {
 		return err
 	}
 	rf := &retryfuse.Transport{
-		Hooks:          hooks,
-		InitialBackoff: 10 * time.Millisecond,
-		MaxBackoff:     50 * time.Millisecond,
-		AttemptTimeout: 200 * time.Millisecond,
+		Hooks: hooks,
+		Retry: retryfuse.RetryPolicy{
+			InitialBackoff: 10 * time.Millisecond,
+			MaxBackoff:     50 * time.Millisecond,
+			AttemptTimeout: 200 * time.Millisecond,
+		},
 	}
 	// The hooks add their events to the span in each request's context;
 	// here each call starts its own. In a service, otelhttp.NewTransport(rf)

@@ -63,8 +63,18 @@ func child(cfg config) error {
 	}
 	var unavailable, recovered atomic.Int64
 	tr := &retryfuse.Transport{
-		MaxAttempts: cfg.attempts, NewBudget: newBudget, InitialBackoff: time.Microsecond, MaxBackoff: time.Microsecond,
-		DisableThrottle: true, // the fleet's budgets alone bound what is sent
+		Retry: retryfuse.RetryPolicy{
+			MaxAttempts:    cfg.attempts,
+			NewBudget:      newBudget,
+			InitialBackoff: time.Microsecond,
+			MaxBackoff:     time.Microsecond,
+		},
+		Load: retryfuse.LoadPolicy{
+			Throttle: retryfuse.ThrottlePolicy{
+				Disable: true,
+			},
+		},
+		// the fleet's budgets alone bound what is sent
 		Hooks: retryfuse.Hooks{EvidenceUnavailable: func(i retryfuse.EvidenceUnavailableInfo) {
 			if errors.Is(i.Err, retryfuseredis.ErrRecovered) {
 				recovered.Add(1)

@@ -122,11 +122,19 @@ func Load(o LoadOptions) (*LoadResult, error) {
 	base := &http.Transport{MaxIdleConnsPerHost: 2 * o.Callers, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
 	defer base.CloseIdleConnections()
 	tr := &retryfuse.Transport{
-		Base:              base,
-		MaxAttempts:       o.Client.MaxAttempts,
-		AttemptTimeout:    o.Client.AttemptTimeout,
-		ServerHonoursKeys: o.Client.Declared,
-		DisableThrottle:   !o.Client.Throttle,
+		Base: base,
+		Retry: retryfuse.RetryPolicy{
+			MaxAttempts:    o.Client.MaxAttempts,
+			AttemptTimeout: o.Client.AttemptTimeout,
+		},
+		Keys: retryfuse.KeyPolicy{
+			ServerHonours: o.Client.Declared,
+		},
+		Load: retryfuse.LoadPolicy{
+			Throttle: retryfuse.ThrottlePolicy{
+				Disable: !o.Client.Throttle,
+			},
+		},
 		Hooks: retryfuse.Hooks{
 			AttemptStart: func(retryfuse.AttemptStartInfo) { attempts.Add(1) },
 			Retry:        func(retryfuse.RetryInfo) { retries.Add(1) },
@@ -147,10 +155,10 @@ func Load(o LoadOptions) (*LoadResult, error) {
 		},
 	}
 	if o.Client.Unaware {
-		tr.HonourMemory = -1
+		tr.Keys.HonourMemory = -1
 	}
 	if r := o.Client.BudgetRatio; r > 0 {
-		tr.NewBudget = func(string) (retryfuse.Budget, error) {
+		tr.Retry.NewBudget = func(string) (retryfuse.Budget, error) {
 			return retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{Ratio: r})
 		}
 	}

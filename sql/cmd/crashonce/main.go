@@ -292,7 +292,13 @@ type gaveUpKey struct{}
 // defaults, and counts how each call ended for its caller.
 func runFleet(url string, calls, callers, attempts int) map[string]int {
 	client := &http.Client{Transport: &retryfuse.Transport{
-		MaxAttempts: attempts, AttemptTimeout: 5 * time.Second, ServerHonoursKeys: true,
+		Retry: retryfuse.RetryPolicy{
+			MaxAttempts:    attempts,
+			AttemptTimeout: 5 * time.Second,
+		},
+		Keys: retryfuse.KeyPolicy{
+			ServerHonours: true,
+		},
 		Hooks: retryfuse.Hooks{GiveUp: func(i retryfuse.GiveUpInfo) {
 			if slot, ok := i.Context.Value(gaveUpKey{}).(*string); ok {
 				*slot = retryfuse.ReasonName(i.Reason)

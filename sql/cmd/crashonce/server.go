@@ -92,7 +92,7 @@ func serveErr(o serveOptions) error {
 	}
 	insert := "INSERT INTO " + o.table + "_effects (idem, pid) VALUES ($1, $2)"
 	pid := os.Getpid()
-	down := &http.Client{Transport: &retryfuse.Transport{ServerHonoursKeys: true, AttemptTimeout: 5 * time.Second}}
+	down := &http.Client{Transport: &retryfuse.Transport{Keys: retryfuse.KeyPolicy{ServerHonours: true}, Retry: retryfuse.RetryPolicy{AttemptTimeout: 5 * time.Second}}}
 	effect := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		key := r.Header.Get("Idempotency-Key")
