@@ -125,8 +125,3 @@ func TestBreakerScopeEmptyOrPanickingMeansTheWholeScope(t *testing.T) {
 	}
 }
 
-func TestBreakerScopeWithoutBreakerIsRefused(t *testing.T) {
-	err := (&Transport{Brake: BrakePolicy{Route: byPath}}).Validate()
-	assert.ErrorIs(t, err, ErrInvalidPolicy)
-	assert.ErrorContains(t, err, "BreakerScope needs a Breaker")
-}

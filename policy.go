@@ -33,6 +33,7 @@ const (
 	defaultMaxDrainBytes       = 64 << 10
 	defaultMaxLimitWait        = time.Second
 	defaultSlowStart           = time.Second
+	defaultHedgeQuantile       = 0.95
 	// defaultMaxDrainTime bounds how long a discarded response body is read
 	// before it is closed. No field sets it.
 	defaultMaxDrainTime = time.Second
@@ -133,7 +134,7 @@ func (t *Transport) resolve() (policy, error) {
 		generateKeys: t.Keys.Generate,
 		budget:       t.Retry.Budget, // on the Transport's clock, below
 		newBudget:    t.Retry.NewBudget,
-		breaker:      t.Brake.Breaker,
+		breaker:      t.Brake.breaker(),
 		breakerScope: t.Brake.Route,
 		ledger:       ledgerOn(t.Keys.Ledger, e.clock),
 		reconciler:   t.Keys.Reconciler,
@@ -144,27 +145,22 @@ func (t *Transport) resolve() (policy, error) {
 		maxDrainTime: e.maxDrainTime,
 		maxFP:        orDefault(t.Keys.MaxFingerprintBytes, defaultMaxFingerprintBytes),
 		maxStored:    orDefault(t.Keys.MaxStoredBody, defaultMaxStoredBody),
-		hedge: hedgePolicy{
-			max:      t.Hedge.Max,
-			delay:    t.Hedge.Delay,
-			quantile: t.Hedge.Quantile,
-			methods:  slices.Clone(t.Hedge.Methods),
-		},
+		hedge:          t.Hedge.resolve(),
 		maxInFlight:   t.Load.MaxInFlight,
 		maxQueued:     t.Load.MaxQueued,
 		rateLimit:     t.Load.RateLimit,
-		rateBurst:     t.Load.RateBurst,
+		rateBurst:     t.Load.rateBurst(),
 		maxLimitWait:  orDefault(t.Load.MaxWait, defaultMaxLimitWait),
 		honoursKeys:   t.Keys.ServerHonours,
 		honourMemory:  max(0, orDefault(t.Keys.HonourMemory, defaultHonourMemory)), // negative: never learnt
 		fallback:      t.Fallback,
-		shareReads:    t.Reads.Share,
+		shareReads:    t.Reads.on(),
 		shareKey:      t.Reads.ShareKey,
 		maxSharedBody: orDefault(t.Reads.MaxSharedBody, defaultMaxSharedBody),
 		clock:         e.clock,
 		randN:         e.randN,
 
-		adaptive:       t.Load.Adaptive,
+		adaptive:       t.Load.Adaptive || t.Load.MinInFlight > 0,
 		minInFlight:    t.Load.MinInFlight,
 		learntWait:     t.Load.MaxWait,
 		throttle:       !t.Load.Throttle.Disable,
@@ -175,9 +171,6 @@ func (t *Transport) resolve() (policy, error) {
 	if p.adaptive {
 		p.maxInFlight = orDefault(p.maxInFlight, defaultMaxInFlightLimit)
 		p.minInFlight = orDefault(p.minInFlight, min(defaultMinInFlight, p.maxInFlight))
-	}
-	if p.hedge.methods == nil {
-		p.hedge.methods = defaultHedgeMethods
 	}
 	if p.budget != nil {
 		p.budget = budgetOn(p.budget, p.clock)
@@ -190,71 +183,67 @@ func (t *Transport) resolve() (policy, error) {
 	}
 	switch {
 	case t.Retry.MaxAttempts < 0:
-		return p, invalidPolicy("MaxAttempts", "must not be negative")
+		return p, invalidPolicy("Retry.MaxAttempts", "must not be negative")
 	case t.Retry.InitialBackoff < 0:
-		return p, invalidPolicy("InitialBackoff", "must not be negative")
+		return p, invalidPolicy("Retry.InitialBackoff", "must not be negative")
 	case t.Retry.MaxBackoff < 0:
-		return p, invalidPolicy("MaxBackoff", "must not be negative")
+		return p, invalidPolicy("Retry.MaxBackoff", "must not be negative")
 	case p.maxBackoff < p.initialBackoff: // only a MaxBackoff set can be: a zero one follows InitialBackoff
-		return p, invalidPolicy("MaxBackoff "+t.Retry.MaxBackoff.String(),
-			"must not be below "+setting("InitialBackoff", p.initialBackoff, t.Retry.InitialBackoff == 0))
+		return p, invalidPolicy("Retry.MaxBackoff "+t.Retry.MaxBackoff.String(),
+			"must not be below "+setting("Retry.InitialBackoff", p.initialBackoff, t.Retry.InitialBackoff == 0))
 	case t.Retry.AttemptTimeout < 0:
-		return p, invalidPolicy("AttemptTimeout", "must not be negative")
+		return p, invalidPolicy("Retry.AttemptTimeout", "must not be negative")
 	case t.Retry.MaxRetryAfter < 0:
-		return p, invalidPolicy("MaxRetryAfter", "must not be negative")
+		return p, invalidPolicy("Retry.MaxRetryAfter", "must not be negative")
 	case t.Retry.MaxFailureStreak < 0:
-		return p, invalidPolicy("MaxFailureStreak", "must not be negative")
+		return p, invalidPolicy("Retry.MaxFailureStreak", "must not be negative")
 	case t.Retry.MaxCallCost < 0 || math.IsNaN(t.Retry.MaxCallCost) || math.IsInf(t.Retry.MaxCallCost, 0):
-		return p, invalidPolicy("MaxCallCost", "must be a finite, non-negative number")
+		return p, invalidPolicy("Retry.MaxCallCost", "must be a finite, non-negative number")
 	case t.Retry.TimeoutCost < 0 || math.IsNaN(t.Retry.TimeoutCost) || math.IsInf(t.Retry.TimeoutCost, 0):
-		return p, invalidPolicy("TimeoutCost", "must be a finite, non-negative number")
+		return p, invalidPolicy("Retry.TimeoutCost", "must be a finite, non-negative number")
 	case t.Keys.MaxFingerprintBytes < 0:
-		return p, invalidPolicy("MaxFingerprintBytes", "must not be negative")
+		return p, invalidPolicy("Keys.MaxFingerprintBytes", "must not be negative")
 	case t.Keys.MaxStoredBody < 0:
-		return p, invalidPolicy("MaxStoredBody", "must not be negative")
+		return p, invalidPolicy("Keys.MaxStoredBody", "must not be negative")
 	case t.Scope.Max < 0:
-		return p, invalidPolicy("MaxScopes", "must not be negative")
+		return p, invalidPolicy("Scope.Max", "must not be negative")
 	case t.Retry.MaxDrainBytes < 0:
-		return p, invalidPolicy("MaxDrainBytes", "must not be negative")
+		return p, invalidPolicy("Retry.MaxDrainBytes", "must not be negative")
 	case t.Hedge.Max < 0:
-		return p, invalidPolicy("MaxHedges", "must not be negative")
+		return p, invalidPolicy("Hedge.Max", "must not be negative")
 	case t.Hedge.Delay < 0:
-		return p, invalidPolicy("HedgeDelay", "must not be negative")
+		return p, invalidPolicy("Hedge.Delay", "must not be negative")
 	case t.Hedge.Quantile != 0 && !(t.Hedge.Quantile > 0 && t.Hedge.Quantile < 1):
-		return p, invalidPolicy("HedgeQuantile", "must be above 0 and below 1")
-	case t.Hedge.Max > 0 && t.Hedge.Delay == 0 && t.Hedge.Quantile == 0:
-		return p, invalidPolicy("HedgeDelay", "must be set with MaxHedges, unless HedgeQuantile derives it")
+		return p, invalidPolicy("Hedge.Quantile", "must be above 0 and below 1")
 	case t.Load.MaxInFlight < 0:
-		return p, invalidPolicy("MaxInFlight", "must not be negative")
+		return p, invalidPolicy("Load.MaxInFlight", "must not be negative")
 	case t.Load.MaxQueued < 0:
-		return p, invalidPolicy("MaxQueued", "must not be negative")
-	case t.Load.MaxQueued > 0 && t.Load.MaxInFlight == 0 && !t.Load.Adaptive:
-		return p, invalidPolicy("MaxQueued", "needs a MaxInFlight or AdaptiveInFlight to queue for")
+		return p, invalidPolicy("Load.MaxQueued", "must not be negative")
+	case t.Load.MaxQueued > 0 && t.Load.MaxInFlight == 0 && !p.adaptive:
+		return p, invalidPolicy("Load.MaxQueued", "needs a Load.MaxInFlight or Load.Adaptive to queue for")
 	case t.Load.RateLimit < 0 || math.IsNaN(t.Load.RateLimit) || math.IsInf(t.Load.RateLimit, 0):
-		return p, invalidPolicy("RateLimit", "must be a finite, non-negative number")
+		return p, invalidPolicy("Load.RateLimit", "must be a finite, non-negative number")
 	case t.Load.RateBurst < 0:
-		return p, invalidPolicy("RateBurst", "must not be negative")
-	case t.Load.RateLimit > 0 && t.Load.RateBurst == 0:
-		return p, invalidPolicy("RateBurst", "must be at least 1 with a RateLimit")
+		return p, invalidPolicy("Load.RateBurst", "must not be negative")
 	case t.Load.RateBurst > 0 && t.Load.RateLimit == 0:
-		return p, invalidPolicy("RateBurst", "needs a RateLimit")
+		return p, invalidPolicy("Load.RateBurst", "needs a Load.RateLimit")
 	case t.Reads.MaxSharedBody < 0:
-		return p, invalidPolicy("MaxSharedBody", "must not be negative")
+		return p, invalidPolicy("Reads.MaxSharedBody", "must not be negative")
 	case t.Load.MinInFlight < 0:
-		return p, invalidPolicy("MinInFlight", "must not be negative")
+		return p, invalidPolicy("Load.MinInFlight", "must not be negative")
 	case math.IsNaN(t.Load.Throttle.Ratio) || math.IsInf(t.Load.Throttle.Ratio, 0) || t.Load.Throttle.Ratio != 0 && t.Load.Throttle.Ratio < 1:
-		return p, invalidPolicy(fmt.Sprint("ThrottleRatio ", t.Load.Throttle.Ratio),
+		return p, invalidPolicy(fmt.Sprint("Load.Throttle.Ratio ", t.Load.Throttle.Ratio),
 			"must be a finite number of at least 1: it is the attempts sent per attempt accepted, and below 1 a dependency that accepts every request would be throttled")
 	case t.Load.Throttle.Window < 0:
-		return p, invalidPolicy("ThrottleWindow "+t.Load.Throttle.Window.String(), "must not be negative")
+		return p, invalidPolicy("Load.Throttle.Window "+t.Load.Throttle.Window.String(), "must not be negative")
 	case t.Load.Throttle.Window > 0 && t.Load.Throttle.Window < throttleBuckets:
-		return p, invalidPolicy("ThrottleWindow "+t.Load.Throttle.Window.String(), "is shorter than 20ns, the least that divides into its 20 buckets")
+		return p, invalidPolicy("Load.Throttle.Window "+t.Load.Throttle.Window.String(), "is shorter than 20ns, the least that divides into its 20 buckets")
 	case t.Load.SlowStart < 0:
-		return p, invalidPolicy("SlowStart "+t.Load.SlowStart.String(), "must not be negative")
+		return p, invalidPolicy("Load.SlowStart "+t.Load.SlowStart.String(), "must not be negative")
 	}
 	for _, m := range t.Hedge.Methods {
 		if !validMethod(m) {
-			return p, invalidPolicy("HedgeMethods", "holds an invalid method "+strconv.Quote(m))
+			return p, invalidPolicy("Hedge.Methods", "holds an invalid method "+strconv.Quote(m))
 		}
 	}
 	if err := t.checkTogether(&p); err != nil {
@@ -278,6 +267,45 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("Base", "must not lead back to the Transport itself")
 	}
 	return p, nil
+}
+
+// resolve returns the hedging h sets. A HedgePolicy with any field set
+// hedges: Max zero means one hedge, and without a Delay or a Quantile the
+// delay is learnt at defaultHedgeQuantile. The zero HedgePolicy hedges
+// nothing.
+func (h HedgePolicy) resolve() hedgePolicy {
+	if h.Max == 0 && h.Delay == 0 && h.Quantile == 0 && h.Methods == nil {
+		return hedgePolicy{}
+	}
+	r := hedgePolicy{max: orDefault(h.Max, 1), delay: h.Delay, quantile: h.Quantile, methods: slices.Clone(h.Methods)}
+	if r.delay == 0 && r.quantile == 0 {
+		r.quantile = defaultHedgeQuantile
+	}
+	if r.methods == nil {
+		r.methods = defaultHedgeMethods
+	}
+	return r
+}
+
+// on reports whether r shares reads: a ReadPolicy with any field set does.
+func (r ReadPolicy) on() bool { return r.Share || r.ShareKey != nil || r.MaxSharedBody != 0 }
+
+// rateBurst is the burst of l's rate limit: RateBurst, or 1 when it is
+// left zero beside a RateLimit.
+func (l LoadPolicy) rateBurst() int {
+	if l.RateLimit > 0 {
+		return orDefault(l.RateBurst, 1)
+	}
+	return l.RateBurst
+}
+
+// breaker is the Breaker that b brakes with: Breaker, or one of the
+// default BreakerSettings of the Transport's own when only Route is set.
+func (b BrakePolicy) breaker() *Breaker {
+	if b.Breaker == nil && b.Route != nil {
+		return &Breaker{}
+	}
+	return b.Breaker
 }
 
 // newDefaultBudget is the budget of a scope when NewBudget is nil.

@@ -24,21 +24,18 @@ func TestInvalidLoadSettings(t *testing.T) {
 		tr     *Transport
 		fields []string
 	}{
-		{"negative MinInFlight", &Transport{Load: LoadPolicy{Adaptive: true, MinInFlight: -1}}, []string{"MinInFlight"}},
-		{"MinInFlight above MaxInFlight: the floor above the ceiling",
-			&Transport{Load: LoadPolicy{Adaptive: true, MinInFlight: 10, MaxInFlight: 5}}, []string{"MinInFlight 10", "MaxInFlight 5", "floor", "ceiling"}},
-		{"MinInFlight without AdaptiveInFlight", &Transport{Load: LoadPolicy{MinInFlight: 4}}, []string{"MinInFlight 4", "AdaptiveInFlight"}},
-		{"MaxQueued without MaxInFlight or AdaptiveInFlight", &Transport{Load: LoadPolicy{MaxQueued: 4}}, []string{"MaxQueued", "AdaptiveInFlight"}},
-		{"ThrottleRatio below 1", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 0.5}}}, []string{"ThrottleRatio 0.5", "at least 1"}},
-		{"negative ThrottleRatio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: -2}}}, []string{"ThrottleRatio -2"}},
-		{"NaN ThrottleRatio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: math.NaN()}}}, []string{"ThrottleRatio NaN"}},
-		{"infinite ThrottleRatio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: math.Inf(1)}}}, []string{"ThrottleRatio +Inf"}},
-		{"negative ThrottleWindow", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: -time.Second}}}, []string{"ThrottleWindow -1s"}},
-		{"a ThrottleWindow too short to divide", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: 19}}}, []string{"ThrottleWindow 19ns"}},
-		{"ThrottleRatio with DisableThrottle", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true, Ratio: 2}}}, []string{"ThrottleRatio 2", "DisableThrottle"}},
-		{"ThrottleWindow with DisableThrottle", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true, Window: time.Second}}}, []string{"ThrottleWindow 1s", "DisableThrottle"}},
-		{"negative SlowStart", &Transport{Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: -time.Second}}, []string{"SlowStart -1s"}},
-		{"SlowStart without a Breaker or AdaptiveInFlight", &Transport{Load: LoadPolicy{SlowStart: time.Second}}, []string{"SlowStart 1s", "Breaker", "AdaptiveInFlight"}},
+		{"negative Load.MinInFlight", &Transport{Load: LoadPolicy{Adaptive: true, MinInFlight: -1}}, []string{"Load.MinInFlight"}},
+		{"Load.MinInFlight above Load.MaxInFlight: the floor above the ceiling",
+			&Transport{Load: LoadPolicy{Adaptive: true, MinInFlight: 10, MaxInFlight: 5}}, []string{"Load.MinInFlight 10", "Load.MaxInFlight 5", "floor", "ceiling"}},
+		{"Load.MaxQueued without Load.MaxInFlight or Load.Adaptive", &Transport{Load: LoadPolicy{MaxQueued: 4}}, []string{"Load.MaxQueued", "Load.Adaptive"}},
+		{"Load.Throttle.Ratio below 1", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 0.5}}}, []string{"Load.Throttle.Ratio 0.5", "at least 1"}},
+		{"negative Load.Throttle.Ratio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: -2}}}, []string{"Load.Throttle.Ratio -2"}},
+		{"NaN Load.Throttle.Ratio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: math.NaN()}}}, []string{"Load.Throttle.Ratio NaN"}},
+		{"infinite Load.Throttle.Ratio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: math.Inf(1)}}}, []string{"Load.Throttle.Ratio +Inf"}},
+		{"negative Load.Throttle.Window", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: -time.Second}}}, []string{"Load.Throttle.Window -1s"}},
+		{"a Load.Throttle.Window too short to divide", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: 19}}}, []string{"Load.Throttle.Window 19ns"}},
+		{"negative Load.SlowStart", &Transport{Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: -time.Second}}, []string{"Load.SlowStart -1s"}},
+		{"Load.SlowStart without a Breaker or Load.Adaptive", &Transport{Load: LoadPolicy{SlowStart: time.Second}}, []string{"Load.SlowStart 1s", "Brake", "Load.Adaptive"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,16 +66,16 @@ func TestValidLoadSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tr := range map[string]*Transport{
-		"AdaptiveInFlight alone":                           {Load: LoadPolicy{Adaptive: true}},
-		"AdaptiveInFlight within bounds":                   {Load: LoadPolicy{Adaptive: true, MinInFlight: 4, MaxInFlight: 64}},
+		"Load.Adaptive alone":                           {Load: LoadPolicy{Adaptive: true}},
+		"Load.Adaptive within bounds":                   {Load: LoadPolicy{Adaptive: true, MinInFlight: 4, MaxInFlight: 64}},
 		"a floor at the ceiling: a fixed limit":            {Load: LoadPolicy{Adaptive: true, MinInFlight: 8, MaxInFlight: 8}},
-		"AdaptiveInFlight with a queue and a wait":         {Load: LoadPolicy{Adaptive: true, MaxQueued: 16, MaxWait: 50 * time.Millisecond}},
-		"AdaptiveInFlight with a MaxLimitWait":             {Load: LoadPolicy{Adaptive: true, MaxWait: 10 * time.Millisecond}},
-		"a ThrottleRatio of 1 and a window":                {Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 1, Window: 20}}},
-		"DisableThrottle":                                  {Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}},
-		"SlowStart with a Breaker":                         {Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: 5 * time.Second}},
-		"SlowStart with AdaptiveInFlight":                  {Load: LoadPolicy{Adaptive: true, SlowStart: time.Millisecond}},
-		"MaxInFlight 1 with AdaptiveInFlight: the floor 1": {Load: LoadPolicy{Adaptive: true, MaxInFlight: 1}},
+		"Load.Adaptive with a queue and a wait":         {Load: LoadPolicy{Adaptive: true, MaxQueued: 16, MaxWait: 50 * time.Millisecond}},
+		"Load.Adaptive with a Load.MaxWait":             {Load: LoadPolicy{Adaptive: true, MaxWait: 10 * time.Millisecond}},
+		"a Load.Throttle.Ratio of 1 and a window":                {Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 1, Window: 20}}},
+		"Load.Throttle.Disable":                                  {Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}},
+		"Load.SlowStart with a Breaker":                         {Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: 5 * time.Second}},
+		"Load.SlowStart with Load.Adaptive":                  {Load: LoadPolicy{Adaptive: true, SlowStart: time.Millisecond}},
+		"Load.MaxInFlight 1 with Load.Adaptive: the floor 1": {Load: LoadPolicy{Adaptive: true, MaxInFlight: 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tr.Base = newLoadBase()

@@ -34,20 +34,20 @@ func TestInvalidPolicyIsAnErrorAndSendsNothing(t *testing.T) {
 		name string
 		tr   *Transport
 	}{
-		{"negative MaxAttempts", &Transport{Retry: RetryPolicy{MaxAttempts: -1}}},
-		{"negative InitialBackoff", &Transport{Retry: RetryPolicy{InitialBackoff: -time.Second}}},
-		{"negative MaxBackoff", &Transport{Retry: RetryPolicy{MaxBackoff: -time.Second}}},
-		{"MaxBackoff below InitialBackoff", &Transport{Retry: RetryPolicy{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}}},
-		{"negative AttemptTimeout", &Transport{Retry: RetryPolicy{AttemptTimeout: -time.Second}}},
-		{"negative MaxRetryAfter", &Transport{Retry: RetryPolicy{MaxRetryAfter: -time.Second}}},
-		{"negative MaxFailureStreak", &Transport{Retry: RetryPolicy{MaxFailureStreak: -1}}},
-		{"negative MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: -1}}},
-		{"NaN MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: math.NaN()}}},
-		{"infinite MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: math.Inf(1)}}},
-		{"negative TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: -1}}},
-		{"NaN TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: math.NaN()}}},
-		{"infinite TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: math.Inf(1)}}},
-		{"negative MaxDrainBytes", &Transport{Retry: RetryPolicy{MaxDrainBytes: -1}}},
+		{"negative Retry.MaxAttempts", &Transport{Retry: RetryPolicy{MaxAttempts: -1}}},
+		{"negative Retry.InitialBackoff", &Transport{Retry: RetryPolicy{InitialBackoff: -time.Second}}},
+		{"negative Retry.MaxBackoff", &Transport{Retry: RetryPolicy{MaxBackoff: -time.Second}}},
+		{"Retry.MaxBackoff below Retry.InitialBackoff", &Transport{Retry: RetryPolicy{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}}},
+		{"negative Retry.AttemptTimeout", &Transport{Retry: RetryPolicy{AttemptTimeout: -time.Second}}},
+		{"negative Retry.MaxRetryAfter", &Transport{Retry: RetryPolicy{MaxRetryAfter: -time.Second}}},
+		{"negative Retry.MaxFailureStreak", &Transport{Retry: RetryPolicy{MaxFailureStreak: -1}}},
+		{"negative Retry.MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: -1}}},
+		{"NaN Retry.MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: math.NaN()}}},
+		{"infinite Retry.MaxCallCost", &Transport{Retry: RetryPolicy{MaxCallCost: math.Inf(1)}}},
+		{"negative Retry.TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: -1}}},
+		{"NaN Retry.TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: math.NaN()}}},
+		{"infinite Retry.TimeoutCost", &Transport{Retry: RetryPolicy{TimeoutCost: math.Inf(1)}}},
+		{"negative Retry.MaxDrainBytes", &Transport{Retry: RetryPolicy{MaxDrainBytes: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,10 +91,10 @@ func TestMaxBackoffBelowInitialBackoffNamesItsValue(t *testing.T) {
 		tr   *Transport
 		want string
 	}{
-		{"InitialBackoff left zero", &Transport{Retry: RetryPolicy{MaxBackoff: 50 * time.Millisecond}},
-			"retryfuse: invalid policy: MaxBackoff 50ms must not be below InitialBackoff (100ms, its default)"},
+		{"Retry.InitialBackoff left zero", &Transport{Retry: RetryPolicy{MaxBackoff: 50 * time.Millisecond}},
+			"retryfuse: invalid policy: Retry.MaxBackoff 50ms must not be below Retry.InitialBackoff (100ms, its default)"},
 		{"both set", &Transport{Retry: RetryPolicy{InitialBackoff: 2 * time.Second, MaxBackoff: time.Second}},
-			"retryfuse: invalid policy: MaxBackoff 1s must not be below InitialBackoff 2s"},
+			"retryfuse: invalid policy: Retry.MaxBackoff 1s must not be below Retry.InitialBackoff 2s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestLongInitialBackoffWithDefaultMaxBackoff(t *testing.T) {
 		t.Fatalf("Validate: got %v, want nil", err)
 	}
 	if got := tr.p.maxBackoff; got != 20*time.Second {
-		t.Errorf("resolved MaxBackoff: got %v, want 20s", got)
+		t.Errorf("resolved Retry.MaxBackoff: got %v, want 20s", got)
 	}
 }
 
@@ -180,7 +180,7 @@ func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 		t.Fatalf("second call: got %v, %v; want the 503 of one attempt", resp, err)
 	}
 	if got := srv.count(); got != 2 {
-		t.Errorf("requests seen by the server: got %d, want 2 (one per call: MaxAttempts stays 1)", got)
+		t.Errorf("requests seen by the server: got %d, want 2 (one per call: Retry.MaxAttempts stays 1)", got)
 	}
 	if scoped || classified {
 		t.Errorf("a Scope or Classifier set after the first use was called (scope %v, classifier %v)", scoped, classified)
@@ -207,7 +207,7 @@ func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 		t.Fatalf("got %v, %v; want the last 503", resp, err)
 	}
 	if got := srv.count(); got != 10 {
-		t.Errorf("requests seen by the server: got %d, want 10 (MaxAttempts)", got)
+		t.Errorf("requests seen by the server: got %d, want 10 (Retry.MaxAttempts)", got)
 	}
 	if len(reasons) != 1 {
 		t.Fatalf("GiveUp reasons: got %v, want one", reasons)
@@ -219,7 +219,7 @@ func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := explicit.count(); got != 4 {
-		t.Errorf("with MaxFailureStreak 4: got %d requests, want 4", got)
+		t.Errorf("with Retry.MaxFailureStreak 4: got %d requests, want 4", got)
 	}
 }
 

@@ -361,11 +361,10 @@ func TestShareReadsPanicOfTheBaseReachesTheCaller(t *testing.T) {
 	}
 }
 
-func TestShareReadsSettingsRefusedWithoutShareReads(t *testing.T) {
+func TestNegativeMaxSharedBodyIsRefused(t *testing.T) {
 	for _, tr := range []*Transport{
-		{Reads: ReadPolicy{ShareKey: func(*http.Request) string { return "k" }}},
-		{Reads: ReadPolicy{MaxSharedBody: 1}},
 		{Reads: ReadPolicy{Share: true, MaxSharedBody: -1}},
+		{Reads: ReadPolicy{MaxSharedBody: -1}},
 	} {
 		if err := tr.Validate(); !errors.Is(err, ErrInvalidPolicy) {
 			t.Errorf("Validate() = %v, want ErrInvalidPolicy", err)
