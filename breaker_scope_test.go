@@ -124,4 +124,3 @@ func TestBreakerScopeEmptyOrPanickingMeansTheWholeScope(t *testing.T) {
 		})
 	}
 }
-

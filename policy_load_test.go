@@ -66,14 +66,14 @@ func TestValidLoadSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tr := range map[string]*Transport{
-		"Load.Adaptive alone":                           {Load: LoadPolicy{Adaptive: true}},
-		"Load.Adaptive within bounds":                   {Load: LoadPolicy{Adaptive: true, MinInFlight: 4, MaxInFlight: 64}},
-		"a floor at the ceiling: a fixed limit":            {Load: LoadPolicy{Adaptive: true, MinInFlight: 8, MaxInFlight: 8}},
-		"Load.Adaptive with a queue and a wait":         {Load: LoadPolicy{Adaptive: true, MaxQueued: 16, MaxWait: 50 * time.Millisecond}},
-		"Load.Adaptive with a Load.MaxWait":             {Load: LoadPolicy{Adaptive: true, MaxWait: 10 * time.Millisecond}},
-		"a Load.Throttle.Ratio of 1 and a window":                {Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 1, Window: 20}}},
-		"Load.Throttle.Disable":                                  {Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}},
-		"Load.SlowStart with a Breaker":                         {Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: 5 * time.Second}},
+		"Load.Adaptive alone":                                {Load: LoadPolicy{Adaptive: true}},
+		"Load.Adaptive within bounds":                        {Load: LoadPolicy{Adaptive: true, MinInFlight: 4, MaxInFlight: 64}},
+		"a floor at the ceiling: a fixed limit":              {Load: LoadPolicy{Adaptive: true, MinInFlight: 8, MaxInFlight: 8}},
+		"Load.Adaptive with a queue and a wait":              {Load: LoadPolicy{Adaptive: true, MaxQueued: 16, MaxWait: 50 * time.Millisecond}},
+		"Load.Adaptive with a Load.MaxWait":                  {Load: LoadPolicy{Adaptive: true, MaxWait: 10 * time.Millisecond}},
+		"a Load.Throttle.Ratio of 1 and a window":            {Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 1, Window: 20}}},
+		"Load.Throttle.Disable":                              {Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}},
+		"Load.SlowStart with a Breaker":                      {Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: 5 * time.Second}},
 		"Load.SlowStart with Load.Adaptive":                  {Load: LoadPolicy{Adaptive: true, SlowStart: time.Millisecond}},
 		"Load.MaxInFlight 1 with Load.Adaptive: the floor 1": {Load: LoadPolicy{Adaptive: true, MaxInFlight: 1}},
 	} {
