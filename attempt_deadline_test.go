@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // An attempt's context reports the deadline at which the attempt is cut:
@@ -57,7 +59,7 @@ func TestAttemptContextReportsTheAttemptsDeadline(t *testing.T) {
 				Base: base,
 				Retry: RetryPolicy{
 					AttemptTimeout: tt.timeout,
-					Budget:         UnlimitedBudget(),
+					Budget:         budget.Unlimited(),
 					InitialBackoff: time.Millisecond,
 					MaxBackoff:     time.Millisecond,
 				},
@@ -118,7 +120,7 @@ func TestAttemptDeadlineIsMonotonicAndNeverWraps(t *testing.T) {
 				}
 				return textResponse(req, http.StatusOK, "ok"), nil
 			})
-			tr := &Transport{Base: base, Retry: RetryPolicy{AttemptTimeout: timeout, Budget: UnlimitedBudget(), InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
+			tr := &Transport{Base: base, Retry: RetryPolicy{AttemptTimeout: timeout, Budget: budget.Unlimited(), InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 			before := time.Now()
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 			if err != nil || resp.StatusCode != http.StatusOK {

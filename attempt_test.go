@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ import (
 func TestGetBodyFailureReportsTheAttemptsMade(t *testing.T) {
 	url := refusedURL(t)
 	var log hookLog
-	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 3, Budget: UnlimitedBudget()}, Hooks: log.hooks()})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 3, Budget: budget.Unlimited()}, Hooks: log.hooks()})
 	errGetBody := errors.New("rv: body source gone")
 	var calls atomic.Int32
 	req := newRequest(t, testCtx(t), http.MethodPut, url, "payload")
@@ -324,7 +325,7 @@ func TestTrickledBodyOnDiscardedAttemptIsCutInTime(t *testing.T) {
 		}
 	})
 	defer close(done)
-	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}})
 	setMaxDrainTime(tr, 100*time.Millisecond)
 	start := time.Now()
 	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))

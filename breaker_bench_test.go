@@ -80,3 +80,24 @@ func BenchmarkBreakerClosedCalls(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCallerWork is callerWork alone, on every core.
+func BenchmarkCallerWork(b *testing.B) {
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			callerWork()
+		}
+	})
+}
+
+// callerWork stands for what a caller does between two tickets: some 200
+// ns of arithmetic on its own registers.
+func callerWork() {
+	x := uint64(1)
+	for range 300 {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	callerSink.Add(x & 1)
+}
+
+var callerSink atomic.Uint64

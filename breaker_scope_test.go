@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +30,7 @@ type budgetFactory struct {
 	budgets map[string]*countedBudget
 }
 
-func (f *budgetFactory) newBudget(scope string) (Budget, error) {
+func (f *budgetFactory) newBudget(scope string) (budget.Budget, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.budgets == nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -60,7 +61,7 @@ func newBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Tr
 	require.NoError(t, err)
 	tr := newNoWaitTransport(clock)
 	tr.Retry.MaxAttempts = 1
-	tr.Retry.Budget = UnlimitedBudget()
+	tr.Retry.Budget = budget.Unlimited()
 	tr.Brake.Breaker = b
 	rec := &transitionLog{}
 	tr.Hooks.BreakerChange = rec.hook
@@ -338,7 +339,7 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 	t.Cleanup(srv.Close)
 	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 1})
 	tr.Retry.MaxAttempts = 3
-	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
+	bucket, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 5})
 	require.NoError(t, err)
 	tr.Retry.Budget = bucket
 	var waits atomic.Int32
@@ -374,7 +375,7 @@ func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 	base := &panicBase{}
 	base.status.Store(503)
 	tr := newNoWaitTransport(clock)
-	tr.Base, tr.Retry.MaxAttempts, tr.Brake.Breaker, tr.Retry.Budget = base, 1, b, UnlimitedBudget()
+	tr.Base, tr.Retry.MaxAttempts, tr.Brake.Breaker, tr.Retry.Budget = base, 1, b, budget.Unlimited()
 	const url = "http://rv-breaker.invalid/"
 
 	resp, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, url, ""))

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +21,7 @@ import (
 
 // ratioBudgets is a NewBudget that gives each scope a RatioBudget with the
 // default settings. It runs on the Transport's clock.
-func ratioBudgets(string) (Budget, error) { return NewRatioBudget(RatioBudgetConfig{}) }
+func ratioBudgets(string) (budget.Budget, error) { return budget.NewRatio(budget.RatioConfig{}) }
 
 // storm sends n GETs at once through client and checks that each gets
 // a 503 response with a nil error.
@@ -93,7 +94,7 @@ func TestBudgetTransportStormBoundedByDefaultRatio(t *testing.T) {
 
 func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 	clock := newFakeClockAt(fixedStart)
-	shared, err := NewTokenBucket(TokenBucketConfig{Capacity: 3})
+	shared, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 3})
 	require.NoError(t, err)
 	srvA := newSettableServer(t, http.StatusServiceUnavailable)
 	srvB := newSettableServer(t, http.StatusServiceUnavailable)
@@ -205,7 +206,7 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	stacked := newSettableServer(t, http.StatusServiceUnavailable)
 
 	single := newNoWaitTransport(clock)
-	single.Retry.NewBudget = func(string) (Budget, error) { return UnlimitedBudget(), nil }
+	single.Retry.NewBudget = func(string) (budget.Budget, error) { return budget.Unlimited(), nil }
 	inner := newNoWaitTransport(clock)
 	inner.Retry.MaxAttempts = 5 // would multiply with the outer's 3 if both repeated
 	inner.Retry.NewBudget = single.Retry.NewBudget

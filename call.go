@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -34,7 +35,7 @@ type call struct {
 	url     string      // redacted, computed on first use
 	scope   string      // the dependency, for the breaker and the ledger; see scopeName
 	bscope  string      // with BreakerScope, the scope at the breaker; see breakerScopeName
-	budget  Budget
+	budget  budget.Budget
 	deposit timedBudget  // the budget still to be told of the first attempt; see recordRequest
 	st      *scopeRecord // the scope's record; see scopeRecord
 	w       *wire        // what outlives the call; the rest of it stays on the stack

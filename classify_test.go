@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -248,7 +249,7 @@ func TestServerRetryHintsThroughTheTransport(t *testing.T) {
 		w.Header().Set("Stripe-Should-Retry", "false")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, no.URL, ""))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)

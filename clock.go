@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // This file is the one clock of a Transport. A call reads it once per step
@@ -78,8 +80,8 @@ func (c *call) step() { c.at = time.Time{} }
 // timedBudget is a budget of this package: it takes the time as an
 // argument.
 type timedBudget interface {
-	recordRequestAt(now time.Time)
-	allowRetryAt(now time.Time) bool
+	RecordRequestAt(now time.Time)
+	AllowRetryAt(now time.Time) bool
 }
 
 // clockedBudget runs a timedBudget on a Transport's clock.
@@ -88,15 +90,15 @@ type clockedBudget struct {
 	clock clock
 }
 
-func (c clockedBudget) RecordRequest(context.Context) { c.b.recordRequestAt(c.clock.Now()) }
+func (c clockedBudget) RecordRequest(context.Context) { c.b.RecordRequestAt(c.clock.Now()) }
 
 func (c clockedBudget) AllowRetry(context.Context) (bool, error) {
-	return c.b.allowRetryAt(c.clock.Now()), nil
+	return c.b.AllowRetryAt(c.clock.Now()), nil
 }
 
 // budgetOn returns b running on clk when b is one of this package's
 // budgets, and b itself otherwise.
-func budgetOn(b Budget, clk clock) Budget {
+func budgetOn(b budget.Budget, clk clock) budget.Budget {
 	if tb, ok := b.(timedBudget); ok {
 		return clockedBudget{tb, clk}
 	}

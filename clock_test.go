@@ -6,6 +6,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // fakeClock is the one virtual clock of the tests: a Transport's (see
@@ -82,4 +86,40 @@ func TestRealClockAgreesWithTimeNow(t *testing.T) {
 			t.Fatalf("wall reading off by %v", d)
 		}
 	}
+}
+
+// TestBudgetOnTheTransportsClock pins that a budget of this package runs
+// on the clock of the Transport it serves: its context methods, called by
+// the Transport, read that clock.
+func TestBudgetOnTheTransportsClock(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	clk := funcClock{now: func() time.Time { return now }}
+
+	bucket, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 1})
+	require.NoError(t, err)
+	tb := budgetOn(bucket, clk)
+	tb.RecordRequest(ctx)
+	ok, err := tb.AllowRetry(ctx)
+	assert.True(t, ok && err == nil, "first retry: got %v, %v, want true, nil", ok, err)
+	ok, _ = tb.AllowRetry(ctx)
+	assert.False(t, ok, "second retry at the same instant: got %v, want false", ok)
+	now = now.Add(time.Second)
+	ok, _ = tb.AllowRetry(ctx)
+	assert.True(t, ok, "retry a second later: got %v, want true", ok)
+
+	ratio, err := budget.NewRatio(budget.RatioConfig{Ratio: 1, MinPerSecond: -1})
+	require.NoError(t, err)
+	rb := budgetOn(ratio, clk)
+	rb.RecordRequest(ctx)
+	ok, err = rb.AllowRetry(ctx)
+	assert.True(t, ok && err == nil, "retry after one request: got %v, %v, want true, nil", ok, err)
+	now = now.Add(10 * time.Second)
+	rb.RecordRequest(ctx)
+	now = now.Add(10 * time.Second)
+	ok, _ = rb.AllowRetry(ctx)
+	assert.False(t, ok, "retry after the deposit expired: got %v, want false", ok)
+
+	other := budget.Unlimited()
+	assert.Equal(t, budget.Budget(other), budgetOn(other, clk), "a budget of another kind is used as it is")
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // ErrDeclined tells "retryfuse held back" from "the dependency broke":
@@ -28,7 +30,7 @@ type declinedCase struct {
 func newDeclinedTransport(t *testing.T, tr *Transport) *Transport {
 	t.Helper()
 	if tr.Retry.Budget == nil && tr.Retry.NewBudget == nil {
-		tr.Retry.Budget = UnlimitedBudget()
+		tr.Retry.Budget = budget.Unlimited()
 	}
 	return newTransport(t, newFakeClock(), tr)
 }

@@ -3,11 +3,11 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/invalid"
 )
 
 // Sentinel errors. Test for them with errors.Is; each survives the *url.Error
@@ -35,7 +35,7 @@ var (
 	ErrDeclined = errors.New("retryfuse: declined")
 
 	// ErrInvalidPolicy is wrapped by every error about an invalid setting.
-	ErrInvalidPolicy = errors.New("retryfuse: invalid policy")
+	ErrInvalidPolicy = invalid.ErrPolicy
 
 	// ErrAttemptsExhausted: the call used all of MaxAttempts. RoundTrip
 	// returns it (wrapped with the last error) only when the last attempt
@@ -329,9 +329,7 @@ func counted(n int, noun string) string {
 	return s
 }
 
-func invalidPolicy(field, problem string) error {
-	return fmt.Errorf("%w: %s %s", ErrInvalidPolicy, field, problem)
-}
+func invalidPolicy(field, problem string) error { return invalid.Policy(field, problem) }
 
 // attemptTimeoutError is the error of an attempt cut by AttemptTimeout. It
 // matches ErrAttemptTimeout and the error the base returned, and is a

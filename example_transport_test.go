@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // A GET answered 503 is repeated; the 200 that follows is what the caller
@@ -143,13 +144,13 @@ func ExampleReconcileRequiredError() {
 	// charges applied under the key: 1
 }
 
-// One RatioBudget shared by every caller of a dependency that is down. Each
+// One budget.Ratio shared by every caller of a dependency that is down. Each
 // of 20 callers would send 3 attempts, 60 in all. The budget grants its
 // reserve (10 retries per 10-second window by default) and then one retry
 // per 10 requests, so the dependency sees 32. (The throttle, which would
 // refuse most new calls to a dependency that rejects them all, is off here
-// to show the budget alone; see Transport.ThrottleRatio.)
-func ExampleRatioBudget_shared() {
+// to show the budget alone; see ThrottlePolicy.)
+func ExampleRetryPolicy_sharedBudget() {
 	var mu sync.Mutex
 	perCaller := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +161,7 @@ func ExampleRatioBudget_shared() {
 	}))
 	defer srv.Close()
 
-	budget, err := retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{})
+	budget, err := budget.NewRatio(budget.RatioConfig{})
 	if err != nil {
 		panic(err)
 	}

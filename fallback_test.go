@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The Fallback: asked only for a call that failed all the way, never for
@@ -57,7 +59,7 @@ func fallbackTransport(t *testing.T, fb *fallbackLog, pl *policyLog, tr *Transpo
 	tr.Fallback = fb.fallback
 	tr.Hooks.Policy = pl.hook
 	if tr.Retry.Budget == nil {
-		tr.Retry.Budget = UnlimitedBudget()
+		tr.Retry.Budget = budget.Unlimited()
 	}
 	return newTransport(t, newFakeClock(), tr)
 }

@@ -30,7 +30,7 @@ func (c *call) recordRequest() error {
 			c.deposit = cb.b
 			return nil
 		}
-		cb.b.recordRequestAt(c.now()) // the call's start: the step's reading
+		cb.b.RecordRequestAt(c.now()) // the call's start: the step's reading
 	} else {
 		b.RecordRequest(c.budgetContext())
 		c.step() // a budget of another package may be remote: time has passed
@@ -44,7 +44,7 @@ func (c *call) recordRequest() error {
 // refusal, the caller's deadline).
 func (c *call) depositRequest() {
 	if c.deposit != nil {
-		c.deposit.recordRequestAt(c.now())
+		c.deposit.RecordRequestAt(c.now())
 		c.deposit = nil
 	}
 }
@@ -69,7 +69,7 @@ func (c *call) scopeRecord() (*scopeRecord, error) {
 // establish its answer, its declared fail-safe applies and is reported.
 func (c *call) allowRetry() bool {
 	if cb, ok := c.budget.(clockedBudget); ok {
-		return cb.b.allowRetryAt(c.now()) // the step's reading
+		return cb.b.AllowRetryAt(c.now()) // the step's reading
 	}
 	ok, err := c.budget.AllowRetry(c.budgetContext())
 	if err != nil {

@@ -8,16 +8,19 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // cancelingBudget cancels the caller's context while the call records its
 // first attempt: a gate that took the rest of the caller's time.
 type cancelingBudget struct {
-	unlimitedBudget
 	cancel context.CancelFunc
 }
 
 func (b cancelingBudget) RecordRequest(context.Context) { b.cancel() }
+
+func (cancelingBudget) AllowRetry(context.Context) (bool, error) { return true, nil }
 
 // countingBase answers 200 at once, whatever the request's context says,
 // as a base that does not watch the context would; it counts the attempts.
@@ -61,7 +64,7 @@ func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newTransport(t, newFakeClock(), &Transport{Keys: KeyPolicy{Ledger: ledger, Generate: true}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+	tr := newTransport(t, newFakeClock(), &Transport{Keys: KeyPolicy{Ledger: ledger, Generate: true}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
 	for range 3 {
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order"))
 		if err != nil || resp.StatusCode != http.StatusCreated {

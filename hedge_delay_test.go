@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The hedge delay derived from a scope's observed latency, and the extra
@@ -55,7 +57,7 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 
 	t.Run("no HedgeDelay: no hedge until the estimate", func(t *testing.T) {
 		noGoroutineLeft(t)
-		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
 		ds := install(tr)
 		delays := run(t, tr, ds, latencyMinimum)
 		if len(delays) != 0 {
@@ -72,7 +74,7 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 	})
 	t.Run("HedgeDelay until the estimate", func(t *testing.T) {
 		noGoroutineLeft(t)
-		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95, Delay: 50 * time.Millisecond}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95, Delay: 50 * time.Millisecond}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
 		delays := run(t, tr, install(tr), latencyMinimum+1)
 		if len(delays) != latencyMinimum+1 {
 			t.Fatalf("hedge timers: got %d, want %d", len(delays), latencyMinimum+1)
@@ -94,7 +96,7 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 func TestHedgeExtraRequestsBoundedByBudget(t *testing.T) {
 	noGoroutineLeft(t)
 	const calls = 200
-	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.1, MinPerSecond: -1})
+	budget, err := budget.NewRatio(budget.RatioConfig{Ratio: 0.1, MinPerSecond: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

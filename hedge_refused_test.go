@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // Hedges that are due but not sent: refused by the limits, the breaker,
@@ -36,7 +38,7 @@ func TestHedgeRefusedByLimitsTakesNoRetry(t *testing.T) {
 			srv.hold(1, first)
 			g := newGatedSleep(newFakeClock())
 			pl := newPolicyLog()
-			budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
+			budget, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 5})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +87,7 @@ func TestHedgeRefusedByOpenCircuit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 5})
+	budget, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // Hedged requests. The hedge timers are the Transport's sleeps, held by a
@@ -26,7 +28,7 @@ func hedgedTransport(t *testing.T, g *gatedSleep, tr *Transport) *Transport {
 		tr.Hedge.Delay = 10 * time.Millisecond
 	}
 	if tr.Retry.Budget == nil {
-		tr.Retry.Budget = UnlimitedBudget()
+		tr.Retry.Budget = budget.Unlimited()
 	}
 	tr = newTransport(t, nil, tr)
 	g.install(tr)
@@ -229,8 +231,8 @@ func TestHedgeCountsAgainstMaxAttempts(t *testing.T) {
 // A hedge takes a retry from the budget: an empty budget sends none, and
 // the refusal is reported.
 func TestHedgeRefusedByBudget(t *testing.T) {
-	empty := func(t *testing.T) Budget {
-		b, err := NewTokenBucket(TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 24 * time.Hour})
+	empty := func(t *testing.T) budget.Budget {
+		b, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 24 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,9 +241,9 @@ func TestHedgeRefusedByBudget(t *testing.T) {
 		}
 		return b
 	}
-	for name, budget := range map[string]func(*testing.T) Budget{
+	for name, budget := range map[string]func(*testing.T) budget.Budget{
 		"empty token bucket": empty,
-		"refusing budget":    func(*testing.T) Budget { return &refusingBudget{} },
+		"refusing budget":    func(*testing.T) budget.Budget { return &refusingBudget{} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			noGoroutineLeft(t)

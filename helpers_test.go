@@ -17,6 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// t0 is the fixed start of the tests' clocks.
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
 // The tests' shared helpers: the construction of Transports and requests,
 // recorders of request bodies and hook events, fake bases, and the calls of
 // the budget, breaker, ledger and reconcile tests. The fake clock is in

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,7 +60,7 @@ func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{
 			AttemptTimeout: 100 * time.Millisecond,
-			Budget:         UnlimitedBudget(),
+			Budget:         budget.Unlimited(),
 		},
 		Keys: KeyPolicy{
 			ServerHonours: true,
@@ -81,7 +82,7 @@ func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
 func TestUncertainKeyedWriteReconciledUnlessServerKnownToHonourKeys(t *testing.T) {
 	t.Run("not known", func(t *testing.T) {
 		srv := newHonouringServer(t, true)
-		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget()}})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()}})
 		_, _, err := keyedPOST(t, tr, srv.URL, "pay-2")
 		var rec *ReconcileRequiredError
 		require.ErrorAs(t, err, &rec)
@@ -89,7 +90,7 @@ func TestUncertainKeyedWriteReconciledUnlessServerKnownToHonourKeys(t *testing.T
 	})
 	t.Run("an unkeyed write, declared", func(t *testing.T) {
 		srv := newHonouringServer(t, true)
-		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{ServerHonours: true}})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{ServerHonours: true}})
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, `{"amount":100}`))
 		var rec *ReconcileRequiredError
 		require.ErrorAs(t, err, &rec, "without a key the server cannot know the repeat")
@@ -129,7 +130,7 @@ func TestServerHonouringKeysLearntFromItsMarker(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 			})
 			clk := newFakeClock()
-			tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{HonourMemory: tc.memory}})
+			tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{HonourMemory: tc.memory}})
 			_, _, err := keyedPOST(t, tr, srv.URL, "pay-3")
 			require.NoError(t, err)
 			clk.Advance(tc.advance)
@@ -176,7 +177,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 		var changes int
 		tr := newTransport(t, newFakeClock(), &Transport{
 			Retry: RetryPolicy{
-				Budget: UnlimitedBudget(),
+				Budget: budget.Unlimited(),
 			},
 			Brake: BrakePolicy{
 				Breaker: br,
@@ -193,7 +194,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 		srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 			problemResponse(w, http.StatusUnprocessableEntity, problemReused)
 		})
-		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}})
 		resp, _, err := keyedPOST(t, tr, srv.URL, "pay-6")
 		assert.Nil(t, resp)
 		require.ErrorIs(t, err, ErrIdempotencyConflict)
@@ -208,7 +209,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			_, _ = io.WriteString(w, `{"type":"https://api.example/problems/amount","title":"bad amount"}`)
 		})
-		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}})
 		resp, body, err := keyedPOST(t, tr, srv.URL, "pay-7")
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
@@ -223,7 +224,7 @@ func TestDecisionAsksVersion2WithTheFact(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{
 			AttemptTimeout: 100 * time.Millisecond,
-			Budget:         UnlimitedBudget(),
+			Budget:         budget.Unlimited(),
 		},
 		Keys: KeyPolicy{
 			ServerHonours: true,

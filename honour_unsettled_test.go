@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,16 +21,16 @@ func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		later  func(w http.ResponseWriter, r *http.Request) // the answer to every attempt after the first
-		budget Budget
+		budget budget.Budget
 		sent   int
 	}{
-		{"every attempt times out", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, UnlimitedBudget(), 3},
+		{"every attempt times out", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, budget.Unlimited(), 3},
 		{"503 while the ledger is down", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set(headerHonoured, "?1")
 			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(http.StatusServiceUnavailable)
-		}, UnlimitedBudget(), 3},
-		{"the budget refuses the repeat", nil, mustRatioBudget(t, RatioBudgetConfig{MinPerSecond: -1}), 1},
+		}, budget.Unlimited(), 3},
+		{"the budget refuses the repeat", nil, mustRatioBudget(t, budget.RatioConfig{MinPerSecond: -1}), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
@@ -70,8 +71,8 @@ func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
 	}
 }
 
-func mustRatioBudget(t *testing.T, cfg RatioBudgetConfig) Budget {
-	b, err := NewRatioBudget(cfg)
+func mustRatioBudget(t *testing.T, cfg budget.RatioConfig) budget.Budget {
+	b, err := budget.NewRatio(cfg)
 	require.NoError(t, err)
 	return b
 }

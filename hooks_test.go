@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -266,7 +267,7 @@ func TestHiddenResendsCountAgainstAttemptsAndBudget(t *testing.T) {
 		}
 		return &http.Response{StatusCode: http.StatusServiceUnavailable, Body: http.NoBody, Request: r}, nil
 	})
-	budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 10})
+	budget, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 10})
 	require.NoError(t, err)
 	var hidden []AttemptDoneInfo
 	tr := newTransport(t, newFakeClock(), &Transport{

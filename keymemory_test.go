@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +41,7 @@ func TestUncertainKeyRememberedWithoutALedger(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
-			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget()}})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}})
 			first := uncertainPOST(t, tr, srv.URL, "order-5")
 			assert.ErrorIs(t, first.Cause, ErrAttemptTimeout)
 
@@ -79,7 +80,7 @@ func TestResolveWithALedger(t *testing.T) {
 		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
 			ledger := &MemoryLedger{}
-			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{Ledger: ledger}})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: ledger}})
 			first := uncertainPOST(t, tr, srv.URL, "order-8")
 			again := uncertainPOST(t, tr, srv.URL, "order-8")
 			assert.True(t, again.Earlier)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,7 +51,7 @@ func newLedgerClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Clien
 // newLedgerClientOn is newLedgerClient on clock clk.
 func newLedgerClientOn(t *testing.T, clk *fakeClock, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
 	t.Helper()
-	tr := &Transport{Keys: KeyPolicy{Ledger: l}, Retry: RetryPolicy{Budget: UnlimitedBudget()}}
+	tr := &Transport{Keys: KeyPolicy{Ledger: l}, Retry: RetryPolicy{Budget: budget.Unlimited()}}
 	clk.install(tr)
 	setRandN(tr, func(n int64) int64 { return n / 2 })
 	if tune != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -417,7 +418,7 @@ func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := &panicBase{}
-	tr := newTransport(t, clk, &Transport{Base: base, Keys: KeyPolicy{Ledger: ledger}, Retry: RetryPolicy{Budget: UnlimitedBudget()}})
+	tr := newTransport(t, clk, &Transport{Base: base, Keys: KeyPolicy{Ledger: ledger}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
 	const url = "http://rv-ledger.invalid/charges"
 	post := func() *http.Request {
 		req := newRequest(t, testCtx(t), http.MethodPost, url, `{"amount":1}`)

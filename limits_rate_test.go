@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The rate limiter of each scope (Transport.RateLimit): x/time/rate on
@@ -17,7 +19,7 @@ import (
 func rateTransport(t *testing.T, clk *fakeClock, tr *Transport) *Transport {
 	t.Helper()
 	if tr.Retry.Budget == nil {
-		tr.Retry.Budget = UnlimitedBudget()
+		tr.Retry.Budget = budget.Unlimited()
 	}
 	tr.Scope.Of = func(*http.Request) string { return "dep" }
 	return newTransport(t, clk, tr)

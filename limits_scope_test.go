@@ -3,13 +3,15 @@ package retryfuse
 import (
 	"net/http"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The record found last by host answers only for that host, and never once
 // dropped: a scope whose record was dropped at MaxScopes gets a new one,
 // however it was dropped.
 func TestScopeRecordFoundLastIsTheScopesOwn(t *testing.T) {
-	p := &policy{maxScopes: 1, maxInFlight: 1, clock: newFakeClock(), budget: UnlimitedBudget()}
+	p := &policy{maxScopes: 1, maxInFlight: 1, clock: newFakeClock(), budget: budget.Unlimited()}
 	var s scopes
 	recordOf := func(u string) *scopeRecord {
 		t.Helper()

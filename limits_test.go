@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The per-scope limits an attempt passes after the breaker: the bulkhead
@@ -62,7 +64,7 @@ func TestBulkheadBoundsInFlightUnderLoad(t *testing.T) {
 		Base: base,
 		Retry: RetryPolicy{
 			MaxAttempts: 1,
-			Budget:      UnlimitedBudget(),
+			Budget:      budget.Unlimited(),
 		},
 		Load: LoadPolicy{
 			MaxInFlight: maxInFlight,
@@ -121,7 +123,7 @@ func bulkheadTransport(t *testing.T, g *gatedSleep, tr *Transport) *Transport {
 	if tr.Retry.MaxAttempts == 0 {
 		tr.Retry.MaxAttempts = 1
 	}
-	tr.Retry.Budget = UnlimitedBudget()
+	tr.Retry.Budget = budget.Unlimited()
 	tr.Scope.Of = func(*http.Request) string { return "dep" }
 	tr = newTransport(t, nil, tr)
 	g.install(tr)
@@ -433,7 +435,7 @@ func TestBulkheadSlotReturnedWhenBasePanics(t *testing.T) {
 			// good, and the call after them refused. A hedge needs a
 			// second slot (MaxHedges with one is refused).
 			slots := 1
-			tr := &Transport{Base: base, Retry: RetryPolicy{Budget: UnlimitedBudget()}}
+			tr := &Transport{Base: base, Retry: RetryPolicy{Budget: budget.Unlimited()}}
 			if hedged {
 				slots = 2
 				tr.Hedge.Max, tr.Hedge.Delay = 1, time.Hour

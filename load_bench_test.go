@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // BenchmarkLoadMixed sends a healthy mix through one Transport, from
@@ -19,7 +20,7 @@ import (
 // It reports calls per second.
 func BenchmarkLoadMixed(b *testing.B) {
 	srv := newFaultServer(b, time.Second)
-	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.2})
+	budget, err := budget.NewRatio(budget.RatioConfig{Ratio: 0.2})
 	if err != nil {
 		b.Fatal(err)
 	}

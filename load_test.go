@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The load test sends many concurrent calls through one Transport, with a
@@ -114,7 +116,7 @@ func runLoad(t *testing.T, n int) {
 	defer cancel()
 
 	srv := newFaultServer(t, 3*time.Second)
-	budget, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.2})
+	budget, err := budget.NewRatio(budget.RatioConfig{Ratio: 0.2})
 	if err != nil {
 		t.Fatal(err)
 	}

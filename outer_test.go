@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,7 +24,7 @@ func TestKeyHeaderInAnySpellingIsTheKey(t *testing.T) {
 	for _, name := range []string{"IDEMPOTENCY-KEY", "idempotency-KEY", "X-IDEMPOTENCY-KEY"} {
 		t.Run(name, func(t *testing.T) {
 			srv := newTestServer(t, failThenOK(1))
-			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Keys: KeyPolicy{Generate: true}})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Keys: KeyPolicy{Generate: true}})
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
 			req.Header[name] = []string{"order-9"}
 			resp, _, err := do(tr, req)
@@ -80,7 +81,7 @@ func TestTimedOutCallsReportTimeout(t *testing.T) {
 		{"one attempt, AttemptTimeout", &Transport{Retry: RetryPolicy{MaxAttempts: 1, AttemptTimeout: 20 * time.Millisecond}},
 			func(t *testing.T) *http.Request { return newRequest(t, testCtx(t), http.MethodGet, stall.URL, "") },
 			func(t *testing.T, err error) { var re *RetryError; assert.ErrorAs(t, err, &re) }},
-		{"attempts exhausted on timeouts", &Transport{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 20 * time.Millisecond, Budget: UnlimitedBudget()}},
+		{"attempts exhausted on timeouts", &Transport{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 20 * time.Millisecond, Budget: budget.Unlimited()}},
 			func(t *testing.T) *http.Request { return newRequest(t, testCtx(t), http.MethodGet, stall.URL, "") },
 			func(t *testing.T, err error) { assert.ErrorIs(t, err, ErrAttemptsExhausted) }},
 		{"reconcile error after the caller's deadline", &Transport{},

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The controls of load as a call meets them (overload.go): the throttle
@@ -297,7 +299,7 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 			Base: base,
 			Retry: RetryPolicy{
 				MaxAttempts: 2,
-				Budget:      UnlimitedBudget(),
+				Budget:      budget.Unlimited(),
 			},
 			Load: LoadPolicy{
 				Adaptive:    true,

@@ -3,6 +3,8 @@ package retryfuse
 import (
 	"net/http"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // RetryPolicy is when and how a call is repeated: the attempts, the waits
@@ -74,7 +76,7 @@ type RetryPolicy struct {
 	// Budget, when set, is the one retry budget shared by every scope of
 	// this Transport (and by every Transport it is given to). Each retry
 	// must take a token from it; the first attempt is always free.
-	Budget Budget
+	Budget budget.Budget
 
 	// NewBudget creates the budget of a scope on first use, when Budget is
 	// nil. It is called once per scope, under the Transport's lock: keep it
@@ -85,7 +87,7 @@ type RetryPolicy struct {
 	// UnlimitedBudget() too. An error fails the call that needed the
 	// budget, before anything is sent. Setting both Budget and NewBudget
 	// is refused: NewBudget is never called with a Budget.
-	NewBudget func(scope string) (Budget, error)
+	NewBudget func(scope string) (budget.Budget, error)
 
 	// MaxDrainBytes bounds how much of a retryable response's body is read
 	// when the response is set aside for a retry: read, its connection

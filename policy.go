@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-cleanhttp"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -50,7 +51,7 @@ type policy struct {
 	attemptTimeout time.Duration
 	decision       decide.Policy
 	classifier     Classifier                 // nil means the default rules
-	budget         Budget                     // shared by every scope; nil means per-scope budgets
+	budget         budget.Budget              // shared by every scope; nil means per-scope budgets
 	scope          func(*http.Request) string // nil means hostScope
 	breaker        *Breaker
 	breakerScope   func(*http.Request) string // nil: the breaker's scopes are scope's
@@ -69,7 +70,7 @@ type policy struct {
 	maxBackoff     time.Duration
 	maxRetryAfter  time.Duration
 	timeoutCost    float64
-	newBudget      func(scope string) (Budget, error) // never nil
+	newBudget      func(scope string) (budget.Budget, error) // never nil
 	reconciler     Reconciler
 	maxScopes      int
 	redact         []string
@@ -309,7 +310,7 @@ func (b BrakePolicy) breaker() *Breaker {
 }
 
 // newDefaultBudget is the budget of a scope when NewBudget is nil.
-func newDefaultBudget(string) (Budget, error) { return &RatioBudget{}, nil }
+func newDefaultBudget(string) (budget.Budget, error) { return &budget.Ratio{}, nil }
 
 // orDefault returns v, or def when v is zero: the one way a setting's zero
 // value means its default.

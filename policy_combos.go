@@ -80,7 +80,7 @@ func (t *Transport) checkTogether(p *policy) error {
 		return invalidPolicy("Hedge.Delay "+t.Hedge.Delay.String(),
 			"must be below Retry.AttemptTimeout "+t.Retry.AttemptTimeout.String()+": an attempt times out before its hedge is due")
 	case t.Retry.Budget != nil && t.Retry.NewBudget != nil:
-		return invalidPolicy("Retry.NewBudget", "must be nil with a Retry.Budget: Budget is the budget of every scope, and NewBudget is never called")
+		return invalidPolicy("Retry.NewBudget", "must be nil with a Retry.Budget: budget.Budget is the budget of every scope, and NewBudget is never called")
 	case t.Scope.Max != 0 && t.Retry.Budget != nil && !p.keepsScopes():
 		return invalidPolicy(fmt.Sprint("Scope.Max ", t.Scope.Max),
 			"has nothing to bound: with a Retry.Budget and Load.Throttle.Disable, without an in-flight limit, a rate limit, hedging or a breaker, and with a negative Keys.HonourMemory, nothing is kept per scope")

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // Settings checked together: one that the others leave without effect is
@@ -17,7 +19,7 @@ import (
 // reasoning of each.
 
 func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
-	newBudget := func(string) (Budget, error) { return &RatioBudget{}, nil }
+	newBudget := func(string) (budget.Budget, error) { return &budget.Ratio{}, nil }
 	tests := []struct {
 		name   string
 		tr     *Transport
@@ -34,9 +36,9 @@ func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
 		{"Hedge.Delay beyond Retry.AttemptTimeout with Hedge.Quantile: before an estimate, and as its cap, the delay outlasts the attempt",
 			&Transport{Hedge: HedgePolicy{Max: 1, Delay: 2 * time.Second, Quantile: 0.9}, Retry: RetryPolicy{AttemptTimeout: time.Second}}, []string{"Hedge.Delay 2s", "Retry.AttemptTimeout 1s"}},
 		{"Budget and Retry.NewBudget: Retry.NewBudget is never called",
-			&Transport{Retry: RetryPolicy{Budget: UnlimitedBudget(), NewBudget: newBudget}}, []string{"Retry.NewBudget", "Budget"}},
-		{"Scope.Max beside a Budget, with nothing kept per scope: nothing to bound",
-			&Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 64}}, []string{"Scope.Max 64", "Budget", "Load.Throttle.Disable", "Keys.HonourMemory"}},
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited(), NewBudget: newBudget}}, []string{"Retry.NewBudget", "Budget"}},
+		{"Scope.Max beside a budget.Budget, with nothing kept per scope: nothing to bound",
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 64}}, []string{"Scope.Max 64", "Budget", "Load.Throttle.Disable", "Keys.HonourMemory"}},
 		{"Keys.MaxStoredBody without a Ledger: nothing stores results",
 			&Transport{Keys: KeyPolicy{MaxStoredBody: 1 << 20}}, []string{"Keys.MaxStoredBody 1048576", "Ledger"}},
 		{"Keys.MaxFingerprintBytes without a Ledger: nothing fingerprints bodies",
@@ -166,14 +168,14 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 			&Transport{Hedge: HedgePolicy{Max: 1, Delay: 10 * time.Millisecond}, Retry: RetryPolicy{AttemptTimeout: time.Second}}, nil, nil},
 		{"an empty, non-nil Hedge.Methods without Hedge.Max: none hedged, as it says",
 			&Transport{Hedge: HedgePolicy{Methods: []string{}}}, nil, nil},
-		{"Scope.Max beside a Budget bounds the limits kept per scope",
-			&Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Scope: ScopePolicy{Max: 8}, Load: LoadPolicy{MaxInFlight: 4}}, nil, nil},
-		{"Scope.Max beside a Budget bounds the throttles kept per scope",
-			&Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
-		{"Scope.Max beside a Budget bounds the records that learn whether a server honours keys",
-			&Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Scope: ScopePolicy{Max: 8}}, nil, nil},
-		{"Scope.Max beside a Budget and a Breaker bounds the records of the breaker's scopes (their names, their slow starts)",
-			&Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
+		{"Scope.Max beside a budget.Budget bounds the limits kept per scope",
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Scope: ScopePolicy{Max: 8}, Load: LoadPolicy{MaxInFlight: 4}}, nil, nil},
+		{"Scope.Max beside a budget.Budget bounds the throttles kept per scope",
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
+		{"Scope.Max beside a budget.Budget bounds the records that learn whether a server honours keys",
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Scope: ScopePolicy{Max: 8}}, nil, nil},
+		{"Scope.Max beside a budget.Budget and a Breaker bounds the records of the breaker's scopes (their names, their slow starts)",
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
 		{"Load.MaxWait with a Load.RateLimit", &Transport{Load: LoadPolicy{RateLimit: 5, RateBurst: 1, MaxWait: time.Second}}, nil, nil},
 		{"Load.MaxWait with a queue", &Transport{Load: LoadPolicy{MaxInFlight: 4, MaxQueued: 8, MaxWait: time.Second}}, nil, nil},
 		{"Keys.MaxStoredBody and Keys.MaxFingerprintBytes with a Ledger",
@@ -181,7 +183,7 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 		{"GenerateIdempotencyKeys with a Ledger: the callers' keys use it",
 			&Transport{Keys: KeyPolicy{Ledger: ledger, Generate: true}}, nil, nil},
 		{"a Scope alone: the memory of uncertain keys is per scope",
-			&Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Scope: ScopePolicy{Of: func(*http.Request) string { return "dep" }}}, nil, nil},
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Scope: ScopePolicy{Of: func(*http.Request) string { return "dep" }}}, nil, nil},
 		{"a Reconciler alone: any uncertain write asks it", &Transport{Keys: KeyPolicy{Reconciler: reconciler}}, nil, nil},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -151,7 +152,7 @@ func TestCloseIdleConnectionsOfAnInvalidBaseReturns(t *testing.T) {
 // are read on every call.
 func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 	srv := statusServer(t, http.StatusServiceUnavailable, "down")
-	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 1, Budget: UnlimitedBudget()}})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 1, Budget: budget.Unlimited()}})
 	resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("first call: got %v, %v; want the 503", resp, err)
@@ -198,7 +199,7 @@ func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{
 			MaxAttempts: 10,
-			Budget:      UnlimitedBudget(),
+			Budget:      budget.Unlimited(),
 		},
 		Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, ReasonName(i.Reason)) }},
 	})
@@ -214,7 +215,7 @@ func TestZeroMaxFailureStreakFollowsMaxAttempts(t *testing.T) {
 	}
 
 	explicit := statusServer(t, http.StatusServiceUnavailable, "down")
-	tr = newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 10, MaxFailureStreak: 4, Budget: UnlimitedBudget()}})
+	tr = newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 10, MaxFailureStreak: 4, Budget: budget.Unlimited()}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, explicit.URL, "")); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,7 @@ func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
 			newTr := func() *Transport {
-				return newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: UnlimitedBudget()}, Keys: KeyPolicy{Ledger: tc.ledger}})
+				return newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: tc.ledger}})
 			}
 			tr := newTr()
 			first := uncertainPOST(t, tr, srv.URL, "order-21")
@@ -101,7 +102,7 @@ func TestRefusalNamesAreBounded(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{
 			AttemptTimeout: 200 * time.Millisecond,
-			Budget:         UnlimitedBudget(),
+			Budget:         budget.Unlimited(),
 		},
 		Keys: KeyPolicy{
 			Ledger: &MemoryLedger{},

@@ -8,6 +8,8 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"sync/atomic"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // This file stops the base's own re-sends within an attempt once the
@@ -198,7 +200,7 @@ func (at *attemptTrace) allowRetry() bool {
 // Transport's shared one, or that of the scope of the request (its first
 // attempt's copy, in the wire). Nil when its scope has no record (its
 // NewBudget failed; the call did not get this far then).
-func (at *attemptTrace) budget() Budget {
+func (at *attemptTrace) budget() budget.Budget {
 	p := &at.owner.p
 	if p.budget != nil {
 		return p.budget

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -165,7 +166,7 @@ func TestBaseResendsStopWhenAttemptsAreSpent(t *testing.T) {
 			base := newPooledBase(t, warmPooledConns)
 			warmPool(t, base, srv, warmPooledConns)
 			var log hookLog
-			tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 3, Budget: UnlimitedBudget()}, Hooks: log.hooks()}
+			tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 3, Budget: budget.Unlimited()}, Hooks: log.hooks()}
 			rc.set(tr)
 			newTransport(t, rc.clockFor(), tr)
 			got, err := stoppedGET(t, tr, srv)
@@ -190,7 +191,7 @@ func TestBaseResendsStopAtTheBudgetsRefusal(t *testing.T) {
 			srv := newDroppingServer(t, warmPooledConns)
 			base := newPooledBase(t, warmPooledConns)
 			warmPool(t, base, srv, warmPooledConns)
-			budget, err := NewTokenBucket(TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 24 * time.Hour})
+			budget, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 24 * time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +220,7 @@ func TestBaseResendsWithinTheShareStillHappen(t *testing.T) {
 			base := newPooledBase(t, warmPooledConns)
 			warmPool(t, base, srv, warmPooledConns)
 			var log hookLog
-			tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: warmPooledConns + 1, Budget: UnlimitedBudget()}, Hooks: log.hooks()}
+			tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: warmPooledConns + 1, Budget: budget.Unlimited()}, Hooks: log.hooks()}
 			rc.set(tr)
 			newTransport(t, rc.clockFor(), tr)
 			before := len(srv.requests())
@@ -256,7 +257,7 @@ func TestHedgedBranchesShareTheAttemptsOfTheirResends(t *testing.T) {
 		Base: base,
 		Retry: RetryPolicy{
 			MaxAttempts: 3,
-			Budget:      UnlimitedBudget(),
+			Budget:      budget.Unlimited(),
 		},
 		Hedge: HedgePolicy{
 			Max:   1,
@@ -315,7 +316,7 @@ func TestStoppedResendOfAWriteIsNoUncertainWrite(t *testing.T) {
 	warmPool(t, base, srv, warmPooledConns)
 	broken.Store(true)
 	var log hookLog
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 2, Budget: UnlimitedBudget()}, Hooks: log.hooks()})
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 2, Budget: budget.Unlimited()}, Hooks: log.hooks()})
 	before := len(srv.requests())
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/orders", "order"))
 	if got := len(srv.requests()) - before; got != 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -63,7 +64,7 @@ func TestResolveAfterCallersDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
-			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: UnlimitedBudget()}, Keys: KeyPolicy{Ledger: tc.ledger()}})
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: tc.ledger()}})
 
 			ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
 			defer cancel()

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"golang.org/x/time/rate"
 )
 
@@ -23,7 +24,7 @@ import (
 type scopeRecord struct {
 	name     string
 	key      hostKey
-	budget   Budget         // nil when the Transport's Budget is shared by every scope
+	budget   budget.Budget  // nil when the Transport's budget.Budget is shared by every scope
 	rate     *rate.Limiter  // nil without a RateLimit
 	bulkhead *bulkhead      // nil without MaxInFlight, AdaptiveInFlight or a Breaker (slow start)
 	adaptive *adaptiveLimit // nil without AdaptiveInFlight
@@ -108,7 +109,7 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 			return nil, err
 		}
 		if b == nil {
-			b = unlimitedBudget{}
+			b = budget.Unlimited()
 		}
 		st.budget = budgetOn(b, p.clock)
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // A call's scoped key is its scope, a space and its key, with the default
@@ -30,14 +32,14 @@ func TestScopedKeyIsScopeSpaceKey(t *testing.T) {
 		if got := hostScope(req); got != want {
 			t.Errorf("%s: hostScope %q, want %q", raw, got, want)
 		}
-		c := &call{p: &policy{budget: UnlimitedBudget()}, req: req, key: requestKey{value: "order-1", present: true}} // nothing kept per scope: the name is built
+		c := &call{p: &policy{budget: budget.Unlimited()}, req: req, key: requestKey{value: "order-1", present: true}} // nothing kept per scope: the name is built
 		if got := c.scopedKey(); got != want+" order-1" {
 			t.Errorf("%s: scoped key %q, want %q", raw, got, want+" order-1")
 		}
 		if got := c.scopeName(); got != want {
 			t.Errorf("%s: scope %q, want %q", raw, got, want)
 		}
-		custom := &call{p: &policy{budget: UnlimitedBudget(), scope: func(*http.Request) string { return "payments" }}, req: req, key: c.key}
+		custom := &call{p: &policy{budget: budget.Unlimited(), scope: func(*http.Request) string { return "payments" }}, req: req, key: c.key}
 		if got := custom.scopedKey(); got != "payments order-1" {
 			t.Errorf("%s, custom scope: scoped key %q, want %q", raw, got, "payments order-1")
 		}

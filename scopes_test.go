@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 func TestDefaultScopeIsSchemeHostAndPort(t *testing.T) {
@@ -32,16 +34,16 @@ func TestNewBudgetCalledOncePerScope(t *testing.T) {
 	var created atomic.Int32
 	tr := &Transport{
 		Retry: RetryPolicy{
-			NewBudget: func(string) (Budget, error) {
+			NewBudget: func(string) (budget.Budget, error) {
 				created.Add(1)
-				return NewRatioBudget(RatioBudgetConfig{})
+				return budget.NewRatio(budget.RatioConfig{})
 			},
 		},
 	}
 	tr.setup()
 	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
 	var wg sync.WaitGroup
-	got := make([]Budget, 64)
+	got := make([]budget.Budget, 64)
 	for i := range got {
 		wg.Go(func() {
 			b, err := budgetOf(tr, req)
@@ -89,11 +91,11 @@ func TestDefaultPortSpellingsShareOneBudget(t *testing.T) {
 		Base: always503(),
 		Retry: RetryPolicy{
 			MaxAttempts: 1,
-			NewBudget: func(scope string) (Budget, error) {
+			NewBudget: func(scope string) (budget.Budget, error) {
 				mu.Lock()
 				scopes = append(scopes, scope)
 				mu.Unlock()
-				return UnlimitedBudget(), nil
+				return budget.Unlimited(), nil
 			},
 		},
 	})
@@ -121,14 +123,14 @@ func TestBudgetFoundLastIsItsScopesOwn(t *testing.T) {
 			Max: 2,
 		},
 		Retry: RetryPolicy{
-			NewBudget: func(scope string) (Budget, error) {
+			NewBudget: func(scope string) (budget.Budget, error) {
 				made = append(made, scope)
-				return &RatioBudget{}, nil
+				return &budget.Ratio{}, nil
 			},
 		},
 	}
 	tr.setup()
-	budgetOf := func(u string) Budget {
+	budgetOf := func(u string) budget.Budget {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, u, nil)
 		b, err := budgetOf(tr, req)
@@ -158,7 +160,7 @@ func TestBudgetFoundLastIsItsScopesOwn(t *testing.T) {
 }
 
 // budgetOf returns the budget of req's scope in tr's records.
-func budgetOf(tr *Transport, req *http.Request) (Budget, error) {
+func budgetOf(tr *Transport, req *http.Request) (budget.Budget, error) {
 	st, err := tr.scopes.find(req, &tr.p)
 	if err != nil {
 		return nil, err
@@ -172,7 +174,7 @@ func recordNamed(s *scopes, name string, p *policy) *scopeRecord {
 	q := *p
 	q.scope = func(*http.Request) string { return name }
 	if q.budget == nil && q.newBudget == nil {
-		q.budget = UnlimitedBudget()
+		q.budget = budget.Unlimited()
 	}
 	st, err := s.find(&http.Request{}, &q)
 	if err != nil {

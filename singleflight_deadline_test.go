@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // A shared call plans against the deadline of the callers who joined it:
@@ -71,7 +73,7 @@ func TestShareReadsCallKeepsTheLatestDeadlineOfItsCallers(t *testing.T) {
 					Share: true,
 				},
 				Retry: RetryPolicy{
-					Budget: UnlimitedBudget(),
+					Budget: budget.Unlimited(),
 				},
 				Hooks: Hooks{Policy: log.hook, GiveUp: gave.hook},
 			})
@@ -158,7 +160,7 @@ func TestShareReadsAttemptKeepsItsTimeoutPastALeaderDeadline(t *testing.T) {
 			Share: true,
 		},
 		Retry: RetryPolicy{
-			Budget:         UnlimitedBudget(),
+			Budget:         budget.Unlimited(),
 			AttemptTimeout: 250 * time.Millisecond,
 		},
 		Hooks: Hooks{Policy: log.hook},

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -115,7 +116,7 @@ func shareTransport(t *testing.T, log *shareLog, tr *Transport) *Transport {
 	tr.Reads.Share = true
 	tr.Hooks.Policy = log.hook
 	if tr.Retry.Budget == nil {
-		tr.Retry.Budget = UnlimitedBudget()
+		tr.Retry.Budget = budget.Unlimited()
 	}
 	return newTransport(t, newFakeClock(), tr)
 }

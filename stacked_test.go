@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -80,7 +81,7 @@ func TestStackedOuterDoesNotRepeatAnInnerBreakerRefusal(t *testing.T) {
 	}
 	inner := newTransport(t, newFakeClock(), &Transport{Brake: BrakePolicy{Breaker: b}})
 	outerClk := newFakeClock()
-	outer := newTransport(t, outerClk, &Transport{Base: inner, Retry: RetryPolicy{MaxAttempts: 4, Budget: UnlimitedBudget()}})
+	outer := newTransport(t, outerClk, &Transport{Base: inner, Retry: RetryPolicy{MaxAttempts: 4, Budget: budget.Unlimited()}})
 
 	_, _, err = do(outer, newRequest(t, testCtx(t), http.MethodGet, url, ""))
 	if !errors.Is(err, ErrCircuitOpen) {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // What the defaults' throttle refuses: nothing that a plain client with a
@@ -63,7 +65,7 @@ func TestDefaultsServeADependencyThatServesEveryCallOnItsRetry(t *testing.T) {
 	// throttle's share alone (the default budget grants retries to 10%
 	// of requests and 1 a second, and hands back the 503 of a call it
 	// stops).
-	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{NewBudget: func(string) (Budget, error) { return UnlimitedBudget(), nil }}})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{NewBudget: func(string) (budget.Budget, error) { return budget.Unlimited(), nil }}})
 	setRandN(tr, func(int64) int64 { return 0 })
 	ok, throttled := countOutcomes(t, tr, clk, 30, 10*time.Millisecond)
 	if ok != 30 || throttled != 0 {

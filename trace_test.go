@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -41,7 +42,7 @@ func TestPhaseThroughWrapperBaseIsPreWrite(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Base: wrapperBase{rt: inner},
 		Retry: RetryPolicy{
-			Budget: UnlimitedBudget(),
+			Budget: budget.Unlimited(),
 		},
 		Hooks: Hooks{AttemptDone: func(i AttemptDoneInfo) { phases = append(phases, i.Phase) }},
 	})
@@ -65,7 +66,7 @@ func TestPhaseWithoutTraceIsUnknownAndTreatedAsWritten(t *testing.T) {
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Base: opaqueBase{err: errors.New("opaque failure")},
 		Retry: RetryPolicy{
-			Budget: UnlimitedBudget(),
+			Budget: budget.Unlimited(),
 		},
 	})
 	req := newRequest(t, testCtx(t), http.MethodPost, "http://127.0.0.1:1/", "pay 10")
@@ -116,7 +117,7 @@ func TestTraceNotRewrittenUnderALateWriteLoop(t *testing.T) {
 	ctx := httptrace.WithClientTrace(testCtx(t), &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Add(1) },
 	})
-	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 2, Budget: UnlimitedBudget()}})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 2, Budget: budget.Unlimited()}})
 	setRandN(tr, func(int64) int64 { return 0 })
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL(), io.LimitReader(zeros{}, bodySize))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -29,7 +30,7 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "down")
 			var log hookLog
-			tt.tr.Retry.MaxAttempts, tt.tr.Retry.Budget, tt.tr.Hooks = 10, UnlimitedBudget(), log.hooks()
+			tt.tr.Retry.MaxAttempts, tt.tr.Retry.Budget, tt.tr.Hooks = 10, budget.Unlimited(), log.hooks()
 			tr := newTransport(t, newFakeClock(), tt.tr)
 			resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			if err != nil || resp.StatusCode != http.StatusServiceUnavailable || string(body) != "down" {
@@ -52,7 +53,7 @@ func TestCoreBrakeReturnsTheLastResponse(t *testing.T) {
 // Without a response to give, the brake is an error matching the rule's
 // sentinel, with the last attempt's error still reachable.
 func TestCoreBrakeWithoutResponseIsAnError(t *testing.T) {
-	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 10, MaxFailureStreak: 2, Budget: UnlimitedBudget()}})
+	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 10, MaxFailureStreak: 2, Budget: budget.Unlimited()}})
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, refusedURL(t), ""))
 	if !errors.Is(err, ErrFailureStreak) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("Do: got %v; want an error matching ErrFailureStreak and ECONNREFUSED", err)
@@ -89,7 +90,7 @@ func TestTimeoutCostBrakesOnTimeouts(t *testing.T) {
 					AttemptTimeout: 50 * time.Millisecond,
 					MaxCallCost:    3,
 					TimeoutCost:    tt.timeoutCost,
-					Budget:         UnlimitedBudget(),
+					Budget:         budget.Unlimited(),
 				},
 			})
 			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jarcoal/httpmock"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 func TestRetryAfterHonoured(t *testing.T) {
@@ -326,7 +327,7 @@ func TestNoRetryStartsAfterTheCallerIsDone(t *testing.T) {
 		return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 	})
 	ctx, cancel := context.WithCancel(testCtx(t))
-	tr := newTransport(t, nil, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 3, Budget: UnlimitedBudget()}})
+	tr := newTransport(t, nil, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 3, Budget: budget.Unlimited()}})
 	setSleep(tr, func(context.Context, time.Duration) error {
 		cancel() // the caller gives up as the timer fires
 		return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // responseBody is what the server answers: a small body.
@@ -117,7 +118,7 @@ func retryfuseGatedClient() client {
 	rt := &retryfuse.Transport{
 		Base: base,
 		Retry: retryfuse.RetryPolicy{
-			Budget: &retryfuse.RatioBudget{},
+			Budget: &budget.Ratio{},
 		},
 		Brake: retryfuse.BrakePolicy{
 			Breaker: br,

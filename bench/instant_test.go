@@ -19,6 +19,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // instantBase answers every request at once with 200 and no body: no
@@ -55,7 +56,7 @@ type instantClient struct {
 // instantClients are the configurations of the own-cost table, bare
 // first. The retrying ones make at most 3 attempts.
 func instantClients(tb testing.TB) []instantClient {
-	budget := &retryfuse.RatioBudget{}
+	budget := &budget.Ratio{}
 	br, err := retryfuse.NewBreaker(retryfuse.BreakerSettings{})
 	if err != nil {
 		tb.Fatal(err)

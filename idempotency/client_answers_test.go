@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // Each answer of the middleware, as retryfuse's client hands it to its
@@ -52,7 +53,7 @@ func clientSend(t *testing.T, rt http.RoundTripper, url, key, body string) (int,
 
 func newClient(t *testing.T, tr *retryfuse.Transport) *retryfuse.Transport {
 	t.Helper()
-	tr.Retry.NewBudget = func(string) (retryfuse.Budget, error) { return retryfuse.UnlimitedBudget(), nil }
+	tr.Retry.NewBudget = func(string) (budget.Budget, error) { return budget.Unlimited(), nil }
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	retryfuseotel "github.com/retryfuse/retryfuse/otel"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -285,7 +286,7 @@ func TestHooksWithoutRecordingSpan(t *testing.T) {
 // refused: the dependency (a base that answers 503) rejected every call.
 func throttledError(t *testing.T) error {
 	t.Helper()
-	tr := &retryfuse.Transport{Base: unavailable{}, Retry: retryfuse.RetryPolicy{MaxAttempts: 1, Budget: retryfuse.UnlimitedBudget()}}
+	tr := &retryfuse.Transport{Base: unavailable{}, Retry: retryfuse.RetryPolicy{MaxAttempts: 1, Budget: budget.Unlimited()}}
 	for range 1000 {
 		req, err := http.NewRequest(http.MethodGet, "http://x/", nil)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // BenchmarkSuccessPath is a GET through a retryfuse.Transport to a healthy
@@ -31,13 +32,13 @@ func benchSuccess(b *testing.B, parallel bool) {
 		io.WriteString(w, "ok")
 	}))
 	b.Cleanup(srv.Close)
-	f, err := RatioBudgets(sharedClient(b), retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
+	f, err := RatioBudgets(sharedClient(b), budget.RatioConfig{}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = f.Close(bg()) })
-	memory := newGetter(b, srv.URL, func(string) (retryfuse.Budget, error) {
-		return retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{})
+	memory := newGetter(b, srv.URL, func(string) (budget.Budget, error) {
+		return budget.NewRatio(budget.RatioConfig{})
 	})
 	redisBudget := newGetter(b, srv.URL, f.New)
 	var memNs, redisNs atomic.Int64
@@ -81,7 +82,7 @@ type getter struct {
 	url string
 }
 
-func newGetter(b *testing.B, url string, newBudget func(string) (retryfuse.Budget, error)) *getter {
+func newGetter(b *testing.B, url string, newBudget func(string) (budget.Budget, error)) *getter {
 	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{NewBudget: newBudget}}
 	b.Cleanup(tr.CloseIdleConnections)
 	return &getter{c: &http.Client{Transport: tr}, url: url}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The budgets' checks against the local Redis, with the default timeout,
@@ -32,7 +32,7 @@ func BenchmarkPing(b *testing.B) {
 // alternate.
 func BenchmarkRecordRequest(b *testing.B) {
 	b.Run("memory", func(b *testing.B) {
-		mb, err := retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{})
+		mb, err := budget.NewRatio(budget.RatioConfig{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func BenchmarkRecordRequest(b *testing.B) {
 		}
 	})
 	b.Run("redis", func(b *testing.B) {
-		rb, err := NewRatioBudget(sharedClient(b), "bench", retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
+		rb, err := NewRatioBudget(sharedClient(b), "bench", budget.RatioConfig{}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func BenchmarkRecordRequest(b *testing.B) {
 // BenchmarkRatioSync is one background sync of a ratio budget: one script
 // that deposits requests and leases a retry.
 func BenchmarkRatioSync(b *testing.B) {
-	rb, err := newRatioBudget(sharedClient(b), "bench", retryfuse.RatioBudgetConfig{MinPerSecond: 1e9}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
+	rb, err := newRatioBudget(sharedClient(b), "bench", budget.RatioConfig{MinPerSecond: 1e9}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func BenchmarkRatioSync(b *testing.B) {
 
 // BenchmarkTokenBucketSync is one background sync of a token bucket.
 func BenchmarkTokenBucketSync(b *testing.B) {
-	tb, err := newTokenBucket(sharedClient(b), "bench", retryfuse.TokenBucketConfig{Capacity: 1e9, Refill: 1e9}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
+	tb, err := newTokenBucket(sharedClient(b), "bench", budget.TokenBucketConfig{Capacity: 1e9, Refill: 1e9}, BudgetOptions{Prefix: uniq(b), Timeout: benchTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

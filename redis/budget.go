@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // This file holds what both Redis budgets share: their options, and the
@@ -91,7 +91,7 @@ type shared struct {
 	interval time.Duration
 	maxLease int64
 	failSafe FailSafe
-	local    retryfuse.Budget // the FailSafeLocal fallback; nil for the other modes
+	local    budget.Budget // the FailSafeLocal fallback; nil for the other modes
 	// leaseTTL is how long leased retries may be spent (0: for ever);
 	// quiet is how long without a retry asked for makes a process quiet,
 	// so that its next retry is granted on credit (at least an interval).

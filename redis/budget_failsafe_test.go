@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // The budgets' fail-safes, and keys of one kind read as another.
@@ -14,7 +14,7 @@ import (
 // fail-safe, and reports the failure on its first call only.
 func TestBudgetFailSafes(t *testing.T) {
 	c := deadClient(t)
-	cfg := retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Hour}
+	cfg := budget.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Hour}
 	cases := []struct {
 		mode FailSafe
 		want []bool
@@ -50,7 +50,7 @@ func TestBudgetFailSafes(t *testing.T) {
 }
 
 func TestRatioFailSafeLocalCountsRequests(t *testing.T) {
-	b, err := newRatioBudget(deadClient(t), "down", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1}, BudgetOptions{})
+	b, err := newRatioBudget(deadClient(t), "down", budget.RatioConfig{Ratio: 0.5, MinPerSecond: -1}, BudgetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +72,11 @@ func TestRatioFailSafeLocalCountsRequests(t *testing.T) {
 func TestBudgetKindsDoNotMix(t *testing.T) {
 	c := sharedClient(t)
 	prefix := uniq(t)
-	tb, err := newTokenBucket(c, "same", retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	tb, err := newTokenBucket(c, "same", budget.TokenBucketConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := newRatioBudget(c, "same", retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	rb, err := newRatioBudget(c, "same", budget.RatioConfig{}, BudgetOptions{Prefix: prefix, Timeout: testTimeout, FailSafe: FailSafeRefuse})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // These tests stop, pause and break Redis under budgets that sync in the
@@ -31,7 +31,7 @@ type observed struct {
 }
 
 // call records one RecordRequest and one AllowRetry.
-func (o *observed) call(b retryfuse.Budget) (bool, error) {
+func (o *observed) call(b budget.Budget) (bool, error) {
 	start := time.Now()
 	b.RecordRequest(bg())
 	ok, err := b.AllowRetry(bg())
@@ -54,7 +54,7 @@ func (o *observed) call(b retryfuse.Budget) (bool, error) {
 }
 
 // callUntil calls until stop says so, or fails after 15s.
-func (o *observed) callUntil(t *testing.T, b retryfuse.Budget, stop func(ok bool, err error) bool) {
+func (o *observed) callUntil(t *testing.T, b budget.Budget, stop func(ok bool, err error) bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -70,7 +70,7 @@ func (o *observed) callUntil(t *testing.T, b retryfuse.Budget, stop func(ok bool
 
 func faultBudget(t *testing.T, addr string, mode FailSafe) *RatioBudget {
 	t.Helper()
-	b, err := NewRatioBudget(newClient(t, addr), "faults", retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second},
+	b, err := NewRatioBudget(newClient(t, addr), "faults", budget.RatioConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second},
 		BudgetOptions{Prefix: uniq(t), Timeout: 3 * time.Second, SyncInterval: 10 * time.Millisecond, FailSafe: mode})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestBudgetRedisKilledAndRestarted(t *testing.T) {
 // something else) is a failure like any other, and so is its end.
 func TestBudgetRedisAnswersErrors(t *testing.T) {
 	c := sharedClient(t)
-	b, err := newRatioBudget(c, "errors", retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout, FailSafe: FailSafeRefuse})
+	b, err := newRatioBudget(c, "errors", budget.RatioConfig{Ratio: 1, MinPerSecond: -1}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout, FailSafe: FailSafeRefuse})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestBudgetRedisAnswersErrors(t *testing.T) {
 // reported when it ends either.
 func TestBudgetUnreportedOutageIsNotReported(t *testing.T) {
 	c := sharedClient(t)
-	b, err := newRatioBudget(c, "quiet", retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newRatioBudget(c, "quiet", budget.RatioConfig{}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestBudgetCommandsBounded(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s.Addr())
 	const interval = 50 * time.Millisecond
-	b, err := NewRatioBudget(c, "rate", retryfuse.RatioBudgetConfig{Ratio: 0.5}, BudgetOptions{Timeout: testTimeout, SyncInterval: interval})
+	b, err := NewRatioBudget(c, "rate", budget.RatioConfig{Ratio: 0.5}, BudgetOptions{Timeout: testTimeout, SyncInterval: interval})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // TestRatioLeaseSteps walks one process's lease by hand (syncs run by the
@@ -17,7 +17,7 @@ import (
 func TestRatioLeaseSteps(t *testing.T) {
 	c := sharedClient(t)
 	prefix := uniq(t)
-	cfg := retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second}
+	cfg := budget.RatioConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second}
 	opts := BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: time.Second, MaxLease: 8}
 	b, err := newRatioBudget(c, "lease", cfg, opts)
 	if err != nil {
@@ -85,7 +85,7 @@ func TestRatioLeaseSteps(t *testing.T) {
 // not spent past 0.8·Window, when its retries may leave the window.
 func TestLeaseExpires(t *testing.T) {
 	c := sharedClient(t)
-	b, err := newRatioBudget(c, "expiry", retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newRatioBudget(c, "expiry", budget.RatioConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestLeaseExpires(t *testing.T) {
 func TestCloseFlushes(t *testing.T) {
 	c := sharedClient(t)
 	prefix := uniq(t)
-	cfg := retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1}
+	cfg := budget.RatioConfig{Ratio: 1, MinPerSecond: -1}
 	b, err := NewRatioBudget(c, "close", cfg, BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestCloseFlushes(t *testing.T) {
 // TestBudgetsClose: Budgets.Close closes every budget New made (goleak
 // checks their goroutines are gone), and New fails afterwards.
 func TestBudgetsClose(t *testing.T) {
-	f, err := TokenBuckets(sharedClient(t), retryfuse.TokenBucketConfig{}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	f, err := TokenBuckets(sharedClient(t), budget.TokenBucketConfig{}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestBudgetsClose(t *testing.T) {
 func TestCloseWithAnEndedContextBlamesTheContext(t *testing.T) {
 	c := sharedClient(t)
 	prefix := uniq(t)
-	cfg := retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1}
+	cfg := budget.RatioConfig{Ratio: 1, MinPerSecond: -1}
 	b, err := NewRatioBudget(c, "ended", cfg, BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)

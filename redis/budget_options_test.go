@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 func TestBudgetSyncOptionsValidated(t *testing.T) {
@@ -19,10 +20,10 @@ func TestBudgetSyncOptionsValidated(t *testing.T) {
 		"negative SyncInterval": {SyncInterval: -1},
 		"negative MaxLease":     {MaxLease: -1},
 	} {
-		if _, err := NewRatioBudget(c, "n", retryfuse.RatioBudgetConfig{}, opts); !errors.Is(err, retryfuse.ErrInvalidPolicy) || !strings.Contains(err.Error(), strings.TrimPrefix(name, "negative ")) {
+		if _, err := NewRatioBudget(c, "n", budget.RatioConfig{}, opts); !errors.Is(err, retryfuse.ErrInvalidPolicy) || !strings.Contains(err.Error(), strings.TrimPrefix(name, "negative ")) {
 			t.Errorf("NewRatioBudget, %s: got %v, want an error wrapping ErrInvalidPolicy that names the field", name, err)
 		}
-		if _, err := TokenBuckets(c, retryfuse.TokenBucketConfig{}, opts); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
+		if _, err := TokenBuckets(c, budget.TokenBucketConfig{}, opts); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
 			t.Errorf("TokenBuckets, %s: got %v, want an error wrapping ErrInvalidPolicy", name, err)
 		}
 	}
@@ -37,7 +38,7 @@ func TestRedisLoggerRoutesGoRedisLogs(t *testing.T) {
 	l := slog.New(slog.NewTextHandler(&mu, nil))
 	t.Cleanup(func() { redis.SetLogger(quietLogger{}) })
 	c := deadClient(t)
-	b, err := newTokenBucket(c, "logs", retryfuse.TokenBucketConfig{}, BudgetOptions{RedisLogger: l, Timeout: time.Second})
+	b, err := newTokenBucket(c, "logs", budget.TokenBucketConfig{}, BudgetOptions{RedisLogger: l, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

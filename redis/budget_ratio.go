@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 //go:embed lua/ratio.lua
@@ -15,7 +15,7 @@ var ratioSource string
 
 var ratioScript = redis.NewScript(ratioSource)
 
-// Defaults of retryfuse.RatioBudgetConfig, resolved here as there.
+// Defaults of budget.RatioConfig, resolved here as there.
 const (
 	defaultRatio        = 0.1
 	defaultMinPerSecond = 1
@@ -23,7 +23,7 @@ const (
 	ratioBuckets        = 10
 )
 
-// RatioBudget is a retryfuse.RatioBudget kept in Redis, shared by every
+// RatioBudget is a budget.Ratio kept in Redis, shared by every
 // process that uses the same Redis, key prefix and name: each request
 // deposits Ratio of a retry for Window, each retry withdraws one, and a
 // reserve of MinPerSecond·Window retries per window lets a quiet service
@@ -70,16 +70,16 @@ type RatioBudget struct {
 	s *shared
 }
 
-var _ retryfuse.Budget = (*RatioBudget)(nil)
+var _ budget.Budget = (*RatioBudget)(nil)
 
 // NewRatioBudget returns the ratio budget called name, and starts its
 // sync goroutine: Close stops it. cfg is validated as
-// retryfuse.NewRatioBudget does, and its Window must also be at least 10µs
+// budget.NewRatio does, and its Window must also be at least 10µs
 // (the scripts count time in microseconds). A nil client, a client
 // without ContextTimeoutEnabled, an empty name or an invalid option
 // (negative Timeout, SyncInterval or MaxLease, unknown FailSafe) gives an
 // error wrapping retryfuse.ErrInvalidPolicy.
-func NewRatioBudget(client redis.UniversalClient, name string, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*RatioBudget, error) {
+func NewRatioBudget(client redis.UniversalClient, name string, cfg budget.RatioConfig, opts BudgetOptions) (*RatioBudget, error) {
 	b, err := newRatioBudget(client, name, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -89,8 +89,8 @@ func NewRatioBudget(client redis.UniversalClient, name string, cfg retryfuse.Rat
 }
 
 // newRatioBudget returns the budget without starting its goroutine.
-func newRatioBudget(client redis.UniversalClient, name string, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*RatioBudget, error) {
-	local, err := retryfuse.NewRatioBudget(cfg) // validates cfg
+func newRatioBudget(client redis.UniversalClient, name string, cfg budget.RatioConfig, opts BudgetOptions) (*RatioBudget, error) {
+	local, err := budget.NewRatio(cfg) // validates cfg
 	if err != nil {
 		return nil, err
 	}

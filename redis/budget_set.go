@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // Budgets makes one Redis budget per scope, for retryfuse.Transport's
@@ -22,7 +22,7 @@ type Budgets struct {
 
 // closingBudget is a Redis budget: RatioBudget or TokenBucket.
 type closingBudget interface {
-	retryfuse.Budget
+	budget.Budget
 	Close(ctx context.Context) error
 }
 
@@ -33,7 +33,7 @@ var errBudgetsClosed = errors.New("retryfuseredis: Budgets closed")
 // retryfuse.Transport.NewBudget (the transport calls it once per scope),
 // so that every process using the same Redis shares one budget per
 // dependency. After Close it returns an error.
-func (f *Budgets) New(scope string) (retryfuse.Budget, error) {
+func (f *Budgets) New(scope string) (budget.Budget, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -66,7 +66,7 @@ func (f *Budgets) Close(ctx context.Context) error {
 // RatioBudgets returns the Budgets that give each scope the RatioBudget
 // named after it. client, cfg and opts are checked at once, as
 // NewRatioBudget checks them.
-func RatioBudgets(client redis.UniversalClient, cfg retryfuse.RatioBudgetConfig, opts BudgetOptions) (*Budgets, error) {
+func RatioBudgets(client redis.UniversalClient, cfg budget.RatioConfig, opts BudgetOptions) (*Budgets, error) {
 	if _, err := newRatioBudget(client, "check", cfg, opts); err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func RatioBudgets(client redis.UniversalClient, cfg retryfuse.RatioBudgetConfig,
 // TokenBuckets returns the Budgets that give each scope the TokenBucket
 // named after it. client, cfg and opts are checked at once, as
 // NewTokenBucket checks them.
-func TokenBuckets(client redis.UniversalClient, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (*Budgets, error) {
+func TokenBuckets(client redis.UniversalClient, cfg budget.TokenBucketConfig, opts BudgetOptions) (*Budgets, error) {
 	if _, err := newTokenBucket(client, "check", cfg, opts); err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // testClock is a settable clock passed to the scripts in place of TIME.
@@ -40,7 +40,7 @@ func deposit(t *testing.T, s *shared) {
 	}
 }
 
-func mustAllow(t *testing.T, b retryfuse.Budget) bool {
+func mustAllow(t *testing.T, b budget.Budget) bool {
 	t.Helper()
 	ok, err := b.AllowRetry(bg())
 	if err != nil {
@@ -52,7 +52,7 @@ func mustAllow(t *testing.T, b retryfuse.Budget) bool {
 func TestTokenBucketScriptSteps(t *testing.T) { onSingleAndCluster(t, testTokenBucketScriptSteps) }
 
 func testTokenBucketScriptSteps(t *testing.T, c redis.UniversalClient) {
-	b, err := newTokenBucket(c, "steps", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newTokenBucket(c, "steps", budget.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func testTokenBucketScriptSteps(t *testing.T, c redis.UniversalClient) {
 func TestRatioScriptSteps(t *testing.T) { onSingleAndCluster(t, testRatioScriptSteps) }
 
 func testRatioScriptSteps(t *testing.T, c redis.UniversalClient) {
-	b, err := newRatioBudget(c, "steps", retryfuse.RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1, Window: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newRatioBudget(c, "steps", budget.RatioConfig{Ratio: 0.5, MinPerSecond: -1, Window: time.Second}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ type step struct {
 // the answer to each retry, in order. The bubble's clock cannot go back: a
 // step backwards leaves it at the latest time seen, which is how the
 // in-memory budgets take time going backwards ("no time has passed").
-func memoryRetries(t *testing.T, newBudget func() (retryfuse.Budget, error), steps []step) []bool {
+func memoryRetries(t *testing.T, newBudget func() (budget.Budget, error), steps []step) []bool {
 	t.Helper()
 	var answers []bool
 	synctest.Test(t, func(t *testing.T) {
@@ -155,11 +155,11 @@ func memoryRetries(t *testing.T, newBudget func() (retryfuse.Budget, error), ste
 }
 
 // TestTokenBucketMatchesMemory drives the Redis bucket and
-// retryfuse.TokenBucket with the same times and checks every answer.
+// budget.TokenBucket with the same times and checks every answer.
 func TestTokenBucketMatchesMemory(t *testing.T) { onSingleAndCluster(t, testTokenBucketMatchesMemory) }
 
 func testTokenBucketMatchesMemory(t *testing.T, c redis.UniversalClient) {
-	cfgs := []retryfuse.TokenBucketConfig{
+	cfgs := []budget.TokenBucketConfig{
 		{},
 		{Capacity: 3, Refill: 0.5, Interval: 100 * time.Millisecond},
 		{Capacity: 1.5, Refill: 3, Interval: 7 * time.Millisecond},
@@ -174,7 +174,7 @@ func testTokenBucketMatchesMemory(t *testing.T, c redis.UniversalClient) {
 		for i := range steps {
 			steps[i] = step{d: randomStep(rng, 300*time.Millisecond), retry: true}
 		}
-		want := memoryRetries(t, func() (retryfuse.Budget, error) { return retryfuse.NewTokenBucket(cfg) }, steps)
+		want := memoryRetries(t, func() (budget.Budget, error) { return budget.NewTokenBucket(cfg) }, steps)
 
 		clk := newTestClock()
 		k := rb.s.kind.(*bucketKind)
@@ -190,11 +190,11 @@ func testTokenBucketMatchesMemory(t *testing.T, c redis.UniversalClient) {
 }
 
 // TestRatioMatchesMemory drives the Redis ratio budget and
-// retryfuse.RatioBudget with the same times and operations.
+// budget.Ratio with the same times and operations.
 func TestRatioMatchesMemory(t *testing.T) { onSingleAndCluster(t, testRatioMatchesMemory) }
 
 func testRatioMatchesMemory(t *testing.T, c redis.UniversalClient) {
-	cfgs := []retryfuse.RatioBudgetConfig{
+	cfgs := []budget.RatioConfig{
 		{Window: time.Second},
 		{Ratio: 0.5, MinPerSecond: -1, Window: time.Second},
 		{Ratio: 0.25, MinPerSecond: 2, Window: 100 * time.Millisecond},
@@ -210,7 +210,7 @@ func testRatioMatchesMemory(t *testing.T, c redis.UniversalClient) {
 		for i := range steps {
 			steps[i] = step{d: randomStep(rng, cfg.Window/8), retry: rng.IntN(3) == 0}
 		}
-		want := memoryRetries(t, func() (retryfuse.Budget, error) { return retryfuse.NewRatioBudget(cfg) }, steps)
+		want := memoryRetries(t, func() (budget.Budget, error) { return budget.NewRatio(cfg) }, steps)
 
 		clk := newTestClock()
 		k := rb.s.kind.(*ratioKind)
@@ -259,7 +259,7 @@ func randomStep(rng *rand.Rand, max time.Duration) time.Duration {
 // token taken is back once the server's time has moved one interval on.
 func TestTokenBucketServerClock(t *testing.T) {
 	c := sharedClient(t)
-	b, err := newTokenBucket(c, "clock", retryfuse.TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newTokenBucket(c, "clock", budget.TokenBucketConfig{Capacity: 1, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestTokenBucketServerClock(t *testing.T) {
 
 func TestBudgetKeysExpire(t *testing.T) {
 	c := sharedClient(t)
-	tb, err := newTokenBucket(c, "ttl", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	tb, err := newTokenBucket(c, "ttl", budget.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestBudgetKeysExpire(t *testing.T) {
 		t.Fatalf("token bucket PTTL: got %v, want in (1s, 1.2s]", pttl)
 	}
 
-	rb, err := newRatioBudget(c, "ttl", retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	rb, err := newRatioBudget(c, "ttl", budget.RatioConfig{Ratio: 1, MinPerSecond: -1, Window: 100 * time.Millisecond}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestBudgetKeysExpire(t *testing.T) {
 // hold gives a key that lasts: Window plus one bucket must not wrap round.
 func TestRatioLongWindowExpiry(t *testing.T) {
 	c := sharedClient(t)
-	rb, err := newRatioBudget(c, "long", retryfuse.RatioBudgetConfig{Window: math.MaxInt64}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	rb, err := newRatioBudget(c, "long", budget.RatioConfig{Window: math.MaxInt64}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestRatioLongWindowExpiry(t *testing.T) {
 func TestTokenBucketSlowFillExpiry(t *testing.T) {
 	c := sharedClient(t)
 	const day = 24 * time.Hour
-	tb, err := newTokenBucket(c, "slow", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 400 * day}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	tb, err := newTokenBucket(c, "slow", budget.TokenBucketConfig{Capacity: 2, Refill: 1, Interval: 400 * day}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestTokenBucketSlowFillExpiry(t *testing.T) {
 		t.Fatalf("token bucket PTTL: got %dms, want at least %dms (the time to fill)", pttl, want)
 	}
 	c.Del(bg(), tb.Key())
-	huge, err := newTokenBucket(c, "huge", retryfuse.TokenBucketConfig{Capacity: 1e300, Refill: 1e-300}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	huge, err := newTokenBucket(c, "huge", budget.TokenBucketConfig{Capacity: 1e300, Refill: 1e-300}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

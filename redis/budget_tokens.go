@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 //go:embed lua/token_bucket.lua
@@ -15,14 +15,14 @@ var tokenBucketSource string
 
 var tokenBucketScript = redis.NewScript(tokenBucketSource)
 
-// Defaults of retryfuse.TokenBucketConfig, resolved here as there.
+// Defaults of budget.TokenBucketConfig, resolved here as there.
 const (
 	defaultBucketCapacity = 10
 	defaultBucketRefill   = 1
 	defaultBucketInterval = time.Second
 )
 
-// TokenBucket is a retryfuse.TokenBucket kept in Redis, shared by every
+// TokenBucket is a budget.TokenBucket kept in Redis, shared by every
 // process that uses the same Redis, key prefix and name: it holds up to
 // Capacity tokens, starts full, gains Refill tokens per Interval, and each
 // retry takes one token.
@@ -58,15 +58,15 @@ type TokenBucket struct {
 	s *shared
 }
 
-var _ retryfuse.Budget = (*TokenBucket)(nil)
+var _ budget.Budget = (*TokenBucket)(nil)
 
 // NewTokenBucket returns the token bucket called name, and starts its
 // sync goroutine: Close stops it. cfg is validated as
-// retryfuse.NewTokenBucket does; a nil client, a client without
+// budget.NewTokenBucket does; a nil client, a client without
 // ContextTimeoutEnabled, an empty name or an invalid option (negative
 // Timeout, SyncInterval or MaxLease, unknown FailSafe) gives an error
 // wrapping retryfuse.ErrInvalidPolicy.
-func NewTokenBucket(client redis.UniversalClient, name string, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (*TokenBucket, error) {
+func NewTokenBucket(client redis.UniversalClient, name string, cfg budget.TokenBucketConfig, opts BudgetOptions) (*TokenBucket, error) {
 	b, err := newTokenBucket(client, name, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -76,8 +76,8 @@ func NewTokenBucket(client redis.UniversalClient, name string, cfg retryfuse.Tok
 }
 
 // newTokenBucket returns the bucket without starting its goroutine.
-func newTokenBucket(client redis.UniversalClient, name string, cfg retryfuse.TokenBucketConfig, opts BudgetOptions) (*TokenBucket, error) {
-	local, err := retryfuse.NewTokenBucket(cfg) // validates cfg
+func newTokenBucket(client redis.UniversalClient, name string, cfg budget.TokenBucketConfig, opts BudgetOptions) (*TokenBucket, error) {
+	local, err := budget.NewTokenBucket(cfg) // validates cfg
 	if err != nil {
 		return nil, err
 	}

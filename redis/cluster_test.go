@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // TestClusterSmoke pins that the shared cluster serves a budget: keys of
@@ -27,7 +28,7 @@ func TestClusterSmoke(t *testing.T) {
 	if n := masters.Load(); n < 3 {
 		t.Fatalf("cluster has %d masters, want at least 3", n)
 	}
-	b, err := newTokenBucket(c, "smoke", retryfuse.TokenBucketConfig{Capacity: 2, Refill: 1e-9}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
+	b, err := newTokenBucket(c, "smoke", budget.TokenBucketConfig{Capacity: 2, Refill: 1e-9}, BudgetOptions{Prefix: uniq(t), Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,10 +56,10 @@ func TestClusterAndRingClientsChecked(t *testing.T) {
 		"typed nil *redis.ClusterClient":        nilCluster,
 		"typed nil *redis.Ring":                 nilRing,
 	} {
-		if _, err := NewRatioBudget(c, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{}); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
+		if _, err := NewRatioBudget(c, "n", budget.RatioConfig{}, BudgetOptions{}); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
 			t.Errorf("NewRatioBudget, %s: got %v, want an error wrapping ErrInvalidPolicy", name, err)
 		}
-		if _, err := NewTokenBucket(c, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{}); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
+		if _, err := NewTokenBucket(c, "n", budget.TokenBucketConfig{}, BudgetOptions{}); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
 			t.Errorf("NewTokenBucket, %s: got %v, want an error wrapping ErrInvalidPolicy", name, err)
 		}
 		if _, err := NewLedger(c, LedgerConfig{}); !errors.Is(err, retryfuse.ErrInvalidPolicy) {
@@ -72,7 +73,7 @@ func TestClusterAndRingClientsChecked(t *testing.T) {
 // other, and Close flushes.
 func TestClusterBudgetsShare(t *testing.T) {
 	prefix := uniq(t)
-	cfg := retryfuse.RatioBudgetConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second}
+	cfg := budget.RatioConfig{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second}
 	opts := BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: time.Hour}
 	a, err := NewRatioBudget(clusterClient(t), "shared", cfg, opts)
 	if err != nil {
@@ -93,7 +94,7 @@ func TestClusterBudgetsShare(t *testing.T) {
 		t.Fatalf("lease on the cluster after 7 deposits at ratio 1: got (%d, %v), want 7", leased, err)
 	}
 
-	tb, err := newTokenBucket(clusterClient(t), "bucket", retryfuse.TokenBucketConfig{Capacity: 3, Refill: 1e-9}, opts)
+	tb, err := newTokenBucket(clusterClient(t), "bucket", budget.TokenBucketConfig{Capacity: 3, Refill: 1e-9}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestClusterBudgetsShare(t *testing.T) {
 // tag, so that a budget's key has the slot of its name.
 func TestBudgetKeysHashTagged(t *testing.T) {
 	c := newClient(t, "127.0.0.1:1")
-	b, err := newRatioBudget(c, "payments", retryfuse.RatioBudgetConfig{}, BudgetOptions{})
+	b, err := newRatioBudget(c, "payments", budget.RatioConfig{}, BudgetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // With Redis down, the errors of the ledger and the budgets name why it
@@ -56,7 +57,7 @@ func TestRedisDownErrorsCarryTheDialError(t *testing.T) {
 		t.Fatalf("server got %d requests, want none", n)
 	}
 
-	b, err := newRatioBudget(c, "down", retryfuse.RatioBudgetConfig{}, BudgetOptions{})
+	b, err := newRatioBudget(c, "down", budget.RatioConfig{}, BudgetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +114,10 @@ func TestDialHookOncePerClient(t *testing.T) {
 		t.Fatal("a *redis.Client is not watched")
 	}
 	for range 3 {
-		if _, err := newRatioBudget(c, "shared", retryfuse.RatioBudgetConfig{}, BudgetOptions{}); err != nil {
+		if _, err := newRatioBudget(c, "shared", budget.RatioConfig{}, BudgetOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := newTokenBucket(c, "shared", retryfuse.TokenBucketConfig{}, BudgetOptions{}); err != nil {
+		if _, err := newTokenBucket(c, "shared", budget.TokenBucketConfig{}, BudgetOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		newTestLedger(t, LedgerConfig{})

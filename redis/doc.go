@@ -5,13 +5,13 @@
 // fleet of fifty replicas, each with a local budget, may send fifty times
 // the retries one budget allows. RatioBudget and TokenBucket keep one
 // budget per dependency in Redis instead, with the semantics of
-// retryfuse.RatioBudget and retryfuse.TokenBucket. Ledger keeps the keys of
+// budget.Ratio and budget.TokenBucket. Ledger keeps the keys of
 // retryfuse.Ledger in Redis, so that a duplicate request arriving at
 // another replica is braked, or answered with the stored result, rather
 // than sent again.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-//	budgets, _ := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
+//	budgets, _ := retryfuseredis.RatioBudgets(rdb, budget.RatioConfig{}, retryfuseredis.BudgetOptions{})
 //	defer budgets.Close(ctx)
 //	ledger, _ := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
 //	defer ledger.Close(ctx)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 	retryfuseredis "github.com/retryfuse/retryfuse/redis"
 )
 
@@ -16,7 +17,7 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
-	budgets, err := retryfuseredis.RatioBudgets(rdb, retryfuse.RatioBudgetConfig{}, retryfuseredis.BudgetOptions{})
+	budgets, err := retryfuseredis.RatioBudgets(rdb, budget.RatioConfig{}, retryfuseredis.BudgetOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -31,8 +31,8 @@ type FailSafe uint8
 
 const (
 	// FailSafeLocal, the default, answers from a local in-memory budget
-	// with the same settings (retryfuse.RatioBudget or
-	// retryfuse.TokenBucket), which bounds this process's retries as a
+	// with the same settings (budget.Ratio or
+	// budget.TokenBucket), which bounds this process's retries as a
 	// budget without Redis would.
 	FailSafeLocal FailSafe = iota
 	// FailSafeRefuse refuses every retry while Redis cannot answer.

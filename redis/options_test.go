@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 func TestOptionsValidated(t *testing.T) {
@@ -22,51 +23,51 @@ func TestOptionsValidated(t *testing.T) {
 
 	cases := map[string]func() error{
 		"nil client": func() error {
-			_, err := NewTokenBucket(nil, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			_, err := NewTokenBucket(nil, "n", budget.TokenBucketConfig{}, BudgetOptions{})
 			return err
 		},
 		"typed nil client": func() error {
-			_, err := NewRatioBudget(nilClient, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{})
+			_, err := NewRatioBudget(nilClient, "n", budget.RatioConfig{}, BudgetOptions{})
 			return err
 		},
 		"client without ContextTimeoutEnabled": func() error {
-			_, err := NewRatioBudget(noCtx, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{})
+			_, err := NewRatioBudget(noCtx, "n", budget.RatioConfig{}, BudgetOptions{})
 			return err
 		},
 		"empty name": func() error {
-			_, err := NewTokenBucket(good, "", retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			_, err := NewTokenBucket(good, "", budget.TokenBucketConfig{}, BudgetOptions{})
 			return err
 		},
 		"negative timeout": func() error {
-			_, err := NewTokenBucket(good, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{Timeout: -1})
+			_, err := NewTokenBucket(good, "n", budget.TokenBucketConfig{}, BudgetOptions{Timeout: -1})
 			return err
 		},
 		"unknown fail-safe": func() error {
-			_, err := NewTokenBucket(good, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{FailSafe: 9})
+			_, err := NewTokenBucket(good, "n", budget.TokenBucketConfig{}, BudgetOptions{FailSafe: 9})
 			return err
 		},
 		"capacity below 1": func() error {
-			_, err := NewTokenBucket(good, "n", retryfuse.TokenBucketConfig{Capacity: 0.5}, BudgetOptions{})
+			_, err := NewTokenBucket(good, "n", budget.TokenBucketConfig{Capacity: 0.5}, BudgetOptions{})
 			return err
 		},
 		"negative ratio": func() error {
-			_, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{Ratio: -1}, BudgetOptions{})
+			_, err := NewRatioBudget(good, "n", budget.RatioConfig{Ratio: -1}, BudgetOptions{})
 			return err
 		},
 		"window below 10µs": func() error {
-			_, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{Window: 5 * time.Microsecond}, BudgetOptions{})
+			_, err := NewRatioBudget(good, "n", budget.RatioConfig{Window: 5 * time.Microsecond}, BudgetOptions{})
 			return err
 		},
 		"budgets func with a bad config": func() error {
-			_, err := RatioBudgets(good, retryfuse.RatioBudgetConfig{Window: -1}, BudgetOptions{})
+			_, err := RatioBudgets(good, budget.RatioConfig{Window: -1}, BudgetOptions{})
 			return err
 		},
 		"token buckets func without ContextTimeoutEnabled": func() error {
-			_, err := TokenBuckets(noCtx, retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			_, err := TokenBuckets(noCtx, budget.TokenBucketConfig{}, BudgetOptions{})
 			return err
 		},
 		"ring without ContextTimeoutEnabled": func() error {
-			_, err := NewTokenBucket(ringNoCtx, "n", retryfuse.TokenBucketConfig{}, BudgetOptions{})
+			_, err := NewTokenBucket(ringNoCtx, "n", budget.TokenBucketConfig{}, BudgetOptions{})
 			return err
 		},
 		"ledger on a ring without ContextTimeoutEnabled": func() error {
@@ -92,7 +93,7 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := NewLedger(good, LedgerConfig{}); errors.Is(err, retryfuse.ErrInvalidPolicy) {
 		t.Errorf("zero LedgerConfig: got %v, want it valid", err)
 	}
-	if b, err := NewRatioBudget(good, "n", retryfuse.RatioBudgetConfig{}, BudgetOptions{}); err != nil {
+	if b, err := NewRatioBudget(good, "n", budget.RatioConfig{}, BudgetOptions{}); err != nil {
 		t.Errorf("zero RatioBudgetConfig and BudgetOptions: got %v, want them valid", err)
 	} else {
 		_ = b.Close(bg())

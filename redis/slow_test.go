@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // TestSlowRedisIsBounded pauses Redis (SIGSTOP: connections accepted,
@@ -20,11 +20,11 @@ func TestSlowRedisIsBounded(t *testing.T) {
 	if err := c.Ping(bg()).Err(); err != nil { // a connection in the pool, so the pause meets a read
 		t.Fatal(err)
 	}
-	short, err := newTokenBucket(c, "slow", retryfuse.TokenBucketConfig{}, BudgetOptions{Timeout: 100 * time.Millisecond})
+	short, err := newTokenBucket(c, "slow", budget.TokenBucketConfig{}, BudgetOptions{Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := newRatioBudget(c, "slow", retryfuse.RatioBudgetConfig{}, BudgetOptions{Timeout: time.Minute, FailSafe: FailSafeRefuse})
+	long, err := newRatioBudget(c, "slow", budget.RatioConfig{}, BudgetOptions{Timeout: time.Minute, FailSafe: FailSafeRefuse})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // A Transport whose Redis goes away and comes back empty.
@@ -22,7 +23,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s.Addr())
 	prefix := uniq(t)
-	budgets, err := RatioBudgets(c, retryfuse.RatioBudgetConfig{}, BudgetOptions{Prefix: prefix, Timeout: time.Second, SyncInterval: 10 * time.Millisecond})
+	budgets, err := RatioBudgets(c, budget.RatioConfig{}, BudgetOptions{Prefix: prefix, Timeout: time.Second, SyncInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

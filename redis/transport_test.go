@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // These tests run retryfuse Transports — one per replica, each with its
@@ -108,15 +109,15 @@ func TestReplicasShareOneBudget(t *testing.T) {
 	cases := []struct {
 		name string
 		// newBudget makes the NewBudget of one replica with its own client.
-		newBudget func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error)
+		newBudget func(t *testing.T, prefix string) func(string) (budget.Budget, error)
 		// bound is the retries the one shared budget allows for calls.
 		bound func(calls int64) int64
 	}{
 		{
 			name: "ratio",
-			newBudget: func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error) {
+			newBudget: func(t *testing.T, prefix string) func(string) (budget.Budget, error) {
 				// calls deposit calls·0.01 retries; the reserve is 1/s · 10s = 10.
-				f, err := RatioBudgets(newClient(t, addr), retryfuse.RatioBudgetConfig{Ratio: 0.01, MinPerSecond: 1, Window: 10 * time.Second},
+				f, err := RatioBudgets(newClient(t, addr), budget.RatioConfig{Ratio: 0.01, MinPerSecond: 1, Window: 10 * time.Second},
 					BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: 10 * time.Millisecond})
 				if err != nil {
 					t.Fatal(err)
@@ -128,8 +129,8 @@ func TestReplicasShareOneBudget(t *testing.T) {
 		},
 		{
 			name: "token bucket",
-			newBudget: func(t *testing.T, prefix string) func(string) (retryfuse.Budget, error) {
-				f, err := TokenBuckets(newClient(t, addr), retryfuse.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour},
+			newBudget: func(t *testing.T, prefix string) func(string) (budget.Budget, error) {
+				f, err := TokenBuckets(newClient(t, addr), budget.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour},
 					BudgetOptions{Prefix: prefix, Timeout: testTimeout, SyncInterval: 10 * time.Millisecond})
 				if err != nil {
 					t.Fatal(err)
@@ -176,8 +177,8 @@ func TestReplicasShareOneBudget(t *testing.T) {
 	t.Run("local budgets, for contrast", func(t *testing.T) {
 		var hits atomic.Int64
 		srv := unavailableServer(t, &hits)
-		local := func(string) (retryfuse.Budget, error) {
-			return retryfuse.NewTokenBucket(retryfuse.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour})
+		local := func(string) (budget.Budget, error) {
+			return budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 10, Refill: 1, Interval: time.Hour})
 		}
 		clients := []*http.Client{
 			newTransport(t, &retryfuse.Transport{Retry: retryfuse.RetryPolicy{MaxAttempts: 4, NewBudget: local}}),

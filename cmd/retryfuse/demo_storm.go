@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // stormResults: many callers against a dependency that fails every request.
@@ -24,7 +25,7 @@ type stormResults struct {
 	PlainElapsed  time.Duration
 	FuseElapsed   time.Duration
 	// FuseBudget is the retryfuse side's per-host ratio budget at the end.
-	FuseBudget retryfuse.BudgetSnapshot
+	FuseBudget budget.Snapshot
 }
 
 // PlainPerCaller and FusePerCaller are the amplification: requests the
@@ -57,12 +58,12 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 	// host. It is made here, through NewBudget, only to read its Snapshot
 	// afterwards. Concurrent first calls may each ask NewBudget for the
 	// scope's budget: each gets the same one.
-	budget, err := retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{})
+	shared, err := budget.NewRatio(budget.RatioConfig{})
 	if err != nil {
 		return res, err
 	}
 	fuse := srv.newFuse(demoAttemptTimeout)
-	fuse.Retry.NewBudget = func(string) (retryfuse.Budget, error) { return budget, nil }
+	fuse.Retry.NewBudget = func(string) (budget.Budget, error) { return shared, nil }
 	client := &http.Client{Transport: fuse}
 	res.FuseElapsed = together(cfg.callers, func() {
 		req, err := getter(fuseSrv.URL)(context.Background())
@@ -76,7 +77,7 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 		got503(&res.FuseGot503, resp, err)
 	})
 	res.FuseSent = fuseDep.requests.Load()
-	res.FuseBudget = budget.Snapshot()
+	res.FuseBudget = shared.Snapshot()
 	return res, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 const callers = 50
@@ -47,7 +48,7 @@ func run(w io.Writer) error {
 	}))
 	defer srv.Close()
 
-	budget, err := retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{}) // 10%, reserve 1/s, 10s window
+	budget, err := budget.NewRatio(budget.RatioConfig{}) // 10%, reserve 1/s, 10s window
 	if err != nil {
 		return err
 	}

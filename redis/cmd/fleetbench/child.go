@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 	retryfuseredis "github.com/retryfuse/retryfuse/redis"
 )
 
@@ -36,11 +37,11 @@ type report struct {
 // child runs callers GETs against url for d, through one Transport with a
 // Redis ratio budget per scope (or an in-memory one), and prints a report.
 func child(cfg config) error {
-	var newBudget func(string) (retryfuse.Budget, error)
+	var newBudget func(string) (budget.Budget, error)
 	var closeBudgets func() error
 	switch cfg.budget {
 	case "memory":
-		newBudget = func(string) (retryfuse.Budget, error) { return retryfuse.NewRatioBudget(cfg.ratio) }
+		newBudget = func(string) (budget.Budget, error) { return budget.NewRatio(cfg.ratio) }
 		closeBudgets = func() error { return nil }
 	case "redis":
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, ContextTimeoutEnabled: true})

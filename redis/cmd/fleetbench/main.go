@@ -39,7 +39,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 	retryfuseredis "github.com/retryfuse/retryfuse/redis"
 )
 
@@ -50,7 +50,7 @@ type config struct {
 	duration503              time.Duration
 	maxLease                 int
 	redisAddr                string
-	ratio                    retryfuse.RatioBudgetConfig
+	ratio                    budget.RatioConfig
 
 	// the child's own
 	child       bool
@@ -76,7 +76,7 @@ func main() {
 	flag.StringVar(&cfg.prefix, "prefix", "", "child: budget key prefix (internal)")
 	flag.DurationVar(&cfg.measureFrom, "measure-from", 0, "child: measure latency from this time on (internal)")
 	flag.Parse()
-	cfg.ratio = retryfuse.RatioBudgetConfig{} // the defaults: Ratio 0.1, 1/s reserve, 10s window
+	cfg.ratio = budget.RatioConfig{} // the defaults: Ratio 0.1, 1/s reserve, 10s window
 	var err error
 	if cfg.child {
 		err = child(cfg)

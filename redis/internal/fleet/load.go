@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/idempotency"
 )
 
@@ -158,8 +159,8 @@ func Load(o LoadOptions) (*LoadResult, error) {
 		tr.Keys.HonourMemory = -1
 	}
 	if r := o.Client.BudgetRatio; r > 0 {
-		tr.Retry.NewBudget = func(string) (retryfuse.Budget, error) {
-			return retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{Ratio: r})
+		tr.Retry.NewBudget = func(string) (budget.Budget, error) {
+			return budget.NewRatio(budget.RatioConfig{Ratio: r})
 		}
 	}
 	if err := tr.Validate(); err != nil {

@@ -1,4 +1,4 @@
-package retryfuse
+package budget
 
 import (
 	"sync"
@@ -17,15 +17,15 @@ func BenchmarkTokenBucketAllowRetryAt(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchSerial(b, tb.allowRetryAt, tb.recordRequestAt)
+	benchSerial(b, tb.AllowRetryAt, tb.RecordRequestAt)
 }
 
 func BenchmarkRatioBudgetAllowRetryAt(b *testing.B) {
-	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	rb, err := NewRatio(RatioConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchSerial(b, rb.allowRetryAt, rb.recordRequestAt)
+	benchSerial(b, rb.AllowRetryAt, rb.RecordRequestAt)
 }
 
 func BenchmarkTokenBucketAllowRetryAtParallel(b *testing.B) {
@@ -33,22 +33,22 @@ func BenchmarkTokenBucketAllowRetryAtParallel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchParallel(b, tb.allowRetryAt)
+	benchParallel(b, tb.AllowRetryAt)
 }
 
 func BenchmarkRatioBudgetAllowRetryAtParallel(b *testing.B) {
-	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	rb, err := NewRatio(RatioConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchParallel(b, rb.allowRetryAt)
+	benchParallel(b, rb.AllowRetryAt)
 }
 
 // BenchmarkRatioBudgetRecordRequestAt is the deposit every call of a
 // scope makes once its first attempt is over: one goroutine, its time
 // advancing by benchStep every eight calls (a new bucket every 1,250).
 func BenchmarkRatioBudgetRecordRequestAt(b *testing.B) {
-	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	rb, err := NewRatio(RatioConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func BenchmarkRatioBudgetRecordRequestAt(b *testing.B) {
 		if i%8 == 0 {
 			now = now.Add(benchStep)
 		}
-		rb.recordRequestAt(now)
+		rb.RecordRequestAt(now)
 	}
 }
 
@@ -68,11 +68,11 @@ func BenchmarkRatioBudgetRecordRequestAt(b *testing.B) {
 // cores at every deposit, while a mutex lets one core take it many times
 // over before the other's turn.
 func BenchmarkRatioBudgetRecordRequestAtParallel(b *testing.B) {
-	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	rb, err := NewRatio(RatioConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchParallel(b, func(now time.Time) bool { rb.recordRequestAt(now); return true })
+	benchParallel(b, func(now time.Time) bool { rb.RecordRequestAt(now); return true })
 }
 
 // BenchmarkRatioBudgetRecordRequestAtCalls is the deposit of callers on
@@ -80,11 +80,11 @@ func BenchmarkRatioBudgetRecordRequestAtParallel(b *testing.B) {
 // caller's own (callerWork), as a call makes one after its attempt. Its
 // time less BenchmarkCallerWork's is what the deposits cost.
 func BenchmarkRatioBudgetRecordRequestAtCalls(b *testing.B) {
-	rb, err := NewRatioBudget(RatioBudgetConfig{})
+	rb, err := NewRatio(RatioConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchParallel(b, func(now time.Time) bool { callerWork(); rb.recordRequestAt(now); return true })
+	benchParallel(b, func(now time.Time) bool { callerWork(); rb.RecordRequestAt(now); return true })
 }
 
 // BenchmarkCallerWork is callerWork alone, on every core.

@@ -1,4 +1,4 @@
-package retryfuse
+package budget
 
 import (
 	"context"
@@ -6,17 +6,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/invalid"
 )
 
-// This file owns the RatioBudget. The Budget interface, and the habits the
-// budgets share (one mutex, lazy update, time passed in), are in budget.go.
+// This file owns the Ratio. The Budget interface, and the habits the
+// budgets share (one mutex, lazy update, time passed in), are in budget.go and token_bucket.go.
 
-// ratioBuckets is the number of time buckets a RatioBudget divides its
+// ratioBuckets is the number of time buckets a Ratio divides its
 // Window into. A deposit expires whole with its bucket, so it lives between
 // (1-1/ratioBuckets)·Window and Window.
 const ratioBuckets = 10
 
-// RatioBudget allows retries in proportion to requests, in the manner of
+// Ratio allows retries in proportion to requests, in the manner of
 // Finagle's RetryBudget and gRPC's retry throttling. It is the recommended
 // budget. This type is concurrency safe.
 //
@@ -44,9 +46,9 @@ const ratioBuckets = 10
 // request's deposit into the newest bucket takes no lock (one atomic
 // addition); a retry, a new bucket and Snapshot take it.
 //
-// The zero value is an empty RatioBudget with the default configuration
-// (see RatioBudgetConfig).
-type RatioBudget struct {
+// The zero value is an empty Ratio with the default configuration
+// (see RatioConfig).
+type Ratio struct {
 	mu sync.Mutex
 	// quick holds the deposits made without the lock into the newest
 	// bucket, not yet counted in the ring: that bucket's tick plus one
@@ -57,7 +59,7 @@ type RatioBudget struct {
 	quick   atomic.Uint64
 	ratio   float64
 	reserve float64
-	width   time.Duration // time span of one bucket; zero until a zero RatioBudget is first used
+	width   time.Duration // time span of one bucket; zero until a zero Ratio is first used
 	started bool
 	shut    bool      // the holder of mu has stopped deposits without it; see lockAt
 	origin  time.Time // time of the first call: bucket ticks count from here
@@ -77,9 +79,9 @@ type ratioBucket struct {
 	retries  uint64
 }
 
-// RatioBudgetConfig configures a RatioBudget. The zero value is valid: 10%
+// RatioConfig configures a Ratio. The zero value is valid: 10%
 // retries, at least one retry per second, over a 10-second window.
-type RatioBudgetConfig struct {
+type RatioConfig struct {
 	// Ratio is the retry credit each request deposits, in retries; zero
 	// means 0.1. Must not be negative.
 	Ratio float64
@@ -95,42 +97,42 @@ type RatioBudgetConfig struct {
 	Window time.Duration
 }
 
-// NewRatioBudget returns an empty RatioBudget. A negative, NaN or infinite
+// NewRatio returns an empty Ratio. A negative, NaN or infinite
 // Ratio, a NaN or infinite MinPerSecond, or a negative or too short Window
 // gives an error wrapping ErrInvalidPolicy that names the field.
-func NewRatioBudget(cfg RatioBudgetConfig) (*RatioBudget, error) {
-	if err := checkFinite("RatioBudgetConfig.Ratio", cfg.Ratio); err != nil {
+func NewRatio(cfg RatioConfig) (*Ratio, error) {
+	if err := invalid.Finite("RatioConfig.Ratio", cfg.Ratio); err != nil {
 		return nil, err
 	}
 	// A negative MinPerSecond is allowed (no reserve), so only its size is checked.
-	if err := checkFinite("RatioBudgetConfig.MinPerSecond", math.Abs(cfg.MinPerSecond)); err != nil {
+	if err := invalid.Finite("RatioConfig.MinPerSecond", math.Abs(cfg.MinPerSecond)); err != nil {
 		return nil, err
 	}
 	switch {
 	case cfg.Window < 0:
-		return nil, invalidPolicy("RatioBudgetConfig.Window", "is negative")
+		return nil, invalid.Policy("RatioConfig.Window", "is negative")
 	case cfg.Window > 0 && cfg.Window < ratioBuckets:
-		return nil, invalidPolicy("RatioBudgetConfig.Window", "is shorter than 10ns, the least that divides into 10 buckets")
+		return nil, invalid.Policy("RatioConfig.Window", "is shorter than 10ns, the least that divides into 10 buckets")
 	}
 	window := orDefault(cfg.Window, defaultRatioWindow)
 	minPerSecond := max(0, orDefault(cfg.MinPerSecond, defaultRatioMinPerSecond)) // negative: no reserve
-	return &RatioBudget{
+	return &Ratio{
 		ratio:   orDefault(cfg.Ratio, defaultRatio),
 		reserve: minPerSecond * window.Seconds(),
 		width:   window / ratioBuckets,
 	}, nil
 }
 
-// The defaults of RatioBudgetConfig.
+// The defaults of RatioConfig.
 const (
 	defaultRatio             = 0.1
 	defaultRatioMinPerSecond = 1.0
 	defaultRatioWindow       = 10 * time.Second
 )
 
-// initLocked gives a zero RatioBudget the default configuration. b.mu is
+// initLocked gives a zero Ratio the default configuration. b.mu is
 // held.
-func (b *RatioBudget) initLocked() {
+func (b *Ratio) initLocked() {
 	if b.width == 0 {
 		b.ratio = defaultRatio
 		b.reserve = defaultRatioMinPerSecond * defaultRatioWindow.Seconds()
@@ -138,7 +140,7 @@ func (b *RatioBudget) initLocked() {
 	}
 }
 
-// ratioQuickBits is the width of the count in RatioBudget.quick. A deposit
+// ratioQuickBits is the width of the count in Ratio.quick. A deposit
 // takes the lock once the count passes half of it (eight million in one
 // bucket), so that callers adding at once cannot carry into the tick.
 const (
@@ -151,7 +153,7 @@ const (
 // made without the lock are counted in the ring first, and none are made
 // until unlock; else they go on into the head beside the lock's holder,
 // who reads them as pending.
-func (b *RatioBudget) lockAt(now time.Time, fold bool) {
+func (b *Ratio) lockAt(now time.Time, fold bool) {
 	b.mu.Lock()
 	if fold || !b.started || !now.Before(b.next) {
 		// quick's tick is the head's: the head moves only under the lock,
@@ -171,7 +173,7 @@ func (b *RatioBudget) lockAt(now time.Time, fold bool) {
 // unlock lets deposits into the head bucket be made without the lock
 // again, if lockAt stopped them, and releases it. The store drops any
 // count added while they were stopped.
-func (b *RatioBudget) unlock() {
+func (b *Ratio) unlock() {
 	if b.shut {
 		b.shut = false
 		if b.head < 1<<(64-ratioQuickBits)-1 { // else every deposit takes the lock
@@ -183,7 +185,7 @@ func (b *RatioBudget) unlock() {
 
 // pending is the number of deposits made without the lock into the head
 // and not yet counted in the ring. b.mu is held.
-func (b *RatioBudget) pending() uint64 {
+func (b *Ratio) pending() uint64 {
 	if w := b.quick.Load(); w>>ratioQuickBits != 0 {
 		return w & ratioQuickMask
 	}
@@ -192,7 +194,7 @@ func (b *RatioBudget) pending() uint64 {
 
 // depositQuick counts a deposit at time now without the lock, when now
 // is before the bucket after the head, and reports whether it did.
-func (b *RatioBudget) depositQuick(now time.Time) bool {
+func (b *Ratio) depositQuick(now time.Time) bool {
 	w := b.quick.Load()
 	if w>>ratioQuickBits == 0 || w&ratioQuickMask >= ratioQuickMask/2 {
 		return false
@@ -212,7 +214,7 @@ func (b *RatioBudget) depositQuick(now time.Time) bool {
 }
 
 // advance empties the buckets whose time has passed. b.mu is held.
-func (b *RatioBudget) advance(now time.Time) {
+func (b *Ratio) advance(now time.Time) {
 	b.initLocked()
 	if !b.started {
 		b.started, b.origin, b.next = true, now, now.Add(b.width)
@@ -242,13 +244,13 @@ func (b *RatioBudget) advance(now time.Time) {
 
 // balance is the retry credit left in the window, with pending deposits
 // made without the lock (see pending). b.mu is held.
-func (b *RatioBudget) balance(pending uint64) float64 {
+func (b *Ratio) balance(pending uint64) float64 {
 	return b.ratio*float64(b.winReq+pending) + b.reserve - float64(b.winRet)
 }
 
-// allowRetryAt withdraws one retry at time now and reports whether the
+// AllowRetryAt withdraws one retry at time now and reports whether the
 // balance covered it.
-func (b *RatioBudget) allowRetryAt(now time.Time) bool {
+func (b *Ratio) AllowRetryAt(now time.Time) bool {
 	b.lockAt(now, false)
 	defer b.unlock()
 	if b.balance(b.pending()) < 1-snapEpsilon {
@@ -261,9 +263,9 @@ func (b *RatioBudget) allowRetryAt(now time.Time) bool {
 	return true
 }
 
-// recordRequestAt deposits one request's credit at time now: without the
+// RecordRequestAt deposits one request's credit at time now: without the
 // lock until now reaches the bucket after the newest.
-func (b *RatioBudget) recordRequestAt(now time.Time) {
+func (b *Ratio) RecordRequestAt(now time.Time) {
 	if b.depositQuick(now) {
 		return
 	}
@@ -275,22 +277,23 @@ func (b *RatioBudget) recordRequestAt(now time.Time) {
 }
 
 // RecordRequest deposits one request's credit.
-func (b *RatioBudget) RecordRequest(context.Context) { b.recordRequestAt(time.Now()) }
+func (b *Ratio) RecordRequest(context.Context) { b.RecordRequestAt(time.Now()) }
 
 // AllowRetry withdraws one retry, and reports whether the balance covered
 // it. Its error is always nil.
-func (b *RatioBudget) AllowRetry(context.Context) (bool, error) {
-	return b.allowRetryAt(time.Now()), nil
+func (b *Ratio) AllowRetry(context.Context) (bool, error) {
+	return b.AllowRetryAt(time.Now()), nil
 }
 
 // Snapshot returns the counters and the balance now.
-func (b *RatioBudget) Snapshot() BudgetSnapshot { return b.snapshotAt(time.Now()) }
+func (b *Ratio) Snapshot() Snapshot { return b.SnapshotAt(time.Now()) }
 
-func (b *RatioBudget) snapshotAt(now time.Time) BudgetSnapshot {
+// SnapshotAt returns the counters and the balance at time now.
+func (b *Ratio) SnapshotAt(now time.Time) Snapshot {
 	b.lockAt(now, false)
 	defer b.unlock()
 	p := b.pending() // read once: Requests and Available agree
-	return BudgetSnapshot{
+	return Snapshot{
 		Requests:  b.requests + p,
 		Retries:   b.retries,
 		Refused:   b.refused,

@@ -1,17 +1,17 @@
-package retryfuse_test
+package budget_test
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/budget"
 )
 
 // A storm: 100 callers fail at the same instant and each would retry twice.
 // With the default ratio budget they send 120 attempts, not 300.
-func ExampleRatioBudget() {
-	b, err := retryfuse.NewRatioBudget(retryfuse.RatioBudgetConfig{}) // 10%, 1/s floor, 10s window
+func ExampleRatio() {
+	b, err := budget.NewRatio(budget.RatioConfig{}) // 10%, 1/s floor, 10s window
 	if err != nil {
 		panic(err)
 	}
@@ -39,7 +39,7 @@ func ExampleRatioBudget() {
 // A bucket of two tokens grants two retries back to back, then refuses
 // until it has refilled (one token a second here).
 func ExampleTokenBucket() {
-	b, err := retryfuse.NewTokenBucket(retryfuse.TokenBucketConfig{
+	b, err := budget.NewTokenBucket(budget.TokenBucketConfig{
 		Capacity: 2,
 		Refill:   1,
 		Interval: time.Second,

@@ -1,4 +1,4 @@
-package retryfuse
+package budget
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/internal/invalid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -26,9 +27,9 @@ type step struct {
 
 // stepper is what the step tables drive; both budgets implement it.
 type stepper interface {
-	allowRetryAt(time.Time) bool
-	recordRequestAt(time.Time)
-	snapshotAt(time.Time) BudgetSnapshot
+	AllowRetryAt(time.Time) bool
+	RecordRequestAt(time.Time)
+	SnapshotAt(time.Time) Snapshot
 }
 
 func runSteps(t *testing.T, b stepper, steps []step) {
@@ -37,14 +38,14 @@ func runSteps(t *testing.T, b stepper, steps []step) {
 		now := t0.Add(s.at)
 		switch s.op {
 		case "allow":
-			got := b.allowRetryAt(now)
+			got := b.AllowRetryAt(now)
 			assert.Equal(t, s.want, got, "step %d (allow at %v): got %v, want %v", i, s.at, got, s.want)
 		case "record":
-			b.recordRequestAt(now)
+			b.RecordRequestAt(now)
 		default:
 			t.Fatalf("step %d: unknown op %q", i, s.op)
 		}
-		got := b.snapshotAt(now).Available
+		got := b.SnapshotAt(now).Available
 		assert.InDelta(t, s.avail, got, 1e-12, "step %d (%s at %v): Available got %v, want %v", i, s.op, s.at, got, s.avail)
 	}
 }
@@ -129,8 +130,8 @@ func TestTokenBucketConservation(t *testing.T) {
 		wg.Go(func() {
 			n := 0
 			for range calls {
-				b.recordRequestAt(t0)
-				if b.allowRetryAt(t0) {
+				b.RecordRequestAt(t0)
+				if b.AllowRetryAt(t0) {
 					n++
 				}
 			}
@@ -141,7 +142,7 @@ func TestTokenBucketConservation(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, capacity, granted, "granted: got %d, want %d (capacity at a frozen time)", granted, capacity)
-	s := b.snapshotAt(t0)
+	s := b.SnapshotAt(t0)
 	assert.Equal(t, uint64(capacity), s.Retries, "Retries: got %d, want %d", s.Retries, capacity)
 	assert.Equal(t, uint64(goroutines*calls), s.Retries+s.Refused, "Retries+Refused: got %d, want %d", s.Retries+s.Refused, goroutines*calls)
 	assert.Equal(t, uint64(goroutines*calls), s.Requests, "Requests: got %d, want %d", s.Requests, goroutines*calls)
@@ -170,7 +171,7 @@ func TestNewTokenBucketConfig(t *testing.T) {
 			b, err := NewTokenBucket(tt.cfg)
 			if tt.field != "" {
 				assert.Nil(t, b, "budget: got %v, want nil", b)
-				assert.True(t, errors.Is(err, ErrInvalidPolicy), "error: got %v, want one wrapping ErrInvalidPolicy", err)
+				assert.True(t, errors.Is(err, invalid.ErrPolicy), "error: got %v, want one wrapping invalid.ErrPolicy", err)
 				assert.ErrorContains(t, err, tt.field, "error: got %v, want it to name %s", err, tt.field)
 				return
 			}
@@ -184,64 +185,28 @@ func TestNewTokenBucketConfig(t *testing.T) {
 	assert.Equal(t, 10.0, b.Snapshot().Available, "starts full: got %v, want 10", b.Snapshot().Available)
 }
 
-// TestBudgetOnTheTransportsClock pins that a budget of this package runs
-// on the clock of the Transport it serves: its context methods, called by
-// the Transport, read that clock.
-func TestBudgetOnTheTransportsClock(t *testing.T) {
-	ctx := context.Background()
-	now := t0
-	clk := funcClock{now: func() time.Time { return now }}
-
-	bucket, err := NewTokenBucket(TokenBucketConfig{Capacity: 1})
-	require.NoError(t, err)
-	tb := budgetOn(bucket, clk)
-	tb.RecordRequest(ctx)
-	ok, err := tb.AllowRetry(ctx)
-	assert.True(t, ok && err == nil, "first retry: got %v, %v, want true, nil", ok, err)
-	ok, _ = tb.AllowRetry(ctx)
-	assert.False(t, ok, "second retry at the same instant: got %v, want false", ok)
-	now = now.Add(time.Second)
-	ok, _ = tb.AllowRetry(ctx)
-	assert.True(t, ok, "retry a second later: got %v, want true", ok)
-
-	ratio, err := NewRatioBudget(RatioBudgetConfig{Ratio: 1, MinPerSecond: -1})
-	require.NoError(t, err)
-	rb := budgetOn(ratio, clk)
-	rb.RecordRequest(ctx)
-	ok, err = rb.AllowRetry(ctx)
-	assert.True(t, ok && err == nil, "retry after one request: got %v, %v, want true, nil", ok, err)
-	now = now.Add(10 * time.Second)
-	rb.RecordRequest(ctx)
-	now = now.Add(10 * time.Second)
-	ok, _ = rb.AllowRetry(ctx)
-	assert.False(t, ok, "retry after the deposit expired: got %v, want false", ok)
-
-	other := UnlimitedBudget()
-	assert.Equal(t, Budget(other), budgetOn(other, clk), "a budget of another kind is used as it is")
-}
-
 // The zero values of the budgets work, with the defaults of their configs.
 func TestZeroBudgetsHaveTheDefaults(t *testing.T) {
 	var tb TokenBucket
-	s := tb.snapshotAt(t0)
+	s := tb.SnapshotAt(t0)
 	assert.Equal(t, 10.0, s.Available, "zero TokenBucket: got %v tokens, want 10 (full)", s.Available)
 	for range 10 {
-		require.True(t, tb.allowRetryAt(t0))
+		require.True(t, tb.AllowRetryAt(t0))
 	}
-	assert.False(t, tb.allowRetryAt(t0), "zero TokenBucket: got an 11th token at once, want 10")
-	assert.True(t, tb.allowRetryAt(t0.Add(time.Second)), "zero TokenBucket: got no token after a second, want one (1/s)")
+	assert.False(t, tb.AllowRetryAt(t0), "zero TokenBucket: got an 11th token at once, want 10")
+	assert.True(t, tb.AllowRetryAt(t0.Add(time.Second)), "zero TokenBucket: got no token after a second, want one (1/s)")
 
-	var rb RatioBudget
-	assert.Equal(t, 10.0, rb.snapshotAt(t0).Available, "zero RatioBudget: want the reserve of 1/s over 10s")
+	var rb Ratio
+	assert.Equal(t, 10.0, rb.SnapshotAt(t0).Available, "zero Ratio: want the reserve of 1/s over 10s")
 	for range 100 {
-		rb.recordRequestAt(t0)
+		rb.RecordRequestAt(t0)
 	}
-	assert.InDelta(t, 20.0, rb.snapshotAt(t0).Available, 1e-9, "zero RatioBudget: want 10%% of 100 requests plus the reserve")
-	assert.InDelta(t, 0.0, rb.snapshotAt(t0.Add(20*time.Second)).Available-10, 1e-9, "zero RatioBudget: deposits expire after 10s")
+	assert.InDelta(t, 20.0, rb.SnapshotAt(t0).Available, 1e-9, "zero Ratio: want 10%% of 100 requests plus the reserve")
+	assert.InDelta(t, 0.0, rb.SnapshotAt(t0.Add(20*time.Second)).Available-10, 1e-9, "zero Ratio: deposits expire after 10s")
 }
 
 func TestUnlimitedBudget(t *testing.T) {
-	var b Budget = UnlimitedBudget()
+	var b Budget = Unlimited()
 	for i := range 1000 {
 		b.RecordRequest(context.Background())
 		ok, err := b.AllowRetry(context.Background())

@@ -1,4 +1,4 @@
-package retryfuse
+package budget
 
 import (
 	"errors"
@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/internal/invalid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestRatioBudgetSteps(t *testing.T) {
-	noReserve := RatioBudgetConfig{Ratio: 0.5, MinPerSecond: -1, Window: 10 * time.Second}
+	noReserve := RatioConfig{Ratio: 0.5, MinPerSecond: -1, Window: 10 * time.Second}
 	tests := []struct {
 		name  string
-		cfg   RatioBudgetConfig
+		cfg   RatioConfig
 		steps []step
 	}{
 		{"deposits expire after Window", noReserve, []step{
@@ -38,14 +39,14 @@ func TestRatioBudgetSteps(t *testing.T) {
 			recordStep(10*time.Second, 0.5), allow(10*time.Second, false, 0.5),
 			recordStep(10*time.Second, 1), allow(10*time.Second, true, 0),
 		}},
-		{"floor lets a lone request retry", RatioBudgetConfig{}, []step{
+		{"floor lets a lone request retry", RatioConfig{}, []step{
 			recordStep(0, 10.1), allow(0, true, 9.1), allow(0, true, 8.1),
 		}},
-		{"reserve renews each window", RatioBudgetConfig{Ratio: 0.1, MinPerSecond: 0.2, Window: 10 * time.Second}, []step{
+		{"reserve renews each window", RatioConfig{Ratio: 0.1, MinPerSecond: 0.2, Window: 10 * time.Second}, []step{
 			allow(0, true, 1), allow(0, true, 0), allow(time.Second, false, 0),
 			allow(10*time.Second, true, 1),
 		}},
-		{"no reserve: a lone request cannot retry", RatioBudgetConfig{MinPerSecond: -1}, []step{
+		{"no reserve: a lone request cannot retry", RatioConfig{MinPerSecond: -1}, []step{
 			recordStep(0, 0.1), allow(0, false, 0.1),
 			recordStep(0, 0.2), recordStep(0, 0.3), recordStep(0, 0.4), recordStep(0, 0.5),
 			recordStep(0, 0.6), recordStep(0, 0.7), recordStep(0, 0.8), recordStep(0, 0.9),
@@ -61,7 +62,7 @@ func TestRatioBudgetSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := NewRatioBudget(tt.cfg)
+			b, err := NewRatio(tt.cfg)
 			require.NoError(t, err)
 			runSteps(t, b, tt.steps)
 		})
@@ -73,7 +74,7 @@ func TestRatioBudgetSteps(t *testing.T) {
 // most 120 attempts in all (1.2 per caller). A caller stops at its first
 // refused retry, as the transport does.
 func TestRetryStorm(t *testing.T) {
-	ratio := func() stepper { b, _ := NewRatioBudget(RatioBudgetConfig{}); return b }
+	ratio := func() stepper { b, _ := NewRatio(RatioConfig{}); return b }
 	bucket := func() stepper { b, _ := NewTokenBucket(TokenBucketConfig{}); return b }
 	backoff := []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}
 	tests := []struct {
@@ -97,7 +98,7 @@ func TestRetryStorm(t *testing.T) {
 			retry := func() int { // one caller's retries after its failed first attempt
 				n := 0
 				for _, d := range backoff {
-					if !b.allowRetryAt(t0.Add(d)) {
+					if !b.AllowRetryAt(t0.Add(d)) {
 						break
 					}
 					n++
@@ -108,14 +109,14 @@ func TestRetryStorm(t *testing.T) {
 			switch tt.schedule {
 			case "phased":
 				for range tt.callers {
-					b.recordRequestAt(t0)
+					b.RecordRequestAt(t0)
 				}
 				for range tt.callers {
 					granted += retry()
 				}
 			case "serial":
 				for range tt.callers {
-					b.recordRequestAt(t0)
+					b.RecordRequestAt(t0)
 					granted += retry()
 				}
 			case "concurrent":
@@ -123,7 +124,7 @@ func TestRetryStorm(t *testing.T) {
 				var mu sync.Mutex
 				for range tt.callers {
 					wg.Go(func() {
-						b.recordRequestAt(t0)
+						b.RecordRequestAt(t0)
 						n := retry()
 						mu.Lock()
 						granted += n
@@ -138,7 +139,7 @@ func TestRetryStorm(t *testing.T) {
 			} else {
 				assert.Equal(t, tt.want, got, "attempts: got %d, want %d", got, tt.want)
 			}
-			s := b.snapshotAt(t0)
+			s := b.SnapshotAt(t0)
 			assert.Equal(t, uint64(granted), s.Retries, "Retries: got %d, want %d", s.Retries, granted)
 			assert.Equal(t, uint64(tt.callers), s.Requests, "Requests: got %d, want %d", s.Requests, tt.callers)
 		})
@@ -150,7 +151,7 @@ func TestRatioBudgetConcurrent(t *testing.T) {
 		goroutines = 16
 		calls      = 500
 	)
-	b, err := NewRatioBudget(RatioBudgetConfig{})
+	b, err := NewRatio(RatioConfig{})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for g := range goroutines {
@@ -159,18 +160,18 @@ func TestRatioBudgetConcurrent(t *testing.T) {
 				// Times a little out of order, as when callers read the clock
 				// before contending for the lock.
 				now := t0.Add(time.Duration(i+g) * time.Microsecond)
-				b.recordRequestAt(now)
-				b.allowRetryAt(now)
+				b.RecordRequestAt(now)
+				b.AllowRetryAt(now)
 			}
 		})
 	}
 	wg.Wait()
 	// Take what balance is left, so that the bound is reached exactly.
 	drained := 0
-	for b.allowRetryAt(t0) {
+	for b.AllowRetryAt(t0) {
 		drained++
 	}
-	s := b.snapshotAt(t0)
+	s := b.SnapshotAt(t0)
 	const n = goroutines * calls
 	assert.Equal(t, uint64(n), s.Requests, "Requests: got %d, want %d", s.Requests, n)
 	allCalls := uint64(n + drained + 1)
@@ -191,9 +192,9 @@ func TestRatioBudgetCountsEveryDepositAcrossBuckets(t *testing.T) {
 		goroutines = 8
 		calls      = 3000
 	)
-	b, err := NewRatioBudget(RatioBudgetConfig{})
+	b, err := NewRatio(RatioConfig{})
 	require.NoError(t, err)
-	b.recordRequestAt(t0) // the buckets count from t0
+	b.RecordRequestAt(t0) // the buckets count from t0
 	var wg sync.WaitGroup
 	var granted atomic.Int64
 	for g := range goroutines {
@@ -202,8 +203,8 @@ func TestRatioBudgetCountsEveryDepositAcrossBuckets(t *testing.T) {
 				// Three buckets (a second each) within one window, each
 				// goroutine's times a little out of step with the others'.
 				now := t0.Add(time.Duration(i)*time.Millisecond + time.Duration(g)*3*time.Millisecond)
-				b.recordRequestAt(now)
-				if i%50 == 0 && b.allowRetryAt(now) {
+				b.RecordRequestAt(now)
+				if i%50 == 0 && b.AllowRetryAt(now) {
 					granted.Add(1)
 				}
 			}
@@ -211,11 +212,11 @@ func TestRatioBudgetCountsEveryDepositAcrossBuckets(t *testing.T) {
 	}
 	wg.Wait()
 	end := t0.Add(3 * time.Second)
-	for b.allowRetryAt(end) {
+	for b.AllowRetryAt(end) {
 		granted.Add(1)
 	}
 	const n = goroutines*calls + 1
-	s := b.snapshotAt(end)
+	s := b.SnapshotAt(end)
 	assert.Equal(t, uint64(n), s.Requests, "Requests: got %d, want %d", s.Requests, n)
 	assert.Equal(t, uint64(granted.Load()), s.Retries, "Retries: got %d, want %d", s.Retries, granted.Load())
 	// Everything happened within one window: 0.1·requests + reserve.
@@ -223,7 +224,7 @@ func TestRatioBudgetCountsEveryDepositAcrossBuckets(t *testing.T) {
 	require.Equal(t, want, granted.Load(), "granted: got %d, want %d (0.1·requests + reserve)", granted.Load(), want)
 	// A window after the last bucket began, every deposit and withdrawal is
 	// gone: the reserve alone is left.
-	later := b.snapshotAt(t0.Add(13 * time.Second)) // the last bucket began at 3s
+	later := b.SnapshotAt(t0.Add(13 * time.Second)) // the last bucket began at 3s
 	assert.InDelta(t, 10.0, later.Available, 1e-9, "Available a window later: got %v, want the reserve, 10", later.Available)
 	assert.Equal(t, uint64(n), later.Requests, "Requests a window later: got %d, want %d", later.Requests, n)
 }
@@ -231,39 +232,39 @@ func TestRatioBudgetCountsEveryDepositAcrossBuckets(t *testing.T) {
 func TestNewRatioBudgetConfig(t *testing.T) {
 	tests := []struct {
 		name  string
-		cfg   RatioBudgetConfig
+		cfg   RatioConfig
 		field string // "" for a valid config
 	}{
-		{"zero config gives defaults", RatioBudgetConfig{}, ""},
-		{"negative MinPerSecond means no reserve", RatioBudgetConfig{MinPerSecond: -1}, ""},
-		{"shortest Window", RatioBudgetConfig{Window: 10 * time.Nanosecond}, ""},
-		{"negative Ratio", RatioBudgetConfig{Ratio: -0.1}, "Ratio"},
-		{"NaN Ratio", RatioBudgetConfig{Ratio: math.NaN()}, "Ratio"},
-		{"infinite Ratio", RatioBudgetConfig{Ratio: math.Inf(1)}, "Ratio"},
-		{"NaN MinPerSecond", RatioBudgetConfig{MinPerSecond: math.NaN()}, "MinPerSecond"},
-		{"infinite MinPerSecond", RatioBudgetConfig{MinPerSecond: math.Inf(1)}, "MinPerSecond"},
-		{"minus infinite MinPerSecond", RatioBudgetConfig{MinPerSecond: math.Inf(-1)}, "MinPerSecond"},
-		{"negative Window", RatioBudgetConfig{Window: -time.Second}, "Window"},
-		{"Window shorter than its buckets", RatioBudgetConfig{Window: 9 * time.Nanosecond}, "Window"},
+		{"zero config gives defaults", RatioConfig{}, ""},
+		{"negative MinPerSecond means no reserve", RatioConfig{MinPerSecond: -1}, ""},
+		{"shortest Window", RatioConfig{Window: 10 * time.Nanosecond}, ""},
+		{"negative Ratio", RatioConfig{Ratio: -0.1}, "Ratio"},
+		{"NaN Ratio", RatioConfig{Ratio: math.NaN()}, "Ratio"},
+		{"infinite Ratio", RatioConfig{Ratio: math.Inf(1)}, "Ratio"},
+		{"NaN MinPerSecond", RatioConfig{MinPerSecond: math.NaN()}, "MinPerSecond"},
+		{"infinite MinPerSecond", RatioConfig{MinPerSecond: math.Inf(1)}, "MinPerSecond"},
+		{"minus infinite MinPerSecond", RatioConfig{MinPerSecond: math.Inf(-1)}, "MinPerSecond"},
+		{"negative Window", RatioConfig{Window: -time.Second}, "Window"},
+		{"Window shorter than its buckets", RatioConfig{Window: 9 * time.Nanosecond}, "Window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := NewRatioBudget(tt.cfg)
+			b, err := NewRatio(tt.cfg)
 			if tt.field != "" {
 				assert.Nil(t, b, "budget: got %v, want nil", b)
-				assert.True(t, errors.Is(err, ErrInvalidPolicy), "error: got %v, want one wrapping ErrInvalidPolicy", err)
+				assert.True(t, errors.Is(err, invalid.ErrPolicy), "error: got %v, want one wrapping invalid.ErrPolicy", err)
 				assert.ErrorContains(t, err, tt.field, "error: got %v, want it to name %s", err, tt.field)
 				return
 			}
 			require.NoError(t, err)
 		})
 	}
-	b, err := NewRatioBudget(RatioBudgetConfig{})
+	b, err := NewRatio(RatioConfig{})
 	require.NoError(t, err)
 	assert.Equal(t, 0.1, b.ratio, "default Ratio: got %v, want 0.1", b.ratio)
 	assert.Equal(t, 10.0, b.reserve, "default reserve: got %v, want 10 (1/s over 10s)", b.reserve)
 	assert.Equal(t, time.Second, b.width, "default bucket width: got %v, want 1s (10s / 10)", b.width)
-	b, err = NewRatioBudget(RatioBudgetConfig{MinPerSecond: -1})
+	b, err = NewRatio(RatioConfig{MinPerSecond: -1})
 	require.NoError(t, err)
 	assert.Zero(t, b.reserve, "reserve with negative MinPerSecond: got %v, want 0", b.reserve)
 }
