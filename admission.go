@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"github.com/retryfuse/retryfuse/breaker"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -17,7 +18,7 @@ import (
 // ticket and the bulkhead's slot, with what the learnt limit and the
 // throttle read when it is over (overload.go).
 type pass struct {
-	ticket breakerTicket
+	ticket breaker.Ticket
 	slot   *bulkhead // nil without a slot
 	sent   time.Time // when the slot was taken
 	load   int       // the attempts in flight then, its own included
@@ -222,12 +223,12 @@ func (c *call) reportPolicy(i PolicyInfo) {
 }
 
 // admit asks the breaker, if any, to let the next attempt through.
-func (c *call) admit() (breakerTicket, error) {
+func (c *call) admit() (breaker.Ticket, error) {
 	b := c.p.breaker
 	if b == nil {
-		return breakerTicket{}, nil
+		return breaker.Ticket{}, nil
 	}
-	ticket, change, err := b.allow(c.breakerScopeName(), c.now())
+	ticket, change, err := b.Allow(c.breakerScopeName(), c.now())
 	c.breakerChanged(change)
 	return ticket, err
 }
@@ -240,39 +241,39 @@ func (c *call) openThrough(t time.Time) error {
 	if c.p.breaker == nil {
 		return nil
 	}
-	return c.p.breaker.openUntil(c.breakerScopeName(), t)
+	return c.p.breaker.OpenUntil(c.breakerScopeName(), t)
 }
 
 // observe feeds an attempt's result to the breaker: only what the
 // dependency did counts. The caller's cancellation, an error of the
 // caller's body, and local errors that are not transient say nothing about
 // the dependency's health.
-func (c *call) observe(ticket breakerTicket, a attempt) {
+func (c *call) observe(ticket breaker.Ticket, a attempt) {
 	if c.p.breaker == nil {
 		return
 	}
 	var (
-		o     = observeIgnore
+		o     = breaker.Ignore
 		cause error
 		now   = c.now()
 	)
 	switch {
 	case a.ignored:
 	case a.keyed == answerInFlight:
-		o = observeSuccess // the server answered, as it should, that the key's first request runs
+		o = breaker.Success // the server answered, as it should, that the key's first request runs
 	case a.resp != nil && a.retryable:
-		o, cause = observeFailure, statusError(a.resp, now)
+		o, cause = breaker.Failure, statusError(a.resp, now)
 	case a.resp != nil:
-		o = observeSuccess
+		o = breaker.Success
 	case a.retryable || a.outcome == decide.OutcomeTimeout || a.outcome == decide.OutcomeUnknown:
-		o, cause = observeFailure, a.err
+		o, cause = breaker.Failure, a.err
 	}
-	c.breakerChanged(ticket.done(o, cause, now))
+	c.breakerChanged(ticket.Done(o, cause, now))
 }
 
-func (c *call) breakerChanged(change BreakerChangeInfo) {
+func (c *call) breakerChanged(change breaker.Change) {
 	if change.To != 0 {
-		if change.To == BreakerClosed {
+		if change.To == breaker.Closed {
 			c.rampAfterClose(change)
 		}
 		emit(c.t.Hooks.BreakerChange, change)

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"errors"
+	"github.com/retryfuse/retryfuse/breaker"
 	"io"
 	"net/http"
 	"sync"
@@ -67,23 +68,23 @@ func panickingHooks() Hooks {
 		Reconcile:     func(ReconcileInfo) { panic("Reconcile") },
 		GiveUp:        func(GiveUpInfo) { panic("GiveUp") },
 		HiddenResend:  func(AttemptDoneInfo) { panic("HiddenResend") },
-		BreakerChange: func(BreakerChangeInfo) { panic("BreakerChange") },
+		BreakerChange: func(breaker.Change) { panic("BreakerChange") },
 	}
 }
 
 // openBreaker returns a breaker whose scope "dep" is open.
-func openBreaker(t *testing.T) *Breaker {
+func openBreaker(t *testing.T) *breaker.Breaker {
 	t.Helper()
-	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	b, err := breaker.New(breaker.Settings{FailureThreshold: 1})
 	if err != nil {
-		t.Fatalf("NewBreaker: %v", err)
+		t.Fatalf("breaker.New: %v", err)
 	}
-	ticket, _, err := b.allow("dep", time.Now())
+	ticket, _, err := b.Allow("dep", time.Now())
 	if err != nil {
 		t.Fatalf("Allow: %v", err)
 	}
-	ticket.done(observeFailure, errors.New("down"), time.Now())
-	if got := b.stateAt("dep", time.Now()); got != BreakerOpen {
+	ticket.Done(breaker.Failure, errors.New("down"), time.Now())
+	if got := b.StateAt("dep", time.Now()); got != breaker.Open {
 		t.Fatalf("breaker state: got %v, want open", got)
 	}
 	return b
@@ -135,9 +136,9 @@ func TestBodiesClosedOnEveryPath(t *testing.T) {
 		// the wait, and the live 503 goes back as it is.
 		{name: "breaker opens mid-call", handler: failThenOK(9), key: "k1", status: 503, wantLive: true, wantN: 1,
 			tr: func(t *testing.T) *Transport {
-				b, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+				b, err := breaker.New(breaker.Settings{FailureThreshold: 1})
 				if err != nil {
-					t.Fatalf("NewBreaker: %v", err)
+					t.Fatalf("breaker.New: %v", err)
 				}
 				return &Transport{Brake: BrakePolicy{Breaker: b}, Scope: ScopePolicy{Of: dep}}
 			}},

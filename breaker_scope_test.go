@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,7 +52,7 @@ func TestBreakerScopeOpensOnlyTheFailingRoute(t *testing.T) {
 	})
 	host := scopeOf(t, srv.Server)
 	clock := newFakeClockAt(fixedStart)
-	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3})
+	tr, b, rec := newBreakerTransport(t, clock, breaker.Settings{FailureThreshold: 3})
 	tr.Retry.Budget = nil
 	budgets := &budgetFactory{}
 	tr.Retry.NewBudget = budgets.newBudget
@@ -72,7 +73,7 @@ func TestBreakerScopeOpensOnlyTheFailingRoute(t *testing.T) {
 	changes := rec.all()
 	require.Len(t, changes, 1)
 	assert.Equal(t, host+" /failing", changes[0].Scope)
-	assert.Equal(t, BreakerOpen, changes[0].To)
+	assert.Equal(t, breaker.Open, changes[0].To)
 
 	var states []string
 	for _, s := range b.Snapshot() {
@@ -94,7 +95,7 @@ func TestWithoutBreakerScopeOneRouteOpensTheHost(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
-	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 3})
+	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), breaker.Settings{FailureThreshold: 3})
 	client := &http.Client{Transport: tr}
 	for range 3 {
 		_, _ = getStatus(t, client, srv.URL+"/failing")
@@ -110,7 +111,7 @@ func TestBreakerScopeEmptyOrPanickingMeansTheWholeScope(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "")
-			tr, b, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 2})
+			tr, b, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), breaker.Settings{FailureThreshold: 2})
 			tr.Brake.Route = f
 			client := &http.Client{Transport: tr}
 			for range 2 {
@@ -121,7 +122,7 @@ func TestBreakerScopeEmptyOrPanickingMeansTheWholeScope(t *testing.T) {
 			snaps := b.Snapshot()
 			require.Len(t, snaps, 1)
 			assert.Equal(t, scopeOf(t, srv.Server), snaps[0].Scope)
-			assert.Equal(t, BreakerOpen, snaps[0].To)
+			assert.Equal(t, breaker.Open, snaps[0].To)
 		})
 	}
 }

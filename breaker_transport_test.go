@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"fmt"
+	"github.com/retryfuse/retryfuse/breaker"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,10 +25,10 @@ import (
 // transitionLog records BreakerChange events.
 type transitionLog struct {
 	mu  sync.Mutex
-	got []BreakerChangeInfo
+	got []breaker.Change
 }
 
-func (r *transitionLog) hook(info BreakerChangeInfo) {
+func (r *transitionLog) hook(info breaker.Change) {
 	r.mu.Lock()
 	r.got = append(r.got, info)
 	r.mu.Unlock()
@@ -46,18 +47,18 @@ func (r *transitionLog) take() []string {
 	return out
 }
 
-func (r *transitionLog) all() []BreakerChangeInfo {
+func (r *transitionLog) all() []breaker.Change {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]BreakerChangeInfo(nil), r.got...)
+	return append([]breaker.Change(nil), r.got...)
 }
 
 // newBreakerTransport returns a Transport with a Breaker on clock, one
 // attempt per call (so that each call is one observation) and no budget,
 // and the recorder of its transitions.
-func newBreakerTransport(t *testing.T, clock *fakeClock, s BreakerSettings) (*Transport, *Breaker, *transitionLog) {
+func newBreakerTransport(t *testing.T, clock *fakeClock, s breaker.Settings) (*Transport, *breaker.Breaker, *transitionLog) {
 	t.Helper()
-	b, err := NewBreaker(s)
+	b, err := breaker.New(s)
 	require.NoError(t, err)
 	tr := newNoWaitTransport(clock)
 	tr.Retry.MaxAttempts = 1
@@ -81,7 +82,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	srv := newSettableServer(t, http.StatusServiceUnavailable)
 	scope := scopeOf(t, srv.Server)
 	clock := newFakeClockAt(fixedStart)
-	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 3, OpenTimeout: openTimeout})
+	tr, b, rec := newBreakerTransport(t, clock, breaker.Settings{FailureThreshold: 3, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 
 	// Dependency failures up to the threshold: each goes back as a 503.
@@ -96,22 +97,22 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	opened := rec.all()
 	require.Len(t, opened, 1, "transitions after the threshold")
 	assert.Equal(t, scope, opened[0].Scope)
-	assert.Equal(t, BreakerClosed, opened[0].From)
-	assert.Equal(t, BreakerOpen, opened[0].To)
+	assert.Equal(t, breaker.Closed, opened[0].From)
+	assert.Equal(t, breaker.Open, opened[0].To)
 	assert.Equal(t, fixedStart, opened[0].At)
 	var se *StatusError
 	if assert.ErrorAs(t, opened[0].Cause, &se, "the cause of the opening") {
 		assert.Equal(t, http.StatusServiceUnavailable, se.StatusCode)
 	}
 	rec.take()
-	assert.Equal(t, BreakerOpen, b.stateAt(scope, clock.Now()))
+	assert.Equal(t, breaker.Open, b.StateAt(scope, clock.Now()))
 
 	// Open: fail fast without sending.
 	for range 5 {
 		_, err := getStatus(t, client, srv.URL)
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrCircuitOpen)
-		var coe *CircuitOpenError
+		var coe *breaker.OpenError
 		require.ErrorAs(t, err, &coe)
 		assert.Equal(t, scope, coe.Scope)
 		assert.Equal(t, fixedStart, coe.OpenedAt)
@@ -148,7 +149,7 @@ func TestBreakerTransportOpensFailsFastProbesAndCloses(t *testing.T) {
 	close(gate.release)
 	require.NoError(t, <-probe, "the probe")
 	assert.Equal(t, []string{"half_open>closed"}, rec.take(), "transitions after the probe succeeded")
-	assert.Equal(t, BreakerClosed, b.stateAt(scope, clock.Now()))
+	assert.Equal(t, breaker.Closed, b.StateAt(scope, clock.Now()))
 	assert.Equal(t, int64(4), srv.requests.Load(), "requests the server received: three failures and the probe")
 
 	code, err := getStatus(t, client, srv.URL)
@@ -162,7 +163,7 @@ func TestBreakerTransportFailedProbeReopens(t *testing.T) {
 	srv := newSettableServer(t, http.StatusServiceUnavailable)
 	scope := scopeOf(t, srv.Server)
 	clock := newFakeClockAt(fixedStart)
-	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2, OpenTimeout: openTimeout})
+	tr, b, rec := newBreakerTransport(t, clock, breaker.Settings{FailureThreshold: 2, OpenTimeout: openTimeout})
 	client := &http.Client{Transport: tr}
 	for range 2 {
 		_, err := getStatus(t, client, srv.URL)
@@ -178,11 +179,11 @@ func TestBreakerTransportFailedProbeReopens(t *testing.T) {
 	assert.Equal(t, int64(3), srv.requests.Load())
 
 	_, err = getStatus(t, client, srv.URL)
-	var coe *CircuitOpenError
+	var coe *breaker.OpenError
 	require.ErrorAs(t, err, &coe)
 	assert.Equal(t, fixedStart.Add(openTimeout), coe.OpenedAt, "reopened when the probe failed")
 	assert.Equal(t, fixedStart.Add(2*openTimeout), coe.ProbeAt)
-	assert.Equal(t, BreakerOpen, b.stateAt(scope, clock.Now()))
+	assert.Equal(t, breaker.Open, b.StateAt(scope, clock.Now()))
 	assert.Equal(t, int64(3), srv.requests.Load(), "nothing sent while open again")
 }
 
@@ -198,7 +199,7 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 	}))
 	defer srv.Close()
 	clock := newFakeClockAt(fixedStart)
-	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	tr, b, rec := newBreakerTransport(t, clock, breaker.Settings{FailureThreshold: 2})
 	tr.Retry.MaxAttempts = 3
 	refuse := &refusingBudget{}
 	tr.Retry.Budget = refuse
@@ -218,7 +219,7 @@ func TestBreakerTransportBudgetRefusalIsNotAFailure(t *testing.T) {
 	assert.Equal(t, 10, gave.count(ErrBudgetExhausted), "budget refusals")
 	assert.Equal(t, int64(10), refuse.allowCalls.Load())
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, srv), clock.Now()))
+	assert.Equal(t, breaker.Closed, b.StateAt(scopeOf(t, srv), clock.Now()))
 	assert.Equal(t, int64(20), n.Load(), "requests the server received")
 }
 
@@ -233,7 +234,7 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 	}))
 	defer srv.Close()
 	clock := newFakeClockAt(fixedStart)
-	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	tr, b, rec := newBreakerTransport(t, clock, breaker.Settings{FailureThreshold: 2})
 	tr.Retry.MaxAttempts = 3
 	client := &http.Client{Transport: tr}
 
@@ -248,7 +249,7 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, srv), clock.Now()))
+	assert.Equal(t, breaker.Closed, b.StateAt(scopeOf(t, srv), clock.Now()))
 
 	// The caller's deadline likewise.
 	for i := range 4 {
@@ -258,14 +259,14 @@ func TestBreakerTransportCallerCancellationIsNotAFailure(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
 	}
 	assert.Empty(t, rec.take(), "breaker transitions")
-	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, srv), clock.Now()))
+	assert.Equal(t, breaker.Closed, b.StateAt(scopeOf(t, srv), clock.Now()))
 }
 
 func TestBreakerTransportScopesAreIndependent(t *testing.T) {
 	down := newSettableServer(t, http.StatusServiceUnavailable)
 	up := newSettableServer(t, http.StatusOK)
 	clock := newFakeClockAt(fixedStart)
-	tr, b, rec := newBreakerTransport(t, clock, BreakerSettings{FailureThreshold: 2})
+	tr, b, rec := newBreakerTransport(t, clock, breaker.Settings{FailureThreshold: 2})
 	client := &http.Client{Transport: tr}
 
 	for range 2 {
@@ -285,8 +286,8 @@ func TestBreakerTransportScopesAreIndependent(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), down.requests.Load())
 	assert.Equal(t, int64(5), up.requests.Load())
-	assert.Equal(t, BreakerOpen, b.stateAt(scopeOf(t, down.Server), clock.Now()))
-	assert.Equal(t, BreakerClosed, b.stateAt(scopeOf(t, up.Server), clock.Now()))
+	assert.Equal(t, breaker.Open, b.StateAt(scopeOf(t, down.Server), clock.Now()))
+	assert.Equal(t, breaker.Closed, b.StateAt(scopeOf(t, up.Server), clock.Now()))
 	assert.Len(t, rec.all(), 1, "no other transition")
 }
 
@@ -300,15 +301,15 @@ func TestBreakerTransportRefusedRetryKeepsDroppedStatus(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	clk := newFakeClockAt(fixedStart)
-	tr, b, _ := newBreakerTransport(t, clk, BreakerSettings{FailureThreshold: 2})
+	tr, b, _ := newBreakerTransport(t, clk, breaker.Settings{FailureThreshold: 2})
 	tr.Retry.MaxAttempts = 2
 	tr.Retry.MaxDrainBytes = 1024 // the 4 KiB body is too long to keep
 	scope := scopeOf(t, srv)
 	setSleep(tr, func(ctx context.Context, _ time.Duration) error {
 		// Another call's failure opens the scope during this call's wait.
-		ticket, _, err := b.allow(scope, clk.Now())
+		ticket, _, err := b.Allow(scope, clk.Now())
 		require.NoError(t, err)
-		ticket.done(observeFailure, fmt.Errorf("another call failed"), clk.Now())
+		ticket.Done(breaker.Failure, fmt.Errorf("another call failed"), clk.Now())
 		return ctx.Err()
 	})
 	t.Cleanup(tr.CloseIdleConnections)
@@ -337,7 +338,7 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 		_, _ = io.WriteString(w, "busy")
 	}))
 	t.Cleanup(srv.Close)
-	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), BreakerSettings{FailureThreshold: 1})
+	tr, _, _ := newBreakerTransport(t, newFakeClockAt(fixedStart), breaker.Settings{FailureThreshold: 1})
 	tr.Retry.MaxAttempts = 3
 	bucket, err := budget.NewTokenBucket(budget.TokenBucketConfig{Capacity: 5})
 	require.NoError(t, err)
@@ -368,7 +369,7 @@ func TestBreakerTransportOpenScopeRefusedBeforeTheWait(t *testing.T) {
 // never closes it.
 func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 	clock := newFakeClockAt(fixedStart)
-	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	b, err := breaker.New(breaker.Settings{FailureThreshold: 1, OpenTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +396,7 @@ func TestBasePanicDoesNotLeakABreakerProbeSlot(t *testing.T) {
 		t.Fatalf("the call after the panicking probe: got %v; want it let through as a probe (slot given back)", err)
 	}
 	_ = resp.Body.Close()
-	if got := b.stateAt(hostScope(resp.Request), clock.Now()); got != BreakerClosed {
+	if got := b.StateAt(hostScope(resp.Request), clock.Now()); got != breaker.Closed {
 		t.Errorf("scope after a successful probe: got %v, want closed", got)
 	}
 }

@@ -49,7 +49,7 @@ const (
 //     or network, a temporary DNS failure.
 //   - Final: every other status, a cancellation, certificate and TLS
 //     verification failures, a host that does not exist, a breaker's
-//     refusal (a *CircuitOpenError, whatever the failure that opened the
+//     refusal (a *breaker.OpenError, whatever the failure that opened the
 //     circuit), and any error not known to be transient (an unsupported
 //     scheme, a malformed request).
 //

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
@@ -196,13 +197,13 @@ func TestHTTP2StreamResetCodes(t *testing.T) {
 	}
 }
 
-// A *CircuitOpenError unwraps to the failure that opened the circuit, a
+// A *breaker.OpenError unwraps to the failure that opened the circuit, a
 // refused connection say; it is nonetheless a local refusal, nothing was
 // sent, and repeating it within a backoff cannot succeed.
 func TestCircuitOpenErrorIsNotTransient(t *testing.T) {
-	err := &CircuitOpenError{Scope: "http://rv.invalid:80", Cause: syscall.ECONNREFUSED}
+	err := &breaker.OpenError{Scope: "http://rv.invalid:80", Cause: syscall.ECONNREFUSED}
 	if got := defaultClassify(nil, err); got != ClassFinal {
-		t.Errorf("defaultClassify(*CircuitOpenError caused by ECONNREFUSED): got %v, want ClassFinal", got)
+		t.Errorf("defaultClassify(*breaker.OpenError caused by ECONNREFUSED): got %v, want ClassFinal", got)
 	}
 }
 

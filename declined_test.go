@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -54,7 +55,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 			tr := newDeclinedTransport(t, &Transport{Brake: BrakePolicy{Breaker: openBreaker(t)}, Scope: ScopePolicy{Of: func(*http.Request) string { return "dep" }}})
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 			return err, srv.count()
-		}, errAs[*CircuitOpenError]},
+		}, errAs[*breaker.OpenError]},
 
 		{"bulkhead full", func(t *testing.T) (error, int) {
 			srv := newSettableServer(t, http.StatusOK)
@@ -239,7 +240,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 
 func TestDeclinedSentinelsAndTypes(t *testing.T) {
 	declinedErrs := []error{
-		ErrBudgetExhausted, ErrCircuitOpen, &CircuitOpenError{Scope: "dep"},
+		ErrBudgetExhausted, ErrCircuitOpen, &breaker.OpenError{Scope: "dep"},
 		&BulkheadFullError{Scope: "dep", MaxInFlight: 8}, &RateLimitError{Scope: "dep", RetryAfter: time.Second},
 		&BulkheadFullError{Scope: "dep", MaxInFlight: 3, Learnt: true}, errThrottled, &throttledError{scope: "dep", share: 0.5},
 		ErrDeadline, ErrDuplicateInFlight, ErrLedgerUnavailable,
@@ -276,7 +277,7 @@ func TestReasonNameOfStackRefusals(t *testing.T) {
 		{fmt.Errorf("attempt: %w", &RateLimitError{}), "rate_limited"},
 		{&throttledError{scope: "dep", share: 0.5}, "throttled"},
 		{ErrLedgerUnavailable, "ledger_unavailable"},
-		{&CircuitOpenError{Scope: "dep"}, "circuit_open"},
+		{&breaker.OpenError{Scope: "dep"}, "circuit_open"},
 		{ErrDeclined, "other"},
 	}
 	for _, tt := range tests {

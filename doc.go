@@ -55,7 +55,7 @@
 //
 //	switch {
 //	case errors.As(err, &rec): // reconcile: the effect may have happened
-//	case errors.Is(err, retryfuse.ErrCircuitOpen): // not sent (again): the breaker is open
+//	case errors.Is(err, breaker.ErrOpen): // not sent (again): the breaker is open
 //	case errors.Is(err, retryfuse.ErrBudgetExhausted): // the dependency is failing for many callers
 //	case errors.Is(err, retryfuse.ErrAttemptsExhausted): // this call ran out of attempts
 //	case errors.Is(err, retryfuse.ErrNotRepeatable): // it failed and may not be sent again
@@ -117,7 +117,7 @@
 // back the last response, or an error wrapping ErrBudgetExhausted.
 //
 // A Breaker, when set, fails calls to an open scope fast
-// (*CircuitOpenError) and lets a bounded number of probes through after its
+// (*breaker.OpenError) and lets a bounded number of probes through after its
 // open interval; only dependency outcomes feed it.
 //
 // A Ledger, when set, remembers idempotency keys: a concurrent duplicate

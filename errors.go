@@ -3,11 +3,12 @@ package retryfuse
 import (
 	"context"
 	"errors"
+	"github.com/retryfuse/retryfuse/breaker"
 	"strconv"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
-	"github.com/retryfuse/retryfuse/internal/invalid"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
 
 // Sentinel errors. Test for them with errors.Is; each survives the *url.Error
@@ -16,7 +17,7 @@ var (
 	// ErrDeclined is matched by every error where the Transport held back
 	// for a while: it refused to send, or to send again, or stopped
 	// waiting, on a limit that passes — ErrBudgetExhausted, ErrCircuitOpen
-	// (and *CircuitOpenError), *BulkheadFullError, *RateLimitError,
+	// (and *breaker.OpenError), *BulkheadFullError, *RateLimitError,
 	// the throttle's refusal (ReasonName: throttled), ErrDeadline, and the ledger's ErrDuplicateInFlight and
 	// ErrLedgerUnavailable. The rule: an error matches ErrDeclined only if
 	// the same request, sent later (or elsewhere), may go through. It is not
@@ -32,10 +33,10 @@ var (
 	//
 	// A *RetryError whose Reason is declined matches it even though its
 	// Last attempt failed: the Transport declined to try again.
-	ErrDeclined = errors.New("retryfuse: declined")
+	ErrDeclined = sentinel.ErrDeclined
 
 	// ErrInvalidPolicy is wrapped by every error about an invalid setting.
-	ErrInvalidPolicy = invalid.ErrPolicy
+	ErrInvalidPolicy = sentinel.ErrInvalidPolicy
 
 	// ErrAttemptsExhausted: the call used all of MaxAttempts. RoundTrip
 	// returns it (wrapped with the last error) only when the last attempt
@@ -48,7 +49,7 @@ var (
 
 	// ErrCircuitOpen: the brake of the request's scope is open; the request
 	// was not sent, or (after earlier attempts, in a *RetryError) not sent again.
-	ErrCircuitOpen = declined("retryfuse: circuit open")
+	ErrCircuitOpen = breaker.ErrOpen
 
 	// ErrDuplicateInFlight: another call holds the same idempotency key now;
 	// nothing was sent.
@@ -115,13 +116,7 @@ var (
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
 )
 
-// declinedError is a sentinel that matches ErrDeclined.
-type declinedError struct{ msg string }
-
-func declined(msg string) error { return &declinedError{msg} }
-
-func (e *declinedError) Error() string { return e.msg }
-func (e *declinedError) Unwrap() error { return ErrDeclined }
+func declined(msg string) error { return sentinel.Declined(msg) }
 
 // RetryError is returned when a call stops without a response to give back.
 // Reason is one of the sentinel errors above (ErrAttemptsExhausted,
@@ -288,37 +283,6 @@ func (e *StatusError) Error() string {
 	return s
 }
 
-// CircuitOpenError is returned when the brake of a scope is open: the
-// request was not sent. errors.Is(err, ErrCircuitOpen) holds.
-type CircuitOpenError struct {
-	Scope    string
-	OpenedAt time.Time
-	// ProbeAt is when a probe may next be let through.
-	ProbeAt time.Time
-	// Cause is the dependency failure that opened the circuit, when known.
-	Cause error
-	// Version is the version of the breaker's settings in force when the
-	// request was refused (BreakerSettings.Version).
-	Version uint64
-}
-
-func (e *CircuitOpenError) Error() string {
-	s := "retryfuse: circuit open for " + e.Scope + " since " + e.OpenedAt.Format(time.RFC3339) + ", next probe at " + e.ProbeAt.Format(time.RFC3339)
-	if e.Cause != nil {
-		s += ": opened by: " + e.Cause.Error()
-	}
-	return s
-}
-
-// Unwrap returns ErrCircuitOpen and the cause that opened the circuit,
-// so that errors.Is and errors.As match either.
-func (e *CircuitOpenError) Unwrap() []error {
-	if e.Cause == nil {
-		return []error{ErrCircuitOpen}
-	}
-	return []error{ErrCircuitOpen, e.Cause}
-}
-
 // counted returns n and the noun, plural unless n is 1: "1 attempt",
 // "2 attempts".
 func counted(n int, noun string) string {
@@ -329,7 +293,7 @@ func counted(n int, noun string) string {
 	return s
 }
 
-func invalidPolicy(field, problem string) error { return invalid.Policy(field, problem) }
+func invalidPolicy(field, problem string) error { return sentinel.InvalidPolicy(field, problem) }
 
 // attemptTimeoutError is the error of an attempt cut by AttemptTimeout. It
 // matches ErrAttemptTimeout and the error the base returned, and is a

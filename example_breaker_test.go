@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // A Breaker on a Transport: after three failures in a row the scope opens,
@@ -19,7 +20,7 @@ func ExampleBreaker() {
 	}))
 	defer srv.Close()
 
-	b, err := retryfuse.NewBreaker(retryfuse.BreakerSettings{
+	b, err := breaker.New(breaker.Settings{
 		FailureThreshold: 3,
 		OpenTimeout:      time.Minute,
 	})
@@ -36,7 +37,7 @@ func ExampleBreaker() {
 		Scope: retryfuse.ScopePolicy{
 			Of: func(*http.Request) string { return "payments" },
 		},
-		Hooks: retryfuse.Hooks{BreakerChange: func(i retryfuse.BreakerChangeInfo) {
+		Hooks: retryfuse.Hooks{BreakerChange: func(i breaker.Change) {
 			fmt.Printf("%s: %v -> %v (cause: %v)\n", i.Scope, i.From, i.To, i.Cause)
 		}},
 	}
@@ -45,7 +46,7 @@ func ExampleBreaker() {
 
 	for i := range 4 {
 		resp, err := client.Get(srv.URL)
-		if errors.Is(err, retryfuse.ErrCircuitOpen) {
+		if errors.Is(err, breaker.ErrOpen) {
 			fmt.Printf("call %d not sent: circuit open\n", i+1)
 			continue
 		}

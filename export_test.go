@@ -90,14 +90,6 @@ func (c funcClock) Sleep(ctx context.Context, d time.Duration) error {
 	return c.sleep(ctx, d)
 }
 
-// settings returns the breaker's settings in force, defaults resolved.
-func (b *Breaker) settings() BreakerSettings {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.initLocked()
-	return b.set
-}
-
 // lenAt returns the number of keys held at now, after dropping the expired
 // ones.
 func (l *MemoryLedger) lenAt(now time.Time) int {

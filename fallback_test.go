@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -94,9 +95,9 @@ func TestFallbackAnswersFailedCalls(t *testing.T) {
 		if err != nil || string(body) != "cached" {
 			t.Fatalf("got %v, %q; want the Fallback's answer", err, body)
 		}
-		var open *CircuitOpenError
+		var open *breaker.OpenError
 		if fb.count() != 1 || !errors.As(fb.err, &open) {
-			t.Errorf("Fallback: %d calls, given %v; want one, with a *CircuitOpenError", fb.count(), fb.err)
+			t.Errorf("Fallback: %d calls, given %v; want one, with a *breaker.OpenError", fb.count(), fb.err)
 		}
 		if got := srv.count(); got != 0 {
 			t.Errorf("requests at the server: got %d, want 0", got)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -83,7 +84,7 @@ func TestHedgeRefusedByOpenCircuit(t *testing.T) {
 	clk := newFakeClock()
 	g := newGatedSleep(clk)
 	pl := newPolicyLog()
-	breaker, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	brk, err := breaker.New(breaker.Settings{FailureThreshold: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestHedgeRefusedByOpenCircuit(t *testing.T) {
 			Budget: budget,
 		},
 		Brake: BrakePolicy{
-			Breaker: breaker,
+			Breaker: brk,
 		},
 		Scope: ScopePolicy{
 			Of: func(*http.Request) string { return "dep" },
@@ -107,16 +108,16 @@ func TestHedgeRefusedByOpenCircuit(t *testing.T) {
 	call := goDo(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	waitFor(t, srv.arrived, 1, "first branch")
 	// Another caller's failure opens the scope while the first branch waits.
-	ticket, _, err := breaker.allow("dep", clk.Now())
+	ticket, _, err := brk.Allow("dep", clk.Now())
 	if err != nil {
 		t.Fatalf("allow: %v", err)
 	}
-	ticket.done(observeFailure, errors.New("down"), clk.Now())
+	ticket.Done(breaker.Failure, errors.New("down"), clk.Now())
 	g.next(t).fire()
 	e := pl.next(t)
-	var open *CircuitOpenError
+	var open *breaker.OpenError
 	if e.Policy != policyHedge || e.Action != actionRefused || !errors.As(e.Err, &open) {
-		t.Errorf("Policy event: got %s/%s err %v, want hedge/refused with a *CircuitOpenError", e.Policy, e.Action, e.Err)
+		t.Errorf("Policy event: got %s/%s err %v, want hedge/refused with a *breaker.OpenError", e.Policy, e.Action, e.Err)
 	}
 	srv.let(1)
 	if call.wait(t); call.err != nil || call.body != "reply 1" {

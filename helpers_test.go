@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -375,4 +376,17 @@ func poll(bound time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(10 * time.Millisecond) // a bounded wait on real sockets
 	}
+}
+
+// snapshotOf returns the breaker's snapshot of scope, failing the test
+// without one.
+func snapshotOf(t *testing.T, b *breaker.Breaker, scope string) breaker.Change {
+	t.Helper()
+	for _, s := range b.Snapshot() {
+		if s.Scope == scope {
+			return s
+		}
+	}
+	t.Fatalf("no snapshot of scope %q in %+v", scope, b.Snapshot())
+	return breaker.Change{}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/stretchr/testify/assert"
@@ -172,7 +173,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 			w.Header().Set(headerReplayed, "true")
 			w.WriteHeader(http.StatusCreated)
 		})
-		br, err := NewBreaker(BreakerSettings{FailureThreshold: 1, MinObservations: 1})
+		br, err := breaker.New(breaker.Settings{FailureThreshold: 1, MinObservations: 1})
 		require.NoError(t, err)
 		var changes int
 		tr := newTransport(t, newFakeClock(), &Transport{
@@ -182,7 +183,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 			Brake: BrakePolicy{
 				Breaker: br,
 			},
-			Hooks: Hooks{BreakerChange: func(BreakerChangeInfo) { changes++ }},
+			Hooks: Hooks{BreakerChange: func(breaker.Change) { changes++ }},
 		})
 		resp, _, err := keyedPOST(t, tr, srv.URL, "pay-5")
 		require.NoError(t, err)

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"errors"
+	"github.com/retryfuse/retryfuse/breaker"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -49,7 +50,7 @@ type Hooks struct {
 	// BreakerChange is called when a breaker scope changes state, and on a
 	// scope's first request under settings of a new version (From == To;
 	// see Breaker.Update).
-	BreakerChange func(BreakerChangeInfo)
+	BreakerChange func(breaker.Change)
 	// EvidenceUnavailable is called when a budget or ledger could not
 	// establish its answer (a remote store is down or slow) and its
 	// declared fail-safe was applied instead. Unlike the other hooks, it
@@ -159,7 +160,7 @@ type ReconcileInfo struct {
 // GiveUpInfo says why a call stopped repeating.
 type GiveUpInfo struct {
 	CallInfo
-	// Reason is, or matches with errors.Is (a *CircuitOpenError does),
+	// Reason is, or matches with errors.Is (a *breaker.OpenError does),
 	// one of: ErrAttemptsExhausted, ErrBudgetExhausted,
 	// ErrNotRepeatable, ErrFailureStreak, ErrCallCost, ErrDeadline,
 	// ErrCircuitOpen, ErrDuplicateInFlight, ErrIdempotencyConflict; the
@@ -321,38 +322,6 @@ func ReasonName(err error) string {
 	return "other"
 }
 
-// BreakerChangeInfo reports a change of a breaker scope's state, or,
-// with From == To, the first request of a scope under settings of a new
-// version (see Breaker.Update): the state did not change, the settings
-// did. It is not about one call: CallInfo is absent.
-//
-// Breaker.Snapshot describes each scope as it stands with the same type:
-// To is its state, At since when (when it was first seen, for a scope
-// that has not changed), From the state before (zero when it has not
-// changed).
-type BreakerChangeInfo struct {
-	Scope    string
-	From, To BreakerState
-	// At is when the scope changed state; for a change of settings
-	// (From == To), when its first request under them came.
-	At time.Time
-	// Cause is the dependency failure behind an opening (To == BreakerOpen);
-	// nil for other transitions.
-	Cause error
-	// Settings are the breaker's settings in force, defaults resolved;
-	// Settings.Version names them.
-	Settings BreakerSettings
-	// The scope's counts as they stand after the change, each counted in
-	// one state only and zero in the others: Failures, the consecutive
-	// failures, and Observed, the outcomes since it last closed (closed);
-	// Successes, the consecutive successful probes, and Probes, the
-	// probes out (half-open). InFlight is the requests let through and
-	// not yet done, in any state.
-	Failures, Observed int
-	Successes, Probes  int
-	InFlight           int
-}
-
 // EvidenceUnavailableInfo reports a fail-safe applied by a budget or ledger.
 type EvidenceUnavailableInfo struct {
 	CallInfo
@@ -378,7 +347,7 @@ func JoinHooks(hs ...Hooks) Hooks {
 		Reconcile:           join(hs, func(h Hooks) func(ReconcileInfo) { return h.Reconcile }),
 		GiveUp:              join(hs, func(h Hooks) func(GiveUpInfo) { return h.GiveUp }),
 		HiddenResend:        join(hs, func(h Hooks) func(AttemptDoneInfo) { return h.HiddenResend }),
-		BreakerChange:       join(hs, func(h Hooks) func(BreakerChangeInfo) { return h.BreakerChange }),
+		BreakerChange:       join(hs, func(h Hooks) func(breaker.Change) { return h.BreakerChange }),
 		EvidenceUnavailable: join(hs, func(h Hooks) func(EvidenceUnavailableInfo) { return h.EvidenceUnavailable }),
 		Policy:              join(hs, func(h Hooks) func(PolicyInfo) { return h.Policy }),
 	}

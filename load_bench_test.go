@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkLoadMixed(b *testing.B) {
 			Budget:         budget,
 		},
 		Brake: BrakePolicy{
-			Breaker: &Breaker{},
+			Breaker: &breaker.Breaker{},
 		},
 	}
 	b.Cleanup(tr.CloseIdleConnections)

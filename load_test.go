@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -120,7 +121,7 @@ func runLoad(t *testing.T, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	breaker, err := NewBreaker(BreakerSettings{FailureThreshold: 10, MinObservations: 20, OpenTimeout: 50 * time.Millisecond, MaxProbes: 5})
+	brk, err := breaker.New(breaker.Settings{FailureThreshold: 10, MinObservations: 20, OpenTimeout: 50 * time.Millisecond, MaxProbes: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func runLoad(t *testing.T, n int) {
 			Budget:         budget,
 		},
 		Brake: BrakePolicy{
-			Breaker: breaker,
+			Breaker: brk,
 		},
 		Hooks: Hooks{
 			Retry:        func(RetryInfo) { retries.Add(1) },
@@ -159,8 +160,8 @@ func runLoad(t *testing.T, n int) {
 					throttled++
 				}
 			},
-			BreakerChange: func(c BreakerChangeInfo) {
-				if c.To == BreakerOpen {
+			BreakerChange: func(c breaker.Change) {
+				if c.To == breaker.Open {
 					opened.Add(1)
 				}
 			},
@@ -289,7 +290,7 @@ func tallyOutcomes(results []loadResult) string {
 	for _, r := range results {
 		var k string
 		var rec *ReconcileRequiredError
-		var open *CircuitOpenError
+		var open *breaker.OpenError
 		var re *RetryError
 		switch {
 		case r.err == nil && r.bodyErr != nil:

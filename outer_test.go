@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -123,7 +124,7 @@ func TestMayRetry(t *testing.T) {
 		&ReconcileRequiredError{Cause: errors.New("reset")},
 		&RetryError{Reason: ErrNotRepeatable},
 		&RetryError{Reason: ErrBudgetExhausted, Last: errors.New("503")},
-		&CircuitOpenError{Scope: "api"},
+		&breaker.OpenError{Scope: "api"},
 		&RetryError{Reason: ErrDuplicateInFlight},
 		&RetryError{Reason: ErrIdempotencyConflict},
 		&RetryError{Reason: ErrAttemptsExhausted, Last: errors.New("reset")},

@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"github.com/retryfuse/retryfuse/breaker"
 	"net/http"
 	"time"
 
@@ -50,7 +51,7 @@ func (c *call) admitCall() error {
 	var waive func() bool
 	if b := c.p.breaker; b != nil {
 		// The breaker has not seen what its settings ask for: it decides.
-		waive = func() bool { return !b.heard(c.breakerScopeName()) }
+		waive = func() bool { return !b.Heard(c.breakerScopeName()) }
 	}
 	share := st.throttle.admit(c.p.clock, c.p.randN, waive)
 	if share == 0 {
@@ -175,7 +176,7 @@ func (c *call) feedLoad(ps pass, a attempt) {
 // rampAfterClose starts the slow start of the call's scope after its
 // breaker closed, from the breaker's probes (or the learnt limit's floor,
 // when higher).
-func (c *call) rampAfterClose(change BreakerChangeInfo) {
+func (c *call) rampAfterClose(change breaker.Change) {
 	st := c.limits()
 	if st == nil || st.bulkhead == nil {
 		return

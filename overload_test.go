@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -89,7 +90,7 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	base := newLoadBase()
 	base.status.Store(http.StatusServiceUnavailable)
-	breaker, err := NewBreaker(BreakerSettings{FailureThreshold: 8})
+	brk, err := breaker.New(breaker.Settings{FailureThreshold: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 			MaxAttempts: 1,
 		},
 		Brake: BrakePolicy{
-			Breaker: breaker,
+			Breaker: brk,
 		},
 		Hooks: Hooks{Policy: ev.hook, GiveUp: gave.hook},
 	})
@@ -135,7 +136,7 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	if got := base.sent.Load(); got != heard {
 		t.Errorf("requests sent: got %d, want %d: a throttled call sends nothing", got, heard)
 	}
-	if got := breaker.stateAt("http://dep.test:80", clk.Now()); got != BreakerClosed {
+	if got := brk.StateAt("http://dep.test:80", clk.Now()); got != breaker.Closed {
 		t.Errorf("breaker: %v, want closed: a refusal is not a failure of the dependency", got)
 	}
 	rejected := ev.of(policyThrottle, actionRejected)
@@ -253,12 +254,12 @@ func TestSlowStartAfterTheBreakerCloses(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	base := newLoadBase()
 	base.status.Store(http.StatusServiceUnavailable)
-	breaker, err := NewBreaker(BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Second})
+	brk, err := breaker.New(breaker.Settings{FailureThreshold: 1, OpenTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ev events
-	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Hooks: Hooks{Policy: ev.hook}})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Hooks: Hooks{Policy: ev.hook}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
 		t.Fatal(err) // the 503, which opens the scope
 	}

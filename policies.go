@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"github.com/retryfuse/retryfuse/breaker"
 	"net/http"
 	"time"
 
@@ -173,12 +174,12 @@ type KeyPolicy struct {
 // value brakes nothing.
 type BrakePolicy struct {
 	// Breaker, when set, brakes a failing dependency per scope: an open
-	// scope fails fast with a *CircuitOpenError without sending, and after
+	// scope fails fast with a *breaker.OpenError without sending, and after
 	// its open interval only a bounded number of probes pass. Only
 	// dependency outcomes feed it: the caller's cancellation, a budget
 	// refusal or a local refusal are not evidence about the dependency. A
 	// Breaker may be shared by several Transports.
-	Breaker *Breaker
+	Breaker *breaker.Breaker
 
 	// Route, when set, divides the Breaker's scopes by a function of the
 	// request (a route's template, an operation), so that one failing
@@ -405,7 +406,7 @@ type ScopePolicy struct {
 	// budget (unless RetryPolicy.Budget is shared), rate limiter, bulkhead
 	// (its learnt limit, its slow start), throttle and latency estimate,
 	// in one record per scope (the breaker has its own bound,
-	// BreakerSettings.MaxScopes). When it is reached, the record of a
+	// breaker.Settings.MaxScopes). When it is reached, the record of a
 	// scope with no attempt in flight is dropped to make room (one with
 	// nothing to forget first: no token owed to its rate limiter, no
 	// rejection in its throttle), and that scope starts afresh when it

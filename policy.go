@@ -2,6 +2,7 @@ package retryfuse
 
 import (
 	"fmt"
+	"github.com/retryfuse/retryfuse/breaker"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -53,7 +54,7 @@ type policy struct {
 	classifier     Classifier                 // nil means the default rules
 	budget         budget.Budget              // shared by every scope; nil means per-scope budgets
 	scope          func(*http.Request) string // nil means hostScope
-	breaker        *Breaker
+	breaker        *breaker.Breaker
 	breakerScope   func(*http.Request) string // nil: the breaker's scopes are scope's
 	ledger         Ledger
 	hedge          hedgePolicy
@@ -301,10 +302,10 @@ func (l LoadPolicy) rateBurst() int {
 }
 
 // breaker is the Breaker that b brakes with: Breaker, or one of the
-// default BreakerSettings of the Transport's own when only Route is set.
-func (b BrakePolicy) breaker() *Breaker {
+// default breaker.Settings of the Transport's own when only Route is set.
+func (b BrakePolicy) breaker() *breaker.Breaker {
 	if b.Breaker == nil && b.Route != nil {
-		return &Breaker{}
+		return &breaker.Breaker{}
 	}
 	return b.Breaker
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -114,7 +115,7 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	breaker, err := NewBreaker(BreakerSettings{})
+	brk, err := breaker.New(breaker.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,8 +175,8 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
 		{"Scope.Max beside a budget.Budget bounds the records that learn whether a server honours keys",
 			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Scope: ScopePolicy{Max: 8}}, nil, nil},
-		{"Scope.Max beside a budget.Budget and a Breaker bounds the records of the breaker's scopes (their names, their slow starts)",
-			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
+		{"Scope.Max beside a budget.Budget and a breaker.Breaker bounds the records of the breaker's scopes (their names, their slow starts)",
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
 		{"Load.MaxWait with a Load.RateLimit", &Transport{Load: LoadPolicy{RateLimit: 5, RateBurst: 1, MaxWait: time.Second}}, nil, nil},
 		{"Load.MaxWait with a queue", &Transport{Load: LoadPolicy{MaxInFlight: 4, MaxQueued: 8, MaxWait: time.Second}}, nil, nil},
 		{"Keys.MaxStoredBody and Keys.MaxFingerprintBytes with a Ledger",

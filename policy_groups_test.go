@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -86,8 +87,8 @@ func TestBrakeRouteAloneBrakesWithADefaultBreaker(t *testing.T) {
 		Base:  srv.Client().Transport,
 		Retry: RetryPolicy{MaxAttempts: 1},
 		Brake: BrakePolicy{Route: byPath},
-		Hooks: Hooks{BreakerChange: func(i BreakerChangeInfo) {
-			if i.To == BreakerOpen {
+		Hooks: Hooks{BreakerChange: func(i breaker.Change) {
+			if i.To == breaker.Open {
 				opened = append(opened, i.Scope)
 			}
 		}},

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // The settings of the controls of load: the learnt limit, the throttle
@@ -15,7 +17,7 @@ import (
 // fields.
 
 func TestInvalidLoadSettings(t *testing.T) {
-	breaker, err := NewBreaker(BreakerSettings{})
+	brk, err := breaker.New(breaker.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,8 +36,8 @@ func TestInvalidLoadSettings(t *testing.T) {
 		{"infinite Load.Throttle.Ratio", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: math.Inf(1)}}}, []string{"Load.Throttle.Ratio +Inf"}},
 		{"negative Load.Throttle.Window", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: -time.Second}}}, []string{"Load.Throttle.Window -1s"}},
 		{"a Load.Throttle.Window too short to divide", &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Window: 19}}}, []string{"Load.Throttle.Window 19ns"}},
-		{"negative Load.SlowStart", &Transport{Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: -time.Second}}, []string{"Load.SlowStart -1s"}},
-		{"Load.SlowStart without a Breaker or Load.Adaptive", &Transport{Load: LoadPolicy{SlowStart: time.Second}}, []string{"Load.SlowStart 1s", "Brake", "Load.Adaptive"}},
+		{"negative Load.SlowStart", &Transport{Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{SlowStart: -time.Second}}, []string{"Load.SlowStart -1s"}},
+		{"Load.SlowStart without a breaker.Breaker or Load.Adaptive", &Transport{Load: LoadPolicy{SlowStart: time.Second}}, []string{"Load.SlowStart 1s", "Brake", "Load.Adaptive"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +63,7 @@ func TestInvalidLoadSettings(t *testing.T) {
 }
 
 func TestValidLoadSettings(t *testing.T) {
-	breaker, err := NewBreaker(BreakerSettings{})
+	brk, err := breaker.New(breaker.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestValidLoadSettings(t *testing.T) {
 		"Load.Adaptive with a Load.MaxWait":                  {Load: LoadPolicy{Adaptive: true, MaxWait: 10 * time.Millisecond}},
 		"a Load.Throttle.Ratio of 1 and a window":            {Load: LoadPolicy{Throttle: ThrottlePolicy{Ratio: 1, Window: 20}}},
 		"Load.Throttle.Disable":                              {Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}},
-		"Load.SlowStart with a Breaker":                      {Brake: BrakePolicy{Breaker: breaker}, Load: LoadPolicy{SlowStart: 5 * time.Second}},
+		"Load.SlowStart with a breaker.Breaker":              {Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{SlowStart: 5 * time.Second}},
 		"Load.SlowStart with Load.Adaptive":                  {Load: LoadPolicy{Adaptive: true, SlowStart: time.Millisecond}},
 		"Load.MaxInFlight 1 with Load.Adaptive: the floor 1": {Load: LoadPolicy{Adaptive: true, MaxInFlight: 1}},
 	} {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
@@ -158,14 +159,14 @@ func TestSettingsChangedAfterFirstUseAreNotSeenButHooksAre(t *testing.T) {
 		t.Fatalf("first call: got %v, %v; want the 503", resp, err)
 	}
 
-	open, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	open, err := breaker.New(breaker.Settings{FailureThreshold: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	ticket, _, _ := open.allow("everything", now)
-	ticket.done(observeFailure, errors.New("down"), now)
-	if got := open.stateAt("everything", now); got != BreakerOpen {
+	ticket, _, _ := open.Allow("everything", now)
+	ticket.Done(breaker.Failure, errors.New("down"), now)
+	if got := open.StateAt("everything", now); got != breaker.Open {
 		t.Fatalf("breaker: got %v, want open", got)
 	}
 	var scoped, classified bool

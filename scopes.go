@@ -26,7 +26,7 @@ type scopeRecord struct {
 	key      hostKey
 	budget   budget.Budget  // nil when the Transport's budget.Budget is shared by every scope
 	rate     *rate.Limiter  // nil without a RateLimit
-	bulkhead *bulkhead      // nil without MaxInFlight, AdaptiveInFlight or a Breaker (slow start)
+	bulkhead *bulkhead      // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
 	adaptive *adaptiveLimit // nil without AdaptiveInFlight
 	throttle *throttle      // nil with DisableThrottle
 	latency  latencies

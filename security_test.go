@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -44,7 +45,7 @@ func (e *renderedEvents) hooks() Hooks {
 		AttemptStart: addRendered[AttemptStartInfo](e), AttemptDone: addRendered[AttemptDoneInfo](e),
 		Decision: addRendered[DecisionInfo](e), Retry: addRendered[RetryInfo](e), Reconcile: addRendered[ReconcileInfo](e),
 		GiveUp: addRendered[GiveUpInfo](e), HiddenResend: addRendered[AttemptDoneInfo](e),
-		BreakerChange: addRendered[BreakerChangeInfo](e), EvidenceUnavailable: addRendered[EvidenceUnavailableInfo](e),
+		BreakerChange: addRendered[breaker.Change](e), EvidenceUnavailable: addRendered[EvidenceUnavailableInfo](e),
 	}
 }
 

@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"errors"
+	"github.com/retryfuse/retryfuse/breaker"
 	"log/slog"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -288,12 +289,12 @@ func (h slogHooks) hiddenResend(i AttemptDoneInfo) {
 	h.log(i.Context, level, "retryfuse: hidden resend", &a)
 }
 
-func (h slogHooks) breakerChange(i BreakerChangeInfo) {
+func (h slogHooks) breakerChange(i breaker.Change) {
 	level, msg := slog.LevelInfo, "retryfuse: breaker change"
 	switch {
 	case i.From == i.To:
 		msg = "retryfuse: breaker settings" // the state did not change
-	case i.To == BreakerOpen:
+	case i.To == breaker.Open:
 		level = slog.LevelWarn
 	}
 	if !h.enabled(context.Background(), level) {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
@@ -260,8 +261,8 @@ func TestSlogHooksLoadEvents(t *testing.T) {
 func TestSlogHooksBreakerChange(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
-	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerClosed, To: BreakerOpen, Cause: errors.New("503")})
-	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerOpen, To: BreakerClosed})
+	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Closed, To: breaker.Open, Cause: errors.New("503")})
+	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Open, To: breaker.Closed})
 	want := []map[string]any{
 		rec("WARN", "retryfuse: breaker change", "scope", "api.example:443", "from", "closed", "to", "open", "error", "503"),
 		rec("INFO", "retryfuse: breaker change", "scope", "api.example:443", "from", "open", "to", "closed"),
@@ -272,9 +273,9 @@ func TestSlogHooksBreakerChange(t *testing.T) {
 func TestSlogHooksBreakerSettingsAndVersion(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
-	set := BreakerSettings{FailureThreshold: 5, Version: 4}
-	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerOpen, To: BreakerOpen, Settings: set})
-	h.BreakerChange(BreakerChangeInfo{Scope: "api.example:443", From: BreakerOpen, To: BreakerHalfOpen, Settings: set})
+	set := breaker.Settings{FailureThreshold: 5, Version: 4}
+	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Open, To: breaker.Open, Settings: set})
+	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Open, To: breaker.HalfOpen, Settings: set})
 	want := []map[string]any{
 		rec("INFO", "retryfuse: breaker settings", "scope", "api.example:443", "from", "open", "to", "open", "version", 4),
 		rec("INFO", "retryfuse: breaker change", "scope", "api.example:443", "from", "open", "to", "half_open", "version", 4),

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )
@@ -75,7 +76,7 @@ func TestStackedTransportsDoNotMultiplyAttemptsOnErrors(t *testing.T) {
 // dependency and wait and repeat it.
 func TestStackedOuterDoesNotRepeatAnInnerBreakerRefusal(t *testing.T) {
 	url := refusedURL(t)
-	b, err := NewBreaker(BreakerSettings{FailureThreshold: 1})
+	b, err := breaker.New(breaker.Settings{FailureThreshold: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -95,7 +96,7 @@ func TestDefaultsRefuseNothingOfADependencyRejectingOneRequestInFive(t *testing.
 func TestThrottleLeavesTheBreakerItsMinObservations(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	base := &statusBase{code: func(int64) int { return http.StatusServiceUnavailable }}
-	br, err := NewBreaker(BreakerSettings{FailureThreshold: 1, MinObservations: 10, OpenTimeout: time.Hour})
+	br, err := breaker.New(breaker.Settings{FailureThreshold: 1, MinObservations: 10, OpenTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +109,8 @@ func TestThrottleLeavesTheBreakerItsMinObservations(t *testing.T) {
 		Brake: BrakePolicy{
 			Breaker: br,
 		},
-		Hooks: Hooks{BreakerChange: func(i BreakerChangeInfo) {
-			if i.To == BreakerOpen {
+		Hooks: Hooks{BreakerChange: func(i breaker.Change) {
+			if i.To == breaker.Open {
 				opened = append(opened, base.sent.Load())
 			}
 		}},
@@ -118,7 +119,7 @@ func TestThrottleLeavesTheBreakerItsMinObservations(t *testing.T) {
 	var throttled, open int
 	for range 30 {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
-		var co *CircuitOpenError
+		var co *breaker.OpenError
 		switch {
 		case errors.Is(err, errThrottled):
 			throttled++

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -114,7 +115,7 @@ func retryfuseTimeoutClient() client {
 // RatioBudget shared by every scope, a Breaker and two no-op hooks.
 func retryfuseGatedClient() client {
 	base := cleanhttp.DefaultPooledTransport()
-	br, _ := retryfuse.NewBreaker(retryfuse.BreakerSettings{})
+	br, _ := breaker.New(breaker.Settings{})
 	rt := &retryfuse.Transport{
 		Base: base,
 		Retry: retryfuse.RetryPolicy{

@@ -19,6 +19,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 )
 
@@ -57,7 +58,7 @@ type instantClient struct {
 // first. The retrying ones make at most 3 attempts.
 func instantClients(tb testing.TB) []instantClient {
 	budget := &budget.Ratio{}
-	br, err := retryfuse.NewBreaker(retryfuse.BreakerSettings{})
+	br, err := breaker.New(breaker.Settings{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // The overload comparison: what reaches a dependency, and what its
@@ -371,9 +372,9 @@ func BenchmarkOverloadRecovery(b *testing.B) {
 	breakerClient := func() loadClient {
 		return retryfuseLoad("retryfuse-adaptive-breaker", func(t *retryfuse.Transport) {
 			t.Load.Adaptive = true
-			t.Brake.Breaker, _ = retryfuse.NewBreaker(retryfuse.BreakerSettings{OpenTimeout: 100 * time.Millisecond})
-			t.Hooks.BreakerChange = func(i retryfuse.BreakerChangeInfo) {
-				if i.To == retryfuse.BreakerClosed {
+			t.Brake.Breaker, _ = breaker.New(breaker.Settings{OpenTimeout: 100 * time.Millisecond})
+			t.Hooks.BreakerChange = func(i breaker.Change) {
+				if i.To == breaker.Closed {
 					closed.Store(i.At.UnixNano())
 				}
 			}

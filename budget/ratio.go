@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/retryfuse/retryfuse/internal/invalid"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
 
 // This file owns the Ratio. The Budget interface, and the habits the
@@ -101,18 +101,18 @@ type RatioConfig struct {
 // Ratio, a NaN or infinite MinPerSecond, or a negative or too short Window
 // gives an error wrapping ErrInvalidPolicy that names the field.
 func NewRatio(cfg RatioConfig) (*Ratio, error) {
-	if err := invalid.Finite("RatioConfig.Ratio", cfg.Ratio); err != nil {
+	if err := sentinel.Finite("RatioConfig.Ratio", cfg.Ratio); err != nil {
 		return nil, err
 	}
 	// A negative MinPerSecond is allowed (no reserve), so only its size is checked.
-	if err := invalid.Finite("RatioConfig.MinPerSecond", math.Abs(cfg.MinPerSecond)); err != nil {
+	if err := sentinel.Finite("RatioConfig.MinPerSecond", math.Abs(cfg.MinPerSecond)); err != nil {
 		return nil, err
 	}
 	switch {
 	case cfg.Window < 0:
-		return nil, invalid.Policy("RatioConfig.Window", "is negative")
+		return nil, sentinel.InvalidPolicy("RatioConfig.Window", "is negative")
 	case cfg.Window > 0 && cfg.Window < ratioBuckets:
-		return nil, invalid.Policy("RatioConfig.Window", "is shorter than 10ns, the least that divides into 10 buckets")
+		return nil, sentinel.InvalidPolicy("RatioConfig.Window", "is shorter than 10ns, the least that divides into 10 buckets")
 	}
 	window := orDefault(cfg.Window, defaultRatioWindow)
 	minPerSecond := max(0, orDefault(cfg.MinPerSecond, defaultRatioMinPerSecond)) // negative: no reserve

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse/internal/invalid"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -252,7 +252,7 @@ func TestNewRatioBudgetConfig(t *testing.T) {
 			b, err := NewRatio(tt.cfg)
 			if tt.field != "" {
 				assert.Nil(t, b, "budget: got %v, want nil", b)
-				assert.True(t, errors.Is(err, invalid.ErrPolicy), "error: got %v, want one wrapping invalid.ErrPolicy", err)
+				assert.True(t, errors.Is(err, sentinel.ErrInvalidPolicy), "error: got %v, want one wrapping sentinel.ErrInvalidPolicy", err)
 				assert.ErrorContains(t, err, tt.field, "error: got %v, want it to name %s", err, tt.field)
 				return
 			}

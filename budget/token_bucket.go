@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retryfuse/retryfuse/internal/invalid"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
 
 // TokenBucket is a budget of retry tokens: it holds up to Capacity tokens,
@@ -45,18 +45,18 @@ type TokenBucketConfig struct {
 // setting, or a Capacity below 1, gives an error wrapping ErrInvalidPolicy
 // that names the field.
 func NewTokenBucket(cfg TokenBucketConfig) (*TokenBucket, error) {
-	if err := invalid.Finite("TokenBucketConfig.Capacity", cfg.Capacity); err != nil {
+	if err := sentinel.Finite("TokenBucketConfig.Capacity", cfg.Capacity); err != nil {
 		return nil, err
 	}
-	if err := invalid.Finite("TokenBucketConfig.Refill", cfg.Refill); err != nil {
+	if err := sentinel.Finite("TokenBucketConfig.Refill", cfg.Refill); err != nil {
 		return nil, err
 	}
 	if cfg.Interval < 0 {
-		return nil, invalid.Policy("TokenBucketConfig.Interval", "is negative")
+		return nil, sentinel.InvalidPolicy("TokenBucketConfig.Interval", "is negative")
 	}
 	capacity := orDefault(cfg.Capacity, defaultTokenCapacity)
 	if capacity < 1 {
-		return nil, invalid.Policy("TokenBucketConfig.Capacity", "is below 1, so no retry could ever be granted")
+		return nil, sentinel.InvalidPolicy("TokenBucketConfig.Capacity", "is below 1, so no retry could ever be granted")
 	}
 	refill := orDefault(cfg.Refill, defaultTokenRefill)
 	interval := orDefault(cfg.Interval, defaultTokenInterval)

@@ -11,6 +11,7 @@ import (
 	"math"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -248,7 +249,7 @@ func (ins *instruments) hiddenResend(i retryfuse.AttemptDoneInfo) {
 // settings of a new version (From == To: no transition), with the version
 // in force. It belongs to a scope, not to one call: it has no context and
 // adds no span event.
-func (ins *instruments) breakerChange(i retryfuse.BreakerChangeInfo) {
+func (ins *instruments) breakerChange(i breaker.Change) {
 	ctx := context.Background()
 	if v := i.Settings.Version; v != 0 {
 		ins.breakerVersion.Record(ctx, int64(min(v, math.MaxInt64)), metric.WithAttributes(keyScope.String(i.Scope)))

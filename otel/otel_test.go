@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	retryfuseotel "github.com/retryfuse/retryfuse/otel"
@@ -209,10 +210,10 @@ func TestHooksLoadEvents(t *testing.T) {
 }
 
 func TestHooksBreakerChange(t *testing.T) {
-	closed, open, half := retryfuse.BreakerClosed, retryfuse.BreakerOpen, retryfuse.BreakerHalfOpen
+	closed, open, half := breaker.Closed, breaker.Open, breaker.HalfOpen
 	h := newHarness(t)
-	change := func(from, to retryfuse.BreakerState) {
-		h.hooks.BreakerChange(retryfuse.BreakerChangeInfo{Scope: "api:443", From: from, To: to})
+	change := func(from, to breaker.State) {
+		h.hooks.BreakerChange(breaker.Change{Scope: "api:443", From: from, To: to})
 	}
 	change(closed, open)
 	change(open, half)

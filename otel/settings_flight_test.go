@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // A breaker scope under new settings is no transition, and its version is
@@ -14,13 +15,13 @@ import (
 
 func TestHooksBreakerSettingsVersion(t *testing.T) {
 	h := newHarness(t)
-	set := retryfuse.BreakerSettings{FailureThreshold: 5, Version: 3}
-	h.hooks.BreakerChange(retryfuse.BreakerChangeInfo{Scope: "api:443", From: retryfuse.BreakerOpen, To: retryfuse.BreakerOpen, Settings: set})
+	set := breaker.Settings{FailureThreshold: 5, Version: 3}
+	h.hooks.BreakerChange(breaker.Change{Scope: "api:443", From: breaker.Open, To: breaker.Open, Settings: set})
 	assertLines(t, "metrics after a change of settings", h.metrics(), []string{
 		"retryfuse.breaker.settings.version{retryfuse.breaker.scope=api:443} 3",
 	})
 	set.Version = 4
-	h.hooks.BreakerChange(retryfuse.BreakerChangeInfo{Scope: "api:443", From: retryfuse.BreakerOpen, To: retryfuse.BreakerHalfOpen, Settings: set})
+	h.hooks.BreakerChange(breaker.Change{Scope: "api:443", From: breaker.Open, To: breaker.HalfOpen, Settings: set})
 	assertLines(t, "metrics after a transition", h.metrics(), []string{
 		"retryfuse.breaker.settings.version{retryfuse.breaker.scope=api:443} 4",
 		"retryfuse.breaker.transitions{retryfuse.breaker.from=open,retryfuse.breaker.scope=api:443,retryfuse.breaker.to=half_open} 1",

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // The policy both sides of the demo share.
@@ -173,13 +174,13 @@ func drainClose(resp *http.Response) {
 func describe(resp *http.Response, err error) string {
 	var (
 		rec  *retryfuse.ReconcileRequiredError
-		open *retryfuse.CircuitOpenError
+		open *breaker.OpenError
 	)
 	switch {
 	case errors.As(err, &rec):
 		return "*ReconcileRequiredError"
 	case errors.As(err, &open):
-		return "*CircuitOpenError"
+		return "*breaker.OpenError"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "context deadline exceeded"
 	case err != nil:

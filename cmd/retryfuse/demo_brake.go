@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // brakeResults: a dependency that fails for a while, then recovers, under
@@ -40,7 +40,7 @@ type brakeSide struct {
 
 type brakeTransition struct {
 	At       time.Duration // from the start
-	From, To retryfuse.BreakerState
+	From, To breaker.State
 }
 
 // flaky fails with 503 until start+downFor, then answers 200.
@@ -64,7 +64,7 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // runBrake runs the three sides at once.
 func runBrake(srv *servers, cfg demoConfig) (brakeResults, error) {
 	res := brakeResults{DownFor: cfg.downFor, RunFor: cfg.runFor, Every: cfg.every, OpenTimeout: cfg.openTimeout}
-	breaker, err := retryfuse.NewBreaker(retryfuse.BreakerSettings{OpenTimeout: cfg.openTimeout})
+	brk, err := breaker.New(breaker.Settings{OpenTimeout: cfg.openTimeout})
 	if err != nil {
 		return res, err
 	}
@@ -83,9 +83,9 @@ func runBrake(srv *servers, cfg demoConfig) (brakeResults, error) {
 	plain := srv.newPlain(demoAttemptTimeout)
 	budgetOnly := &http.Client{Transport: srv.newFuse(demoAttemptTimeout)}
 	braked := srv.newFuse(demoAttemptTimeout)
-	braked.Brake.Breaker = breaker
+	braked.Brake.Breaker = brk
 	var mu sync.Mutex
-	braked.Hooks.BreakerChange = func(c retryfuse.BreakerChangeInfo) {
+	braked.Hooks.BreakerChange = func(c breaker.Change) {
 		mu.Lock()
 		res.Transitions = append(res.Transitions, brakeTransition{At: c.At.Sub(start), From: c.From, To: c.To})
 		mu.Unlock()
@@ -138,7 +138,7 @@ func arrive(start time.Time, cfg demoConfig, side *brakeSide, call func() (*http
 		calls.Add(1)
 		wg.Go(func() {
 			resp, err := call()
-			if errors.Is(err, retryfuse.ErrCircuitOpen) {
+			if errors.Is(err, breaker.ErrOpen) {
 				fast.Add(1)
 			}
 			if err == nil && resp.StatusCode == http.StatusOK {

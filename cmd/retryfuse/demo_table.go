@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // printTable prints what was measured, side by side.
@@ -146,13 +147,13 @@ func pct(f float64) string { return fmt.Sprintf("%+.1f%%", 100*f) }
 // why explains a breaker transition.
 func why(tr brakeTransition) string {
 	switch {
-	case tr.From == retryfuse.BreakerClosed && tr.To == retryfuse.BreakerOpen:
+	case tr.From == breaker.Closed && tr.To == breaker.Open:
 		return "failure threshold reached: calls now fail fast"
-	case tr.To == retryfuse.BreakerHalfOpen:
+	case tr.To == breaker.HalfOpen:
 		return "open interval over: one probe may pass"
-	case tr.From == retryfuse.BreakerHalfOpen && tr.To == retryfuse.BreakerOpen:
+	case tr.From == breaker.HalfOpen && tr.To == breaker.Open:
 		return "the probe failed: open again"
-	case tr.To == retryfuse.BreakerClosed:
+	case tr.To == breaker.Closed:
 		return "the probe succeeded: closed"
 	}
 	return ""

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -205,11 +206,11 @@ func checkDemoClaims(t *testing.T, res demoResults, deadline time.Duration) {
 		assert.Positive(t, k.Breaker.SentUp, "the breaker let traffic through after recovery")
 		require.NotEmpty(t, k.Transitions)
 		first, last := k.Transitions[0], k.Transitions[len(k.Transitions)-1]
-		assert.Equal(t, [2]retryfuse.BreakerState{retryfuse.BreakerClosed, retryfuse.BreakerOpen}, [2]retryfuse.BreakerState{first.From, first.To}, "first transition")
+		assert.Equal(t, [2]breaker.State{breaker.Closed, breaker.Open}, [2]breaker.State{first.From, first.To}, "first transition")
 		for i := 1; i < len(k.Transitions); i++ {
 			assert.GreaterOrEqual(t, k.Transitions[i].At, k.Transitions[i-1].At, "transitions in order")
 		}
-		assert.Equal(t, [2]retryfuse.BreakerState{retryfuse.BreakerHalfOpen, retryfuse.BreakerClosed}, [2]retryfuse.BreakerState{last.From, last.To}, "last transition")
+		assert.Equal(t, [2]breaker.State{breaker.HalfOpen, breaker.Closed}, [2]breaker.State{last.From, last.To}, "last transition")
 		assert.GreaterOrEqual(t, last.At, k.DownFor, "closed only after the dependency recovered")
 	})
 

@@ -2,7 +2,7 @@
 // fails for a while, then recovers.
 //
 // After 3 failures in a row the scope opens: calls fail fast with a
-// *CircuitOpenError and nothing is sent. Once OpenTimeout (100ms here) has
+// *breaker.OpenError and nothing is sent. Once OpenTimeout (100ms here) has
 // passed, one probe is let through: while the dependency still fails, the
 // probe opens the scope again; once it has recovered, the probe closes it.
 // The BreakerChange hook prints each transition.
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 func main() {
@@ -45,7 +46,7 @@ func run(w io.Writer) error {
 	}))
 	defer srv.Close()
 
-	breaker, err := retryfuse.NewBreaker(retryfuse.BreakerSettings{
+	brk, err := breaker.New(breaker.Settings{
 		FailureThreshold: 3,
 		OpenTimeout:      100 * time.Millisecond,
 	})
@@ -55,7 +56,7 @@ func run(w io.Writer) error {
 	var transitions, pending []string // pending: printed after the call's own line
 	rt := &retryfuse.Transport{
 		Brake: retryfuse.BrakePolicy{
-			Breaker: breaker,
+			Breaker: brk,
 		},
 		Retry: retryfuse.RetryPolicy{
 			// One attempt per call, so that each call below is one outcome for
@@ -63,7 +64,7 @@ func run(w io.Writer) error {
 			MaxAttempts: 1,
 		},
 		Hooks: retryfuse.Hooks{
-			BreakerChange: func(i retryfuse.BreakerChangeInfo) {
+			BreakerChange: func(i breaker.Change) {
 				tr := fmt.Sprintf("%v -> %v", i.From, i.To)
 				transitions = append(transitions, tr)
 				if i.Cause != nil {
@@ -77,7 +78,7 @@ func run(w io.Writer) error {
 	client := &http.Client{Transport: rt}
 
 	calls, fastFails := 0, 0
-	var lastOpen *retryfuse.CircuitOpenError
+	var lastOpen *breaker.OpenError
 	call := func() error {
 		calls++
 		resp, err := client.Get(srv.URL + "/inventory")
@@ -87,7 +88,7 @@ func run(w io.Writer) error {
 			}
 			pending = pending[:0]
 		}()
-		var open *retryfuse.CircuitOpenError
+		var open *breaker.OpenError
 		switch {
 		case errors.As(err, &open):
 			fastFails++

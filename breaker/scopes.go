@@ -1,4 +1,4 @@
-package retryfuse
+package breaker
 
 import "time"
 
@@ -10,11 +10,11 @@ import "time"
 type scopeState struct {
 	b     *Breaker
 	name  string
-	state BreakerState
-	from  BreakerState // the state before the last change; 0 before any
-	since time.Time    // when it entered its state, or was first seen
+	state State
+	from  State     // the state before the last change; 0 before any
+	since time.Time // when it entered its state, or was first seen
 	// version is the version of the settings the scope was last reported
-	// under (see allow).
+	// under (see Allow).
 	version uint64
 	// gen changes with every change of state; tickets of an older
 	// generation count nothing.
@@ -44,7 +44,7 @@ func (b *Breaker) scopeLocked(name string, now time.Time) *scopeState {
 	if len(b.scopes) >= b.set.MaxScopes && !b.evictLocked() {
 		return nil
 	}
-	s := &scopeState{b: b, name: name, state: BreakerClosed, since: now, version: b.set.Version, gen: 1}
+	s := &scopeState{b: b, name: name, state: Closed, since: now, version: b.set.Version, gen: 1}
 	b.touch(s)
 	b.scopes[name] = s
 	b.index.Store(name, s)
@@ -57,7 +57,7 @@ func (b *Breaker) scopeLocked(name string, now time.Time) *scopeState {
 func (b *Breaker) evictLocked() bool {
 	var lru, idle *scopeState
 	for _, s := range b.scopes {
-		if s.state == BreakerClosed && (lru == nil || s.q.used.Load() < lru.q.used.Load()) {
+		if s.state == Closed && (lru == nil || s.q.used.Load() < lru.q.used.Load()) {
 			lru = s
 		}
 	}
@@ -66,7 +66,7 @@ func (b *Breaker) evictLocked() bool {
 	}
 	if lru.inFlight() > 0 {
 		for _, s := range b.scopes {
-			if s.state == BreakerClosed && s.inFlight() == 0 && (idle == nil || s.q.used.Load() < idle.q.used.Load()) {
+			if s.state == Closed && s.inFlight() == 0 && (idle == nil || s.q.used.Load() < idle.q.used.Load()) {
 				idle = s
 			}
 		}
@@ -89,7 +89,7 @@ func (s *scopeState) inFlight() int {
 }
 
 // issue hands out a ticket of the current generation.
-func (s *scopeState) issue() breakerTicket {
+func (s *scopeState) issue() Ticket {
 	s.seq++
 	var slot int32
 	if n := len(s.free); n > 0 {
@@ -99,11 +99,11 @@ func (s *scopeState) issue() breakerTicket {
 		s.slots = append(s.slots, 0)
 	}
 	s.slots[slot] = s.seq
-	return breakerTicket{s: s, gen: s.gen, seq: s.seq, slot: slot}
+	return Ticket{s: s, gen: s.gen, seq: s.seq, slot: slot}
 }
 
 // release frees t's slot; it reports false when t was done before.
-func (s *scopeState) release(t breakerTicket) bool {
+func (s *scopeState) release(t Ticket) bool {
 	if s.slots[t.slot] != t.seq {
 		return false
 	}
@@ -112,18 +112,18 @@ func (s *scopeState) release(t breakerTicket) bool {
 	return true
 }
 
-// heard reports whether scope's breaker is closed and has heard what its
+// Heard reports whether scope's breaker is closed and has heard what its
 // settings ask for before it may open: MinObservations outcomes since it
 // last closed, or FailureThreshold when that is more. An open or
 // half-open scope has not: the breaker decides its calls (it refuses
 // them, or lets its probes out), and a scope it does not remember has
 // heard nothing.
-func (b *Breaker) heard(scope string) bool {
+func (b *Breaker) Heard(scope string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.initLocked()
 	s := b.scopes[scope]
-	if s == nil || s.state != BreakerClosed {
+	if s == nil || s.state != Closed {
 		return false
 	}
 	s.quickFoldLocked()

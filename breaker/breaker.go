@@ -1,10 +1,12 @@
-package retryfuse
+package breaker
 
 import (
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
 
 // This file is the circuit breaker: one brake per scope for a failing
@@ -15,35 +17,35 @@ import (
 // driven by an injected clock, and it calls OnStateChange while holding its
 // mutex, which runs user code under a lock. Its two good ideas are kept: a
 // generation counter, so that a late result from an older state is dropped,
-// and the two-step shape (allow, then done with the outcome). State changes
-// are returned as BreakerChangeInfo values for the caller to report once the
+// and the two-step shape (Allow, then done with the outcome). State changes
+// are returned as Change values for the caller to report once the
 // lock is released.
 
-// BreakerState is the state of one scope's brake.
-type BreakerState uint8
+// State is the state of one scope's brake.
+type State uint8
 
 const (
-	// BreakerClosed: requests pass and their outcomes are counted.
-	BreakerClosed BreakerState = iota + 1
-	// BreakerOpen: requests fail fast with a *CircuitOpenError.
-	BreakerOpen
-	// BreakerHalfOpen: the open interval is over; at most MaxProbes probes
+	// Closed: requests pass and their outcomes are counted.
+	Closed State = iota + 1
+	// Open: requests fail fast with a *OpenError.
+	Open
+	// HalfOpen: the open interval is over; at most MaxProbes probes
 	// may be out at once, and their outcomes decide whether it closes.
-	BreakerHalfOpen
+	HalfOpen
 )
 
-var breakerStateNames = [...]string{"", "closed", "open", "half_open"}
+var stateNames = [...]string{"", "closed", "open", "half_open"}
 
-func (s BreakerState) String() string {
-	if s != 0 && int(s) < len(breakerStateNames) {
-		return breakerStateNames[s]
+func (s State) String() string {
+	if s != 0 && int(s) < len(stateNames) {
+		return stateNames[s]
 	}
-	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
+	return "State(" + strconv.Itoa(int(s)) + ")"
 }
 
-// BreakerSettings configures a Breaker. A zero field means its default; a
+// Settings configures a Breaker. A zero field means its default; a
 // negative one is invalid.
-type BreakerSettings struct {
+type Settings struct {
 	// FailureThreshold is the number of consecutive dependency failures
 	// that opens a scope. Zero means 5.
 	FailureThreshold int
@@ -72,15 +74,15 @@ type BreakerSettings struct {
 	MaxScopes int
 	// Version names these settings, so that every change of a scope's
 	// state, every refusal and every event says which settings were in
-	// force (BreakerChangeInfo.Settings, CircuitOpenError.Version): a
+	// force (Change.Settings, OpenError.Version): a
 	// change of thresholds is never mistaken for a recovery. Zero means
-	// the next version: 1 for NewBreaker, one above the version in force
+	// the next version: 1 for New, one above the version in force
 	// for Update. A version set must not go backwards (see Update).
 	Version uint64
 }
 
 // resolve validates s and fills in the defaults.
-func (s BreakerSettings) resolve() (BreakerSettings, error) {
+func (s Settings) resolve() (Settings, error) {
 	ints := [...]struct {
 		name string
 		v    int
@@ -93,11 +95,11 @@ func (s BreakerSettings) resolve() (BreakerSettings, error) {
 	}
 	for _, f := range ints {
 		if f.v < 0 {
-			return s, invalidPolicy("BreakerSettings."+f.name, "must not be negative, got "+strconv.Itoa(f.v))
+			return s, sentinel.InvalidPolicy("Settings."+f.name, "must not be negative, got "+strconv.Itoa(f.v))
 		}
 	}
 	if s.OpenTimeout < 0 {
-		return s, invalidPolicy("BreakerSettings.OpenTimeout", "must not be negative, got "+s.OpenTimeout.String())
+		return s, sentinel.InvalidPolicy("Settings.OpenTimeout", "must not be negative, got "+s.OpenTimeout.String())
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {
@@ -110,7 +112,7 @@ func (s BreakerSettings) resolve() (BreakerSettings, error) {
 	orDefault(&s.ProbeSuccesses, 1)
 	orDefault(&s.MaxScopes, 1024)
 	if s.Version == 0 {
-		s.Version = 1 // NewBreaker's; Update gives the next
+		s.Version = 1 // New's; Update gives the next
 	}
 	if s.OpenTimeout == 0 {
 		s.OpenTimeout = 30 * time.Second
@@ -118,19 +120,51 @@ func (s BreakerSettings) resolve() (BreakerSettings, error) {
 	return s, nil
 }
 
-// observation is what a request told about the dependency.
-type observation uint8
+// Change reports a change of a breaker scope's state, or,
+// with From == To, the first request of a scope under settings of a new
+// version (see Breaker.Update): the state did not change, the settings
+// did. It is not about one call: CallInfo is absent.
+//
+// Breaker.Snapshot describes each scope as it stands with the same type:
+// To is its state, At since when (when it was first seen, for a scope
+// that has not changed), From the state before (zero when it has not
+// changed).
+type Change struct {
+	Scope    string
+	From, To State
+	// At is when the scope changed state; for a change of settings
+	// (From == To), when its first request under them came.
+	At time.Time
+	// Cause is the dependency failure behind an opening (To == Open);
+	// nil for other transitions.
+	Cause error
+	// Settings are the breaker's settings in force, defaults resolved;
+	// Settings.Version names them.
+	Settings Settings
+	// The scope's counts as they stand after the change, each counted in
+	// one state only and zero in the others: Failures, the consecutive
+	// failures, and Observed, the outcomes since it last closed (closed);
+	// Successes, the consecutive successful probes, and Probes, the
+	// probes out (half-open). InFlight is the requests let through and
+	// not yet done, in any state.
+	Failures, Observed int
+	Successes, Probes  int
+	InFlight           int
+}
+
+// Outcome is what a request told about the dependency.
+type Outcome uint8
 
 const (
-	// observeSuccess: the dependency answered well.
-	observeSuccess observation = iota + 1
-	// observeFailure: the dependency failed.
-	observeFailure
-	// observeIgnore: the outcome is no evidence about the dependency (the
+	// Success: the dependency answered well.
+	Success Outcome = iota + 1
+	// Failure: the dependency failed.
+	Failure
+	// Ignore: the outcome is no evidence about the dependency (the
 	// caller cancelled, a retry budget or another local gate refused). It
 	// releases a probe slot and counts nothing. Any value other than
-	// observeSuccess and observeFailure is treated the same way.
-	observeIgnore
+	// Success and Failure is treated the same way.
+	Ignore
 )
 
 // Breaker brakes requests to failing dependencies, one brake per scope
@@ -139,7 +173,7 @@ const (
 //
 // A closed scope opens when it has seen FailureThreshold consecutive
 // failures and at least MinObservations outcomes since it last closed.
-// While open, requests fail fast with a *CircuitOpenError and nothing is
+// While open, requests fail fast with a *OpenError and nothing is
 // sent. After OpenTimeout, the next request moves it to half-open and lets
 // at most MaxProbes probes out at once; a failed probe opens it again,
 // ProbeSuccesses consecutive successful probes close it. Elapsed time alone
@@ -156,7 +190,7 @@ const (
 // calls user code. This type is concurrency safe.
 type Breaker struct {
 	mu     sync.Mutex
-	set    BreakerSettings // resolved
+	set    Settings // resolved
 	scopes map[string]*scopeState
 	// index mirrors scopes, for the quick path to find a scope without
 	// the lock; both change together, under it.
@@ -165,9 +199,9 @@ type Breaker struct {
 	last  atomic.Pointer[scopeState] // the scope used last; see touch
 }
 
-// NewBreaker returns a Breaker with settings s. A negative setting gives an
-// error wrapping ErrInvalidPolicy that names the field.
-func NewBreaker(s BreakerSettings) (*Breaker, error) {
+// New returns a Breaker with settings s. A negative setting gives an
+// error wrapping sentinel.ErrInvalidPolicy that names the field.
+func New(s Settings) (*Breaker, error) {
 	set, err := s.resolve()
 	if err != nil {
 		return nil, err
@@ -178,88 +212,88 @@ func NewBreaker(s BreakerSettings) (*Breaker, error) {
 // initLocked makes the zero Breaker usable.
 func (b *Breaker) initLocked() {
 	if b.scopes == nil {
-		b.set, _ = BreakerSettings{}.resolve()
+		b.set, _ = Settings{}.resolve()
 		b.scopes = make(map[string]*scopeState)
 	}
 }
 
-// stateAt returns the state of scope at now: closed for a scope it does
+// StateAt returns the state of scope at now: closed for a scope it does
 // not remember. An open scope whose OpenTimeout has elapsed is reported
 // half-open, since only a successful probe can close it.
-func (b *Breaker) stateAt(scope string, now time.Time) BreakerState {
+func (b *Breaker) StateAt(scope string, now time.Time) State {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopes[scope]
 	if s == nil {
-		return BreakerClosed
+		return Closed
 	}
-	if s.state == BreakerOpen && now.Sub(s.openedAt) >= b.set.OpenTimeout {
-		return BreakerHalfOpen
+	if s.state == Open && now.Sub(s.openedAt) >= b.set.OpenTimeout {
+		return HalfOpen
 	}
 	return s.state
 }
 
-// openUntil reports whether scope is open and will still be open at t
-// (before its OpenTimeout ends), with the *CircuitOpenError that allow
+// OpenUntil reports whether scope is open and will still be open at t
+// (before its OpenTimeout ends), with the *OpenError that Allow
 // would give then. It changes nothing: a transport asks it before a wait,
 // so that it neither waits nor spends a retry token for an attempt the
 // breaker would refuse.
-func (b *Breaker) openUntil(scope string, t time.Time) error {
+func (b *Breaker) OpenUntil(scope string, t time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopes[scope]
-	if s == nil || s.state != BreakerOpen || t.Sub(s.openedAt) >= b.set.OpenTimeout {
+	if s == nil || s.state != Open || t.Sub(s.openedAt) >= b.set.OpenTimeout {
 		return nil
 	}
 	return s.openError(b.set)
 }
 
-// allow asks to send one request in scope at now. It returns a ticket to
-// mark done with the request's outcome, or a *CircuitOpenError (nothing may be
+// Allow asks to send one request in scope at now. It returns a ticket to
+// mark done with the request's outcome, or a *OpenError (nothing may be
 // sent) when the scope is open, or half-open with MaxProbes probes out. The
 // transition is non-zero when this call moved the scope from open to
 // half-open, or is the first request of the scope under settings of a new
 // version (From == To).
-func (b *Breaker) allow(scope string, now time.Time) (breakerTicket, BreakerChangeInfo, error) {
+func (b *Breaker) Allow(scope string, now time.Time) (Ticket, Change, error) {
 	if s := b.findQuick(scope); s != nil {
 		if t, ok := b.allowQuick(s); ok {
-			return t, BreakerChangeInfo{}, nil // closed (breaker_quick.go)
+			return t, Change{}, nil // closed (breaker_quick.go)
 		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.scopeLocked(scope, now)
 	if s == nil {
-		return breakerTicket{}, BreakerChangeInfo{}, nil // not remembered: see MaxScopes
+		return Ticket{}, Change{}, nil // not remembered: see MaxScopes
 	}
 	s.quickFoldLocked()
 	defer s.quickPublishLocked()
-	var tr BreakerChangeInfo
+	var tr Change
 	if s.version != b.set.Version {
 		// The first request under new settings reports them; a
 		// transition below reports them instead.
 		tr = b.settingsChangedLocked(s, now)
 	}
 	switch s.state {
-	case BreakerClosed:
+	case Closed:
 		b.touch(s)
 		return s.issue(), tr, nil
-	case BreakerOpen:
+	case Open:
 		if now.Sub(s.openedAt) < b.set.OpenTimeout {
-			return breakerTicket{}, tr, s.openError(b.set)
+			return Ticket{}, tr, s.openError(b.set)
 		}
-		tr = b.moveLocked(s, BreakerHalfOpen, now, nil)
+		tr = b.moveLocked(s, HalfOpen, now, nil)
 	}
 	if s.probes >= b.set.MaxProbes {
-		return breakerTicket{}, tr, s.openError(b.set)
+		return Ticket{}, tr, s.openError(b.set)
 	}
 	s.probes++
 	return s.issue(), tr, nil
 }
 
-// breakerTicket is the permission, given by allow, to send one request.
+// Ticket is the permission, given by Allow, to send one request.
 // The zero value is a ticket whose done does nothing.
-type breakerTicket struct {
+type Ticket struct {
 	s     *scopeState
 	gen   uint64 // the scope's generation when the ticket was issued; its low 32 bits for a quick one
 	seq   uint64 // the ticket's number, held in its slot until done
@@ -268,26 +302,26 @@ type breakerTicket struct {
 }
 
 // done reports, at now, the outcome of the ticket's request, with the dependency
-// failure as cause for observeFailure. It returns a non-zero transition
+// failure as cause for Failure. It returns a non-zero transition
 // when the outcome closed or opened the scope. A ticket issued before the
 // scope last changed state is ignored, and so is a second done.
-func (t breakerTicket) done(o observation, cause error, now time.Time) BreakerChangeInfo {
+func (t Ticket) Done(o Outcome, cause error, now time.Time) Change {
 	s := t.s
 	if s == nil {
-		return BreakerChangeInfo{}
+		return Change{}
 	}
 	if t.quick {
 		if !s.releaseQuick(t) {
-			return BreakerChangeInfo{} // done before
+			return Change{} // done before
 		}
 		switch o {
-		case observeSuccess:
+		case Success:
 			if s.countQuick(t.gen) {
-				return BreakerChangeInfo{}
+				return Change{}
 			}
-		case observeFailure:
+		case Failure:
 		default:
-			return BreakerChangeInfo{} // issued closed: an ignored outcome counts nothing
+			return Change{} // issued closed: an ignored outcome counts nothing
 		}
 	}
 	b := s.b
@@ -295,51 +329,51 @@ func (t breakerTicket) done(o observation, cause error, now time.Time) BreakerCh
 	defer b.mu.Unlock()
 	if t.quick {
 		if t.gen != s.gen&0xffffffff {
-			return BreakerChangeInfo{} // from an older state
+			return Change{} // from an older state
 		}
 	} else if !s.release(t) || t.gen != s.gen {
-		return BreakerChangeInfo{} // done before, or from an older state
+		return Change{} // done before, or from an older state
 	}
 	s.quickFoldLocked()
 	defer s.quickPublishLocked()
 	switch s.state {
-	case BreakerClosed:
+	case Closed:
 		switch o {
-		case observeSuccess:
+		case Success:
 			s.observed++
 			s.failures = 0
-		case observeFailure:
+		case Failure:
 			s.observed++
 			s.failures++
 			if s.failures >= b.set.FailureThreshold && s.observed >= b.set.MinObservations {
-				return b.moveLocked(s, BreakerOpen, now, cause)
+				return b.moveLocked(s, Open, now, cause)
 			}
 		}
-	case BreakerHalfOpen:
+	case HalfOpen:
 		s.probes--
 		switch o {
-		case observeSuccess:
+		case Success:
 			s.successes++
 			if s.successes >= b.set.ProbeSuccesses {
-				return b.moveLocked(s, BreakerClosed, now, nil)
+				return b.moveLocked(s, Closed, now, nil)
 			}
-		case observeFailure:
-			return b.moveLocked(s, BreakerOpen, now, cause)
+		case Failure:
+			return b.moveLocked(s, Open, now, cause)
 		}
 	}
-	return BreakerChangeInfo{}
+	return Change{}
 }
 
 // moveLocked moves s to state to and returns the transition.
-func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, cause error) BreakerChangeInfo {
+func (b *Breaker) moveLocked(s *scopeState, to State, now time.Time, cause error) Change {
 	from := s.state
 	s.state, s.from, s.since, s.version = to, from, now, b.set.Version
 	s.gen++
 	s.failures, s.successes, s.probes = 0, 0, 0
 	switch to {
-	case BreakerOpen:
+	case Open:
 		s.openedAt, s.cause = now, cause
-	case BreakerClosed:
+	case Closed:
 		s.observed, s.openedAt, s.cause = 0, time.Time{}, nil
 		b.touch(s)
 	}
@@ -348,7 +382,7 @@ func (b *Breaker) moveLocked(s *scopeState, to BreakerState, now time.Time, caus
 
 // settingsChangedLocked notes that s is now under the settings in force,
 // and returns the event that says so: its state unchanged (From == To).
-func (b *Breaker) settingsChangedLocked(s *scopeState, now time.Time) BreakerChangeInfo {
+func (b *Breaker) settingsChangedLocked(s *scopeState, now time.Time) Change {
 	s.version = b.set.Version
 	info := b.infoLocked(s)
 	info.From, info.At = s.state, now
@@ -358,20 +392,20 @@ func (b *Breaker) settingsChangedLocked(s *scopeState, now time.Time) BreakerCha
 // infoLocked describes s as it stands: its last change (From, To, At; At
 // is when it was first seen when it has not changed), the settings in
 // force, and its counts.
-func (b *Breaker) infoLocked(s *scopeState) BreakerChangeInfo {
-	info := BreakerChangeInfo{Scope: s.name, From: s.from, To: s.state, At: s.since, Settings: b.set,
+func (b *Breaker) infoLocked(s *scopeState) Change {
+	info := Change{Scope: s.name, From: s.from, To: s.state, At: s.since, Settings: b.set,
 		InFlight: s.inFlight()}
 	switch s.state {
-	case BreakerClosed:
+	case Closed:
 		info.Failures, info.Observed = s.failures, s.observed
-	case BreakerOpen:
+	case Open:
 		info.Cause = s.cause
-	case BreakerHalfOpen:
+	case HalfOpen:
 		info.Successes, info.Probes = s.successes, s.probes
 	}
 	return info
 }
 
-func (s *scopeState) openError(set BreakerSettings) error {
-	return &CircuitOpenError{Scope: s.name, OpenedAt: s.openedAt, ProbeAt: s.openedAt.Add(set.OpenTimeout), Cause: s.cause, Version: set.Version}
+func (s *scopeState) openError(set Settings) error {
+	return &OpenError{Scope: s.name, OpenedAt: s.openedAt, ProbeAt: s.openedAt.Add(set.OpenTimeout), Cause: s.cause, Version: set.Version}
 }

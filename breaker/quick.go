@@ -1,4 +1,4 @@
-package retryfuse
+package breaker
 
 import "sync/atomic"
 
@@ -60,10 +60,10 @@ func (b *Breaker) findQuick(scope string) *scopeState {
 
 // allowQuick issues a quick ticket of s, and reports false when the lock
 // must decide.
-func (b *Breaker) allowQuick(s *scopeState) (breakerTicket, bool) {
+func (b *Breaker) allowQuick(s *scopeState) (Ticket, bool) {
 	w := s.q.word.Load()
 	if w&quickAllow == 0 {
-		return breakerTicket{}, false
+		return Ticket{}, false
 	}
 	h := s.q.hint.Load()
 	for i := range uint32(quickSlots) {
@@ -74,10 +74,10 @@ func (b *Breaker) allowQuick(s *scopeState) (breakerTicket, bool) {
 				s.q.hint.Store(j)
 			}
 			b.touch(s)
-			return breakerTicket{s: s, gen: w >> 32, seq: v + 1, slot: int32(j), quick: true}, true
+			return Ticket{s: s, gen: w >> 32, seq: v + 1, slot: int32(j), quick: true}, true
 		}
 	}
-	return breakerTicket{}, false
+	return Ticket{}, false
 }
 
 // touch makes s the most recently used scope: it takes a new number of
@@ -97,7 +97,7 @@ func (b *Breaker) touch(s *scopeState) {
 
 // releaseQuick frees the slot of t, a quick ticket, and reports false when
 // t was done before.
-func (s *scopeState) releaseQuick(t breakerTicket) bool {
+func (s *scopeState) releaseQuick(t Ticket) bool {
 	return s.q.slots[t.slot].CompareAndSwap(t.seq, t.seq+1)
 }
 
@@ -138,7 +138,7 @@ func (s *scopeState) quickFoldLocked() {
 // held.
 func (s *scopeState) quickPublishLocked() {
 	g := s.gen & 0xffffffff
-	if s.forgotten || s.state != BreakerClosed || g == 0 {
+	if s.forgotten || s.state != Closed || g == 0 {
 		return // the word stays zero: everything takes the lock
 	}
 	w := g << 32

@@ -1,4 +1,4 @@
-package retryfuse
+package breaker
 
 import (
 	"strconv"
@@ -10,49 +10,49 @@ import (
 // The hot path: a closed scope, one admission and one outcome per request.
 
 func BenchmarkBreakerClosed(b *testing.B) {
-	br, _ := NewBreaker(BreakerSettings{})
+	br, _ := New(Settings{})
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _, err := br.allow("api.example", now)
+		tk, _, err := br.Allow("api.example", now)
 		if err != nil {
 			b.Fatal(err)
 		}
-		tk.done(observeSuccess, nil, now)
+		tk.Done(Success, nil, now)
 	}
 }
 
 func BenchmarkBreakerClosedParallel(b *testing.B) {
-	br, _ := NewBreaker(BreakerSettings{})
+	br, _ := New(Settings{})
 	now := time.Now()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, _, err := br.allow("api.example", now)
+			tk, _, err := br.Allow("api.example", now)
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			tk.done(observeSuccess, nil, now)
+			tk.Done(Success, nil, now)
 		}
 	})
 }
 
 // One scope per goroutine: only the breaker's lock is shared.
 func BenchmarkBreakerClosedParallelScopes(b *testing.B) {
-	br, _ := NewBreaker(BreakerSettings{})
+	br, _ := New(Settings{})
 	var n atomic.Int32
 	now := time.Now()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		scope := "api-" + strconv.Itoa(int(n.Add(1))) + ".example"
 		for pb.Next() {
-			tk, _, err := br.allow(scope, now)
+			tk, _, err := br.Allow(scope, now)
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			tk.done(observeSuccess, nil, now)
+			tk.Done(Success, nil, now)
 		}
 	})
 }
@@ -64,19 +64,19 @@ func BenchmarkBreakerClosedParallelScopes(b *testing.B) {
 // above, with nothing between tickets, favour a lock: one core takes it
 // many times over while the other waits.
 func BenchmarkBreakerClosedCalls(b *testing.B) {
-	br, _ := NewBreaker(BreakerSettings{})
+	br, _ := New(Settings{})
 	now := time.Now()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			callerWork()
-			tk, _, err := br.allow("api.example", now)
+			tk, _, err := br.Allow("api.example", now)
 			if err != nil {
 				b.Error(err)
 				return
 			}
 			callerWork()
-			tk.done(observeSuccess, nil, now)
+			tk.Done(Success, nil, now)
 		}
 	})
 }

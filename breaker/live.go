@@ -1,4 +1,4 @@
-package retryfuse
+package breaker
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
 
 // This file is the Breaker as an operator meets it during an incident: its
@@ -28,19 +30,19 @@ import (
 //   - A lowered MaxScopes forgets closed scopes past it, as a new scope
 //     does (see MaxScopes); open and half-open ones are kept.
 //
-// The version of s (BreakerSettings.Version) must be above the version in
+// The version of s (Settings.Version) must be above the version in
 // force; zero means the next one. Settings equal to those in force change
 // nothing, and are no new version: a configuration applied twice is
-// harmless. Every later transition, refusal (CircuitOpenError.Version) and
-// event (BreakerChangeInfo.Settings) carries the new version, and each
+// harmless. Every later transition, refusal (OpenError.Version) and
+// event (Change.Settings) carries the new version, and each
 // scope's first request under it is reported through Hooks.BreakerChange
 // with From == To.
 //
 // Invalid settings, or a version at or below the one in force (other
 // than the same settings under the same version), are refused with an
-// error wrapping ErrInvalidPolicy that says why, and the settings in
+// error wrapping sentinel.ErrInvalidPolicy that says why, and the settings in
 // force stay so. Update is safe to call concurrently with traffic.
-func (b *Breaker) Update(s BreakerSettings) (BreakerSettings, error) {
+func (b *Breaker) Update(s Settings) (Settings, error) {
 	next, err := s.resolve() // before the lock: it is pure
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -55,14 +57,14 @@ func (b *Breaker) Update(s BreakerSettings) (BreakerSettings, error) {
 	case same == cur && (s.Version == 0 || s.Version == cur.Version):
 		return cur, nil // nothing changes
 	case s.Version == 0 && cur.Version == math.MaxUint64:
-		return cur, invalidPolicy("BreakerSettings.Version", "has no next value after "+strconv.FormatUint(cur.Version, 10)+"; "+stayInForce(cur.Version))
+		return cur, sentinel.InvalidPolicy("Settings.Version", "has no next value after "+strconv.FormatUint(cur.Version, 10)+"; "+stayInForce(cur.Version))
 	case s.Version == 0:
 		next.Version = cur.Version + 1
 	case s.Version == cur.Version:
-		return cur, invalidPolicy("BreakerSettings.Version "+strconv.FormatUint(s.Version, 10),
+		return cur, sentinel.InvalidPolicy("Settings.Version "+strconv.FormatUint(s.Version, 10),
 			"names other settings than the ones in force under it: a new version needs a new number; "+stayInForce(cur.Version))
 	case s.Version < cur.Version:
-		return cur, invalidPolicy("BreakerSettings.Version "+strconv.FormatUint(s.Version, 10),
+		return cur, sentinel.InvalidPolicy("Settings.Version "+strconv.FormatUint(s.Version, 10),
 			"goes backwards: it must be above "+strconv.FormatUint(cur.Version, 10)+", the version in force; "+stayInForce(cur.Version))
 	}
 	b.set = next
@@ -94,15 +96,15 @@ func stayInForce(version uint64) string {
 // Snapshot is safe to call concurrently with traffic: it copies under the
 // Breaker's lock, for a time that grows with the number of scopes (at most
 // MaxScopes).
-func (b *Breaker) Snapshot() []BreakerChangeInfo {
+func (b *Breaker) Snapshot() []Change {
 	b.mu.Lock()
-	out := make([]BreakerChangeInfo, 0, len(b.scopes))
+	out := make([]Change, 0, len(b.scopes))
 	for _, s := range b.scopes {
 		s.quickFoldLocked()
 		out = append(out, b.infoLocked(s))
 		s.quickPublishLocked()
 	}
 	b.mu.Unlock()
-	slices.SortFunc(out, func(x, y BreakerChangeInfo) int { return strings.Compare(x.Scope, y.Scope) })
+	slices.SortFunc(out, func(x, y Change) int { return strings.Compare(x.Scope, y.Scope) })
 	return out
 }

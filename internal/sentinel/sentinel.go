@@ -1,0 +1,46 @@
+// Package sentinel holds the sentinel errors that the root package shares
+// with the packages of its policies, so that an error made in a policy's
+// package matches the root's exported sentinel with errors.Is: ErrDeclined
+// (exported as retryfuse.ErrDeclined) and ErrInvalidPolicy (exported as
+// retryfuse.ErrInvalidPolicy).
+package sentinel
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+var (
+	// ErrDeclined is wrapped by every refusal on a limit that passes.
+	ErrDeclined = errors.New("retryfuse: declined")
+	// ErrInvalidPolicy is wrapped by every error about an invalid setting.
+	ErrInvalidPolicy = errors.New("retryfuse: invalid policy")
+)
+
+// Declined returns a sentinel error with message msg that matches
+// ErrDeclined.
+func Declined(msg string) error { return &declinedError{msg} }
+
+type declinedError struct{ msg string }
+
+func (e *declinedError) Error() string { return e.msg }
+func (e *declinedError) Unwrap() error { return ErrDeclined }
+
+// InvalidPolicy returns the error of a setting named field: "<ErrInvalidPolicy>: field problem".
+func InvalidPolicy(field, problem string) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidPolicy, field, problem)
+}
+
+// Finite reports a negative, NaN or infinite setting.
+func Finite(field string, v float64) error {
+	switch {
+	case math.IsNaN(v):
+		return InvalidPolicy(field, "is NaN")
+	case math.IsInf(v, 0):
+		return InvalidPolicy(field, "is infinite")
+	case v < 0:
+		return InvalidPolicy(field, "is negative")
+	}
+	return nil
+}
