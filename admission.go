@@ -1,9 +1,9 @@
 package retryfuse
 
 import (
-	"github.com/retryfuse/retryfuse/breaker"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 	"golang.org/x/time/rate"
 )

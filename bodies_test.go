@@ -3,13 +3,14 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"github.com/retryfuse/retryfuse/breaker"
 	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/breaker"
 )
 
 // responseBodies is a base that wraps every response body in one that

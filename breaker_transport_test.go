@@ -3,7 +3,6 @@ package retryfuse
 import (
 	"context"
 	"fmt"
-	"github.com/retryfuse/retryfuse/breaker"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -3,10 +3,10 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"github.com/retryfuse/retryfuse/breaker"
 	"strconv"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/sentinel"
 )

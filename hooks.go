@@ -3,9 +3,9 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"github.com/retryfuse/retryfuse/breaker"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 )
 

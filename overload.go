@@ -1,10 +1,10 @@
 package retryfuse
 
 import (
-	"github.com/retryfuse/retryfuse/breaker"
 	"net/http"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 )
 

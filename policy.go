@@ -2,7 +2,6 @@ package retryfuse
 
 import (
 	"fmt"
-	"github.com/retryfuse/retryfuse/breaker"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -11,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
-
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 )

@@ -3,9 +3,9 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"github.com/retryfuse/retryfuse/breaker"
 	"log/slog"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 )
 

@@ -1,0 +1,122 @@
+package retryfuse
+
+import "time"
+
+// This file is the policy of load: the bulkhead (fixed or learnt), the
+// rate limiter, slow start and the throttle of new calls, as a Transport
+// is given them.
+
+// LoadPolicy bounds the load a Transport puts on each scope: the attempts
+// in flight (a fixed or a learnt limit, with a queue), their rate, the
+// throttle of new calls to a dependency that rejects most of them, and
+// the ramp after recovery. The zero value has no bulkhead and no rate
+// limit, and the throttle on with its defaults.
+type LoadPolicy struct {
+	// MaxInFlight, when above zero, is the bulkhead of each scope: at most
+	// this many attempts of this Transport to one scope are in flight (from
+	// the attempt's send until its response headers, or its error). An
+	// attempt beyond it waits in the scope's queue, for at most MaxWait
+	// and never past the caller's deadline; when the queue is full
+	// (MaxQueued) or the wait runs out, the attempt is not sent, and the
+	// call gets a *BulkheadFullError (or, after earlier attempts, its last
+	// result). Zero means no bulkhead. With Adaptive it is the ceiling of
+	// the learnt limit instead.
+	MaxInFlight int
+
+	// Adaptive, when true, learns each scope's bulkhead limit rather than
+	// taking it from MaxInFlight: the attempts in flight the dependency
+	// takes without queueing, between MinInFlight and MaxInFlight (1000
+	// when zero). It starts at 4 and doubles while the fastest tenth of
+	// the answers stays at its unloaded level, then grows by one a window
+	// (a tenth of a second or more), holds while that tenth is up to 1.2
+	// times the unloaded level, and is cut in proportion beyond, or by a
+	// tenth on overload signals (429, 503, timeouts, lost connections)
+	// from the attempts sent with the most in flight (see the README's
+	// "Load"). Attempts over it wait in the scope's queue (a quarter of
+	// the limit, for a quarter of the unloaded latency; while it doubles,
+	// four times the limit, for that latency; never past the caller's
+	// deadline less that latency; MaxQueued and MaxWait, when set,
+	// instead), or are refused with a *BulkheadFullError (Learnt) matching
+	// ErrDeclined. Retries and hedges pass it too. Changes are reported
+	// (Hooks.Policy, "adaptive_limit"). Off by default: a learnt limit
+	// refuses work that a dependency would have queued and served within
+	// the callers' deadlines (a burst).
+	Adaptive bool
+
+	// MinInFlight is the floor of the learnt limit: it is never cut below
+	// it. Zero means 2 (or MaxInFlight when that is lower). It is refused
+	// without Adaptive, and above MaxInFlight.
+	MinInFlight int
+
+	// MaxQueued bounds the attempts waiting for a slot of a scope's
+	// bulkhead. Zero means none wait: a full bulkhead rejects at once;
+	// with Adaptive, zero means a quarter of the learnt limit (four times
+	// it while the limit doubles). It is refused without MaxInFlight or
+	// Adaptive, and with a negative MaxWait (no attempt would wait in the
+	// queue).
+	MaxQueued int
+
+	// RateLimit, when above zero, is the rate limiter of each scope: at
+	// most this many attempts per second to one scope, with bursts of
+	// RateBurst (a token bucket, golang.org/x/time/rate). Retries and
+	// hedges draw from it too. An attempt the limiter cannot admit at once
+	// waits for it, for at most MaxWait and never past the caller's
+	// deadline; one that would have to wait longer is not sent, and the
+	// call gets a *RateLimitError (or, after earlier attempts, its last
+	// result). Zero means no limit.
+	RateLimit float64
+
+	// RateBurst is the size of the rate limiter's bucket: the attempts it
+	// admits at once after a quiet spell. Required (at least 1) with a
+	// RateLimit.
+	RateBurst int
+
+	// MaxWait bounds the wait of an attempt for the bulkhead's queue, the
+	// rate limiter or the throttle's pace. Zero means one second (with
+	// Adaptive, a quarter of the scope's unloaded latency in the queue); a
+	// negative value means no waiting: an attempt is admitted at once or
+	// refused. The rate limiter refuses at once an attempt that would have
+	// to wait past the caller's deadline; a queued attempt whose caller's
+	// context ends first gets that context's error, as any wait of the
+	// call does. It is refused when nothing waits: without a RateLimit, a
+	// MaxQueued, Adaptive, and with the throttle disabled.
+	MaxWait time.Duration
+
+	// SlowStart is the window over which admission ramps up after a
+	// scope's Breaker closes (one this Transport's calls saw close), and
+	// after its learnt limit rises from its floor: the attempts admitted
+	// at once start from the Breaker's MaxProbes (or the floor), double
+	// every tenth of the window and grow by one per success, whichever is
+	// lower, under the bulkhead's limit; the rest wait or are refused as
+	// for the bulkhead (a *BulkheadFullError with SlowStart set). Reported
+	// through Hooks.Policy ("slow_start"). Zero means one second;
+	// negative, or set without a Breaker or Adaptive, is refused.
+	SlowStart time.Duration
+
+	// Throttle refuses a share of new calls to a dependency that rejects
+	// most of what it is sent. It is on unless disabled.
+	Throttle ThrottlePolicy
+}
+
+// ThrottlePolicy is the throttle of new calls, and the pace it learns
+// from 429s. The zero value is on, with K = 2 over 2 seconds.
+type ThrottlePolicy struct {
+	// Ratio is K: while a scope's dependency rejects most of what it is
+	// sent (503s, no answer), a share of new calls is refused before
+	// anything is sent (ErrDeclined, ReasonName throttled), so that what
+	// reaches it stays about K times what it accepts. A 429 is no
+	// rejection: it teaches the scope's pace, which spaces new calls
+	// (waiting within LoadPolicy.MaxWait and half of what is left of the
+	// deadline, else a *RateLimitError with Learnt). What it refuses and
+	// when: see the README. Zero means 2; below 1, NaN or infinite is
+	// refused, as is any value with Disable.
+	Ratio float64
+
+	// Window is how long the throttle remembers requests, in twenty
+	// buckets. Zero means 2s; a negative or shorter than 20ns window is
+	// refused, as is any with Disable.
+	Window time.Duration
+
+	// Disable turns the throttle of new calls and its pace off.
+	Disable bool
+}
