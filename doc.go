@@ -10,6 +10,22 @@
 //		// The write may have been applied: look it up by rec.IdempotencyKey.
 //	}
 //
+// The Transport's settings are grouped by policy, each group a value type
+// whose zero value is its defaults: Retry (RetryPolicy), Keys (KeyPolicy),
+// Brake (BrakePolicy), Hedge (HedgePolicy), Load (LoadPolicy), Reads
+// (ReadPolicy) and Scope (ScopePolicy). The retry budgets are in package
+// github.com/retryfuse/retryfuse/budget, the circuit breaker in package
+// github.com/retryfuse/retryfuse/breaker:
+//
+//	br, err := breaker.New(breaker.Settings{})
+//	if err != nil {
+//		return err
+//	}
+//	tr := &retryfuse.Transport{
+//		Retry: retryfuse.RetryPolicy{MaxAttempts: 5, AttemptTimeout: 2 * time.Second},
+//		Brake: retryfuse.BrakePolicy{Breaker: br},
+//	}
+//
 // # What is repeated
 //
 // Every attempt is classified (see Classifier): the statuses 408, 425,
@@ -43,10 +59,10 @@
 // # Waiting
 //
 // Between attempts the transport waits a capped exponential backoff with
-// full jitter, never shorter than a server's Retry-After (both forms), never
-// longer than MaxRetryAfter, and never past the caller's deadline: a wait
-// that cannot end in time is not started, and the last response is
-// returned instead.
+// full jitter, never shorter than a server's Retry-After (both forms),
+// never longer than Retry.MaxRetryAfter, and never past the caller's
+// deadline: a wait that cannot end in time is not started, and the last
+// response is returned instead.
 //
 // # Errors
 //
@@ -109,23 +125,24 @@
 //
 // # Budgets, the breaker and the key ledger
 //
-// Every retry (never a first attempt) must take a token from a Budget
-// shared by all callers of a dependency: by default one RatioBudget per
-// scope (scheme, host and port), which bounds retries to 10% of recent
-// requests plus a small reserve, so that a hundred callers of a dead
-// dependency send at most about 120 requests, not 300. A refusal hands
-// back the last response, or an error wrapping ErrBudgetExhausted.
+// Every retry (never a first attempt) must take a token from a budget
+// (budget.Budget) shared by all callers of a dependency: by default one
+// budget.Ratio per scope (scheme, host and port), which bounds retries to
+// 10% of recent requests plus a small reserve, so that a hundred callers of
+// a dead dependency send at most about 120 requests, not 300. A refusal
+// hands back the last response, or an error wrapping ErrBudgetExhausted.
 //
-// A Breaker, when set, fails calls to an open scope fast
-// (*breaker.OpenError) and lets a bounded number of probes through after its
-// open interval; only dependency outcomes feed it.
+// A breaker.Breaker, when set as Brake.Breaker, fails calls to an open
+// scope fast (*breaker.OpenError) and lets a bounded number of probes
+// through after its open interval; only dependency outcomes feed it.
 //
-// A Ledger, when set, remembers idempotency keys: a concurrent duplicate
-// is braked (ErrDuplicateInFlight), a key reused with another body is
-// refused (ErrIdempotencyConflict), a completed key gets its stored result
-// back without sending, and a key whose write is uncertain stays held.
-// A Reconciler, when set, is asked whether an uncertain write took effect
-// before the *ReconcileRequiredError is returned.
+// A Ledger, when set as Keys.Ledger, remembers idempotency keys: a
+// concurrent duplicate is braked (ErrDuplicateInFlight), a key reused with
+// another body is refused (ErrIdempotencyConflict), a completed key gets
+// its stored result back without sending, and a key whose write is
+// uncertain stays held. A Reconciler, when set as Keys.Reconciler, is asked
+// whether an uncertain write took effect before the *ReconcileRequiredError
+// is returned.
 //
 // # Hooks
 //

@@ -1,5 +1,5 @@
 // Command adaptive shows a learnt limit of attempts in flight
-// (AdaptiveInFlight): 40 callers call a dependency that has 2 workers,
+// (Load.Adaptive): 40 callers call a dependency that has 2 workers,
 // each taking 10ms, for a second. Without a limit, 40 requests would
 // queue in front of 2 workers, each waiting 200ms. retryfuse learns how
 // many the dependency takes without a queue, and refuses the rest at
@@ -60,10 +60,9 @@ func run(w io.Writer) error {
 	var mu sync.Mutex
 	rt := &retryfuse.Transport{
 		Load: retryfuse.LoadPolicy{
-			Adaptive: true,
+			Adaptive: true, // the limit is learnt, per scope, between 2 and 1000
 		},
 		Retry: retryfuse.RetryPolicy{
-			// the limit is learnt, per scope, between 2 and 1000
 			MaxAttempts: 1,
 		},
 		Hooks: retryfuse.Hooks{

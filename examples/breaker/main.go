@@ -1,5 +1,6 @@
-// Command breaker shows a Breaker on a Transport braking a dependency that
-// fails for a while, then recovers.
+// Command breaker shows a breaker.Breaker on a Transport (its
+// Brake.Breaker) braking a dependency that fails for a while, then
+// recovers.
 //
 // After 3 failures in a row the scope opens: calls fail fast with a
 // *breaker.OpenError and nothing is sent. Once OpenTimeout (100ms here) has

@@ -1,4 +1,4 @@
-// Command budget shows one RatioBudget shared by 50 concurrent callers of
+// Command budget shows one budget.Ratio shared by 50 concurrent callers of
 // a dependency that answers every request with 503.
 //
 // Each caller would send up to 3 attempts: 150 requests in all. The shared
@@ -55,13 +55,12 @@ func run(w io.Writer) error {
 	var byBudget, byAttempts atomic.Int32
 	rt := &retryfuse.Transport{
 		Retry: retryfuse.RetryPolicy{
-			Budget:         budget,
+			Budget:         budget, // one budget for every caller (and every scope)
 			InitialBackoff: 5 * time.Millisecond,
 			MaxBackoff:     20 * time.Millisecond,
 		},
 		Load: retryfuse.LoadPolicy{
 			Throttle: retryfuse.ThrottlePolicy{
-				// one budget for every caller (and every scope)
 				// The throttle, on by default, would refuse some of the callers that
 				// start after the first 503s (how many depends on their timing):
 				// off here, to show the budget alone.

@@ -48,7 +48,7 @@ func run(w io.Writer) error {
 		Hedge: retryfuse.HedgePolicy{
 			// One hedge, sent when an attempt has not answered within 50ms.
 			// GET, HEAD and OPTIONS are hedged; other methods only when listed
-			// in HedgeMethods. Each hedge takes a retry from the budget.
+			// in Methods. Each hedge takes a retry from the budget.
 			Max:   1,
 			Delay: 50 * time.Millisecond,
 		},

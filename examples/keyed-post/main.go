@@ -71,9 +71,8 @@ func run(w io.Writer) error {
 
 	rt := &retryfuse.Transport{
 		Retry: retryfuse.RetryPolicy{
-			InitialBackoff: 10 * time.Millisecond,
+			InitialBackoff: 10 * time.Millisecond, // short, so the example runs at once
 		},
-		// short, so the example runs at once
 		Hooks: retryfuse.Hooks{
 			Retry: func(i retryfuse.RetryInfo) {
 				fmt.Fprintf(w, "  transport: attempt %d: %v; repeating with key %q\n", i.Attempt, i.Err, i.IdempotencyKey)

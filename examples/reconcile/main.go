@@ -3,7 +3,8 @@
 // A POST that reached the server but whose response never came back may
 // have taken effect. retryfuse never sends it again on its own: it returns
 // a *retryfuse.ReconcileRequiredError, and the caller (or a Reconciler set
-// on the Transport) looks the effect up by its idempotency key.
+// as the Transport's Keys.Reconciler) looks the effect up by its
+// idempotency key.
 //
 // The program starts a small orders API on a loopback port. The API applies
 // every POST /orders and then, the first time it sees a key, loses the
