@@ -268,10 +268,10 @@ func (c *call) attemptTimeout() time.Duration {
 
 // deadline is the deadline the call plans its waits and gates against:
 // its caller's, or, for a shared read, the latest of its callers'
-// (sharedFlight.latest).
+// (share.Flight.Latest).
 func (c *call) deadline() (time.Time, bool) {
 	if c.flight != nil {
-		return c.flight.latest()
+		return c.flight.Latest()
 	}
 	return c.ctx.Deadline()
 }

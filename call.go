@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/share"
 )
 
 // This file is one RoundTrip: the facts about the request, the gates
@@ -26,7 +27,7 @@ type call struct {
 	at          time.Time       // the clock's reading for the current step; see now
 	id          uint64
 	passThrough bool          // a retryfuse Transport above owns the repeating
-	flight      *sharedFlight // the shared read this call makes, if it is one; see deadline
+	flight      *share.Flight // the shared read this call makes, if it is one; see deadline
 
 	method  string
 	key     requestKey

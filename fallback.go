@@ -3,22 +3,16 @@ package retryfuse
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
+
+	"github.com/retryfuse/retryfuse/internal/fallback"
 )
 
-// This file is the outermost policy of the stack: the Fallback, asked for
-// a call that failed all the way, unless the request needs current data;
-// and the mark on a response it produced.
-
-// errFallbackEmpty: the Fallback returned neither a response nor an error.
-var errFallbackEmpty = errors.New("retryfuse: fallback returned neither a response nor an error")
-
-// fallbackHeader marks a response the Fallback produced; its value names
-// why the call failed (ReasonName). See Transport.Fallback.
-const fallbackHeader = "Retryfuse-Fallback"
+// This file is the outermost policy of the stack as a call meets it: the
+// Fallback, asked for a call that failed all the way, unless the request
+// needs current data; a response it produced is marked. Deciding that a
+// request needs current data, asking the Fallback safely and the mark are
+// internal/fallback's.
 
 // fallback asks the Fallback, if any, to answer for a call that ended with
 // resp and err, and returns the answer to give the caller: a response of
@@ -28,11 +22,11 @@ func (c *call) fallback(resp *http.Response, err error) (*http.Response, error) 
 	if fb == nil || c.passThrough || !c.failedAllTheWay(resp, err) {
 		return resp, err
 	}
-	if needsCurrent(c.req) {
+	if fallback.NeedsCurrent(c.req) {
 		c.policyEvent(policyFallback, actionWithheld, 0, err)
 		return resp, err
 	}
-	fresp, ferr, failure := askFallback(fb, c.req, resp, err)
+	fresp, ferr, failure := fallback.Ask(fb, c.req, resp, err)
 	if failure != nil {
 		c.policyEvent(policyFallback, actionFailed, 0, failure)
 		return resp, err
@@ -49,22 +43,10 @@ func (c *call) fallback(resp *http.Response, err error) (*http.Response, error) 
 		if why == nil {
 			why = err
 		}
-		markFallback(fresp, ReasonName(why))
+		fallback.Mark(fresp, ReasonName(why))
 	}
 	c.policyEvent(policyFallback, actionAnswered, 0, ferr)
 	return fresp, ferr
-}
-
-// markFallback sets the fallback header on resp, in a header of its own:
-// a Fallback may build its responses on a header map it keeps. Whatever
-// the Fallback put under the name is replaced.
-func markFallback(resp *http.Response, reason string) {
-	h := resp.Header.Clone()
-	if h == nil {
-		h = make(http.Header, 1)
-	}
-	h.Set(fallbackHeader, reason)
-	resp.Header = h
 }
 
 // WithCurrentData returns a copy of ctx that marks the requests sent with
@@ -73,46 +55,7 @@ func markFallback(resp *http.Response, reason string) {
 // failure, as for a request with a Cache-Control: no-cache or max-age=0
 // header. The mark is not sent.
 func WithCurrentData(ctx context.Context) context.Context {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return context.WithValue(ctx, currentDataKey{}, true)
-}
-
-// currentDataKey is the context key of WithCurrentData.
-type currentDataKey struct{}
-
-// needsCurrent reports whether req needs current data: its context says
-// so (WithCurrentData), or its Cache-Control has no-cache or max-age=0,
-// or, without a Cache-Control, its Pragma has no-cache (RFC 9111, 5.4).
-func needsCurrent(req *http.Request) bool {
-	if v, _ := req.Context().Value(currentDataKey{}).(bool); v {
-		return true
-	}
-	if cc := req.Header.Values("Cache-Control"); len(cc) > 0 {
-		for _, v := range cc {
-			for d := range strings.SplitSeq(v, ",") {
-				name, arg, _ := strings.Cut(strings.TrimSpace(d), "=")
-				switch strings.ToLower(strings.TrimSpace(name)) {
-				case "no-cache":
-					return true
-				case "max-age":
-					if n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(arg), `"`)); err == nil && n == 0 {
-						return true
-					}
-				}
-			}
-		}
-		return false
-	}
-	for _, v := range req.Header.Values("Pragma") {
-		for d := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(d), "no-cache") {
-				return true
-			}
-		}
-	}
-	return false
+	return fallback.WithCurrentData(ctx)
 }
 
 // failedAllTheWay reports whether a call's outcome is a failure the
@@ -142,25 +85,3 @@ func (c *call) failedAllTheWay(resp *http.Response, err error) bool {
 // inputErrors are the errors of a request or a Transport that is wrong:
 // the caller's mistake, which a Fallback must not hide.
 var inputErrors = [...]error{ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit, errNilRequest, errNilURL}
-
-// askFallback consults fb, recovering a panic. failure reports a Fallback
-// that panicked or answered nothing usable; a response beside an error is
-// closed, and the error stands.
-func askFallback(fb func(*http.Request, *http.Response, error) (*http.Response, error), req *http.Request, resp *http.Response, err error) (fresp *http.Response, ferr, failure error) {
-	defer func() {
-		if v := recover(); v != nil {
-			fresp, ferr, failure = nil, nil, fmt.Errorf("retryfuse: fallback panicked: %v", v)
-		}
-	}()
-	fresp, ferr = fb(req, resp, err)
-	switch {
-	case fresp == nil && ferr == nil:
-		return nil, nil, errFallbackEmpty
-	case fresp != nil && ferr != nil:
-		if fresp != resp {
-			drain(fresp, 0)
-		}
-		return nil, ferr, nil
-	}
-	return fresp, ferr, nil
-}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/internal/fallback"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -125,7 +126,7 @@ func TestFallbackAskedWhenStaleDataWillDo(t *testing.T) {
 		"Cache-Control beside Pragma: no-cache": withHeaders("Cache-Control", "max-age=60", "Pragma", "no-cache"),
 		"Cache-Control: max-stale":              withHeader("Cache-Control", "max-stale"),
 		"an unrelated context value": func(r *http.Request) *http.Request {
-			return r.WithContext(context.WithValue(r.Context(), currentDataKey{}, "yes"))
+			return r.WithContext(context.WithValue(r.Context(), fallback.CurrentDataKey{}, "yes"))
 		},
 		"Cache-Control: malformed max-age=zero, foo": withHeader("Cache-Control", "max-age=zero, foo"),
 	} {
@@ -141,7 +142,7 @@ func TestFallbackAskedWhenStaleDataWillDo(t *testing.T) {
 
 func TestWithCurrentDataOfANilContext(t *testing.T) {
 	ctx := WithCurrentData(nil) //nolint:staticcheck // nil on purpose: bad input must not panic
-	if v, _ := ctx.Value(currentDataKey{}).(bool); !v {
+	if v, _ := ctx.Value(fallback.CurrentDataKey{}).(bool); !v {
 		t.Error("the mark is not in the context")
 	}
 	if !errors.Is(context.Cause(ctx), nil) {

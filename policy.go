@@ -13,6 +13,7 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/share"
 )
 
 // This file resolves and validates a Transport's settings, once, at its
@@ -89,7 +90,7 @@ type policy struct {
 	throttleWindow time.Duration
 	slowStart      time.Duration
 	randN          func(n int64) int64        // a uniform draw from [0, n)
-	shareKey       func(*http.Request) string // nil: defaultShareKey
+	shareKey       func(*http.Request) string // nil: share.DefaultKey
 	maxSharedBody  int64
 }
 
@@ -157,7 +158,7 @@ func (t *Transport) resolve() (policy, error) {
 		fallback:      t.Fallback,
 		shareReads:    t.Reads.on(),
 		shareKey:      t.Reads.ShareKey,
-		maxSharedBody: orDefault(t.Reads.MaxSharedBody, defaultMaxSharedBody),
+		maxSharedBody: orDefault(t.Reads.MaxSharedBody, share.DefaultMaxBody),
 		clock:         e.clock,
 		randN:         e.randN,
 

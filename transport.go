@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"github.com/retryfuse/retryfuse/internal/share"
 )
 
 // Transport is an http.RoundTripper that repeats a request only when
@@ -106,6 +108,6 @@ type Transport struct {
 	initErr error
 	scopes  scopes        // the per-scope records: budgets, limits, latencies
 	keys    keyMemory     // without a Ledger, the keys left uncertain
-	flights flights       // with ShareReads, the shared calls in flight
+	flights share.Flights // with ShareReads, the shared calls in flight
 	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
 }
