@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/backoff"
 )
 
 // attempt is what one attempt established: its response or error, and
@@ -244,7 +245,7 @@ func (c *call) stoppedResend(a *attempt, why error) {
 var errNilResponse = errors.New("retryfuse: base RoundTripper returned neither a response nor an error")
 
 func statusError(resp *http.Response, now time.Time) *StatusError {
-	ra, _ := retryAfter(resp, now)
+	ra, _ := backoff.RetryAfter(resp, now)
 	return &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, RetryAfter: ra}
 }
 
