@@ -2,7 +2,6 @@ package retryfuse
 
 import (
 	"fmt"
-	"github.com/retryfuse/retryfuse/breaker"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -12,8 +11,10 @@ import (
 
 	"github.com/hashicorp/go-cleanhttp"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/redact"
 )
 
 // This file resolves and validates a Transport's settings, once, at its
@@ -178,7 +179,7 @@ func (t *Transport) resolve() (policy, error) {
 		p.budget = budgetOn(p.budget, p.clock)
 	}
 	if p.redact == nil {
-		p.redact = defaultRedactedQueryParams
+		p.redact = redact.DefaultQueryParams()
 	}
 	if p.newBudget == nil {
 		p.newBudget = newDefaultBudget
