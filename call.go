@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 )
 
 // This file is one RoundTrip: the facts about the request, the gates
@@ -53,17 +54,17 @@ type call struct {
 	// The key ledger's claim, when the call owns its key.
 	ledgerKey        string
 	ledgerToken      string
-	heldToken        string        // with earlierUncertain, the token that may end that claim
-	memoKey          string        // without a ledger, the key in the Transport's memory; see memo
-	memoized         bool          // the key is the Transport's memory's to keep
-	earlierUncertain bool          // an earlier call under the key ended uncertain
-	earlier          uncertainCall // what is known of it
-	confirmed        bool          // the call ends with a confirmed result
-	notStored        bool          // ... whose response is not to be stored for replay
-	uncertain        bool          // the call ends with an uncertain write
-	applied          bool          // the server said the key's write was applied, its result not kept
-	settled          bool          // settle has run
-	gaveUp           error         // the reason the call gave up, if it did
+	heldToken        string              // with earlierUncertain, the token that may end that claim
+	memoKey          string              // without a ledger, the key in the Transport's memory; see memo
+	memoized         bool                // the key is the Transport's memory's to keep
+	earlierUncertain bool                // an earlier call under the key ended uncertain
+	earlier          keymemory.Uncertain // what is known of it
+	confirmed        bool                // the call ends with a confirmed result
+	notStored        bool                // ... whose response is not to be stored for replay
+	uncertain        bool                // the call ends with an uncertain write
+	applied          bool                // the server said the key's write was applied, its result not kept
+	settled          bool                // settle has run
+	gaveUp           error               // the reason the call gave up, if it did
 
 	repeated *ReconcileRequiredError // an uncertain write repeated, not settled since; see honour.go
 }
@@ -141,7 +142,7 @@ func (c *call) run() (*http.Response, error) {
 			key = c.memo()
 		}
 		now := c.p.clock.Now()
-		c.t.keys.remember(key, keyMemo{earlier: uncertainCall{at: now, attempts: c.attempt, phase: c.phase}}, now)
+		c.t.keys.Remember(key, keymemory.Memo{Earlier: keymemory.Uncertain{At: now, Attempts: c.attempt, Phase: c.phase}}, now)
 	}
 	if c.ledgerToken == "" {
 		return resp, err // no claim to settle

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 )
 
 // Transport is an http.RoundTripper that repeats a request only when
@@ -104,8 +106,8 @@ type Transport struct {
 	once    sync.Once
 	p       policy // the settings, resolved once
 	initErr error
-	scopes  scopes        // the per-scope records: budgets, limits, latencies
-	keys    keyMemory     // without a Ledger, the keys left uncertain
-	flights flights       // with ShareReads, the shared calls in flight
-	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
+	scopes  scopes           // the per-scope records: budgets, limits, latencies
+	keys    keymemory.Memory // without a Ledger, the keys left uncertain
+	flights flights          // with ShareReads, the shared calls in flight
+	calls   atomic.Uint64    // the calls numbered (CallInfo.CallID), while there are hooks
 }
