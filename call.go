@@ -135,14 +135,7 @@ func (c *call) run() (*http.Response, error) {
 	resp, err := c.loop()
 	c.depositRequest() // when no attempt was made
 	if c.uncertain && (c.memoized || c.ledgerToken != "") {
-		// Without a ledger, the memory holds the key; with one, it keeps
-		// what a later call refused because of this one is told.
-		key := c.ledgerKey
-		if c.memoized {
-			key = c.memo()
-		}
-		now := c.p.clock.Now()
-		c.t.keys.Remember(key, keymemory.Memo{Earlier: keymemory.Uncertain{At: now, Attempts: c.attempt, Phase: c.phase}}, now)
+		c.rememberUncertain()
 	}
 	if c.ledgerToken == "" {
 		return resp, err // no claim to settle

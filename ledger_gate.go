@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
@@ -88,6 +89,19 @@ func (c *call) recall() decide.KeyState {
 	}
 	c.earlierUncertain = true
 	return decide.KeyInFlight
+}
+
+// rememberUncertain keeps the call's key in the Transport's memory once
+// its write is left uncertain. Without a ledger, the memory holds the key;
+// with one, it keeps what a later call refused because of this one is
+// told.
+func (c *call) rememberUncertain() {
+	key := c.ledgerKey
+	if c.memoized {
+		key = c.memo()
+	}
+	now := c.p.clock.Now()
+	c.t.keys.Remember(key, keymemory.Memo{Earlier: keymemory.Uncertain{At: now, Attempts: c.attempt, Phase: c.phase}}, now)
 }
 
 // memo returns the call's key in the Transport's memory, built on first
