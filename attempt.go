@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/backoff"
+	"github.com/retryfuse/retryfuse/internal/reqbody"
 )
 
 // attempt is what one attempt established: its response or error, and
@@ -71,7 +73,7 @@ type flight struct {
 	timeout time.Duration
 	cancel  context.CancelFunc // nil when nothing needs cancelling
 	timer   *time.Timer        // strikes at timeout
-	watched *bodyWatcher
+	watched *reqbody.Watcher
 	began   time.Time
 }
 
@@ -116,8 +118,8 @@ func (c *call) prepare(f *flight, ctx context.Context, at *attemptTrace, body io
 		f.req.Header = c.header
 	}
 	f.req.Body = body
-	if body != nil && body != http.NoBody { // a body to watch (body_watch.go)
-		if f.watched = watchBody(body); f.watched != nil {
+	if body != nil && body != http.NoBody { // a body to watch (internal/reqbody)
+		if f.watched = reqbody.Watch(body); f.watched != nil {
 			f.req.Body = f.watched
 		}
 	}
@@ -171,7 +173,7 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	t, p := c.t, c.p
 	c.step() // the attempt has returned: its end, the breaker's and the hooks' time
 	callerDone := c.req.Context().Err() != nil
-	bodyErr := f.watched != nil && f.watched.failed(err)
+	bodyErr := f.watched != nil && f.watched.Failed(err)
 	stopped := f.trace.stopped()
 	if stopped != nil && resp == nil && !callerDone && !bodyErr {
 		// Whatever the base returned is the stop's doing: a connection
@@ -244,7 +246,7 @@ func (c *call) stoppedResend(a *attempt, why error) {
 var errNilResponse = errors.New("retryfuse: base RoundTripper returned neither a response nor an error")
 
 func statusError(resp *http.Response, now time.Time) *StatusError {
-	ra, _ := retryAfter(resp, now)
+	ra, _ := backoff.RetryAfter(resp, now)
 	return &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, RetryAfter: ra}
 }
 

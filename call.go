@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/share"
 )
 
@@ -54,17 +55,17 @@ type call struct {
 	// The key ledger's claim, when the call owns its key.
 	ledgerKey        string
 	ledgerToken      string
-	heldToken        string        // with earlierUncertain, the token that may end that claim
-	memoKey          string        // without a ledger, the key in the Transport's memory; see memo
-	memoized         bool          // the key is the Transport's memory's to keep
-	earlierUncertain bool          // an earlier call under the key ended uncertain
-	earlier          uncertainCall // what is known of it
-	confirmed        bool          // the call ends with a confirmed result
-	notStored        bool          // ... whose response is not to be stored for replay
-	uncertain        bool          // the call ends with an uncertain write
-	applied          bool          // the server said the key's write was applied, its result not kept
-	settled          bool          // settle has run
-	gaveUp           error         // the reason the call gave up, if it did
+	heldToken        string              // with earlierUncertain, the token that may end that claim
+	memoKey          string              // without a ledger, the key in the Transport's memory; see memo
+	memoized         bool                // the key is the Transport's memory's to keep
+	earlierUncertain bool                // an earlier call under the key ended uncertain
+	earlier          keymemory.Uncertain // what is known of it
+	confirmed        bool                // the call ends with a confirmed result
+	notStored        bool                // ... whose response is not to be stored for replay
+	uncertain        bool                // the call ends with an uncertain write
+	applied          bool                // the server said the key's write was applied, its result not kept
+	settled          bool                // settle has run
+	gaveUp           error               // the reason the call gave up, if it did
 
 	repeated *ReconcileRequiredError // an uncertain write repeated, not settled since; see honour.go
 }
@@ -135,14 +136,7 @@ func (c *call) run() (*http.Response, error) {
 	resp, err := c.loop()
 	c.depositRequest() // when no attempt was made
 	if c.uncertain && (c.memoized || c.ledgerToken != "") {
-		// Without a ledger, the memory holds the key; with one, it keeps
-		// what a later call refused because of this one is told.
-		key := c.ledgerKey
-		if c.memoized {
-			key = c.memo()
-		}
-		now := c.p.clock.Now()
-		c.t.keys.remember(key, keyMemo{earlier: uncertainCall{at: now, attempts: c.attempt, phase: c.phase}}, now)
+		c.rememberUncertain()
 	}
 	if c.ledgerToken == "" {
 		return resp, err // no claim to settle

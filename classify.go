@@ -2,16 +2,12 @@ package retryfuse
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"strings"
-	"syscall"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/evidence"
 )
 
 // Class is a Classifier's verdict on one attempt.
@@ -66,7 +62,7 @@ func defaultClassify(resp *http.Response, err error) Class {
 		if resp == nil {
 			return ClassFinal
 		}
-		yes, _ := serverHints(resp.Header)
+		yes, _ := evidence.ServerHints(resp.Header)
 		return defaultResponseClass(resp, yes)
 	}
 	if transientError(err) {
@@ -75,56 +71,23 @@ func defaultClassify(resp *http.Response, err error) Class {
 	return ClassFinal
 }
 
-// serverHints are the headers by which a server says whether a response
-// may be retried: "true" or "false".
-var serverHintHeaders = [...]string{"X-Should-Retry", "Stripe-Should-Retry"}
-
-// serverHints reports whether a retry hint of h says "true" (yes) and
-// whether one says "false" (no).
-func serverHints(h http.Header) (yes, no bool) {
-	for _, name := range serverHintHeaders {
-		if v := h[name]; len(v) > 0 {
-			switch hint := strings.TrimSpace(v[0]); {
-			case strings.EqualFold(hint, "true"):
-				yes = true
-			case strings.EqualFold(hint, "false"):
-				no = true
-			}
-		}
-	}
-	return yes, no
-}
-
 // defaultResponseClass is the default classification of resp, whose
 // server said yes to a retry or not.
 func defaultResponseClass(resp *http.Response, yes bool) Class {
-	if yes || retryableStatus(resp.StatusCode) {
+	if yes || evidence.RetryableStatus(resp.StatusCode) {
 		return ClassRetryable
 	}
 	return ClassFinal
 }
 
-// retryableStatus reports whether code is retryable by default: 408, 425,
-// 429, 500, 502, 503 or 504.
-func retryableStatus(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
-		http.StatusInternalServerError, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return true
-	}
-	return false
-}
-
-// transientError reports whether err is known to be transient. Anything
-// not recognised is not: the transport repeats only what it understands.
+// transientError reports whether err is known to be transient. The
+// transport's own errors are judged here; the network's evidence, in
+// package evidence. Anything not recognised is not transient: the
+// transport repeats only what it understands.
 func transientError(err error) bool {
-	if errors.Is(err, ErrAttemptTimeout) {
-		return true // before the Canceled test: the attempt's context was cancelled by its timer
-	}
 	switch {
-	case errors.Is(err, context.Canceled), certificateError(err):
-		return false
+	case errors.Is(err, ErrAttemptTimeout):
+		return true // before evidence's Canceled test: the attempt's context was cancelled by its timer
 	case errors.Is(err, ErrCircuitOpen):
 		// A local refusal, nothing sent: it unwraps to the failure that
 		// opened the circuit, but repeating it cannot succeed before the
@@ -135,100 +98,7 @@ func transientError(err error) bool {
 		// may look transient, but the write must not be repeated.
 		return false
 	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return dnsErr.IsTimeout || dnsErr.IsTemporary
-	}
-	for _, e := range transientErrnos {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || serverClosedIdle(err) {
-		return true
-	}
-	if streamReset(err) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// errServerClosedIdleText is the text of net/http's errServerClosedIdle:
-// the server's EOF on a reused connection, read before any response. It is
-// an EOF like any other, but net/http renames it without wrapping io.EOF and
-// does not export it, and returns it (rather than re-sending) for requests
-// it does not judge replayable, a PUT or a DELETE among them.
-const errServerClosedIdleText = "http: server closed idle connection"
-
-// serverClosedIdle reports whether err, or an error it wraps, is net/http's
-// errServerClosedIdle. Its whole text is the only evidence there is; this is
-// the one error recognised by its text.
-func serverClosedIdle(err error) bool {
-	for err != nil {
-		if err.Error() == errServerClosedIdleText {
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
-}
-
-// h2StreamError has the fields of net/http's (unexported) HTTP/2 stream
-// error, in order: that error's As method fills any struct of the same
-// shape, which is how it is recognised without its text.
-type h2StreamError struct {
-	StreamID uint32
-	Code     uint32
-	Cause    error
-}
-
-// Error makes h2StreamError a target errors.As accepts; it is never
-// returned.
-func (e h2StreamError) Error() string { return "http2 stream error" }
-
-// HTTP/2 error codes (RFC 9113, section 7) that make a stream reset
-// transient.
-const (
-	h2CodeInternal      = 0x2 // INTERNAL_ERROR: the server gave up on the stream
-	h2CodeRefusedStream = 0x7 // REFUSED_STREAM: the server did not process it
-)
-
-// streamReset reports whether err, or an error it wraps, is an HTTP/2
-// stream reset with INTERNAL_ERROR or REFUSED_STREAM. Other codes (a
-// protocol or flow-control error, HTTP_1_1_REQUIRED, ENHANCE_YOUR_CALM)
-// are not known to pass.
-func streamReset(err error) bool {
-	var se h2StreamError
-	if !errors.As(err, &se) {
-		return false
-	}
-	return se.Code == h2CodeInternal || se.Code == h2CodeRefusedStream
-}
-
-var transientErrnos = [...]error{
-	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED,
-	syscall.EPIPE, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
-}
-
-// certificateError reports whether err is a certificate or TLS
-// verification failure, which repeating cannot fix.
-func certificateError(err error) bool {
-	var (
-		verr   *tls.CertificateVerificationError
-		unk    x509.UnknownAuthorityError
-		inv    x509.CertificateInvalidError
-		host   x509.HostnameError
-		system x509.SystemRootsError
-		alert  tls.AlertError
-		rec    tls.RecordHeaderError
-	)
-	return errors.As(err, &verr) || errors.As(err, &unk) || errors.As(err, &inv) ||
-		errors.As(err, &host) || errors.As(err, &system) || errors.As(err, &alert) || errors.As(err, &rec)
+	return evidence.Transient(err)
 }
 
 // result is the classification of one attempt.
@@ -248,7 +118,7 @@ func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, 
 		// The server's retry hints, read once.
 		var yes, no bool
 		if resp != nil {
-			yes, no = serverHints(resp.Header)
+			yes, no = evidence.ServerHints(resp.Header)
 		}
 		class := ClassDefault
 		if c != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/evidence"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -24,8 +25,8 @@ import (
 func TestRetryableStatus(t *testing.T) {
 	retryable := map[int]bool{408: true, 425: true, 429: true, 500: true, 502: true, 503: true, 504: true}
 	for code := 100; code < 600; code++ {
-		if got, want := retryableStatus(code), retryable[code]; got != want {
-			t.Errorf("retryableStatus(%d) = %v, want %v", code, got, want)
+		if got, want := evidence.RetryableStatus(code), retryable[code]; got != want {
+			t.Errorf("RetryableStatus(%d) = %v, want %v", code, got, want)
 		}
 		resp := &http.Response{StatusCode: code}
 		want := ClassFinal
@@ -155,45 +156,6 @@ func TestClassifyUsesClassifierAndSurvivesItsPanic(t *testing.T) {
 	always := func(*http.Response, error) Class { return ClassRetryable }
 	if got := classify(always, nil, context.Canceled, decide.PhasePreWrite, true, false); got.retryable {
 		t.Errorf("caller cancellation with a classifier retrying everything: got retryable=true, want false")
-	}
-}
-
-// h2FakeStreamError stands for net/http's unexported HTTP/2 stream error,
-// whose As method fills any struct of the same shape, as this one's does.
-type h2FakeStreamError struct {
-	StreamID uint32
-	Code     uint32
-	Cause    error
-}
-
-func (e h2FakeStreamError) Error() string { return "stream error" }
-
-func (e h2FakeStreamError) As(target any) bool {
-	if p, ok := target.(*h2StreamError); ok {
-		*p = h2StreamError(e)
-		return true
-	}
-	return false
-}
-
-// An HTTP/2 stream reset is transient for INTERNAL_ERROR and REFUSED_STREAM
-// only.
-func TestHTTP2StreamResetCodes(t *testing.T) {
-	for _, tt := range []struct {
-		code uint32
-		want Class
-	}{
-		{0x2, ClassRetryable}, // INTERNAL_ERROR
-		{0x7, ClassRetryable}, // REFUSED_STREAM
-		{0x1, ClassFinal},     // PROTOCOL_ERROR
-		{0x3, ClassFinal},     // FLOW_CONTROL_ERROR
-		{0xb, ClassFinal},     // ENHANCE_YOUR_CALM
-		{0xd, ClassFinal},     // HTTP_1_1_REQUIRED
-	} {
-		err := fmt.Errorf("round trip: %w", h2FakeStreamError{StreamID: 3, Code: tt.code})
-		if got := defaultClassify(nil, err); got != tt.want {
-			t.Errorf("stream reset code %#x: got %v, want %v", tt.code, got, tt.want)
-		}
 	}
 }
 

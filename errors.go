@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
 
@@ -330,4 +331,13 @@ func (e *attemptTimeoutError) Temporary() bool { return true }
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout())
+}
+
+// redactedURL is the call's URL as its hooks and errors show it
+// (redact.URL), rendered on first use.
+func (c *call) redactedURL() string {
+	if c.url == "" {
+		c.url = redact.URL(c.req.URL, c.p.redact)
+	}
+	return c.url
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/evidence"
 )
 
 // leafKind is what the classification promises about an error leaf.
@@ -146,7 +147,7 @@ func FuzzClassify(f *testing.F) {
 		case 408, 425, 429, 500, 502, 503, 504:
 			want = ClassRetryable
 		}
-		if cls != want || retryableStatus(code) != (want == ClassRetryable) {
+		if cls != want || evidence.RetryableStatus(code) != (want == ClassRetryable) {
 			t.Fatalf("defaultClassify(status %d) = %v, want %v", code, cls, want)
 		}
 		phase := decide.Phase(phaseByte % 4)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 )
 
 // This file is the client's side of a server that honours Idempotency-Key
@@ -252,7 +253,7 @@ func (c *call) answeredNotStored() (*http.Response, error) {
 	drain(c.lastResp, 0)
 	c.applied = true // the Ledger's claim is completed as the call settles
 	if c.memoized {
-		c.t.keys.remember(c.memo(), keyMemo{applied: true}, c.p.clock.Now()) // a later call gets ErrAlreadyApplied
+		c.t.keys.Remember(c.memo(), keymemory.Memo{Applied: true}, c.p.clock.Now()) // a later call gets ErrAlreadyApplied
 	}
 	return nil, c.refuseApplied(decide.Verdict{})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/evidence"
 )
 
 // The fault tests of transport_faults_test.go, over HTTP/2 as over
@@ -29,8 +30,8 @@ func h2AbortFirst(n int, w http.ResponseWriter, _ *http.Request) {
 func h2WantResetCause(t *testing.T, p httpProto, cause error) {
 	t.Helper()
 	if p.h2 {
-		var se h2StreamError
-		if !errors.As(cause, &se) || se.Code != h2CodeInternal {
+		var se evidence.H2StreamError
+		if !errors.As(cause, &se) || se.Code != evidence.H2CodeInternal {
 			t.Errorf("cause: got %v, want an HTTP/2 stream reset with INTERNAL_ERROR", cause)
 		}
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/fingerprint"
+	"github.com/retryfuse/retryfuse/internal/reqbody"
 )
 
 // This file is the ledger of idempotency keys: what it promises (the Ledger
@@ -142,7 +143,7 @@ func (f *fingerprinter) hashBody(getBody func() (io.ReadCloser, error), limit in
 	}
 	defer rc.Close()
 	var body io.Reader = rc
-	if r, ok := inMemory(rc).(*bytes.Reader); ok {
+	if r, ok := reqbody.InMemory(rc).(*bytes.Reader); ok {
 		body = r // hashed where it lies, without a copy through the buffer
 	}
 	switch err := f.h.Body(body, limit); {

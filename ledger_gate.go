@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
@@ -58,10 +59,10 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 	case decide.KeyInFlight:
 		c.earlierUncertain = cl.Uncertain
 		c.heldToken = cl.Token // the earlier call's, for Resolve
-		if cl.Uncertain && !c.t.keys.empty() {
+		if cl.Uncertain && !c.t.keys.Empty() {
 			// What this process knows of that call, if it was its own.
-			m, _ := c.t.keys.lookup(c.ledgerKey, c.p.clock.Now())
-			c.earlier = m.earlier
+			m, _ := c.t.keys.Lookup(c.ledgerKey, c.p.clock.Now())
+			c.earlier = m.Earlier
 		}
 	}
 	return cl.State, cl.Stored, nil
@@ -73,21 +74,34 @@ func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
 // without a stored result. Either way the call is told to reconcile.
 func (c *call) recall() decide.KeyState {
 	c.memoized = true
-	if c.t.keys.empty() {
+	if c.t.keys.Empty() {
 		// Nothing remembered, as is usual: the key's name is built only
 		// if the call must be remembered.
 		return decide.KeyNone
 	}
-	switch m, found := c.t.keys.lookup(c.memo(), c.p.clock.Now()); {
+	switch m, found := c.t.keys.Lookup(c.memo(), c.p.clock.Now()); {
 	case !found:
 		return decide.KeyNone
-	case m.applied:
+	case m.Applied:
 		return decide.KeyCompleted
 	default:
-		c.earlier = m.earlier
+		c.earlier = m.Earlier
 	}
 	c.earlierUncertain = true
 	return decide.KeyInFlight
+}
+
+// rememberUncertain keeps the call's key in the Transport's memory once
+// its write is left uncertain. Without a ledger, the memory holds the key;
+// with one, it keeps what a later call refused because of this one is
+// told.
+func (c *call) rememberUncertain() {
+	key := c.ledgerKey
+	if c.memoized {
+		key = c.memo()
+	}
+	now := c.p.clock.Now()
+	c.t.keys.Remember(key, keymemory.Memo{Earlier: keymemory.Uncertain{At: now, Attempts: c.attempt, Phase: c.phase}}, now)
 }
 
 // memo returns the call's key in the Transport's memory, built on first

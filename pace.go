@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryfuse/retryfuse/internal/backoff"
 	"golang.org/x/time/rate"
 )
 
@@ -99,7 +100,7 @@ func (p *pace) record(now time.Time, resp *http.Response, maxHold time.Duration,
 		return // fell idle meanwhile
 	case throttled:
 		p.lastRej = now
-		if ra, ok := retryAfter(resp, now); ok && ra <= maxHold && now.Add(ra).After(p.holdUntil) {
+		if ra, ok := backoff.RetryAfter(resp, now); ok && ra <= maxHold && now.Add(ra).After(p.holdUntil) {
 			p.holdUntil = now.Add(ra)
 		}
 		if !active || now.Sub(p.lastCut) >= paceCutEvery {

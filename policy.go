@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/share"
 )
 
@@ -178,7 +180,7 @@ func (t *Transport) resolve() (policy, error) {
 		p.budget = budgetOn(p.budget, p.clock)
 	}
 	if p.redact == nil {
-		p.redact = defaultRedactedQueryParams
+		p.redact = redact.DefaultQueryParams()
 	}
 	if p.newBudget == nil {
 		p.newBudget = newDefaultBudget

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 )
 
 // A Reconciler is asked, when the decision core requires reconciliation,
@@ -80,7 +81,7 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 				err = l.Release(ctx, key, token)
 			}
 			if err == nil {
-				keys.forget(key) // what was kept to describe the uncertain call
+				keys.Forget(key) // what was kept to describe the uncertain call
 			}
 			return err
 		}
@@ -88,9 +89,9 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 		key := c.memo()
 		return func(_ context.Context, applied bool) error {
 			if applied {
-				keys.remember(key, keyMemo{applied: true}, clock.Now())
+				keys.Remember(key, keymemory.Memo{Applied: true}, clock.Now())
 			} else {
-				keys.forget(key)
+				keys.Forget(key)
 			}
 			return nil
 		}
@@ -105,7 +106,7 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 func (c *call) refuseUncertain() *ReconcileRequiredError {
 	e := c.reconcileError(nil)
 	e.Earlier, e.scope = true, boundedScope(c.scopeName())
-	e.Attempts, e.Phase, e.At = c.earlier.attempts, c.earlier.phase, c.earlier.at // zero: unknown
+	e.Attempts, e.Phase, e.At = c.earlier.Attempts, c.earlier.Phase, c.earlier.At // zero: unknown
 	if h := c.t.Hooks.Reconcile; h != nil {
 		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
 	}

@@ -64,7 +64,7 @@ func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 			assert.Contains(t, msg, "after 1 attempt (phase post_write)")
 
 			require.NoError(t, again.Resolve(context.Background(), false))
-			assert.True(t, tr.keys.empty(), "once resolved, nothing is kept of the call")
+			assert.True(t, tr.keys.Empty(), "once resolved, nothing is kept of the call")
 		})
 	}
 }

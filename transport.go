@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/share"
 )
 
@@ -106,8 +107,8 @@ type Transport struct {
 	once    sync.Once
 	p       policy // the settings, resolved once
 	initErr error
-	scopes  scopes        // the per-scope records: budgets, limits, latencies
-	keys    keyMemory     // without a Ledger, the keys left uncertain
-	flights share.Flights // with ShareReads, the shared calls in flight
-	calls   atomic.Uint64 // the calls numbered (CallInfo.CallID), while there are hooks
+	scopes  scopes           // the per-scope records: budgets, limits, latencies
+	keys    keymemory.Memory // without a Ledger, the keys left uncertain
+	flights share.Flights    // with ShareReads, the shared calls in flight
+	calls   atomic.Uint64    // the calls numbered (CallInfo.CallID), while there are hooks
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jarcoal/httpmock"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/backoff"
 )
 
 func TestRetryAfterHonoured(t *testing.T) {
@@ -35,7 +36,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: retryAfterMock(clk, tt.value), Retry: RetryPolicy{MaxRetryAfter: 20 * time.Second}, Hooks: log.hooks()})
 			start := clk.Now()
-			asked, ok := parseRetryAfter(tt.value(start), start)
+			asked, ok := backoff.ParseRetryAfter(tt.value(start), start)
 			if !ok || asked < 6*time.Second || asked > 7*time.Second {
 				t.Fatalf("bad case: value %q asks %v, %v", tt.value(start), asked, ok)
 			}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/backoff"
 )
 
 // This file is the wait before a retry: its delay (backoff or the server's
@@ -30,9 +32,9 @@ func (c *call) schedule() (retryPlan, error) {
 	c.step()
 	now := c.now()
 	retryNo := c.attempt // the coming attempt is retry number c.attempt
-	d := fullJitter(backoffCeiling(p.initialBackoff, p.maxBackoff, retryNo), p.randN)
+	d := backoff.FullJitter(backoff.Ceiling(p.initialBackoff, p.maxBackoff, retryNo), p.randN)
 	src := "backoff"
-	ra, hasRA := retryAfter(c.lastResp, now)
+	ra, hasRA := backoff.RetryAfter(c.lastResp, now)
 	remaining, hasDeadline := time.Duration(0), false
 	if dl, ok := c.deadline(); ok {
 		remaining, hasDeadline = dl.Sub(now), true
@@ -41,7 +43,7 @@ func (c *call) schedule() (retryPlan, error) {
 		if ra > p.maxRetryAfter || (hasDeadline && ra >= remaining) {
 			return retryPlan{}, errRetryAfterTooLong
 		}
-		d, src = retryAfterDelay(ra, d, p.maxRetryAfter), "retry_after"
+		d, src = backoff.RetryAfterDelay(ra, d, p.maxRetryAfter), "retry_after"
 		if hasDeadline && d >= remaining {
 			d = ra
 		}

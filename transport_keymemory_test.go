@@ -116,37 +116,5 @@ func TestUnkeyedAndGeneratedKeysAreNotRemembered(t *testing.T) {
 		assert.NoError(t, rec.Resolve(context.Background(), false))
 	}
 	assert.Equal(t, 2, srv.count())
-	assert.Empty(t, tr.keys.m)
-}
-
-func TestKeyMemoryBoundAndExpiry(t *testing.T) {
-	var k keyMemory
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for i := range keyMemoryMax {
-		k.remember(fmt.Sprint("k", i), keyMemo{}, now.Add(time.Duration(i)))
-	}
-	k.remember("new", keyMemo{}, now.Add(keyMemoryMax))
-	assert.Len(t, k.m, keyMemoryMax, "the memory stays within its bound")
-	_, found := k.lookup("k0", now.Add(keyMemoryMax))
-	assert.False(t, found, "the key that would expire first made room")
-	_, found = k.lookup("new", now.Add(keyMemoryMax))
-	assert.True(t, found)
-	_, found = k.lookup("new", now.Add(keyMemoryMax+keyMemoryTTL))
-	assert.False(t, found, "a key expires after keyMemoryTTL")
-}
-
-// empty, read without the lock, follows what the memory holds: a key
-// remembered, one expired on lookup, one forgotten.
-func TestKeyMemoryEmptyFollowsItsKeys(t *testing.T) {
-	var k keyMemory
-	now := time.Unix(1000, 0)
-	assert.True(t, k.empty())
-	k.remember("a", keyMemo{}, now)
-	k.remember("b", keyMemo{applied: true}, now)
-	assert.False(t, k.empty())
-	k.forget("a")
-	assert.False(t, k.empty(), "b is still held")
-	_, found := k.lookup("b", now.Add(keyMemoryTTL))
-	assert.False(t, found, "b has expired")
-	assert.True(t, k.empty(), "the expired key was dropped on lookup")
+	assert.True(t, tr.keys.Empty(), "nothing is remembered")
 }

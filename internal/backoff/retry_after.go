@@ -1,4 +1,4 @@
-package retryfuse
+package backoff
 
 import (
 	"net/http"
@@ -10,13 +10,13 @@ import (
 // about 292 years).
 const maxRetryAfterSeconds = 100 * 365 * 24 * 3600
 
-// parseRetryAfter parses a Retry-After header value (RFC 9110 §10.2.3) as
+// ParseRetryAfter parses a Retry-After header value (RFC 9110 §10.2.3) as
 // a delay from now: either delay-seconds (a non-negative decimal integer) or
 // an HTTP-date in any of the three formats net/http accepts. ok is false for
 // an absent, malformed or negative value; a date in the past gives 0 and ok.
 // The result is never negative and never overflows: values beyond a hundred
 // years are clamped to a hundred years, far above any cap.
-func parseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
+func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 	if value == "" {
 		return 0, false
 	}
@@ -71,20 +71,20 @@ func parseDelaySeconds(s string) (secs int64, isNum, valid bool) {
 	return secs, true, true
 }
 
-// retryAfterDelay is the wait before a retry the server asked to delay by
+// RetryAfterDelay is the wait before a retry the server asked to delay by
 // ra, given a jitter drawn from the backoff and the cap limit (ra at most
 // limit): never earlier than asked, the jitter above it spreading clients
 // that were given the same value, never past the cap. The sum saturates at
 // limit rather than wrapping to a negative wait.
-func retryAfterDelay(ra, jitter, limit time.Duration) time.Duration {
+func RetryAfterDelay(ra, jitter, limit time.Duration) time.Duration {
 	if jitter > limit-ra {
 		return limit
 	}
 	return ra + jitter
 }
 
-// retryAfter returns the server's Retry-After of resp, if present and valid.
-func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
+// RetryAfter returns the server's Retry-After of resp, if present and valid.
+func RetryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if resp == nil {
 		return 0, false
 	}
@@ -92,5 +92,5 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if len(v) == 0 {
 		return 0, false
 	}
-	return parseRetryAfter(v[0], now)
+	return ParseRetryAfter(v[0], now)
 }

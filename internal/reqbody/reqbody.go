@@ -1,4 +1,9 @@
-package retryfuse
+// Package reqbody tells an error of the caller's request body from a
+// network error: the body is watched as the base reads it, so that an
+// attempt that failed because the caller's reader did is known as the
+// caller's doing. A body whose reads cannot fail (one in memory) needs no
+// watcher, and is handed to the base as it is.
+package reqbody
 
 import (
 	"bytes"
@@ -10,7 +15,7 @@ import (
 	"sync/atomic"
 )
 
-// watchBody returns a watcher of body, or nil when body needs none: no
+// Watch returns a watcher of body, or nil when body needs none: no
 // body, or one whose reads cannot fail, so that any error of the attempt is
 // not the body's.
 //
@@ -22,11 +27,11 @@ import (
 // wrapper that passed WriteTo through would not win that back: net/http
 // looks for the concrete types, and with a known length it reads the body
 // through an io.LimitedReader, which hides WriteTo anyway.
-func watchBody(body io.ReadCloser) *bodyWatcher {
+func Watch(body io.ReadCloser) *Watcher {
 	if body == nil || body == http.NoBody || readsCannotFail(body) {
 		return nil
 	}
-	return &bodyWatcher{ReadCloser: body}
+	return &Watcher{ReadCloser: body}
 }
 
 // The types of io.NopCloser's results: one for a reader that implements
@@ -39,14 +44,14 @@ var (
 // readsCannotFail reports whether body is io.NopCloser of a *bytes.Reader,
 // *bytes.Buffer or *strings.Reader, whose Read returns no error but io.EOF.
 func readsCannotFail(body io.ReadCloser) bool {
-	return inMemory(body) != nil
+	return InMemory(body) != nil
 }
 
-// inMemory returns the reader inside body when body is io.NopCloser of a
+// InMemory returns the reader inside body when body is io.NopCloser of a
 // non-nil *bytes.Reader, *bytes.Buffer or *strings.Reader, and nil
 // otherwise. It looks through io.NopCloser as net/http's transferWriter
 // does.
-func inMemory(body io.ReadCloser) io.Reader {
+func InMemory(body io.ReadCloser) io.Reader {
 	switch reflect.TypeOf(body) {
 	case nopCloserType, nopCloserWriterToType:
 	default:
@@ -69,14 +74,17 @@ func inMemory(body io.ReadCloser) io.Reader {
 	return nil
 }
 
-// bodyWatcher remembers an error of the caller's body reader, so that it
-// can be told apart from a network failure.
-type bodyWatcher struct {
+// Watcher remembers an error of the caller's body reader, so that it can
+// be told apart from a network failure. Its Read is called by one
+// goroutine at a time, as any reader's; Failed may be called from another
+// while it runs.
+type Watcher struct {
 	io.ReadCloser
 	err atomic.Pointer[error]
 }
 
-func (b *bodyWatcher) Read(p []byte) (int, error) {
+// Read reads from the body, and remembers an error other than io.EOF.
+func (b *Watcher) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
 		b.fail(err)
@@ -88,10 +96,10 @@ func (b *bodyWatcher) Read(p []byte) (int, error) {
 // only a failing read moves an error to the heap, not every read.
 //
 //go:noinline
-func (b *bodyWatcher) fail(err error) { b.err.Store(&err) }
+func (b *Watcher) fail(err error) { b.err.Store(&err) }
 
-// failed reports whether err comes from the body reader.
-func (b *bodyWatcher) failed(err error) bool {
+// Failed reports whether err comes from the body reader.
+func (b *Watcher) Failed(err error) bool {
 	be := b.err.Load()
 	return err != nil && be != nil && errors.Is(err, *be)
 }

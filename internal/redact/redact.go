@@ -1,31 +1,28 @@
-package retryfuse
+// Package redact renders a URL as the transport reports it (in errors,
+// hooks and logs): without user information or fragment, and with the
+// values of the named query parameters replaced, so that no credential
+// reaches a log.
+package redact
 
 import (
 	"net/url"
 	"strings"
 )
 
-// defaultRedactedQueryParams are the query parameters whose values are
+// DefaultQueryParams returns the query parameters whose values are
 // replaced by "REDACTED" in URLs the transport reports (errors, hooks,
-// logs) when Transport.RedactQueryParams is nil. Names match without
-// regard to case.
-var defaultRedactedQueryParams = []string{
-	"access_token", "api_key", "apikey", "auth", "client_secret",
-	"code", "key", "password", "secret", "sig", "signature", "token",
-}
-
-// redactedURL is the call's URL as its hooks and errors show it
-// (redactURL), rendered on first use.
-func (c *call) redactedURL() string {
-	if c.url == "" {
-		c.url = redactURL(c.req.URL, c.p.redact)
+// logs) when it is given no list of its own: a new slice each time, which
+// its caller may keep. Names match without regard to case.
+func DefaultQueryParams() []string {
+	return []string{
+		"access_token", "api_key", "apikey", "auth", "client_secret",
+		"code", "key", "password", "secret", "sig", "signature", "token",
 	}
-	return c.url
 }
 
-// redactURL renders u without user information and with the values of the
+// URL renders u without user information and with the values of the
 // named query parameters replaced, so that no credential reaches a log.
-func redactURL(u *url.URL, params []string) string {
+func URL(u *url.URL, params []string) string {
 	if u == nil {
 		return ""
 	}

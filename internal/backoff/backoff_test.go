@@ -1,4 +1,4 @@
-package retryfuse
+package backoff
 
 import (
 	"math"
@@ -29,8 +29,8 @@ func TestBackoffCeiling(t *testing.T) {
 		{math.MaxInt64 / 2, math.MaxInt64, 3, math.MaxInt64},
 	}
 	for _, tt := range tests {
-		if got := backoffCeiling(tt.initial, tt.max, tt.retry); got != tt.want {
-			t.Errorf("backoffCeiling(%v, %v, %d) = %v, want %v", tt.initial, tt.max, tt.retry, got, tt.want)
+		if got := Ceiling(tt.initial, tt.max, tt.retry); got != tt.want {
+			t.Errorf("Ceiling(%v, %v, %d) = %v, want %v", tt.initial, tt.max, tt.retry, got, tt.want)
 		}
 	}
 }
@@ -40,9 +40,9 @@ func TestBackoffCeilingIsMonotoneAndBounded(t *testing.T) {
 		for _, max := range []time.Duration{initial, 10 * time.Second, time.Hour, math.MaxInt64} {
 			prev := time.Duration(0)
 			for retry := 1; retry <= 100; retry++ {
-				got := backoffCeiling(initial, max, retry)
+				got := Ceiling(initial, max, retry)
 				if got < prev || got > max || got <= 0 {
-					t.Fatalf("backoffCeiling(%v, %v, %d) = %v after %v: want non-decreasing, positive, at most max", initial, max, retry, got, prev)
+					t.Fatalf("Ceiling(%v, %v, %d) = %v after %v: want non-decreasing, positive, at most max", initial, max, retry, got, prev)
 				}
 				prev = got
 			}
@@ -52,26 +52,26 @@ func TestBackoffCeilingIsMonotoneAndBounded(t *testing.T) {
 
 func TestFullJitter(t *testing.T) {
 	called := false
-	if got := fullJitter(0, func(int64) int64 { called = true; return 0 }); got != 0 || called {
-		t.Errorf("fullJitter(0) = %v, randN called %v; want 0, not called", got, called)
+	if got := FullJitter(0, func(int64) int64 { called = true; return 0 }); got != 0 || called {
+		t.Errorf("FullJitter(0) = %v, randN called %v; want 0, not called", got, called)
 	}
 	var asked int64
-	if got := fullJitter(time.Second, func(n int64) int64 { asked = n; return n - 1 }); got != time.Second-1 || asked != int64(time.Second) {
-		t.Errorf("fullJitter(1s) = %v asking randN(%d); want %v asking randN(%d)", got, asked, time.Second-1, int64(time.Second))
+	if got := FullJitter(time.Second, func(n int64) int64 { asked = n; return n - 1 }); got != time.Second-1 || asked != int64(time.Second) {
+		t.Errorf("FullJitter(1s) = %v asking randN(%d); want %v asking randN(%d)", got, asked, time.Second-1, int64(time.Second))
 	}
 	// With the real source every draw lies in [0, ceiling), and the draws
 	// spread over the range.
 	const ceiling = 100 * time.Millisecond
 	var low, high bool
 	for range 10000 {
-		d := fullJitter(ceiling, rand.Int64N)
+		d := FullJitter(ceiling, rand.Int64N)
 		if d < 0 || d >= ceiling {
-			t.Fatalf("fullJitter(%v) = %v, want within [0, %v)", ceiling, d, ceiling)
+			t.Fatalf("FullJitter(%v) = %v, want within [0, %v)", ceiling, d, ceiling)
 		}
 		low = low || d < ceiling/10
 		high = high || d >= ceiling*9/10
 	}
 	if !low || !high {
-		t.Errorf("10000 draws of fullJitter(%v): reached the lowest tenth %v, the highest %v; want both", ceiling, low, high)
+		t.Errorf("10000 draws of FullJitter(%v): reached the lowest tenth %v, the highest %v; want both", ceiling, low, high)
 	}
 }

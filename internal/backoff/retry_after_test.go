@@ -1,4 +1,4 @@
-package retryfuse
+package backoff
 
 import (
 	"net/http"
@@ -43,9 +43,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"14 Mar 2025 12:01:30", 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := parseRetryAfter(tt.value, now)
+		got, ok := ParseRetryAfter(tt.value, now)
 		if got != tt.want || ok != tt.wantOK {
-			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", tt.value, got, ok, tt.want, tt.wantOK)
+			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tt.value, got, ok, tt.want, tt.wantOK)
 		}
 	}
 }
@@ -61,12 +61,12 @@ func TestParseRetryAfterNeverNegative(t *testing.T) {
 		"Fri, 31 Dec 9999 23:59:59 GMT", "Mon, 01 Jan 0001 00:00:00 GMT", "Thu, 01 Jan 1970 00:00:00 GMT"}
 	for _, now := range nows {
 		for _, v := range values {
-			d, ok := parseRetryAfter(v, now)
+			d, ok := ParseRetryAfter(v, now)
 			if !ok {
-				t.Errorf("parseRetryAfter(%q, %v): got ok false, want true", v, now)
+				t.Errorf("ParseRetryAfter(%q, %v): got ok false, want true", v, now)
 			}
 			if d < 0 || d > maxRetryAfterSeconds*time.Second {
-				t.Errorf("parseRetryAfter(%q, %v) = %v, want within [0, 100 years]", v, now, d)
+				t.Errorf("ParseRetryAfter(%q, %v) = %v, want within [0, 100 years]", v, now, d)
 			}
 		}
 	}
@@ -74,15 +74,15 @@ func TestParseRetryAfterNeverNegative(t *testing.T) {
 
 func TestRetryAfterReadsTheResponseHeader(t *testing.T) {
 	now := time.Now()
-	if _, ok := retryAfter(nil, now); ok {
-		t.Error("retryAfter(nil): got ok true, want false")
+	if _, ok := RetryAfter(nil, now); ok {
+		t.Error("RetryAfter(nil): got ok true, want false")
 	}
 	resp := &http.Response{Header: http.Header{}}
-	if _, ok := retryAfter(resp, now); ok {
-		t.Error("retryAfter without the header: got ok true, want false")
+	if _, ok := RetryAfter(resp, now); ok {
+		t.Error("RetryAfter without the header: got ok true, want false")
 	}
 	resp.Header.Set("Retry-After", "3")
-	if d, ok := retryAfter(resp, now); d != 3*time.Second || !ok {
-		t.Errorf("retryAfter with Retry-After: 3 = %v, %v; want 3s, true", d, ok)
+	if d, ok := RetryAfter(resp, now); d != 3*time.Second || !ok {
+		t.Errorf("RetryAfter with Retry-After: 3 = %v, %v; want 3s, true", d, ok)
 	}
 }

@@ -1,4 +1,4 @@
-package retryfuse
+package redact
 
 import (
 	"math/rand/v2"
@@ -13,15 +13,15 @@ func TestRedactURL(t *testing.T) {
 		params []string
 		want   string
 	}{
-		{"plain", "https://api.example.test/v1/orders", defaultRedactedQueryParams, "https://api.example.test/v1/orders"},
-		{"user and password", "https://alice:s3cret@api.example.test/x", defaultRedactedQueryParams, "https://api.example.test/x"},
-		{"user only", "https://alice@api.example.test/x", defaultRedactedQueryParams, "https://api.example.test/x"},
-		{"token", "https://h.test/x?token=abc&page=2", defaultRedactedQueryParams, "https://h.test/x?page=2&token=REDACTED"},
-		{"case-insensitive name", "https://h.test/x?Access_Token=abc", defaultRedactedQueryParams, "https://h.test/x?Access_Token=REDACTED"},
-		{"repeated param", "https://h.test/x?sig=a&sig=b", defaultRedactedQueryParams, "https://h.test/x?sig=REDACTED&sig=REDACTED"},
-		{"nothing sensitive", "https://h.test/x?page=2&q=go", defaultRedactedQueryParams, "https://h.test/x?page=2&q=go"},
-		{"fragment dropped", "https://h.test/x#token=abc", defaultRedactedQueryParams, "https://h.test/x"},
-		{"unparseable query hidden whole", "https://h.test/x?token=a;b", defaultRedactedQueryParams, "https://h.test/x?REDACTED"},
+		{"plain", "https://api.example.test/v1/orders", DefaultQueryParams(), "https://api.example.test/v1/orders"},
+		{"user and password", "https://alice:s3cret@api.example.test/x", DefaultQueryParams(), "https://api.example.test/x"},
+		{"user only", "https://alice@api.example.test/x", DefaultQueryParams(), "https://api.example.test/x"},
+		{"token", "https://h.test/x?token=abc&page=2", DefaultQueryParams(), "https://h.test/x?page=2&token=REDACTED"},
+		{"case-insensitive name", "https://h.test/x?Access_Token=abc", DefaultQueryParams(), "https://h.test/x?Access_Token=REDACTED"},
+		{"repeated param", "https://h.test/x?sig=a&sig=b", DefaultQueryParams(), "https://h.test/x?sig=REDACTED&sig=REDACTED"},
+		{"nothing sensitive", "https://h.test/x?page=2&q=go", DefaultQueryParams(), "https://h.test/x?page=2&q=go"},
+		{"fragment dropped", "https://h.test/x#token=abc", DefaultQueryParams(), "https://h.test/x"},
+		{"unparseable query hidden whole", "https://h.test/x?token=a;b", DefaultQueryParams(), "https://h.test/x?REDACTED"},
 		{"custom list", "https://h.test/x?session=abc&token=t", []string{"session"}, "https://h.test/x?session=REDACTED&token=t"},
 		{"empty list redacts no param", "https://u:p@h.test/x?token=t", []string{}, "https://h.test/x?token=t"},
 	}
@@ -32,16 +32,16 @@ func TestRedactURL(t *testing.T) {
 				t.Fatalf("url.Parse(%q): %v", tt.raw, err)
 			}
 			before := *u
-			if got := redactURL(u, tt.params); got != tt.want {
-				t.Errorf("redactURL(%q) = %q, want %q", tt.raw, got, tt.want)
+			if got := URL(u, tt.params); got != tt.want {
+				t.Errorf("URL(%q) = %q, want %q", tt.raw, got, tt.want)
 			}
 			if *u != before {
-				t.Errorf("redactURL modified its argument: got %+v, want %+v", *u, before)
+				t.Errorf("URL modified its argument: got %+v, want %+v", *u, before)
 			}
 		})
 	}
-	if got := redactURL(nil, defaultRedactedQueryParams); got != "" {
-		t.Errorf("redactURL(nil) = %q, want empty", got)
+	if got := URL(nil, DefaultQueryParams()); got != "" {
+		t.Errorf("URL(nil) = %q, want empty", got)
 	}
 }
 
@@ -68,7 +68,7 @@ func TestPlainURLWrittenAsStringWrites(t *testing.T) {
 			continue
 		}
 		plain++
-		if got, want := redactURL(u, nil), u.String(); got != want {
+		if got, want := URL(u, nil), u.String(); got != want {
 			t.Fatalf("URL %#v written %q, String writes %q", *u, got, want)
 		}
 	}
@@ -80,8 +80,8 @@ func TestPlainURLWrittenAsStringWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !plainURL(u) || redactURL(u, nil) != raw {
-			t.Errorf("%s: plain %v, written %q", raw, plainURL(u), redactURL(u, nil))
+		if !plainURL(u) || URL(u, nil) != raw {
+			t.Errorf("%s: plain %v, written %q", raw, plainURL(u), URL(u, nil))
 		}
 	}
 }

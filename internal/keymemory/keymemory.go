@@ -1,0 +1,114 @@
+// Package keymemory is a Transport's memory of keys when it has no
+// Ledger: the idempotency keys whose writes it left uncertain, or whose
+// writes the caller has since learnt were applied
+// (ReconcileRequiredError.Resolve). A later call under such a key is told
+// to reconcile instead of being sent. No fingerprint, no stored result:
+// one map lookup, for keyed requests only.
+//
+// With a Ledger, the ledger decides; the memory then only keeps what this
+// process knows of its own uncertain writes (when, after how many
+// attempts, how far they got), to describe them to a later call that the
+// ledger refuses because of them.
+package keymemory
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryfuse/retryfuse/decide"
+)
+
+// The bounds of the memory: how many keys, and for how long. A key is
+// dropped after TTL, like a MemoryLedger's, or to make room for a new one
+// when MaxKeys are held (the one that would expire first).
+const (
+	MaxKeys = 10000
+	TTL     = 24 * time.Hour
+)
+
+// Memory is the memory of keys, bounded by MaxKeys and TTL. Its zero value
+// is empty and ready for use. This type is concurrency safe.
+type Memory struct {
+	n  atomic.Int64 // len(m), read without the lock
+	mu sync.Mutex
+	m  map[string]Memo
+}
+
+// Empty reports whether no key is remembered. It takes no lock: a key
+// remembered by a call that ends as this one begins may or may not be
+// seen, as it may or may not be under the lock.
+func (k *Memory) Empty() bool { return k.n.Load() == 0 }
+
+// Memo is what is remembered of a key.
+type Memo struct {
+	Applied bool      // learnt to have been applied; else uncertain
+	Earlier Uncertain // with Applied false, what is known of the call that left it uncertain
+	expires time.Time
+}
+
+// Uncertain is what is known of a call that left its write uncertain.
+// The zero value: nothing is known.
+type Uncertain struct {
+	At       time.Time    // when its uncertain attempt ended
+	Attempts int          // the attempts it made
+	Phase    decide.Phase // how far it got
+}
+
+// Lookup returns what is remembered of key at now, and whether it is.
+func (k *Memory) Lookup(key string, now time.Time) (Memo, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok := k.m[key]
+	if !ok {
+		return Memo{}, false
+	}
+	if !now.Before(m.expires) {
+		delete(k.m, key)
+		k.n.Store(int64(len(k.m)))
+		return Memo{}, false
+	}
+	return m, true
+}
+
+// Remember holds key with m from now for TTL.
+func (k *Memory) Remember(key string, m Memo, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = make(map[string]Memo)
+	}
+	if _, ok := k.m[key]; !ok && len(k.m) >= MaxKeys {
+		k.makeRoom(now)
+	}
+	m.expires = now.Add(TTL)
+	k.m[key] = m
+	k.n.Store(int64(len(k.m)))
+}
+
+// Forget frees key.
+func (k *Memory) Forget(key string) {
+	k.mu.Lock()
+	delete(k.m, key)
+	k.n.Store(int64(len(k.m)))
+	k.mu.Unlock()
+}
+
+// makeRoom drops the expired keys or, when none has expired, the one that
+// expires first. k.mu is held.
+func (k *Memory) makeRoom(now time.Time) {
+	var first string
+	var firstAt time.Time
+	for key, m := range k.m {
+		if !now.Before(m.expires) {
+			delete(k.m, key)
+			continue
+		}
+		if first == "" || m.expires.Before(firstAt) {
+			first, firstAt = key, m.expires
+		}
+	}
+	if len(k.m) >= MaxKeys {
+		delete(k.m, first)
+	}
+}

@@ -1,0 +1,41 @@
+package keymemory
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestKeyMemoryBoundAndExpiry(t *testing.T) {
+	var k Memory
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i := range MaxKeys {
+		k.Remember(fmt.Sprint("k", i), Memo{}, now.Add(time.Duration(i)))
+	}
+	k.Remember("new", Memo{}, now.Add(MaxKeys))
+	assert.Len(t, k.m, MaxKeys, "the memory stays within its bound")
+	_, found := k.Lookup("k0", now.Add(MaxKeys))
+	assert.False(t, found, "the key that would expire first made room")
+	_, found = k.Lookup("new", now.Add(MaxKeys))
+	assert.True(t, found)
+	_, found = k.Lookup("new", now.Add(MaxKeys+TTL))
+	assert.False(t, found, "a key expires after TTL")
+}
+
+// Empty, read without the lock, follows what the memory holds: a key
+// remembered, one expired on lookup, one forgotten.
+func TestKeyMemoryEmptyFollowsItsKeys(t *testing.T) {
+	var k Memory
+	now := time.Unix(1000, 0)
+	assert.True(t, k.Empty())
+	k.Remember("a", Memo{}, now)
+	k.Remember("b", Memo{Applied: true}, now)
+	assert.False(t, k.Empty())
+	k.Forget("a")
+	assert.False(t, k.Empty(), "b is still held")
+	_, found := k.Lookup("b", now.Add(TTL))
+	assert.False(t, found, "b has expired")
+	assert.True(t, k.Empty(), "the expired key was dropped on lookup")
+}
