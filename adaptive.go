@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/latency"
 )
 
 // This file is the limit a scope learns (AdaptiveInFlight): the attempts
@@ -301,16 +303,16 @@ func (l *adaptiveLimit) quantile(q float64) time.Duration {
 }
 
 // adaptiveBucketOf returns the bucket of d: the smallest i with
-// d <= latencyBase·2^(i/8); a negative d (a clock that went back) is 0.
+// d <= latency.Base·2^(i/8); a negative d (a clock that went back) is 0.
 func adaptiveBucketOf(d time.Duration) int {
-	if d <= latencyBase {
+	if d <= latency.Base {
 		return 0
 	}
-	i := int(math.Ceil(adaptivePerOctave * math.Log2(float64(d)/float64(latencyBase))))
+	i := int(math.Ceil(adaptivePerOctave * math.Log2(float64(d)/float64(latency.Base))))
 	return min(i, adaptiveBuckets-1)
 }
 
 // adaptiveUpperBound is the longest latency bucket i holds.
 func adaptiveUpperBound(i int) time.Duration {
-	return time.Duration(float64(latencyBase) * math.Exp2(float64(i)/adaptivePerOctave))
+	return time.Duration(float64(latency.Base) * math.Exp2(float64(i)/adaptivePerOctave))
 }

@@ -49,7 +49,7 @@ func (c *call) hedges() bool {
 func (c *call) hedgeDelay() (time.Duration, bool) {
 	h := &c.p.hedge
 	if l := c.limits(); h.quantile > 0 && l != nil {
-		if d, ok := l.latency.quantile(h.quantile); ok {
+		if d, ok := l.latency.Quantile(h.quantile); ok {
 			if h.delay > 0 {
 				// HedgeDelay bounds the estimate: a few slow answers
 				// recorded never make hedging later than configured.
@@ -175,7 +175,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			c.leave(b.ps, a)
 			if l := c.limits(); l != nil && !a.ignored {
 				// Only the dependency's own doing tells its latency.
-				l.latency.observe(b.took)
+				l.latency.Observe(b.took)
 			}
 			if !a.retryable || a.outcome == decide.OutcomeSuccess {
 				winner, won = a, true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/latency"
 	"golang.org/x/time/rate"
 )
 
@@ -29,7 +30,7 @@ type scopeRecord struct {
 	bulkhead *bulkhead      // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
 	adaptive *adaptiveLimit // nil without AdaptiveInFlight
 	throttle *throttle      // nil with DisableThrottle
-	latency  latencies
+	latency  latency.Histogram
 	honour   honour // whether its server honours Idempotency-Key, learnt
 }
 
