@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/alarm"
 )
 
 // bulkhead bounds the attempts in flight to one scope, with a bounded
@@ -227,8 +229,8 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 	if !ok {
 		return 0, 0, false
 	}
-	timeout := after(clk, maxWait)
-	defer timeout.stop()
+	timeout := alarm.After(clk, maxWait)
+	defer timeout.Stop()
 	select {
 	case <-ch:
 		return clk.Now().Sub(now), b.inFlightNow(), true
@@ -245,42 +247,3 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 
 // inFlightNow is the number of attempts in flight.
 func (b *bulkhead) inFlightNow() int { return int(b.inFlight.Load()) }
-
-// alarm receives on C once its clock has slept a while; stop ends the
-// sleep early, and no goroutine outlives it. On the real clock it is a
-// time.Timer, without a goroutine in between. The zero alarm never fires.
-type alarm struct {
-	C      <-chan time.Time
-	timer  *time.Timer        // on the real clock
-	cancel context.CancelFunc // on another clock, with done
-	done   chan struct{}
-}
-
-// after returns an alarm that fires once clk has slept d.
-func after(clk clock, d time.Duration) alarm {
-	if _, ok := clk.(realClock); ok {
-		t := time.NewTimer(d)
-		return alarm{C: t.C, timer: t}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	fired := make(chan time.Time, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if clk.Sleep(ctx, d) == nil && ctx.Err() == nil {
-			fired <- clk.Now()
-		}
-	}()
-	return alarm{C: fired, cancel: cancel, done: done}
-}
-
-// stop stops the alarm; it may be called more than once.
-func (a *alarm) stop() {
-	switch {
-	case a.timer != nil:
-		a.timer.Stop()
-	case a.cancel != nil:
-		a.cancel()
-		<-a.done
-	}
-}

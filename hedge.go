@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/alarm"
 )
 
 // This file sends a hedged attempt: a group of branches of the same
@@ -124,18 +125,18 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 	launch(first, body, 0)
 
 	delay, hedging := c.hedgeDelay()
-	var timer alarm // the zero alarm never fires
+	var timer alarm.Alarm // the zero Alarm never fires
 	if hedging {
-		timer = after(c.p.clock, delay)
+		timer = alarm.After(c.p.clock, delay)
 	}
-	defer func() { timer.stop() }()
+	defer func() { timer.Stop() }()
 
 	pending := 1
 	for pending > 0 {
 		select {
 		case <-timer.C:
-			timer.stop()
-			timer = alarm{}
+			timer.Stop()
+			timer = alarm.Alarm{}
 			if won || len(all) > h.max {
 				continue
 			}
@@ -155,7 +156,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			launch(ps, body, len(all))
 			pending++
 			if len(all) <= h.max {
-				timer = after(c.p.clock, delay)
+				timer = alarm.After(c.p.clock, delay)
 			}
 		case n := <-results:
 			b := all[n]
