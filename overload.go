@@ -1,18 +1,20 @@
 package retryfuse
 
 import (
-	"github.com/retryfuse/retryfuse/breaker"
 	"net/http"
 	"time"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // This file is how a call meets the controls of load (DESIGN.md, "Load"):
-// the throttle admits a new call before its first attempt (throttle.go);
-// each attempt's outcome feeds the throttle and the learnt limit
-// (adaptive.go) as it leaves; and a scope's slow start begins when its
-// breaker closes or its learnt limit rises from its floor (slowstart.go).
+// the throttle admits a new call before its first attempt
+// (internal/throttle); each attempt's outcome feeds the throttle and the
+// learnt limit (adaptive.go) as it leaves; and a scope's slow start begins
+// when its breaker closes or its learnt limit rises from its floor
+// (slowstart.go).
 // Neither a refusal of these nor any of their counts reaches the breaker.
 
 // The names of PolicyInfo.Policy, PolicyInfo.Action and PolicyInfo.Why
@@ -31,7 +33,7 @@ const (
 
 // admitCall asks the scope's throttle, if any, to admit the call: the gate
 // of new work, before the budget counts the call. The pace learnt from
-// 429s (pace.go) may make it wait for its place, within MaxLimitWait and
+// 429s (internal/throttle's Pace) may make it wait for its place, within MaxLimitWait and
 // the caller's deadline; the throttle may refuse it. A refusal is
 // reported and ends the call before anything is sent. With a Breaker,
 // the throttle refuses nothing until the scope's breaker has heard
@@ -48,16 +50,19 @@ func (c *call) admitCall() error {
 	if err := c.keepPace(st); err != nil {
 		return err
 	}
+	if !st.throttle.Active() {
+		return nil // nothing rejected lately: no reading of the clock
+	}
 	var waive func() bool
 	if b := c.p.breaker; b != nil {
 		// The breaker has not seen what its settings ask for: it decides.
 		waive = func() bool { return !b.Heard(c.breakerScopeName()) }
 	}
-	share := st.throttle.admit(c.p.clock, c.p.randN, waive)
+	share := st.throttle.Admit(c.p.clock.Now(), c.p.randN, waive)
 	if share == 0 {
 		return nil
 	}
-	err = &throttledError{scope: st.name, share: share}
+	err = &throttle.Error{Scope: st.name, Share: share}
 	c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionRejected, Err: err})
 	c.giveUp(err, decide.Verdict{})
 	return err
@@ -72,11 +77,12 @@ func (c *call) admitCall() error {
 // comes later is refused with a *RateLimitError (Learnt), having sent
 // nothing: sent, it would have met a 429.
 func (c *call) keepPace(st *scopeRecord) error {
-	if !st.throttle.pace.active.Load() {
+	pace := st.throttle.Pace()
+	if !pace.Active() {
 		return nil // idle: no reading of the clock
 	}
 	now := c.now()
-	d, held, cancel := st.throttle.pace.delay(now)
+	d, held, cancel := pace.Delay(now)
 	if d == 0 {
 		return nil
 	}
@@ -149,11 +155,14 @@ func (c *call) feedLoad(ps pass, a attempt) {
 	}
 	if th := st.throttle; th != nil {
 		if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
-			// A rate, not a failure: the pace learns it (pace.go).
-			th.pace.record(now, a.resp, c.p.maxRetryAfter, func() float64 { return th.acceptedRate(now) })
+			// A rate, not a failure: the pace learns it, and its
+			// Retry-After holds new calls unless a retry would not wait
+			// for it.
+			ra, ok := retryAfter(a.resp, now)
+			th.Pace().Throttled(now, ra, ok && ra <= c.p.maxRetryAfter, func() float64 { return th.AcceptedRate(now) })
 		} else {
-			th.record(now, ps.first, accepted)
-			th.pace.record(now, nil, 0, nil)
+			th.Record(now, ps.first, accepted)
+			th.Pace().Answered(now)
 		}
 	}
 	if st.adaptive == nil || ps.slot == nil {

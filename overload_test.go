@@ -12,6 +12,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // The controls of load as a call meets them (overload.go): the throttle
@@ -126,8 +127,8 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	base.status.Store(http.StatusServiceUnavailable)
 	for i := range 10 {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
-		if !errors.Is(err, errThrottled) || !errors.Is(err, ErrDeclined) {
-			t.Fatalf("call %d after %d outcomes, 2 accepted: got %v, want an error matching errThrottled and ErrDeclined", i, heard, err)
+		if !errors.Is(err, throttle.ErrThrottled) || !errors.Is(err, ErrDeclined) {
+			t.Fatalf("call %d after %d outcomes, 2 accepted: got %v, want an error matching throttle.ErrThrottled and ErrDeclined", i, heard, err)
 		}
 		if !strings.Contains(err.Error(), "http://dep.test:80") || !strings.Contains(err.Error(), "% of new calls are refused") {
 			t.Errorf("error: %q, want it to name the scope and the share refused", err)
@@ -143,11 +144,11 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	if len(rejected) != 10 {
 		t.Fatalf("throttle events: got %d, want 10", len(rejected))
 	}
-	if i := rejected[0]; i.Scope != "http://dep.test:80" || i.CallID == 0 || !errors.Is(i.Err, errThrottled) {
+	if i := rejected[0]; i.Scope != "http://dep.test:80" || i.CallID == 0 || !errors.Is(i.Err, throttle.ErrThrottled) {
 		t.Errorf("event: scope %q, call %d, err %v; want the scope, the call's ID and the refusal", i.Scope, i.CallID, i.Err)
 	}
-	if n := gave.matching(errThrottled); n != 10 {
-		t.Errorf("GiveUp with errThrottled: got %d, want 10", n)
+	if n := gave.matching(throttle.ErrThrottled); n != 10 {
+		t.Errorf("GiveUp with throttle.ErrThrottled: got %d, want 10", n)
 	}
 	if got := ReasonName(rejected[0].Err); got != "throttled" {
 		t.Errorf("ReasonName: got %q, want throttled", got)

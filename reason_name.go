@@ -3,6 +3,8 @@ package retryfuse
 import (
 	"context"
 	"errors"
+
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // This file names the reasons a call gives up with (GiveUpInfo.Reason),
@@ -24,7 +26,7 @@ var reasonNames = [...]struct {
 	{ErrCircuitOpen, "circuit_open"},
 	{errBulkheadFull, "bulkhead_full"},
 	{errRateLimited, "rate_limited"},
-	{errThrottled, "throttled"},
+	{throttle.ErrThrottled, "throttled"},
 	{ErrLedgerUnavailable, "ledger_unavailable"},
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},

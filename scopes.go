@@ -9,6 +9,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/internal/latency"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 	"golang.org/x/time/rate"
 )
 
@@ -25,11 +26,11 @@ import (
 type scopeRecord struct {
 	name     string
 	key      hostKey
-	budget   budget.Budget  // nil when the Transport's budget.Budget is shared by every scope
-	rate     *rate.Limiter  // nil without a RateLimit
-	bulkhead *bulkhead      // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
-	adaptive *adaptiveLimit // nil without AdaptiveInFlight
-	throttle *throttle      // nil with DisableThrottle
+	budget   budget.Budget      // nil when the Transport's budget.Budget is shared by every scope
+	rate     *rate.Limiter      // nil without a RateLimit
+	bulkhead *bulkhead          // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
+	adaptive *adaptiveLimit     // nil without AdaptiveInFlight
+	throttle *throttle.Throttle // nil with Throttle.Disable
 	latency  latency.Histogram
 	honour   honour // whether its server honours Idempotency-Key, learnt
 }
@@ -131,7 +132,7 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 		st.bulkhead = newBulkhead(noLimit, 0) // bounds attempts only during slow start
 	}
 	if p.throttle {
-		st.throttle = newThrottle(p.throttleRatio, p.throttleWindow)
+		st.throttle = throttle.New(p.throttleRatio, p.throttleWindow)
 	}
 	return st, nil
 }
@@ -146,7 +147,7 @@ func (st *scopeRecord) busy() bool { return st.bulkhead != nil && !st.bulkhead.i
 // fresh record would forget.
 func (st *scopeRecord) owes(now time.Time) bool {
 	return st.rate != nil && st.rate.TokensAt(now) < float64(st.rate.Burst()) ||
-		st.throttle != nil && st.throttle.active.Load()
+		st.throttle != nil && st.throttle.Active()
 }
 
 // evictLocked drops one scope's record, and reports false when none may
