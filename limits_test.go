@@ -388,20 +388,20 @@ func TestScopeLimitsEviction(t *testing.T) {
 		}
 	}
 	a, b := recordNamed(&s, "a", p), recordNamed(&s, "b", p)
-	if !a.bulkhead.tryAcquire() {
+	if _, ok := a.bulkhead.TryAcquireAt(time.Time{}); !ok {
 		t.Fatal("a's slot was taken")
 	}
 	b.rate.ReserveN(clk.Now(), 1) // b's bucket owes a token: something to forget
 
 	c := recordNamed(&s, "c", p) // a is busy: b goes, its debt forgotten
 	has("a", "c")
-	if !c.bulkhead.tryAcquire() {
+	if _, ok := c.bulkhead.TryAcquireAt(time.Time{}); !ok {
 		t.Fatal("c's slot was taken")
 	}
 	recordNamed(&s, "d", p) // every scope busy: none goes
 	has("a", "c", "d")
 
-	a.bulkhead.release()
+	a.bulkhead.ReleaseAt(time.Time{}, false)
 	a.rate.ReserveN(clk.Now(), 1)
 	// Back within the bound: d, with nothing to forget, goes first, then
 	// a, idle but owing a token; c, busy, stays.

@@ -12,9 +12,9 @@ import (
 // This file is how a call meets the controls of load (DESIGN.md, "Load"):
 // the throttle admits a new call before its first attempt
 // (internal/throttle); each attempt's outcome feeds the throttle and the
-// learnt limit (adaptive.go) as it leaves; and a scope's slow start begins
-// when its breaker closes or its learnt limit rises from its floor
-// (slowstart.go).
+// learnt limit (internal/bulkhead) as it leaves; and a scope's slow start
+// begins when its breaker closes or its learnt limit rises from its floor
+// (internal/bulkhead, in the scope's bulkhead).
 // Neither a refusal of these nor any of their counts reaches the breaker.
 
 // The names of PolicyInfo.Policy, PolicyInfo.Action and PolicyInfo.Why
@@ -147,7 +147,7 @@ func (c *call) feedLoad(ps pass, a attempt) {
 		now = c.p.clock.Now() // a refusal's or a lost branch's, whenever it is
 	}
 	if ps.slot != nil {
-		ps.slot.releaseAt(now, counts && accepted)
+		ps.slot.ReleaseAt(now, counts && accepted)
 	}
 	st := c.st
 	if !counts || st == nil {
@@ -168,17 +168,17 @@ func (c *call) feedLoad(ps pass, a attempt) {
 	if st.adaptive == nil || ps.slot == nil {
 		return
 	}
-	change, ok := st.adaptive.observe(now, ps.sent, ps.load, !accepted)
+	change, ok := st.adaptive.Observe(now, ps.sent, ps.load, !accepted)
 	if !ok {
 		return
 	}
-	ps.slot.setLimit(change.to, now)
+	ps.slot.SetLimit(change.To, now)
 	if c.t.Hooks.Policy != nil {
 		c.reportPolicy(PolicyInfo{Policy: policyAdaptiveLimit, Action: actionChanged,
-			Limit: change.to, PrevLimit: change.from, Why: change.why})
+			Limit: change.To, PrevLimit: change.From, Why: change.Why})
 	}
-	if change.fromFloor {
-		c.startRamp(st, now, change.from, whyLimitRecovered)
+	if change.FromFloor {
+		c.startRamp(st, now, change.From, whyLimitRecovered)
 	}
 }
 
@@ -196,7 +196,7 @@ func (c *call) rampAfterClose(change breaker.Change) {
 // startRamp starts the slow start of st at now from attempts from, and
 // reports it.
 func (c *call) startRamp(st *scopeRecord, now time.Time, from int, why string) {
-	if !st.bulkhead.startRamp(now, from, c.p.slowStart) {
+	if !st.bulkhead.StartRamp(now, from, c.p.slowStart) {
 		return
 	}
 	if c.t.Hooks.Policy != nil {

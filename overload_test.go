@@ -12,6 +12,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
@@ -207,11 +208,11 @@ func TestLearntLimitRefusesWithABulkheadFullError(t *testing.T) {
 	base := newLoadBase()
 	base.hold = make(chan struct{})
 	tr := newTransport(t, newFakeClockAt(fixedStart), &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Load: LoadPolicy{Adaptive: true, MaxWait: -1}})
-	release := heldCalls(t, tr, base, adaptiveInitialLimit)
+	release := heldCalls(t, tr, base, bulkhead.InitialLimit)
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 	var full *BulkheadFullError
-	if !errors.As(err, &full) || !full.Learnt || full.MaxInFlight != adaptiveInitialLimit || !errors.Is(err, ErrDeclined) {
-		t.Fatalf("the call over the learnt limit: got %v, want a *BulkheadFullError of the learnt limit, %d, matching ErrDeclined", err, adaptiveInitialLimit)
+	if !errors.As(err, &full) || !full.Learnt || full.MaxInFlight != bulkhead.InitialLimit || !errors.Is(err, ErrDeclined) {
+		t.Fatalf("the call over the learnt limit: got %v, want a *BulkheadFullError of the learnt limit, %d, matching ErrDeclined", err, bulkhead.InitialLimit)
 	}
 	if !strings.Contains(err.Error(), "learnt limit") {
 		t.Errorf("error: %q, want it to say the limit was learnt", err)
@@ -233,7 +234,7 @@ func TestLearntLimitChangesAreReported(t *testing.T) {
 	// Rounds of the limit in flight, each answering 10ms later: nothing
 	// queues, and the limit doubles once a window has its answers.
 	for range 4 {
-		release := heldCalls(t, tr, base, adaptiveInitialLimit)
+		release := heldCalls(t, tr, base, bulkhead.InitialLimit)
 		clk.Advance(10 * time.Millisecond)
 		release()
 	}
@@ -241,11 +242,11 @@ func TestLearntLimitChangesAreReported(t *testing.T) {
 	if len(changed) != 1 {
 		t.Fatalf("limit changes: got %+v, want one", changed)
 	}
-	if i := changed[0]; i.PrevLimit != 4 || i.Limit != 8 || i.Why != whyGrowth || i.Scope != "http://dep.test:80" || i.CallID == 0 {
+	if i := changed[0]; i.PrevLimit != 4 || i.Limit != 8 || i.Why != bulkhead.WhyGrowth || i.Scope != "http://dep.test:80" || i.CallID == 0 {
 		t.Errorf("change: %d -> %d (%s) in %q, call %d; want 4 -> 8 (growth) in http://dep.test:80, with the call's ID",
 			i.PrevLimit, i.Limit, i.Why, i.Scope, i.CallID)
 	}
-	if got := tr.scopes.last.Load().bulkhead.limit; got != 8 {
+	if _, got := tr.scopes.last.Load().bulkhead.Limits(clk.Now()); got != 8 {
 		t.Errorf("the bulkhead's limit: got %d, want 8", got)
 	}
 }

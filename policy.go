@@ -15,6 +15,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
@@ -173,8 +174,8 @@ func (t *Transport) resolve() (policy, error) {
 		slowStart:      orDefault(t.Load.SlowStart, defaultSlowStart),
 	}
 	if p.adaptive {
-		p.maxInFlight = orDefault(p.maxInFlight, defaultMaxInFlightLimit)
-		p.minInFlight = orDefault(p.minInFlight, min(defaultMinInFlight, p.maxInFlight))
+		p.maxInFlight = orDefault(p.maxInFlight, bulkhead.DefaultCeiling)
+		p.minInFlight = orDefault(p.minInFlight, min(bulkhead.DefaultFloor, p.maxInFlight))
 	}
 	if p.budget != nil {
 		p.budget = budgetOn(p.budget, p.clock)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
 	"github.com/retryfuse/retryfuse/internal/latency"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 	"golang.org/x/time/rate"
@@ -28,8 +29,8 @@ type scopeRecord struct {
 	key      hostKey
 	budget   budget.Budget      // nil when the Transport's budget.Budget is shared by every scope
 	rate     *rate.Limiter      // nil without a RateLimit
-	bulkhead *bulkhead          // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
-	adaptive *adaptiveLimit     // nil without AdaptiveInFlight
+	bulkhead *bulkhead.Bulkhead // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
+	adaptive *bulkhead.Learnt   // nil without AdaptiveInFlight
 	throttle *throttle.Throttle // nil with Throttle.Disable
 	latency  latency.Histogram
 	honour   honour // whether its server honours Idempotency-Key, learnt
@@ -120,16 +121,16 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 	}
 	switch {
 	case p.adaptive:
-		st.adaptive = newAdaptiveLimit(p.minInFlight, p.maxInFlight)
+		st.adaptive = bulkhead.NewLearnt(p.minInFlight, p.maxInFlight)
 		maxQueue := p.maxQueued
 		if maxQueue == 0 {
 			maxQueue = -1 // a quarter of the learnt limit, and no standing queue
 		}
-		st.bulkhead = newBulkhead(st.adaptive.current(), maxQueue)
+		st.bulkhead = bulkhead.New(st.adaptive.Current(), maxQueue)
 	case p.maxInFlight > 0:
-		st.bulkhead = newBulkhead(p.maxInFlight, p.maxQueued)
+		st.bulkhead = bulkhead.New(p.maxInFlight, p.maxQueued)
 	case p.breaker != nil:
-		st.bulkhead = newBulkhead(noLimit, 0) // bounds attempts only during slow start
+		st.bulkhead = bulkhead.New(bulkhead.NoLimit, 0) // bounds attempts only during slow start
 	}
 	if p.throttle {
 		st.throttle = throttle.New(p.throttleRatio, p.throttleWindow)
@@ -140,7 +141,7 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 // busy reports whether the scope has attempts in flight or queued: its
 // bulkhead, learnt limit and slow start are in use, and a fresh record
 // would admit as many again beside them.
-func (st *scopeRecord) busy() bool { return st.bulkhead != nil && !st.bulkhead.idle() }
+func (st *scopeRecord) busy() bool { return st.bulkhead != nil && !st.bulkhead.Idle() }
 
 // owes reports whether the scope's limiter has given out tokens not yet
 // refilled at now, or its throttle remembers rejections: something a
