@@ -33,8 +33,8 @@ const (
 
 // admitCall asks the scope's throttle, if any, to admit the call: the gate
 // of new work, before the budget counts the call. The pace learnt from
-// 429s (internal/throttle's Pace) may make it wait for its place, within MaxLimitWait and
-// the caller's deadline; the throttle may refuse it. A refusal is
+// 429s (internal/throttle's Pace) may make it wait for its place, within
+// MaxLimitWait and the caller's deadline; the throttle may refuse it. A refusal is
 // reported and ends the call before anything is sent. With a Breaker,
 // the throttle refuses nothing until the scope's breaker has heard
 // MinObservations outcomes since it last closed: the user's brake decides

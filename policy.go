@@ -9,10 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/retryfuse/retryfuse/breaker"
-
 	"github.com/hashicorp/go-cleanhttp"
 
+	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/bulkhead"
