@@ -5,6 +5,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
 	"golang.org/x/time/rate"
 )
 
@@ -19,10 +20,10 @@ import (
 // throttle read when it is over (overload.go).
 type pass struct {
 	ticket breaker.Ticket
-	slot   *bulkhead // nil without a slot
-	sent   time.Time // when the slot was taken
-	load   int       // the attempts in flight then, its own included
-	first  bool      // the call's first attempt
+	slot   *bulkhead.Bulkhead // nil without a slot
+	sent   time.Time          // when the slot was taken
+	load   int                // the attempts in flight then, its own included
+	first  bool               // the call's first attempt
 }
 
 // enter lets the next attempt through the breaker, the rate limiter and
@@ -138,7 +139,7 @@ func (c *call) wouldRefuseHedge() error {
 			return &RateLimitError{Scope: l.name, RetryAfter: wait}
 		}
 	}
-	if l.bulkhead != nil && !l.bulkhead.free(now) {
+	if l.bulkhead != nil && !l.bulkhead.Free(now) {
 		return l.bulkheadFull(now, 0)
 	}
 	return nil
@@ -152,12 +153,12 @@ func (c *call) wouldRefuseHedge() error {
 // slot that does not come by then is not coming soon, and a longer wait
 // would only add to the latency; and it leaves the attempt that latency
 // before the caller's deadline. While the limit doubles, before it first
-// meets a queue, the queue is wide (see queueBoundLocked) and the wait an
+// meets a queue, the queue is wide (see Bulkhead.Acquire) and the wait an
 // unloaded latency (before that is known, MaxLimitWait's): a burst then
 // waits for the limit to rise to it rather than being refused.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.now()
-	if load, ok := l.bulkhead.tryAcquireAt(now); ok {
+	if load, ok := l.bulkhead.TryAcquireAt(now); ok {
 		return load, now, nil
 	}
 	maxWait, wide := c.p.maxLimitWait, false
@@ -165,7 +166,7 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	case hedge:
 		maxWait = -1
 	case l.adaptive != nil && maxWait > 0:
-		unloaded, doubling := l.adaptive.unloadedLatency()
+		unloaded, doubling := l.adaptive.UnloadedLatency()
 		wide = doubling
 		switch {
 		case c.p.learntWait != 0 || unloaded == 0:
@@ -178,7 +179,7 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 			maxWait = min(maxWait, dl.Sub(now)-unloaded)
 		}
 	}
-	waited, load, ok := l.bulkhead.acquire(c.ctx, c.p.clock, maxWait, wide)
+	waited, load, ok := l.bulkhead.Acquire(c.ctx, c.p.clock, maxWait, wide)
 	if waited > 0 {
 		c.step() // time has passed
 	}
@@ -201,7 +202,7 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 // bulkheadFull is the refusal of the scope's bulkhead at now, after a
 // wait of waited in its queue.
 func (l *scopeRecord) bulkheadFull(now time.Time, waited time.Duration) *BulkheadFullError {
-	allowed, limit := l.bulkhead.limits(now)
+	allowed, limit := l.bulkhead.Limits(now)
 	return &BulkheadFullError{Scope: l.name, MaxInFlight: allowed, QueueWait: waited,
 		Learnt: l.adaptive != nil, SlowStart: allowed < limit}
 }

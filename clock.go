@@ -49,6 +49,10 @@ var clockBase atomic.Pointer[time.Time]
 // clockRebase is how long a full reading serves as the base of others.
 const clockRebase = time.Second
 
+// NewTimer returns a timer of the runtime: an alarm on the wall clock
+// needs no goroutine (internal/alarm).
+func (realClock) NewTimer(d time.Duration) *time.Timer { return time.NewTimer(d) }
+
 func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()

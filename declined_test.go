@@ -11,6 +11,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // ErrDeclined tells "retryfuse held back" from "the dependency broke":
@@ -90,14 +91,14 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "busy")
 			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 			setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
-			for range throttleMinRejects {
+			for range throttle.MinRejects {
 				if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
 					t.Fatalf("a call the dependency rejects: %v", err)
 				}
 			}
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
-			return err, srv.count() - throttleMinRejects
-		}, func(err error) bool { return errors.Is(err, errThrottled) }},
+			return err, srv.count() - throttle.MinRejects
+		}, func(err error) bool { return errors.Is(err, throttle.ErrThrottled) }},
 
 		{"deadline before the retry", func(t *testing.T) (error, int) {
 			u := refusedURL(t)
@@ -242,7 +243,7 @@ func TestDeclinedSentinelsAndTypes(t *testing.T) {
 	declinedErrs := []error{
 		ErrBudgetExhausted, ErrCircuitOpen, &breaker.OpenError{Scope: "dep"},
 		&BulkheadFullError{Scope: "dep", MaxInFlight: 8}, &RateLimitError{Scope: "dep", RetryAfter: time.Second},
-		&BulkheadFullError{Scope: "dep", MaxInFlight: 3, Learnt: true}, errThrottled, &throttledError{scope: "dep", share: 0.5},
+		&BulkheadFullError{Scope: "dep", MaxInFlight: 3, Learnt: true}, throttle.ErrThrottled, &throttle.Error{Scope: "dep", Share: 0.5},
 		ErrDeadline, ErrDuplicateInFlight, ErrLedgerUnavailable,
 		&RetryError{Reason: ErrBudgetExhausted, Last: errors.New("connection refused"), Attempts: 1},
 		&url.Error{Op: "Get", URL: "http://dep", Err: &BulkheadFullError{Scope: "dep"}},
@@ -275,7 +276,7 @@ func TestReasonNameOfStackRefusals(t *testing.T) {
 		{&BulkheadFullError{Scope: "dep", MaxInFlight: 8}, "bulkhead_full"},
 		{&RateLimitError{Scope: "dep", RetryAfter: time.Second}, "rate_limited"},
 		{fmt.Errorf("attempt: %w", &RateLimitError{}), "rate_limited"},
-		{&throttledError{scope: "dep", share: 0.5}, "throttled"},
+		{&throttle.Error{Scope: "dep", Share: 0.5}, "throttled"},
 		{ErrLedgerUnavailable, "ledger_unavailable"},
 		{&breaker.OpenError{Scope: "dep"}, "circuit_open"},
 		{ErrDeclined, "other"},

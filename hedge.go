@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/alarm"
 )
 
 // This file sends a hedged attempt: a group of branches of the same
@@ -49,7 +50,7 @@ func (c *call) hedges() bool {
 func (c *call) hedgeDelay() (time.Duration, bool) {
 	h := &c.p.hedge
 	if l := c.limits(); h.quantile > 0 && l != nil {
-		if d, ok := l.latency.quantile(h.quantile); ok {
+		if d, ok := l.latency.Quantile(h.quantile); ok {
 			if h.delay > 0 {
 				// HedgeDelay bounds the estimate: a few slow answers
 				// recorded never make hedging later than configured.
@@ -124,18 +125,18 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 	launch(first, body, 0)
 
 	delay, hedging := c.hedgeDelay()
-	var timer alarm // the zero alarm never fires
+	var timer alarm.Alarm // the zero Alarm never fires
 	if hedging {
-		timer = after(c.p.clock, delay)
+		timer = alarm.After(c.p.clock, delay)
 	}
-	defer func() { timer.stop() }()
+	defer func() { timer.Stop() }()
 
 	pending := 1
 	for pending > 0 {
 		select {
 		case <-timer.C:
-			timer.stop()
-			timer = alarm{}
+			timer.Stop()
+			timer = alarm.Alarm{}
 			if won || len(all) > h.max {
 				continue
 			}
@@ -155,7 +156,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			launch(ps, body, len(all))
 			pending++
 			if len(all) <= h.max {
-				timer = after(c.p.clock, delay)
+				timer = alarm.After(c.p.clock, delay)
 			}
 		case n := <-results:
 			b := all[n]
@@ -175,7 +176,7 @@ func (c *call) sendHedged(first pass) (attempt, error) {
 			c.leave(b.ps, a)
 			if l := c.limits(); l != nil && !a.ignored {
 				// Only the dependency's own doing tells its latency.
-				l.latency.observe(b.took)
+				l.latency.Observe(b.took)
 			}
 			if !a.retryable || a.outcome == decide.OutcomeSuccess {
 				winner, won = a, true

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/latency"
 )
 
 // The hedge delay derived from a scope's observed latency, and the extra
@@ -59,14 +60,14 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 		noGoroutineLeft(t)
 		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
 		ds := install(tr)
-		delays := run(t, tr, ds, latencyMinimum)
+		delays := run(t, tr, ds, latency.Minimum)
 		if len(delays) != 0 {
-			t.Fatalf("hedge timers in the first %d calls: got %v, want none", latencyMinimum, delays)
+			t.Fatalf("hedge timers in the first %d calls: got %v, want none", latency.Minimum, delays)
 		}
 		delays = run(t, tr, ds, 1)
-		want := upperBound(bucketOf(took))
+		want := latency.UpperBound(latency.BucketOf(took))
 		if len(delays) != 1 || delays[0] != want {
-			t.Fatalf("hedge delay after %d observations of %v: got %v, want [%v]", latencyMinimum, took, delays, want)
+			t.Fatalf("hedge delay after %d observations of %v: got %v, want [%v]", latency.Minimum, took, delays, want)
 		}
 		if delays[0] < took || delays[0] > took*119/100 {
 			t.Errorf("hedge delay %v: want within a quarter octave above %v", delays[0], took)
@@ -75,17 +76,17 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 	t.Run("HedgeDelay until the estimate", func(t *testing.T) {
 		noGoroutineLeft(t)
 		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95, Delay: 50 * time.Millisecond}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
-		delays := run(t, tr, install(tr), latencyMinimum+1)
-		if len(delays) != latencyMinimum+1 {
-			t.Fatalf("hedge timers: got %d, want %d", len(delays), latencyMinimum+1)
+		delays := run(t, tr, install(tr), latency.Minimum+1)
+		if len(delays) != latency.Minimum+1 {
+			t.Fatalf("hedge timers: got %d, want %d", len(delays), latency.Minimum+1)
 		}
-		for i, d := range delays[:latencyMinimum] {
+		for i, d := range delays[:latency.Minimum] {
 			if d != 50*time.Millisecond {
 				t.Errorf("call %d: hedge delay %v, want HedgeDelay 50ms", i, d)
 			}
 		}
-		if got, want := delays[latencyMinimum], upperBound(bucketOf(took)); got != want {
-			t.Errorf("call %d: hedge delay %v, want the estimate %v", latencyMinimum, got, want)
+		if got, want := delays[latency.Minimum], latency.UpperBound(latency.BucketOf(took)); got != want {
+			t.Errorf("call %d: hedge delay %v, want the estimate %v", latency.Minimum, got, want)
 		}
 	})
 }

@@ -6,13 +6,16 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/backoff"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // This file is how a call meets the controls of load (DESIGN.md, "Load"):
-// the throttle admits a new call before its first attempt (throttle.go);
-// each attempt's outcome feeds the throttle and the learnt limit
-// (adaptive.go) as it leaves; and a scope's slow start begins when its
-// breaker closes or its learnt limit rises from its floor (slowstart.go).
+// the throttle admits a new call before its first attempt
+// (internal/throttle); each attempt's outcome feeds the throttle and the
+// learnt limit (internal/bulkhead) as it leaves; and a scope's slow start
+// begins when its breaker closes or its learnt limit rises from its floor
+// (internal/bulkhead, in the scope's bulkhead).
 // Neither a refusal of these nor any of their counts reaches the breaker.
 
 // The names of PolicyInfo.Policy, PolicyInfo.Action and PolicyInfo.Why
@@ -31,8 +34,8 @@ const (
 
 // admitCall asks the scope's throttle, if any, to admit the call: the gate
 // of new work, before the budget counts the call. The pace learnt from
-// 429s (pace.go) may make it wait for its place, within MaxLimitWait and
-// the caller's deadline; the throttle may refuse it. A refusal is
+// 429s (internal/throttle's Pace) may make it wait for its place, within
+// MaxLimitWait and the caller's deadline; the throttle may refuse it. A refusal is
 // reported and ends the call before anything is sent. With a Breaker,
 // the throttle refuses nothing until the scope's breaker has heard
 // MinObservations outcomes since it last closed: the user's brake decides
@@ -48,16 +51,19 @@ func (c *call) admitCall() error {
 	if err := c.keepPace(st); err != nil {
 		return err
 	}
+	if !st.throttle.Active() {
+		return nil // nothing rejected lately: no reading of the clock
+	}
 	var waive func() bool
 	if b := c.p.breaker; b != nil {
 		// The breaker has not seen what its settings ask for: it decides.
 		waive = func() bool { return !b.Heard(c.breakerScopeName()) }
 	}
-	share := st.throttle.admit(c.p.clock, c.p.randN, waive)
+	share := st.throttle.Admit(c.p.clock.Now(), c.p.randN, waive)
 	if share == 0 {
 		return nil
 	}
-	err = &throttledError{scope: st.name, share: share}
+	err = &throttle.Error{Scope: st.name, Share: share}
 	c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionRejected, Err: err})
 	c.giveUp(err, decide.Verdict{})
 	return err
@@ -72,11 +78,12 @@ func (c *call) admitCall() error {
 // comes later is refused with a *RateLimitError (Learnt), having sent
 // nothing: sent, it would have met a 429.
 func (c *call) keepPace(st *scopeRecord) error {
-	if !st.throttle.pace.active.Load() {
+	pace := st.throttle.Pace()
+	if !pace.Active() {
 		return nil // idle: no reading of the clock
 	}
 	now := c.now()
-	d, held, cancel := st.throttle.pace.delay(now)
+	d, held, cancel := pace.Delay(now)
 	if d == 0 {
 		return nil
 	}
@@ -141,7 +148,7 @@ func (c *call) feedLoad(ps pass, a attempt) {
 		now = c.p.clock.Now() // a refusal's or a lost branch's, whenever it is
 	}
 	if ps.slot != nil {
-		ps.slot.releaseAt(now, counts && accepted)
+		ps.slot.ReleaseAt(now, counts && accepted)
 	}
 	st := c.st
 	if !counts || st == nil {
@@ -149,27 +156,30 @@ func (c *call) feedLoad(ps pass, a attempt) {
 	}
 	if th := st.throttle; th != nil {
 		if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
-			// A rate, not a failure: the pace learns it (pace.go).
-			th.pace.record(now, a.resp, c.p.maxRetryAfter, func() float64 { return th.acceptedRate(now) })
+			// A rate, not a failure: the pace learns it, and its
+			// Retry-After holds new calls unless a retry would not wait
+			// for it.
+			ra, ok := backoff.RetryAfter(a.resp, now)
+			th.Pace().Throttled(now, ra, ok && ra <= c.p.maxRetryAfter, func() float64 { return th.AcceptedRate(now) })
 		} else {
-			th.record(now, ps.first, accepted)
-			th.pace.record(now, nil, 0, nil)
+			th.Record(now, ps.first, accepted)
+			th.Pace().Answered(now)
 		}
 	}
 	if st.adaptive == nil || ps.slot == nil {
 		return
 	}
-	change, ok := st.adaptive.observe(now, ps.sent, ps.load, !accepted)
+	change, ok := st.adaptive.Observe(now, ps.sent, ps.load, !accepted)
 	if !ok {
 		return
 	}
-	ps.slot.setLimit(change.to, now)
+	ps.slot.SetLimit(change.To, now)
 	if c.t.Hooks.Policy != nil {
 		c.reportPolicy(PolicyInfo{Policy: policyAdaptiveLimit, Action: actionChanged,
-			Limit: change.to, PrevLimit: change.from, Why: change.why})
+			Limit: change.To, PrevLimit: change.From, Why: change.Why})
 	}
-	if change.fromFloor {
-		c.startRamp(st, now, change.from, whyLimitRecovered)
+	if change.FromFloor {
+		c.startRamp(st, now, change.From, whyLimitRecovered)
 	}
 }
 
@@ -187,7 +197,7 @@ func (c *call) rampAfterClose(change breaker.Change) {
 // startRamp starts the slow start of st at now from attempts from, and
 // reports it.
 func (c *call) startRamp(st *scopeRecord, now time.Time, from int, why string) {
-	if !st.bulkhead.startRamp(now, from, c.p.slowStart) {
+	if !st.bulkhead.StartRamp(now, from, c.p.slowStart) {
 		return
 	}
 	if c.t.Hooks.Policy != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // The controls of load as a call meets them (overload.go): the throttle
@@ -126,8 +128,8 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	base.status.Store(http.StatusServiceUnavailable)
 	for i := range 10 {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
-		if !errors.Is(err, errThrottled) || !errors.Is(err, ErrDeclined) {
-			t.Fatalf("call %d after %d outcomes, 2 accepted: got %v, want an error matching errThrottled and ErrDeclined", i, heard, err)
+		if !errors.Is(err, throttle.ErrThrottled) || !errors.Is(err, ErrDeclined) {
+			t.Fatalf("call %d after %d outcomes, 2 accepted: got %v, want an error matching throttle.ErrThrottled and ErrDeclined", i, heard, err)
 		}
 		if !strings.Contains(err.Error(), "http://dep.test:80") || !strings.Contains(err.Error(), "% of new calls are refused") {
 			t.Errorf("error: %q, want it to name the scope and the share refused", err)
@@ -143,11 +145,11 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	if len(rejected) != 10 {
 		t.Fatalf("throttle events: got %d, want 10", len(rejected))
 	}
-	if i := rejected[0]; i.Scope != "http://dep.test:80" || i.CallID == 0 || !errors.Is(i.Err, errThrottled) {
+	if i := rejected[0]; i.Scope != "http://dep.test:80" || i.CallID == 0 || !errors.Is(i.Err, throttle.ErrThrottled) {
 		t.Errorf("event: scope %q, call %d, err %v; want the scope, the call's ID and the refusal", i.Scope, i.CallID, i.Err)
 	}
-	if n := gave.matching(errThrottled); n != 10 {
-		t.Errorf("GiveUp with errThrottled: got %d, want 10", n)
+	if n := gave.matching(throttle.ErrThrottled); n != 10 {
+		t.Errorf("GiveUp with throttle.ErrThrottled: got %d, want 10", n)
 	}
 	if got := ReasonName(rejected[0].Err); got != "throttled" {
 		t.Errorf("ReasonName: got %q, want throttled", got)
@@ -206,11 +208,11 @@ func TestLearntLimitRefusesWithABulkheadFullError(t *testing.T) {
 	base := newLoadBase()
 	base.hold = make(chan struct{})
 	tr := newTransport(t, newFakeClockAt(fixedStart), &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Load: LoadPolicy{Adaptive: true, MaxWait: -1}})
-	release := heldCalls(t, tr, base, adaptiveInitialLimit)
+	release := heldCalls(t, tr, base, bulkhead.InitialLimit)
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 	var full *BulkheadFullError
-	if !errors.As(err, &full) || !full.Learnt || full.MaxInFlight != adaptiveInitialLimit || !errors.Is(err, ErrDeclined) {
-		t.Fatalf("the call over the learnt limit: got %v, want a *BulkheadFullError of the learnt limit, %d, matching ErrDeclined", err, adaptiveInitialLimit)
+	if !errors.As(err, &full) || !full.Learnt || full.MaxInFlight != bulkhead.InitialLimit || !errors.Is(err, ErrDeclined) {
+		t.Fatalf("the call over the learnt limit: got %v, want a *BulkheadFullError of the learnt limit, %d, matching ErrDeclined", err, bulkhead.InitialLimit)
 	}
 	if !strings.Contains(err.Error(), "learnt limit") {
 		t.Errorf("error: %q, want it to say the limit was learnt", err)
@@ -232,7 +234,7 @@ func TestLearntLimitChangesAreReported(t *testing.T) {
 	// Rounds of the limit in flight, each answering 10ms later: nothing
 	// queues, and the limit doubles once a window has its answers.
 	for range 4 {
-		release := heldCalls(t, tr, base, adaptiveInitialLimit)
+		release := heldCalls(t, tr, base, bulkhead.InitialLimit)
 		clk.Advance(10 * time.Millisecond)
 		release()
 	}
@@ -240,11 +242,11 @@ func TestLearntLimitChangesAreReported(t *testing.T) {
 	if len(changed) != 1 {
 		t.Fatalf("limit changes: got %+v, want one", changed)
 	}
-	if i := changed[0]; i.PrevLimit != 4 || i.Limit != 8 || i.Why != whyGrowth || i.Scope != "http://dep.test:80" || i.CallID == 0 {
+	if i := changed[0]; i.PrevLimit != 4 || i.Limit != 8 || i.Why != bulkhead.WhyGrowth || i.Scope != "http://dep.test:80" || i.CallID == 0 {
 		t.Errorf("change: %d -> %d (%s) in %q, call %d; want 4 -> 8 (growth) in http://dep.test:80, with the call's ID",
 			i.PrevLimit, i.Limit, i.Why, i.Scope, i.CallID)
 	}
-	if got := tr.scopes.last.Load().bulkhead.limit; got != 8 {
+	if _, got := tr.scopes.last.Load().bulkhead.Limits(clk.Now()); got != 8 {
 		t.Errorf("the bulkhead's limit: got %d, want 8", got)
 	}
 }

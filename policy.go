@@ -14,8 +14,10 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
 	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/share"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // This file resolves and validates a Transport's settings, once, at its
@@ -168,13 +170,13 @@ func (t *Transport) resolve() (policy, error) {
 		minInFlight:    t.Load.MinInFlight,
 		learntWait:     t.Load.MaxWait,
 		throttle:       !t.Load.Throttle.Disable,
-		throttleRatio:  orDefault(t.Load.Throttle.Ratio, defaultThrottleRatio),
-		throttleWindow: orDefault(t.Load.Throttle.Window, defaultThrottleWindow),
+		throttleRatio:  orDefault(t.Load.Throttle.Ratio, throttle.DefaultRatio),
+		throttleWindow: orDefault(t.Load.Throttle.Window, throttle.DefaultWindow),
 		slowStart:      orDefault(t.Load.SlowStart, defaultSlowStart),
 	}
 	if p.adaptive {
-		p.maxInFlight = orDefault(p.maxInFlight, defaultMaxInFlightLimit)
-		p.minInFlight = orDefault(p.minInFlight, min(defaultMinInFlight, p.maxInFlight))
+		p.maxInFlight = orDefault(p.maxInFlight, bulkhead.DefaultCeiling)
+		p.minInFlight = orDefault(p.minInFlight, min(bulkhead.DefaultFloor, p.maxInFlight))
 	}
 	if p.budget != nil {
 		p.budget = budgetOn(p.budget, p.clock)
@@ -240,7 +242,7 @@ func (t *Transport) resolve() (policy, error) {
 			"must be a finite number of at least 1: it is the attempts sent per attempt accepted, and below 1 a dependency that accepts every request would be throttled")
 	case t.Load.Throttle.Window < 0:
 		return p, invalidPolicy("Load.Throttle.Window "+t.Load.Throttle.Window.String(), "must not be negative")
-	case t.Load.Throttle.Window > 0 && t.Load.Throttle.Window < throttleBuckets:
+	case t.Load.Throttle.Window > 0 && t.Load.Throttle.Window < throttle.Buckets:
 		return p, invalidPolicy("Load.Throttle.Window "+t.Load.Throttle.Window.String(), "is shorter than 20ns, the least that divides into its 20 buckets")
 	case t.Load.SlowStart < 0:
 		return p, invalidPolicy("Load.SlowStart "+t.Load.SlowStart.String(), "must not be negative")

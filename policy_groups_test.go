@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/breaker"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -59,7 +60,7 @@ func TestPolicyGroupFieldAloneTurnsItsPolicyOn(t *testing.T) {
 		p := resolved(t, &Transport{Load: LoadPolicy{MinInFlight: 4}})
 		assert.True(t, p.adaptive)
 		assert.Equal(t, 4, p.minInFlight)
-		assert.Equal(t, defaultMaxInFlightLimit, p.maxInFlight)
+		assert.Equal(t, bulkhead.DefaultCeiling, p.maxInFlight)
 	})
 	t.Run("a Load.MaxQueued beside a Load.MinInFlight queues for the learnt limit", func(t *testing.T) {
 		assert.Equal(t, 8, resolved(t, &Transport{Load: LoadPolicy{MinInFlight: 2, MaxQueued: 8}}).maxQueued)

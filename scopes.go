@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/bulkhead"
+	"github.com/retryfuse/retryfuse/internal/latency"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 	"golang.org/x/time/rate"
 )
 
@@ -24,12 +27,12 @@ import (
 type scopeRecord struct {
 	name     string
 	key      hostKey
-	budget   budget.Budget  // nil when the Transport's budget.Budget is shared by every scope
-	rate     *rate.Limiter  // nil without a RateLimit
-	bulkhead *bulkhead      // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
-	adaptive *adaptiveLimit // nil without AdaptiveInFlight
-	throttle *throttle      // nil with DisableThrottle
-	latency  latencies
+	budget   budget.Budget      // nil when the Transport's budget.Budget is shared by every scope
+	rate     *rate.Limiter      // nil without a RateLimit
+	bulkhead *bulkhead.Bulkhead // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
+	adaptive *bulkhead.Learnt   // nil without AdaptiveInFlight
+	throttle *throttle.Throttle // nil with Throttle.Disable
+	latency  latency.Histogram
 	honour   honour // whether its server honours Idempotency-Key, learnt
 }
 
@@ -118,19 +121,19 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 	}
 	switch {
 	case p.adaptive:
-		st.adaptive = newAdaptiveLimit(p.minInFlight, p.maxInFlight)
+		st.adaptive = bulkhead.NewLearnt(p.minInFlight, p.maxInFlight)
 		maxQueue := p.maxQueued
 		if maxQueue == 0 {
 			maxQueue = -1 // a quarter of the learnt limit, and no standing queue
 		}
-		st.bulkhead = newBulkhead(st.adaptive.current(), maxQueue)
+		st.bulkhead = bulkhead.New(st.adaptive.Current(), maxQueue)
 	case p.maxInFlight > 0:
-		st.bulkhead = newBulkhead(p.maxInFlight, p.maxQueued)
+		st.bulkhead = bulkhead.New(p.maxInFlight, p.maxQueued)
 	case p.breaker != nil:
-		st.bulkhead = newBulkhead(noLimit, 0) // bounds attempts only during slow start
+		st.bulkhead = bulkhead.New(bulkhead.NoLimit, 0) // bounds attempts only during slow start
 	}
 	if p.throttle {
-		st.throttle = newThrottle(p.throttleRatio, p.throttleWindow)
+		st.throttle = throttle.New(p.throttleRatio, p.throttleWindow)
 	}
 	return st, nil
 }
@@ -138,14 +141,14 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 // busy reports whether the scope has attempts in flight or queued: its
 // bulkhead, learnt limit and slow start are in use, and a fresh record
 // would admit as many again beside them.
-func (st *scopeRecord) busy() bool { return st.bulkhead != nil && !st.bulkhead.idle() }
+func (st *scopeRecord) busy() bool { return st.bulkhead != nil && !st.bulkhead.Idle() }
 
 // owes reports whether the scope's limiter has given out tokens not yet
 // refilled at now, or its throttle remembers rejections: something a
 // fresh record would forget.
 func (st *scopeRecord) owes(now time.Time) bool {
 	return st.rate != nil && st.rate.TokensAt(now) < float64(st.rate.Burst()) ||
-		st.throttle != nil && st.throttle.active.Load()
+		st.throttle != nil && st.throttle.Active()
 }
 
 // evictLocked drops one scope's record, and reports false when none may

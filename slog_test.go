@@ -16,6 +16,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // slogRecords decodes the JSON lines of buf, dropping the time.
@@ -242,7 +243,7 @@ func TestSlogHooksLoadEvents(t *testing.T) {
 	var buf bytes.Buffer
 	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
 	ci := CallInfo{CallID: 9, Attempt: 1, Method: "GET", URL: "http://x/", Elapsed: time.Millisecond}
-	throttled := &throttledError{scope: "http://x:80", share: 0.42}
+	throttled := &throttle.Error{Scope: "http://x:80", Share: 0.42}
 	h.Policy(PolicyInfo{CallInfo: CallInfo{CallID: 9, Method: "GET", URL: "http://x/"}, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttled})
 	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 12, PrevLimit: 9, Why: "growth"}) // debug: dropped
 	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 9, PrevLimit: 13, Why: "latency"})

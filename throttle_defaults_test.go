@@ -13,6 +13,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // What the defaults' throttle refuses: nothing that a plain client with a
@@ -42,7 +43,7 @@ func countOutcomes(t *testing.T, tr *Transport, clk *fakeClock, calls int, gap t
 	for i := range calls {
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 		switch {
-		case errors.Is(err, errThrottled):
+		case errors.Is(err, throttle.ErrThrottled):
 			throttled++
 		case err == nil && resp.StatusCode == http.StatusOK:
 			ok++
@@ -121,7 +122,7 @@ func TestThrottleLeavesTheBreakerItsMinObservations(t *testing.T) {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 		var co *breaker.OpenError
 		switch {
-		case errors.Is(err, errThrottled):
+		case errors.Is(err, throttle.ErrThrottled):
 			throttled++
 		case errors.As(err, &co):
 			open++

@@ -1,8 +1,12 @@
-package retryfuse
+// Package throttle is the client-side throttle of new calls to a scope
+// (Google SRE's adaptive throttling) and the pace of new calls learnt from
+// the dependency's 429s, with the refusal of a throttled call. The
+// Transport keeps one Throttle per scope, hands it the time, and reports
+// what it decides.
+package throttle
 
 import (
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,15 +14,15 @@ import (
 
 // This file is the throttle: admission of new calls to a scope whose
 // dependency has been rejecting most of what it was sent, in the manner
-// of Google SRE's client-side adaptive throttling. Over the last
-// ThrottleWindow, with C new calls (sent, or refused here), R requests
+// of Google SRE's client-side adaptive throttling. Over the last window
+// (ThrottlePolicy.Window), with C new calls (sent, or refused here), R requests
 // (the attempts sent, retries and hedges included, and the calls refused
 // here) and A of the attempts accepted, a new call is refused here with
 // probability
 //
 //	p = max(0, (R − K·A) / (C + P)), at most throttleMaxShare,
 //
-// K being ThrottleRatio (2 by default, SRE's and grpc-go's) and P the
+// K being the ratio (ThrottlePolicy.Ratio, 2 by default, SRE's and grpc-go's) and P the
 // padding (8, grpc-go's), so that a few calls say little. As the calls refused here count as requests, the
 // attempts sent settle at about K·A: what reaches the dependency stays a
 // bounded multiple of what it accepts, retries included (SRE's form, with
@@ -36,8 +40,8 @@ import (
 //
 // The throttle defers to a Breaker: while the scope's breaker has not
 // seen the outcomes its settings ask for before it may open
-// (MinObservations), the throttle refuses nothing, so that the user's own
-// brake is never starved of its evidence.
+// (MinObservations), the throttle refuses nothing (Admit's waive), so
+// that the user's own brake is never starved of its evidence.
 //
 // SRE's window lets throttling linger for as long as it remembers the
 // rejections. Here, once the dependency has accepted throttleFresh
@@ -46,25 +50,33 @@ import (
 // A clock that went back by a window or more makes it forget too: it
 // never refuses on evidence it cannot date.
 
-// The throttle's constants.
+// The throttle's defaults (ThrottlePolicy's zero fields): K, SRE's and
+// grpc-go's, and the window.
 const (
-	defaultThrottleRatio  = 2.0
-	defaultThrottleWindow = 2 * time.Second
+	DefaultRatio  = 2.0
+	DefaultWindow = 2 * time.Second
+)
+
+// Buckets is the number of buckets the window is divided into: a window
+// shorter than Buckets nanoseconds cannot be divided.
+const Buckets = 20
+
+// MinRejects is how many rejections the window must hold before it
+// throttles: a few failures among few requests do not.
+const MinRejects = 5
+
+// The throttle's other constants.
+const (
 	// throttlePadding is P: calls counted beside the window's, so that a
 	// few rejections among few calls refuse little.
 	throttlePadding = 8
-	throttleBuckets = 20
 	// throttleMaxShare bounds p: a few calls still go, so that the
 	// throttle learns when the dependency accepts again.
 	throttleMaxShare = 0.9
-	// throttleMinRejects is how many rejections the window must hold
-	// before it throttles: a few failures among few requests do not.
-	throttleMinRejects = 5
-	throttleFresh      = 3
+	throttleFresh    = 3
 )
 
-// throttle is a scope's throttle. Its methods are safe for concurrent
-// use.
+// Throttle is a scope's throttle. This type is concurrency safe.
 //
 // Every call of a scope records its attempts here, so the path of an
 // accepted attempt while nothing is rejected (the throttle inactive) is
@@ -74,13 +86,13 @@ const (
 // cold. A rejection, a bucket that opens (once a twentieth of the window),
 // and admission while active take the lock. An accepted attempt that races with the first rejection may
 // miss the streak of accepts (it only delays forgetting by one).
-type throttle struct {
-	active  atomic.Bool // the window holds rejections: admit must look
+type Throttle struct {
+	active  atomic.Bool // the window holds rejections: Admit must look
 	started atomic.Bool // origin is set
 	width   time.Duration
 	origin  time.Time // the time of tick 0, set once before started
 	ratio   float64
-	ring    [throttleBuckets]throttleBucket
+	ring    [Buckets]throttleBucket
 
 	mu      sync.Mutex
 	since   time.Time // when the window last began: origin, or its last forgetting
@@ -90,11 +102,11 @@ type throttle struct {
 
 	// pace is the rate learnt from 429s (pace.go), after the counts: its
 	// flag is read once per call, the counts' fields by every attempt.
-	pace pace
+	pace Pace
 }
 
 // throttleBucket holds the counts of one tick of the window (a
-// ThrottleWindow/throttleBuckets): calls, requests and accepts packed in
+// Buckets-th of it): calls, requests and accepts packed in
 // sent (throttlePackBits each), and rejections.
 type throttleBucket struct {
 	tick    atomic.Int64 // the tick counted here; noTick when none
@@ -128,8 +140,10 @@ func packed(first, accepted bool) uint64 {
 	return v
 }
 
-func newThrottle(ratio float64, window time.Duration) *throttle {
-	t := &throttle{ratio: ratio, width: window / throttleBuckets}
+// New returns the throttle of a scope: ratio is K, and window is divided
+// into Buckets.
+func New(ratio float64, window time.Duration) *Throttle {
+	t := &Throttle{ratio: ratio, width: window / Buckets}
 	t.pace.quiet = window / 4
 	for i := range t.ring {
 		t.ring[i].tick.Store(noTick)
@@ -139,7 +153,7 @@ func newThrottle(ratio float64, window time.Duration) *throttle {
 
 // tickOf is the tick of now: the number of bucket widths since origin,
 // rounded down (negative before it).
-func (t *throttle) tickOf(now time.Time) int64 {
+func (t *Throttle) tickOf(now time.Time) int64 {
 	d := now.Sub(t.origin)
 	tick := int64(d / t.width)
 	if d < 0 && d%t.width != 0 {
@@ -149,34 +163,41 @@ func (t *throttle) tickOf(now time.Time) int64 {
 }
 
 // bucket returns the bucket of tick in the ring.
-func (t *throttle) bucket(tick int64) *throttleBucket {
-	i := tick % throttleBuckets
+func (t *Throttle) bucket(tick int64) *throttleBucket {
+	i := tick % Buckets
 	if i < 0 {
-		i += throttleBuckets
+		i += Buckets
 	}
 	return &t.ring[i]
 }
 
 // share is the share of new calls refused, for the window's counts w.
-func (t *throttle) share(w throttleCounts) float64 {
-	if w.rejects < throttleMinRejects {
+func (t *Throttle) share(w throttleCounts) float64 {
+	if w.rejects < MinRejects {
 		return 0
 	}
 	p := (float64(w.requests) - t.ratio*float64(w.accepts)) / float64(w.calls+throttlePadding)
 	return min(max(0, p), throttleMaxShare)
 }
 
-// admit decides whether a new call may go now (on clk), drawing from
-// randN, and counts it when it may not: it returns the share refused
-// then, zero when the call may go. waive, when not nil, is asked before a
-// refusal is counted: true lets the call go, uncounted (a Breaker that
-// has not heard its outcomes decides). A window without rejections costs
-// one atomic load.
-func (t *throttle) admit(clk clock, randN func(int64) int64, waive func() bool) float64 {
+// Active reports whether the window holds rejections: while it does not,
+// Admit lets every call go, and the caller need not read the clock for
+// it. It costs one atomic load.
+func (t *Throttle) Active() bool { return t.active.Load() }
+
+// Pace returns the scope's pace learnt from 429s (pace.go).
+func (t *Throttle) Pace() *Pace { return &t.pace }
+
+// Admit decides whether a new call may go at now, drawing from randN, and
+// counts it when it may not: it returns the share refused then, zero when
+// the call may go. waive, when not nil, is asked before a refusal is
+// counted: true lets the call go, uncounted (a Breaker that has not heard
+// its outcomes decides). A window without rejections (see Active) lets
+// every call go.
+func (t *Throttle) Admit(now time.Time, randN func(int64) int64, waive func() bool) float64 {
 	if !t.active.Load() {
 		return 0
 	}
-	now := clk.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.placeLocked(now)
@@ -194,9 +215,11 @@ func (t *throttle) admit(clk clock, randN func(int64) int64, waive func() bool) 
 	return p
 }
 
-// record counts an attempt that went out and ended at now: accepted or
+// Record counts an attempt that went out and ended at now: accepted or
 // rejected by the dependency; first says it was a call's first attempt.
-func (t *throttle) record(now time.Time, first, accepted bool) {
+// An accepted attempt while the window holds no rejection is counted
+// without the lock.
+func (t *Throttle) Record(now time.Time, first, accepted bool) {
 	if accepted && !t.active.Load() && t.started.Load() {
 		tick := t.tickOf(now)
 		if b := t.bucket(tick); b.tick.Load() == tick {
@@ -226,7 +249,7 @@ func (t *throttle) record(now time.Time, first, accepted bool) {
 // counted in its own bucket, within the window. A clock that went back by
 // a whole window or more leaves what the window holds undatable: it is
 // forgotten, and so is a window that now has left behind. t.mu is held.
-func (t *throttle) placeLocked(now time.Time) *throttleBucket {
+func (t *Throttle) placeLocked(now time.Time) *throttleBucket {
 	if !t.started.Load() {
 		t.origin, t.since, t.newest = now, now, 0
 		t.started.Store(true)
@@ -234,11 +257,11 @@ func (t *throttle) placeLocked(now time.Time) *throttleBucket {
 	tick := t.tickOf(now)
 	switch {
 	case tick > t.newest:
-		if tick-t.newest >= throttleBuckets {
+		if tick-t.newest >= Buckets {
 			t.forgetLocked(now)
 		}
 		t.newest = tick
-	case tick <= t.newest-throttleBuckets:
+	case tick <= t.newest-Buckets:
 		t.forgetLocked(now)
 		t.newest = tick
 	}
@@ -254,13 +277,13 @@ func (t *throttle) placeLocked(now time.Time) *throttleBucket {
 	return b
 }
 
-// windowLocked sums the buckets of the window: the throttleBuckets ticks
+// windowLocked sums the buckets of the window: the Buckets ticks
 // up to the newest. t.mu is held.
-func (t *throttle) windowLocked() throttleCounts {
+func (t *Throttle) windowLocked() throttleCounts {
 	var w throttleCounts
 	for i := range t.ring {
 		b := &t.ring[i]
-		if tick := b.tick.Load(); tick == noTick || tick <= t.newest-throttleBuckets || tick > t.newest {
+		if tick := b.tick.Load(); tick == noTick || tick <= t.newest-Buckets || tick > t.newest {
 			continue
 		}
 		s := b.sent.Load()
@@ -272,22 +295,22 @@ func (t *throttle) windowLocked() throttleCounts {
 	return w
 }
 
-// acceptedRate returns the rate of the attempts accepted over the second
+// AcceptedRate returns the rate of the attempts accepted over the second
 // up to now (the window's last half of buckets), per second of the time
 // the window has covered of it since it last began: what the dependency
 // has shown it serves, where the pace is set at a 429.
-func (t *throttle) acceptedRate(now time.Time) float64 {
+func (t *Throttle) AcceptedRate(now time.Time) float64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.started.Load() {
 		return 0
 	}
-	const recent = throttleBuckets / 2
+	const recent = Buckets / 2
 	last := t.tickOf(now)
 	var accepts uint64
 	for i := range t.ring {
 		b := &t.ring[i]
-		if tick := b.tick.Load(); tick != noTick && tick > last-recent && tick <= last && tick > t.newest-throttleBuckets {
+		if tick := b.tick.Load(); tick != noTick && tick > last-recent && tick <= last && tick > t.newest-Buckets {
 			accepts += b.sent.Load() & throttlePackMask
 		}
 	}
@@ -299,7 +322,7 @@ func (t *throttle) acceptedRate(now time.Time) float64 {
 }
 
 // forgetLocked empties the window at now. t.mu is held.
-func (t *throttle) forgetLocked(now time.Time) {
+func (t *Throttle) forgetLocked(now time.Time) {
 	t.since = now
 	for i := range t.ring {
 		b := &t.ring[i]
@@ -309,22 +332,3 @@ func (t *throttle) forgetLocked(now time.Time) {
 	}
 	t.active.Store(false)
 }
-
-// errThrottled is matched by the error of a call that the throttle of its
-// scope refused before anything was sent (see Transport.ThrottleRatio).
-// It matches ErrDeclined.
-var errThrottled = declined("retryfuse: throttled")
-
-// throttledError is the error of a throttled call: errThrottled, with its
-// scope and the share of new calls the throttle refused then.
-type throttledError struct {
-	scope string
-	share float64
-}
-
-func (e *throttledError) Error() string {
-	return "retryfuse: throttled: " + e.scope + " has rejected most recent requests; " +
-		strconv.Itoa(int(e.share*100+0.5)) + "% of new calls are refused before they are sent"
-}
-
-func (e *throttledError) Unwrap() error { return errThrottled }

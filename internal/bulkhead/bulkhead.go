@@ -1,4 +1,9 @@
-package retryfuse
+// Package bulkhead bounds the attempts in flight to one scope: the
+// bulkhead's slots and queue (bulkhead.go), the limit a scope learns
+// (AdaptiveInFlight: adaptive.go) and slow start within it (slowstart.go).
+// The Transport keeps one Bulkhead per scope, hands it the time, and
+// reports what it decides.
+package bulkhead
 
 import (
 	"context"
@@ -6,9 +11,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/alarm"
 )
 
-// bulkhead bounds the attempts in flight to one scope, with a bounded
+// Bulkhead bounds the attempts in flight to one scope, with a bounded
 // first-in, first-out queue of attempts waiting for a slot. A slot freed
 // while attempts wait is handed to the first of them, so that a newcomer
 // never overtakes the queue.
@@ -22,40 +29,43 @@ import (
 // A bulkhead without a limit (a Breaker's, for its slow start alone) is
 // quiet while no ramp is on: it only counts the attempts in flight, and
 // does so without its lock, for every attempt of every call passes it.
-type bulkhead struct {
+//
+// This type is concurrency safe.
+type Bulkhead struct {
 	quiet    atomic.Bool  // no limit, no ramp, no queue: acquire and release only count
 	inFlight atomic.Int64 // changed under mu, or without it while quiet
 	mu       sync.Mutex
-	limit    int             // MaxInFlight, the learnt limit, or noLimit
+	limit    int             // MaxInFlight, the learnt limit, or NoLimit
 	maxQueue int             // negative: a quarter of the limit may wait (four times it when wide), and no standing queue
 	queue    []chan struct{} // closed when the slot is handed over
 	drained  time.Time       // when the queue was last empty
 	ramp     ramp
 }
 
-// noLimit is the limit of a bulkhead that bounds attempts only during
+// NoLimit is the limit of a bulkhead that bounds attempts only during
 // slow start.
-const noLimit = math.MaxInt32
+const NoLimit = math.MaxInt32
 
-// newBulkhead returns a bulkhead of limit, with at most maxQueue waiting
-// (see maxQueue); one of noLimit starts quiet.
-func newBulkhead(limit, maxQueue int) *bulkhead {
-	b := &bulkhead{limit: limit, maxQueue: maxQueue}
-	b.quiet.Store(limit == noLimit)
+// New returns a bulkhead of limit, with at most maxQueue waiting
+// (negative: a quarter of a learnt limit, see queueBoundLocked); one of
+// NoLimit starts quiet.
+func New(limit, maxQueue int) *Bulkhead {
+	b := &Bulkhead{limit: limit, maxQueue: maxQueue}
+	b.quiet.Store(limit == NoLimit)
 	return b
 }
 
 // quietenLocked makes the bulkhead quiet again once it has no limit, no
 // ramp and no queue. b.mu is held.
-func (b *bulkhead) quietenLocked() {
-	if b.limit == noLimit && !b.ramp.on && len(b.queue) == 0 {
+func (b *Bulkhead) quietenLocked() {
+	if b.limit == NoLimit && !b.ramp.on && len(b.queue) == 0 {
 		b.quiet.Store(true)
 	}
 }
 
 // allowedLocked is the number of attempts admitted at once at now: the
 // limit, or less during slow start. b.mu is held.
-func (b *bulkhead) allowedLocked(now time.Time) int {
+func (b *Bulkhead) allowedLocked(now time.Time) int {
 	if !b.ramp.on {
 		return b.limit
 	}
@@ -71,7 +81,7 @@ func (b *bulkhead) allowedLocked(now time.Time) int {
 // the start, when the first attempts also dial), four times as many as it
 // admits, so that a burst meets a queue and not a refusal while the limit
 // rises to it. b.mu is held.
-func (b *bulkhead) queueBoundLocked(wide bool) int {
+func (b *Bulkhead) queueBoundLocked(wide bool) int {
 	switch {
 	case b.maxQueue >= 0:
 		return b.maxQueue
@@ -81,15 +91,9 @@ func (b *bulkhead) queueBoundLocked(wide bool) int {
 	return max(1, b.limit/4)
 }
 
-// tryAcquire takes a slot when one is free and nobody waits for one.
-func (b *bulkhead) tryAcquire() bool {
-	_, ok := b.tryAcquireAt(time.Time{})
-	return ok
-}
-
-// tryAcquireAt takes a slot at now when one is free and nobody waits for
+// TryAcquireAt takes a slot at now when one is free and nobody waits for
 // one, and returns the attempts then in flight, its own included.
-func (b *bulkhead) tryAcquireAt(now time.Time) (int, bool) {
+func (b *Bulkhead) TryAcquireAt(now time.Time) (int, bool) {
 	if b.quiet.Load() {
 		return int(b.inFlight.Add(1)), true
 	}
@@ -101,8 +105,8 @@ func (b *bulkhead) tryAcquireAt(now time.Time) (int, bool) {
 	return 0, false
 }
 
-// free reports whether tryAcquire would take a slot at now.
-func (b *bulkhead) free(now time.Time) bool {
+// Free reports whether TryAcquireAt would take a slot at now.
+func (b *Bulkhead) Free(now time.Time) bool {
 	if b.quiet.Load() {
 		return true
 	}
@@ -111,16 +115,16 @@ func (b *bulkhead) free(now time.Time) bool {
 	return int(b.inFlight.Load()) < b.allowedLocked(now) && len(b.queue) == 0
 }
 
-// limits returns the number of attempts admitted at once at now, and the
+// Limits returns the number of attempts admitted at once at now, and the
 // limit (more during slow start).
-func (b *bulkhead) limits(now time.Time) (allowed, limit int) {
+func (b *Bulkhead) Limits(now time.Time) (allowed, limit int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.allowedLocked(now), b.limit
 }
 
-// idle reports whether no attempt holds a slot or waits for one.
-func (b *bulkhead) idle() bool {
+// Idle reports whether no attempt holds a slot or waits for one.
+func (b *Bulkhead) Idle() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.inFlight.Load() == 0 && len(b.queue) == 0
@@ -131,7 +135,7 @@ func (b *bulkhead) idle() bool {
 // refuses while it stands (unless wide): when it has not been empty for
 // standing, the attempts in it are not a burst that the slots will absorb,
 // and a wait would only add to every attempt's latency (CoDel's rule).
-func (b *bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (chan struct{}, bool) {
+func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (chan struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if int(b.inFlight.Load()) < b.allowedLocked(now) && len(b.queue) == 0 {
@@ -156,7 +160,7 @@ func (b *bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (ch
 
 // abandon leaves the queue. It reports false when the slot was handed
 // over meanwhile: the caller then holds it and must release it.
-func (b *bulkhead) abandon(ch chan struct{}) bool {
+func (b *Bulkhead) abandon(ch chan struct{}) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, w := range b.queue {
@@ -168,13 +172,10 @@ func (b *bulkhead) abandon(ch chan struct{}) bool {
 	return false
 }
 
-// release gives a slot back.
-func (b *bulkhead) release() { b.releaseAt(time.Time{}, false) }
-
-// releaseAt gives a slot back at now, and lets in the waiting attempts
+// ReleaseAt gives a slot back at now, and lets in the waiting attempts
 // the limit admits. acked says that the attempt succeeded: during slow
 // start, each success admits one attempt more.
-func (b *bulkhead) releaseAt(now time.Time, acked bool) {
+func (b *Bulkhead) ReleaseAt(now time.Time, acked bool) {
 	if b.quiet.Load() {
 		b.inFlight.Add(-1)
 		return
@@ -188,9 +189,9 @@ func (b *bulkhead) releaseAt(now time.Time, acked bool) {
 	b.admitLocked(now)
 }
 
-// setLimit sets the limit to n and lets in the waiting attempts it
+// SetLimit sets the limit to n and lets in the waiting attempts it
 // admits at now.
-func (b *bulkhead) setLimit(n int, now time.Time) {
+func (b *Bulkhead) SetLimit(n int, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.limit = n
@@ -199,7 +200,7 @@ func (b *bulkhead) setLimit(n int, now time.Time) {
 
 // admitLocked hands slots to the first waiters while the limit admits
 // them. b.mu is held.
-func (b *bulkhead) admitLocked(now time.Time) {
+func (b *Bulkhead) admitLocked(now time.Time) {
 	allowed := b.allowedLocked(now)
 	for len(b.queue) > 0 && int(b.inFlight.Load()) < allowed {
 		ch := b.queue[0]
@@ -211,13 +212,13 @@ func (b *bulkhead) admitLocked(now time.Time) {
 	b.quietenLocked()
 }
 
-// acquire takes a slot, waiting in the queue (wide, see
+// Acquire takes a slot, waiting in the queue (wide, see
 // queueBoundLocked) for at most maxWait (timed on clk) and never after ctx
 // is done. It returns how long it waited, the
 // attempts in flight once it took its slot, and false when it got none.
-func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration, wide bool) (time.Duration, int, bool) {
+func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Duration, wide bool) (time.Duration, int, bool) {
 	now := clk.Now()
-	if n, ok := b.tryAcquireAt(now); ok {
+	if n, ok := b.TryAcquireAt(now); ok {
 		return 0, n, true
 	}
 	if maxWait <= 0 || ctx.Err() != nil {
@@ -227,60 +228,21 @@ func (b *bulkhead) acquire(ctx context.Context, clk clock, maxWait time.Duration
 	if !ok {
 		return 0, 0, false
 	}
-	timeout := after(clk, maxWait)
-	defer timeout.stop()
+	timeout := alarm.After(clk, maxWait)
+	defer timeout.Stop()
 	select {
 	case <-ch:
-		return clk.Now().Sub(now), b.inFlightNow(), true
+		return clk.Now().Sub(now), b.InFlight(), true
 	case <-timeout.C:
 	case <-ctx.Done():
 	}
 	waited := clk.Now().Sub(now)
 	if !b.abandon(ch) {
 		// The slot came as the wait ended: give it on.
-		b.releaseAt(clk.Now(), false)
+		b.ReleaseAt(clk.Now(), false)
 	}
 	return waited, 0, false
 }
 
-// inFlightNow is the number of attempts in flight.
-func (b *bulkhead) inFlightNow() int { return int(b.inFlight.Load()) }
-
-// alarm receives on C once its clock has slept a while; stop ends the
-// sleep early, and no goroutine outlives it. On the real clock it is a
-// time.Timer, without a goroutine in between. The zero alarm never fires.
-type alarm struct {
-	C      <-chan time.Time
-	timer  *time.Timer        // on the real clock
-	cancel context.CancelFunc // on another clock, with done
-	done   chan struct{}
-}
-
-// after returns an alarm that fires once clk has slept d.
-func after(clk clock, d time.Duration) alarm {
-	if _, ok := clk.(realClock); ok {
-		t := time.NewTimer(d)
-		return alarm{C: t.C, timer: t}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	fired := make(chan time.Time, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if clk.Sleep(ctx, d) == nil && ctx.Err() == nil {
-			fired <- clk.Now()
-		}
-	}()
-	return alarm{C: fired, cancel: cancel, done: done}
-}
-
-// stop stops the alarm; it may be called more than once.
-func (a *alarm) stop() {
-	switch {
-	case a.timer != nil:
-		a.timer.Stop()
-	case a.cancel != nil:
-		a.cancel()
-		<-a.done
-	}
-}
+// InFlight is the number of attempts in flight.
+func (b *Bulkhead) InFlight() int { return int(b.inFlight.Load()) }

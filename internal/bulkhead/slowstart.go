@@ -1,4 +1,4 @@
-package retryfuse
+package bulkhead
 
 import (
 	"math"
@@ -19,7 +19,7 @@ import (
 //     a dependency that answers slowly or not at all is not ramped on
 //     time alone.
 //
-// The ramp lives in the scope's bulkhead (bulkhead.go), under its lock,
+// The ramp lives in the scope's Bulkhead (bulkhead.go), under its lock,
 // and bounds its limit (MaxInFlight, the learnt limit, or none).
 
 // ramp is a scope's slow start; the zero ramp is off.
@@ -49,16 +49,16 @@ func (r *ramp) capAt(now time.Time) int {
 	}
 	if el >= r.window {
 		r.on = false
-		return noLimit
+		return NoLimit
 	}
 	byTime := float64(r.from) * math.Exp2(rampDoublings*float64(el)/float64(r.window))
 	return min(int(byTime), r.from+r.acks)
 }
 
-// startRamp begins slow start at now from the attempts from, over window.
+// StartRamp begins slow start at now from the attempts from, over window.
 // It reports false, and changes nothing, when a ramp is already on: a
 // second reason to ramp does not restart it.
-func (b *bulkhead) startRamp(now time.Time, from int, window time.Duration) bool {
+func (b *Bulkhead) StartRamp(now time.Time, from int, window time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ramp.on {

@@ -1,12 +1,10 @@
-package retryfuse
+package throttle
 
 import (
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/retryfuse/retryfuse/internal/backoff"
 	"golang.org/x/time/rate"
 )
 
@@ -17,7 +15,7 @@ import (
 // rate sends each call about once.
 //
 // At a 429 the rate is set to what the dependency accepted over the last
-// second (the throttle's counts: a direct reading of its quota), at most
+// second (the throttle's counts, AcceptedRate: a direct reading of its quota), at most
 // once per paceCutEvery however many 429s the attempts then in flight
 // bring back; from there it grows by paceGrowth of itself a second, up to
 // twice, probing for more, until the next 429. A 429's Retry-After (one
@@ -41,9 +39,9 @@ const (
 	paceCutEvery = 100 * time.Millisecond
 )
 
-// pace is a scope's learnt send rate. Its methods are safe for concurrent
-// use. The zero value is an idle pace.
-type pace struct {
+// Pace is a scope's learnt send rate, made with its Throttle (New). This
+// type is concurrency safe.
+type Pace struct {
 	active atomic.Bool // a 429 came lately: admission must look
 
 	mu        sync.Mutex
@@ -55,11 +53,16 @@ type pace struct {
 	quiet     time.Duration // idle after this without a 429
 }
 
-// delay reserves the next new call's place at now and returns how long it
+// Active reports whether a 429 came lately: while it has not, Delay holds
+// no call, and the caller need not read the clock for it. It costs one
+// atomic load.
+func (p *Pace) Active() bool { return p.active.Load() }
+
+// Delay reserves the next new call's place at now and returns how long it
 // must wait for it, whether that wait is a 429's Retry-After (held), and
 // cancel to give the place back should the call not wait. Zero when the
 // pace is idle.
-func (p *pace) delay(now time.Time) (d time.Duration, held bool, cancel func()) {
+func (p *Pace) Delay(now time.Time) (d time.Duration, held bool, cancel func()) {
 	if !p.active.Load() {
 		return 0, false, nil
 	}
@@ -84,11 +87,26 @@ func (p *pace) delay(now time.Time) (d time.Duration, held bool, cancel func()) 
 	return d, held, func() { r.CancelAt(now) }
 }
 
-// record hears an attempt that ended at now: whether it was answered 429,
-// with resp's Retry-After, if any, held up to maxHold. accepted is the
-// rate the dependency accepted lately, read at a cut.
-func (p *pace) record(now time.Time, resp *http.Response, maxHold time.Duration, accepted func() float64) {
-	throttled := resp != nil && resp.StatusCode == http.StatusTooManyRequests
+// Throttled hears an attempt answered 429 at now. hold says that its
+// Retry-After, retryAfter, is to hold new calls (the caller holds none
+// past its bound, MaxRetryAfter). accepted is the rate the dependency
+// accepted lately (AcceptedRate), read at a cut.
+func (p *Pace) Throttled(now time.Time, retryAfter time.Duration, hold bool, accepted func() float64) {
+	p.record(now, true, retryAfter, hold, accepted)
+}
+
+// Answered hears an attempt that ended at now otherwise than with a 429.
+// An idle pace costs one atomic load.
+func (p *Pace) Answered(now time.Time) {
+	if !p.active.Load() {
+		return
+	}
+	p.record(now, false, 0, false, nil)
+}
+
+// record hears an attempt that ended at now: whether it was answered 429
+// (throttled), with its Retry-After to hold (see Throttled).
+func (p *Pace) record(now time.Time, throttled bool, retryAfter time.Duration, hold bool, accepted func() float64) {
 	if !throttled && !p.active.Load() {
 		return
 	}
@@ -100,8 +118,8 @@ func (p *pace) record(now time.Time, resp *http.Response, maxHold time.Duration,
 		return // fell idle meanwhile
 	case throttled:
 		p.lastRej = now
-		if ra, ok := backoff.RetryAfter(resp, now); ok && ra <= maxHold && now.Add(ra).After(p.holdUntil) {
-			p.holdUntil = now.Add(ra)
+		if hold && now.Add(retryAfter).After(p.holdUntil) {
+			p.holdUntil = now.Add(retryAfter)
 		}
 		if !active || now.Sub(p.lastCut) >= paceCutEvery {
 			p.base, p.lastCut = max(paceMinRate, accepted()), now

@@ -1,9 +1,11 @@
-package retryfuse
+package bulkhead
 
 import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/latency"
 )
 
 // This file is the limit a scope learns (AdaptiveInFlight): the attempts
@@ -63,37 +65,42 @@ import (
 // median) with any latency, or twice that with any outcome. A clock that
 // went back by more than adaptiveMaxWindow starts a new window.
 
+// The learnt limit's defaults: its floor without a MinInFlight, its
+// ceiling without a MaxInFlight, and where it starts.
+const (
+	DefaultFloor   = 2
+	DefaultCeiling = 1000
+	InitialLimit   = 4
+)
+
 // The learnt limit's constants. None is a setting: the floor and the
 // ceiling are (MinInFlight, MaxInFlight).
 const (
-	defaultMinInFlight      = 2
-	defaultMaxInFlightLimit = 1000 // the ceiling without a MaxInFlight
-	adaptiveInitialLimit    = 4
-	growTolerance           = 1.1
-	cutTolerance            = 1.2
-	latencySlack            = 500 * time.Microsecond // queueing below it is not worth a limit
-	overloadCut             = 0.9
-	adaptiveMinWindow       = 100 * time.Millisecond
-	adaptiveMaxWindow       = time.Second
-	adaptiveMinSamples      = 10
-	adaptiveMemory          = 64  // windows whose p10 the unloaded latency is the lowest of
-	cutHelped               = 0.9 // a cut helped when the next p10 is below this share of the last
+	growTolerance      = 1.1
+	cutTolerance       = 1.2
+	latencySlack       = 500 * time.Microsecond // queueing below it is not worth a limit
+	overloadCut        = 0.9
+	adaptiveMinWindow  = 100 * time.Millisecond
+	adaptiveMaxWindow  = time.Second
+	adaptiveMinSamples = 10
+	adaptiveMemory     = 64  // windows whose p10 the unloaded latency is the lowest of
+	cutHelped          = 0.9 // a cut helped when the next p10 is below this share of the last
 	// The window's histogram: eighth-octave buckets from 50µs up to
 	// about 90s (the last takes everything above).
 	adaptiveBuckets   = 168
 	adaptivePerOctave = 8
 )
 
-// The reasons a learnt limit changes (PolicyInfo.Why).
+// The reasons a learnt limit changes (Change.Why, reported as
+// PolicyInfo.Why).
 const (
-	whyLatency  = "latency"
-	whyOverload = "overload"
-	whyGrowth   = "growth"
+	WhyLatency  = "latency"
+	WhyOverload = "overload"
+	WhyGrowth   = "growth"
 )
 
-// adaptiveLimit is a scope's learnt limit. Its methods are safe for
-// concurrent use.
-type adaptiveLimit struct {
+// Learnt is a scope's learnt limit. This type is concurrency safe.
+type Learnt struct {
 	mu             sync.Mutex
 	floor, ceiling float64
 	limit          float64
@@ -115,40 +122,42 @@ type adaptiveLimit struct {
 	cutRatio float64       // the p10's ratio that made the last window cut, else 0
 }
 
-func newAdaptiveLimit(floor, ceiling int) *adaptiveLimit {
-	return &adaptiveLimit{
+// NewLearnt returns a learnt limit between floor and ceiling, starting at
+// InitialLimit (within them), doubling.
+func NewLearnt(floor, ceiling int) *Learnt {
+	return &Learnt{
 		floor:     float64(floor),
 		ceiling:   float64(ceiling),
-		limit:     float64(min(max(adaptiveInitialLimit, floor), ceiling)),
+		limit:     float64(min(max(InitialLimit, floor), ceiling)),
 		threshold: float64(ceiling),
 	}
 }
 
-// limitChange is a change of the learnt limit, to report.
-type limitChange struct {
-	from, to  int
-	why       string
-	fromFloor bool // it rose from its floor
+// Change is a change of the learnt limit, to report.
+type Change struct {
+	From, To  int
+	Why       string // WhyLatency, WhyOverload or WhyGrowth
+	FromFloor bool   // it rose from its floor
 }
 
-// current is the limit now.
-func (l *adaptiveLimit) current() int {
+// Current is the limit now.
+func (l *Learnt) Current() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int(l.limit)
 }
 
-// unloadedLatency is the scope's latency without queueing: the lowest
+// UnloadedLatency is the scope's latency without queueing: the lowest
 // p10 of the recent windows; zero before the first window has decided.
 // doubling says that the limit has not met a queue since it started, or
 // since it was at its floor.
-func (l *adaptiveLimit) unloadedLatency() (unloaded time.Duration, doubling bool) {
+func (l *Learnt) UnloadedLatency() (unloaded time.Duration, doubling bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.unloaded, l.limit < l.threshold
 }
 
-// observe takes the outcome of one attempt that went out at sent with
+// Observe takes the outcome of one attempt that went out at sent with
 // inFlight attempts in flight (its own included) and ended at now: an
 // answer (shed false), or an overload signal (shed true). An answer's
 // latency counts when it went out once the window had run for an
@@ -156,7 +165,7 @@ func (l *adaptiveLimit) unloadedLatency() (unloaded time.Duration, doubling bool
 // fastest of a window would otherwise be those sent as a rise began,
 // before the queue it builds. At the end of a window it decides the limit,
 // and returns the change, if any.
-func (l *adaptiveLimit) observe(now, sent time.Time, inFlight int, shed bool) (limitChange, bool) {
+func (l *Learnt) Observe(now, sent time.Time, inFlight int, shed bool) (Change, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.began.IsZero() || now.Before(l.began.Add(-adaptiveMaxWindow)) {
@@ -189,20 +198,20 @@ func (l *adaptiveLimit) observe(now, sent time.Time, inFlight int, shed bool) (l
 	case el >= minWindow && int(l.n) >= adaptiveMinSamples:
 	case el >= max(adaptiveMaxWindow, 10*l.settle) && (l.n > 0 || el >= 2*adaptiveMaxWindow && l.ok+l.shed > 0):
 	default:
-		return limitChange{}, false
+		return Change{}, false
 	}
 	old, atFloor := int(l.limit), l.atFloor()
 	why := l.decide()
 	l.resetWindow(now)
 	if now := int(l.limit); now != old {
-		return limitChange{from: old, to: now, why: why, fromFloor: atFloor && now > old}, true
+		return Change{From: old, To: now, Why: why, FromFloor: atFloor && now > old}, true
 	}
-	return limitChange{}, false
+	return Change{}, false
 }
 
 // decide sets the limit from the window, and returns why it moved.
 // l.mu is held.
-func (l *adaptiveLimit) decide() string {
+func (l *Learnt) decide() string {
 	var low time.Duration
 	if l.n > 0 {
 		low = l.quantile(0.1)
@@ -220,7 +229,7 @@ func (l *adaptiveLimit) decide() string {
 	// throttle answer that, and the limit is kept for its return.
 	if l.shed > 0 && l.ok > 0 && l.shedLoad*l.ok > l.okLoad*l.shed {
 		l.cut(l.limit * overloadCut)
-		return whyOverload
+		return WhyOverload
 	}
 	if l.n == 0 {
 		return ""
@@ -237,7 +246,7 @@ func (l *adaptiveLimit) decide() string {
 	case ratio > cutTolerance:
 		l.cut(l.limit * growTolerance / ratio)
 		l.cutRatio = ratio
-		return whyLatency
+		return WhyLatency
 	case ratio > growTolerance || l.shed > 0:
 		return ""
 	case l.limit < l.threshold:
@@ -249,12 +258,12 @@ func (l *adaptiveLimit) decide() string {
 	default:
 		l.set(l.limit + 1)
 	}
-	return whyGrowth
+	return WhyGrowth
 }
 
 // remember adds a window's p10 to the memory, and finds the unloaded
 // latency in it anew. l.mu is held.
-func (l *adaptiveLimit) remember(low time.Duration) {
+func (l *Learnt) remember(low time.Duration) {
 	l.lows[l.nlows%adaptiveMemory] = low
 	l.nlows++
 	l.unloaded = low
@@ -265,7 +274,7 @@ func (l *adaptiveLimit) remember(low time.Duration) {
 
 // cut lowers the limit to v, and ends the doubling there; at the floor,
 // doubling starts over.
-func (l *adaptiveLimit) cut(v float64) {
+func (l *Learnt) cut(v float64) {
 	l.set(v)
 	l.threshold = l.limit
 	if l.atFloor() {
@@ -275,13 +284,13 @@ func (l *adaptiveLimit) cut(v float64) {
 
 // atFloor reports whether the limit is at its floor, as it is reported
 // (whole attempts). l.mu is held.
-func (l *adaptiveLimit) atFloor() bool { return int(l.limit) <= int(l.floor) }
+func (l *Learnt) atFloor() bool { return int(l.limit) <= int(l.floor) }
 
 // set sets the limit to v within the floor and the ceiling.
-func (l *adaptiveLimit) set(v float64) { l.limit = min(max(v, l.floor), l.ceiling) }
+func (l *Learnt) set(v float64) { l.limit = min(max(v, l.floor), l.ceiling) }
 
 // resetWindow starts a window at now. l.mu is held.
-func (l *adaptiveLimit) resetWindow(now time.Time) {
+func (l *Learnt) resetWindow(now time.Time) {
 	l.began = now
 	l.hist = [adaptiveBuckets]uint32{}
 	l.n, l.peak, l.ok, l.shed, l.okLoad, l.shedLoad = 0, 0, 0, 0, 0, 0
@@ -289,7 +298,7 @@ func (l *adaptiveLimit) resetWindow(now time.Time) {
 
 // quantile returns the upper bound of the bucket of the window's
 // latencies that holds quantile q. l.mu is held, and l.n > 0.
-func (l *adaptiveLimit) quantile(q float64) time.Duration {
+func (l *Learnt) quantile(q float64) time.Duration {
 	rank := max(1, uint32(math.Ceil(q*float64(l.n))))
 	var seen uint32
 	for i, c := range l.hist {
@@ -301,16 +310,16 @@ func (l *adaptiveLimit) quantile(q float64) time.Duration {
 }
 
 // adaptiveBucketOf returns the bucket of d: the smallest i with
-// d <= latencyBase·2^(i/8); a negative d (a clock that went back) is 0.
+// d <= latency.Base·2^(i/8); a negative d (a clock that went back) is 0.
 func adaptiveBucketOf(d time.Duration) int {
-	if d <= latencyBase {
+	if d <= latency.Base {
 		return 0
 	}
-	i := int(math.Ceil(adaptivePerOctave * math.Log2(float64(d)/float64(latencyBase))))
+	i := int(math.Ceil(adaptivePerOctave * math.Log2(float64(d)/float64(latency.Base))))
 	return min(i, adaptiveBuckets-1)
 }
 
 // adaptiveUpperBound is the longest latency bucket i holds.
 func adaptiveUpperBound(i int) time.Duration {
-	return time.Duration(float64(latencyBase) * math.Exp2(float64(i)/adaptivePerOctave))
+	return time.Duration(float64(latency.Base) * math.Exp2(float64(i)/adaptivePerOctave))
 }

@@ -1,4 +1,4 @@
-package retryfuse
+package throttle
 
 import (
 	"math/rand/v2"
@@ -20,29 +20,29 @@ func seeded(seed uint64) func(int64) int64 {
 }
 
 func TestThrottleNeverRefusesAHealthyDependency(t *testing.T) {
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
 	for i := range 10000 {
-		if p := th.admit(clk, lowestDraw, nil); p != 0 {
+		if p := th.Admit(clk.Now(), lowestDraw, nil); p != 0 {
 			t.Fatalf("call %d refused (share %v): the dependency accepted every request", i, p)
 		}
-		th.record(clk.Now(), true, true)
+		th.Record(clk.Now(), true, true)
 		clk.Advance(time.Millisecond)
 	}
 }
 
 func TestThrottleFewRejectionsDoNotThrottle(t *testing.T) {
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
-	for range throttleMinRejects - 1 {
-		th.record(clk.Now(), true, false)
+	for range MinRejects - 1 {
+		th.Record(clk.Now(), true, false)
 	}
-	if p := th.admit(clk, lowestDraw, nil); p != 0 {
-		t.Errorf("after %d rejections alone: refused (share %v), want admitted", throttleMinRejects-1, p)
+	if p := th.Admit(clk.Now(), lowestDraw, nil); p != 0 {
+		t.Errorf("after %d rejections alone: refused (share %v), want admitted", MinRejects-1, p)
 	}
-	th.record(clk.Now(), true, false)
-	if p := th.admit(clk, lowestDraw, nil); p == 0 {
-		t.Errorf("after %d rejections alone: admitted, want refused", throttleMinRejects)
+	th.Record(clk.Now(), true, false)
+	if p := th.Admit(clk.Now(), lowestDraw, nil); p == 0 {
+		t.Errorf("after %d rejections alone: admitted, want refused", MinRejects)
 	}
 }
 
@@ -50,7 +50,7 @@ func TestThrottleFewRejectionsDoNotThrottle(t *testing.T) {
 // tick of 10ms and rejects the rest, offered calls a tick through th for
 // ticks; one rejected call in ten is retried once (as a RatioBudget's 10%
 // allows). It returns the attempts sent and accepted.
-func quota(th *throttle, clk *fakeClock, randN func(int64) int64, perTick, calls, ticks int) (sent, accepted int) {
+func quota(th *Throttle, clk *fakeClock, randN func(int64) int64, perTick, calls, ticks int) (sent, accepted int) {
 	rejected := 0
 	for range ticks {
 		free := perTick
@@ -61,11 +61,11 @@ func quota(th *throttle, clk *fakeClock, randN func(int64) int64, perTick, calls
 				free--
 				accepted++
 			}
-			th.record(clk.Now(), first, ok)
+			th.Record(clk.Now(), first, ok)
 			return ok
 		}
 		for range calls {
-			if th.admit(clk, randN, nil) != 0 {
+			if th.Admit(clk.Now(), randN, nil) != 0 {
 				continue
 			}
 			if !send(true) {
@@ -80,12 +80,12 @@ func quota(th *throttle, clk *fakeClock, randN func(int64) int64, perTick, calls
 }
 
 func TestThrottleSendsABoundedMultipleOfWhatIsAccepted(t *testing.T) {
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
 	quota(th, clk, seeded(1), 10, 20, 200) // the window fills
 	sent, accepted := quota(th, clk, seeded(2), 10, 20, 500)
-	if got := float64(sent) / float64(accepted); got > defaultThrottleRatio+0.05 {
-		t.Errorf("attempts sent per accepted, retries included: got %.3f (%d of %d), want at most %.2f", got, sent, accepted, defaultThrottleRatio+0.05)
+	if got := float64(sent) / float64(accepted); got > DefaultRatio+0.05 {
+		t.Errorf("attempts sent per accepted, retries included: got %.3f (%d of %d), want at most %.2f", got, sent, accepted, DefaultRatio+0.05)
 	}
 	if accepted < 4900 {
 		t.Errorf("accepted: got %d of the 5000 the dependency takes, want it kept busy (at least 4900)", accepted)
@@ -93,11 +93,11 @@ func TestThrottleSendsABoundedMultipleOfWhatIsAccepted(t *testing.T) {
 }
 
 func TestThrottleLetsWorkThroughOnceAccepted(t *testing.T) {
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
 	randN := seeded(1)
 	quota(th, clk, randN, 10, 30, 200)
-	if p := th.admit(clk, lowestDraw, nil); p == 0 {
+	if p := th.Admit(clk.Now(), lowestDraw, nil); p == 0 {
 		t.Fatal("not throttling after two seconds at three times the quota")
 	}
 	// The load falls below the quota: what is sent is accepted. Within a
@@ -106,28 +106,28 @@ func TestThrottleLetsWorkThroughOnceAccepted(t *testing.T) {
 	began := clk.Now()
 	for range 100 {
 		for range 5 {
-			if th.admit(clk, randN, nil) != 0 {
+			if th.Admit(clk.Now(), randN, nil) != 0 {
 				refusedAfter = clk.Now().Sub(began)
 			} else {
-				th.record(clk.Now(), true, true)
+				th.Record(clk.Now(), true, true)
 			}
 		}
 		clk.Advance(10 * time.Millisecond)
 	}
-	if limit := defaultThrottleWindow / throttleBuckets; refusedAfter < 0 || refusedAfter > limit {
+	if limit := DefaultWindow / Buckets; refusedAfter < 0 || refusedAfter > limit {
 		t.Errorf("last refusal %v after the dependency accepted again, want some, and none after %v", refusedAfter, limit)
 	}
 }
 
 func TestThrottleClockJumps(t *testing.T) {
-	fill := func() (*throttle, *fakeClock) {
-		th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	fill := func() (*Throttle, *fakeClock) {
+		th := New(DefaultRatio, DefaultWindow)
 		clk := newFakeClockAt(fixedStart)
 		for range 50 {
-			th.record(clk.Now(), true, false)
+			th.Record(clk.Now(), true, false)
 			clk.Advance(time.Millisecond)
 		}
-		if th.admit(clk, lowestDraw, nil) == 0 {
+		if th.Admit(clk.Now(), lowestDraw, nil) == 0 {
 			t.Fatal("not throttling after 50 rejections")
 		}
 		return th, clk
@@ -135,49 +135,49 @@ func TestThrottleClockJumps(t *testing.T) {
 	t.Run("back: what the window holds cannot be dated, and is forgotten", func(t *testing.T) {
 		th, clk := fill()
 		clk.Advance(-time.Hour)
-		if p := th.admit(clk, lowestDraw, nil); p != 0 {
+		if p := th.Admit(clk.Now(), lowestDraw, nil); p != 0 {
 			t.Errorf("refused (share %v) after the clock went back an hour, want admitted", p)
 		}
 		// Counting goes on from there.
 		for range 50 {
-			th.record(clk.Now(), true, false)
+			th.Record(clk.Now(), true, false)
 		}
-		if th.admit(clk, lowestDraw, nil) == 0 {
+		if th.Admit(clk.Now(), lowestDraw, nil) == 0 {
 			t.Error("not throttling after 50 rejections since the clock went back")
 		}
 	})
 	t.Run("forward past the window: it has expired", func(t *testing.T) {
 		th, clk := fill()
 		clk.Advance(time.Hour)
-		if p := th.admit(clk, lowestDraw, nil); p != 0 {
+		if p := th.Admit(clk.Now(), lowestDraw, nil); p != 0 {
 			t.Errorf("refused (share %v) an hour later, want admitted", p)
 		}
 	})
 }
 
 func TestThrottleOneFailingRequestAMinuteIsNeverRefused(t *testing.T) {
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
 	for i := range 120 {
-		if p := th.admit(clk, lowestDraw, nil); p != 0 {
+		if p := th.Admit(clk.Now(), lowestDraw, nil); p != 0 {
 			t.Fatalf("call %d refused (share %v): a window never holds more than one", i, p)
 		}
-		th.record(clk.Now(), true, false)
+		th.Record(clk.Now(), true, false)
 		clk.Advance(time.Minute)
 	}
 }
 
 func TestThrottleShareIsBounded(t *testing.T) {
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
 	for range 1000 {
-		th.record(clk.Now(), true, false)
+		th.Record(clk.Now(), true, false)
 	}
-	if p := th.admit(clk, lowestDraw, nil); p != throttleMaxShare {
+	if p := th.Admit(clk.Now(), lowestDraw, nil); p != throttleMaxShare {
 		t.Errorf("share with every request rejected: got %v, want %v, so that a few calls still go and tell when it accepts again", p, throttleMaxShare)
 	}
 	// The share is drawn: with a draw above it, the call goes.
-	if p := th.admit(clk, func(n int64) int64 { return n - 1 }, nil); p != 0 {
+	if p := th.Admit(clk.Now(), func(n int64) int64 { return n - 1 }, nil); p != 0 {
 		t.Errorf("a draw above the share: refused (share %v), want admitted", p)
 	}
 }
@@ -186,15 +186,15 @@ func TestThrottleCountsATimeReadJustBeforeTheWindowMovedOn(t *testing.T) {
 	// Concurrent calls read the clock before they take the throttle's
 	// lock: one may come with a time just before the bucket another has
 	// opened. That is not a clock that went back.
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
 	for range 50 {
-		th.record(clk.Now(), true, false)
+		th.Record(clk.Now(), true, false)
 	}
-	clk.Advance(defaultThrottleWindow / throttleBuckets)
-	th.record(clk.Now(), true, false) // the next bucket
-	th.record(clk.Now().Add(-time.Microsecond), true, false)
-	if p := th.admit(clk, lowestDraw, nil); p == 0 {
+	clk.Advance(DefaultWindow / Buckets)
+	th.Record(clk.Now(), true, false) // the next bucket
+	th.Record(clk.Now().Add(-time.Microsecond), true, false)
+	if p := th.Admit(clk.Now(), lowestDraw, nil); p == 0 {
 		t.Error("the window was forgotten on a time read a microsecond before the newest bucket")
 	}
 }
@@ -202,10 +202,10 @@ func TestThrottleCountsATimeReadJustBeforeTheWindowMovedOn(t *testing.T) {
 // Accepted attempts counted without the lock, from many goroutines at
 // once and beside rejections counted with it, are all in the window.
 func TestThrottleCountsConcurrentAttemptsWithoutLoss(t *testing.T) {
-	th := newThrottle(defaultThrottleRatio, defaultThrottleWindow)
+	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
 	now := clk.Now()
-	th.record(now, true, true) // opens the bucket: the rest take the path without the lock
+	th.Record(now, true, true) // opens the bucket: the rest take the path without the lock
 	const goroutines, each = 8, 5000
 	var wg sync.WaitGroup
 	for g := range goroutines {
@@ -213,7 +213,7 @@ func TestThrottleCountsConcurrentAttemptsWithoutLoss(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				th.record(now, i%2 == 0, g != 0 || i%100 != 0) // goroutine 0 rejects one in a hundred
+				th.Record(now, i%2 == 0, g != 0 || i%100 != 0) // goroutine 0 rejects one in a hundred
 			}
 		}()
 	}
