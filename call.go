@@ -12,10 +12,11 @@ import (
 	"github.com/retryfuse/retryfuse/internal/share"
 )
 
-// This file is one RoundTrip: the facts about the request, the gates
-// before the first attempt, and the loop of attempts. Only run and loop end
-// a call; the steps they call (send, schedule, wait, the gates) report what
-// happened and leave the ending to them.
+// This file is one RoundTrip: the gates before the first attempt, and the
+// loop of attempts (the facts about the request are read in
+// idempotency_key.go, the verdicts and the wait are retry.go's). Only run
+// and loop end a call; the steps they call (send, schedule, wait, the
+// gates) report what happened and leave the ending to them.
 
 // call is the state of one RoundTrip: the facts about the request, the
 // attempt history the decision core reads, and the last result.
@@ -144,46 +145,6 @@ func (c *call) run() (*http.Response, error) {
 	return c.settle(resp, err)
 }
 
-// readFacts reads the method, the idempotency key (from the header, else
-// from the context, else generated when so configured) and whether the
-// body can be replayed.
-func (c *call) readFacts() error {
-	req := c.req
-	c.method = req.Method
-	if c.method == "" {
-		c.method = http.MethodGet
-	}
-	key, err := readKey(req.Header)
-	if err != nil {
-		return err
-	}
-	if !key.present {
-		if v, ok := contextIdempotencyKey(req.Context()); ok {
-			if err := validateIdempotencyKey(v); err != nil {
-				return err
-			}
-			key = requestKey{value: v, present: true, added: true}
-		} else if c.p.generateKeys && (c.method == http.MethodPost || c.method == http.MethodPatch) {
-			v, err := newIdempotencyKey()
-			if err != nil {
-				return err
-			}
-			key = requestKey{value: v, present: true, generated: true, added: true}
-		}
-	}
-	c.key = key
-	if key.added || needsKeyHiding(c.method, req.Header) {
-		add := ""
-		if key.added {
-			add = key.value
-		}
-		c.header = hideKey(req.Header, add)
-	}
-	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
-	c.ctx = req.Context()
-	return nil
-}
-
 // loop makes attempts until one is final, the decision core or a gate
 // stops the call, or attempts run out. Each turn: the deadline, the
 // breaker, the attempt, the decision core's verdict on it, and, for a
@@ -297,66 +258,6 @@ func (c *call) loop() (*http.Response, error) {
 			return nil, &RetryError{Reason: err, Last: next.cause, Attempts: c.attempt}
 		}
 	}
-}
-
-// record adds an attempt's result to the history the decision core reads.
-func (c *call) record(a attempt) {
-	c.phase = a.phase
-	cost := 1.0
-	if a.outcome == decide.OutcomeTimeout {
-		cost = c.p.timeoutCost
-	}
-	h := decide.Attempt{Outcome: a.outcome, Phase: a.phase, Cost: cost}
-	switch {
-	case c.history != nil:
-		c.history = append(c.history, h)
-	case c.nhist < len(c.hist):
-		c.hist[c.nhist] = h
-		c.nhist++
-	default:
-		c.history = append(append(make([]decide.Attempt, 0, 2*len(c.hist)), c.hist[:]...), h)
-	}
-	c.lastResp, c.lastErr = a.resp, a.err
-}
-
-// attempts is the history the decision core reads. It is kept in the call
-// while it fits, rather than in a slice of the call's own array, which
-// would keep the call off the stack.
-func (c *call) attempts() []decide.Attempt {
-	if c.history != nil {
-		return c.history
-	}
-	return c.hist[:c.nhist]
-}
-
-// decide asks the decision core about the call as it stands.
-func (c *call) decide(ks decide.KeyState) decide.Verdict {
-	req := c.facts
-	req.ServerHonoursKeys = c.key.present && c.serverHonoursKeys()
-	v := decide.Decide(decide.Input{Version: decide.Version, Policy: c.p.decision, Request: req, KeyState: ks, Attempts: c.attempts()})
-	if h := c.t.Hooks.Decision; h != nil && (c.attempt > 0 || v.Decision != decide.ReplaySafe) {
-		// Before the first attempt, replay_safe only means that nothing
-		// stops the call: nothing is replayed, and it is not reported.
-		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
-	}
-	return v
-}
-
-// brakeReasons are the sentinels of the rules that stop a call.
-var brakeReasons = [...]error{
-	decide.RuleConflict:         ErrIdempotencyConflict,
-	decide.RuleInFlight:         ErrDuplicateInFlight,
-	decide.RuleNotRepeatable:    ErrNotRepeatable,
-	decide.RuleFailureThreshold: ErrFailureStreak,
-	decide.RuleCostBudget:       ErrCallCost,
-}
-
-// brakeReason is the sentinel of a verdict that stops a call.
-func brakeReason(v decide.Verdict) error {
-	if int(v.Rule) < len(brakeReasons) && brakeReasons[v.Rule] != nil {
-		return brakeReasons[v.Rule]
-	}
-	return ErrNotRepeatable
 }
 
 // refuse answers a call that the decision core stops before its first

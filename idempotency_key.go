@@ -11,6 +11,10 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
+// This file is the facts about a request that its call reads first: the
+// method, the idempotency key (from its header or its context, or
+// generated), and whether its body can be replayed.
+
 // maxIdempotencyKeyLen is the longest idempotency key the transport sends.
 const maxIdempotencyKeyLen = 255
 
@@ -182,4 +186,44 @@ type contextKey struct{}
 func contextIdempotencyKey(ctx context.Context) (string, bool) {
 	k, ok := ctx.Value(contextKey{}).(string)
 	return k, ok
+}
+
+// readFacts reads the method, the idempotency key (from the header, else
+// from the context, else generated when so configured) and whether the
+// body can be replayed.
+func (c *call) readFacts() error {
+	req := c.req
+	c.method = req.Method
+	if c.method == "" {
+		c.method = http.MethodGet
+	}
+	key, err := readKey(req.Header)
+	if err != nil {
+		return err
+	}
+	if !key.present {
+		if v, ok := contextIdempotencyKey(req.Context()); ok {
+			if err := validateIdempotencyKey(v); err != nil {
+				return err
+			}
+			key = requestKey{value: v, present: true, added: true}
+		} else if c.p.generateKeys && (c.method == http.MethodPost || c.method == http.MethodPatch) {
+			v, err := newIdempotencyKey()
+			if err != nil {
+				return err
+			}
+			key = requestKey{value: v, present: true, generated: true, added: true}
+		}
+	}
+	c.key = key
+	if key.added || needsKeyHiding(c.method, req.Header) {
+		add := ""
+		if key.added {
+			add = key.value
+		}
+		c.header = hideKey(req.Header, add)
+	}
+	c.facts = decide.Request{Method: c.method, IdempotencyKey: c.key.present, ReplayableBody: replayableBody(req)}
+	c.ctx = req.Context()
+	return nil
 }
