@@ -321,7 +321,7 @@ var (
 )
 
 // BulkheadFullError is returned when the bulkhead of the request's scope
-// (Transport.MaxInFlight, or the limit AdaptiveInFlight learns, or slow
+// (LoadPolicy.MaxInFlight, or the limit LoadPolicy.Adaptive learns, or slow
 // start's ramp) had no slot for an attempt, and its queue (MaxQueued) no
 // room or no time: the attempt was not sent. errors.Is(err, ErrDeclined)
 // holds.
@@ -333,7 +333,7 @@ type BulkheadFullError struct {
 	// QueueWait is how long the attempt waited in the queue before it gave
 	// up; zero when the queue was full too.
 	QueueWait time.Duration
-	// Learnt says that the limit was learnt (AdaptiveInFlight).
+	// Learnt says that the limit was learnt (LoadPolicy.Adaptive).
 	Learnt bool
 	// SlowStart says that slow start admitted fewer than the limit.
 	SlowStart bool

@@ -37,7 +37,7 @@ type call struct {
 	header  http.Header // the header to send when it differs from req.Header
 	url     string      // redacted, computed on first use
 	scope   string      // the dependency, for the breaker and the ledger; see scopeName
-	bscope  string      // with BreakerScope, the scope at the breaker; see breakerScopeName
+	bscope  string      // with Brake.Route, the scope at the breaker; see breakerScopeName
 	budget  budget.Budget
 	deposit timedBudget  // the budget still to be told of the first attempt; see recordRequest
 	st      *scopeRecord // the scope's record; see scopeRecord

@@ -93,7 +93,7 @@ var (
 	// request), handed back as it is. Only reported through hooks.
 	errFinal = errors.New("retryfuse: result is final")
 
-	// ErrAttemptTimeout: one attempt ran past Transport.AttemptTimeout
+	// ErrAttemptTimeout: one attempt ran past RetryPolicy.AttemptTimeout
 	// before its response headers arrived. The error matching it also
 	// reports Timeout() == true.
 	ErrAttemptTimeout = errors.New("retryfuse: attempt timed out")

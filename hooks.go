@@ -10,7 +10,7 @@ import (
 
 // Hooks observe what the transport decides. Every field may be nil. Hooks
 // run synchronously on the goroutine of the call (a call that
-// Transport.ShareReads shares runs on a goroutine of its own), never
+// ReadPolicy.Share shares runs on a goroutine of its own), never
 // while the transport holds a lock, and may be called concurrently by
 // concurrent calls. A hook must not keep the Info's fields that are documented as
 // borrowed. A panicking hook is recovered and ignored: it never breaks the
@@ -217,7 +217,7 @@ type GiveUpInfo struct {
 //	                  call's own outcome was returned (Err, its error)
 //	                  "failed": it panicked or returned neither a response nor
 //	                  an error (Err); the call's own outcome was returned
-//	"single_flight"   (Transport.ShareReads; SharedCallID names the shared call)
+//	"single_flight"   (ReadPolicy.Share; SharedCallID names the shared call)
 //	                  "led": the call's result is shared with the reads of its
 //	                  key that come while it is in flight (SharedCallID is its
 //	                  own CallID)

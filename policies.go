@@ -82,10 +82,10 @@ type RetryPolicy struct {
 	// NewBudget creates the budget of a scope on first use, when Budget is
 	// nil. It is called once per scope, under the Transport's lock: keep it
 	// quick (a constructor), and do not call the Transport from it. Nil
-	// means a RatioBudget with its default settings per scope (retries at
-	// most 10% of requests plus a small floor). Return UnlimitedBudget() to
+	// means a budget.Ratio with its default settings per scope (retries at
+	// most 10% of requests plus a small floor). Return budget.Unlimited() to
 	// turn budgets off; a nil Budget with a nil error counts as
-	// UnlimitedBudget() too. An error fails the call that needed the
+	// budget.Unlimited() too. An error fails the call that needed the
 	// budget, before anything is sent. Setting both Budget and NewBudget
 	// is refused: NewBudget is never called with a Budget.
 	NewBudget func(scope string) (budget.Budget, error)
@@ -187,8 +187,9 @@ type BrakePolicy struct {
 	// breaker is the Scope's, a space and the value ("https://api:443 GET
 	// /orders/{id}"), or the Scope's alone for an empty value or a panic.
 	// Budgets, limits and the Ledger stay per Scope. Nil means the
-	// Scope's. Refused without a Breaker. Keep the values few: each is a
-	// scope the Breaker remembers, within its MaxScopes.
+	// Scope's. Set without a Breaker, it brakes with a Breaker of the
+	// default breaker.Settings, the Transport's own. Keep the values few:
+	// each is a scope the Breaker remembers, within its MaxScopes.
 	Route func(*http.Request) string
 }
 
@@ -203,7 +204,8 @@ type HedgePolicy struct {
 	// it passes the breaker, the rate limiter and the bulkhead without
 	// waiting, and is not sent when any of them refuses. A retry may hedge
 	// again. Only requests of Methods that may be repeated at all (see
-	// Transport) are hedged. Zero means no hedging.
+	// Transport) are hedged. Zero means 1 when another field of the
+	// HedgePolicy is set, and no hedging when none is.
 	//
 	// Max with MaxAttempts 1 is refused: the hedge would be a second
 	// attempt. A Max of MaxAttempts or more is a ceiling: hedges go while
@@ -218,9 +220,11 @@ type HedgePolicy struct {
 	// Delay is how long an attempt runs before a hedge is sent beside it.
 	// With Quantile set, it is the delay until the scope has a latency
 	// estimate (zero: no hedge until then), and the longest delay after: a
-	// few slow answers never make hedging later than this. It is refused
-	// without Max, and at or above RetryPolicy.AttemptTimeout (every
-	// attempt would time out before its hedge is due).
+	// few slow answers never make hedging later than this. Zero, with
+	// Quantile zero too, means the estimate of the default quantile (0.95
+	// of recent answers). It is refused at or above
+	// RetryPolicy.AttemptTimeout (every attempt would time out before its
+	// hedge is due).
 	Delay time.Duration
 
 	// Quantile, when set (above 0, below 1), derives the hedge delay from
@@ -229,8 +233,7 @@ type HedgePolicy struct {
 	// slowest 5%), kept in a small histogram per scope (quarter-octave
 	// buckets, recent answers weighing most). A branch cancelled because
 	// another answered first is not an answer, and is not counted. The
-	// estimate needs 20 answers; Delay applies before that. It is refused
-	// without Max.
+	// estimate needs 20 answers; Delay applies before that.
 	Quantile float64
 
 	// Methods are the methods that may be hedged. Nil means GET, HEAD and
@@ -240,8 +243,7 @@ type HedgePolicy struct {
 	// second copy finds the first still in progress). A POST or PATCH is
 	// hedged only when it may be repeated at all: with an idempotency key
 	// and a replayable body. The slice is copied at the first use. An
-	// empty, non-nil slice hedges no method; one listing methods is
-	// refused without Max.
+	// empty, non-nil slice hedges no method.
 	Methods []string
 }
 
@@ -267,13 +269,14 @@ type ReadPolicy struct {
 	// Authorization, Cookie, Accept or any other header differs never
 	// share. A Base that adds credentials from the context needs a
 	// ShareKey that includes them. A ShareKey that returns "" or panics
-	// (reported) leaves the read unshared. Refused without Share.
+	// (reported) leaves the read unshared. Set alone, it shares reads as
+	// Share does.
 	ShareKey func(*http.Request) string
 
 	// MaxSharedBody bounds the body buffered to be shared: past it, the
 	// caller who started the call reads the body as it comes, and every
-	// other makes a call of its own. Zero means 1 MiB. Refused without
-	// Share.
+	// other makes a call of its own. Zero means 1 MiB. Set alone, it
+	// shares reads as Share does.
 	MaxSharedBody int64
 }
 

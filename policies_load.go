@@ -44,8 +44,9 @@ type LoadPolicy struct {
 	Adaptive bool
 
 	// MinInFlight is the floor of the learnt limit: it is never cut below
-	// it. Zero means 2 (or MaxInFlight when that is lower). It is refused
-	// without Adaptive, and above MaxInFlight.
+	// it. Zero means 2 (or MaxInFlight when that is lower). Set without
+	// Adaptive, it learns the limit as Adaptive does. It is refused above
+	// MaxInFlight.
 	MinInFlight int
 
 	// MaxQueued bounds the attempts waiting for a slot of a scope's
@@ -67,8 +68,8 @@ type LoadPolicy struct {
 	RateLimit float64
 
 	// RateBurst is the size of the rate limiter's bucket: the attempts it
-	// admits at once after a quiet spell. Required (at least 1) with a
-	// RateLimit.
+	// admits at once after a quiet spell. Zero means 1 beside a
+	// RateLimit; it is refused without one.
 	RateBurst int
 
 	// MaxWait bounds the wait of an attempt for the bulkhead's queue, the
@@ -90,7 +91,7 @@ type LoadPolicy struct {
 	// lower, under the bulkhead's limit; the rest wait or are refused as
 	// for the bulkhead (a *BulkheadFullError with SlowStart set). Reported
 	// through Hooks.Policy ("slow_start"). Zero means one second;
-	// negative, or set without a Breaker or Adaptive, is refused.
+	// negative, or set without a Breaker or a learnt limit, is refused.
 	SlowStart time.Duration
 
 	// Throttle refuses a share of new calls to a dependency that rejects

@@ -7,7 +7,7 @@ import (
 	"github.com/retryfuse/retryfuse/internal/share"
 )
 
-// This file is single-flight (Transport.ShareReads) as the Transport drives
+// This file is single-flight (ReadPolicy.Share) as the Transport drives
 // it: concurrent identical reads share one call, its retries and hedges
 // included; internal/share keeps the flights, their keys and their
 // results. It sits outside the retry and inside the Fallback: each caller

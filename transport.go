@@ -54,18 +54,19 @@ type Transport struct {
 	// Ledger, the Reconciler, whether servers honour them.
 	Keys KeyPolicy
 
-	// Brake is the circuit breaker, off without a Breaker.
+	// Brake is the circuit breaker, off when the BrakePolicy is zero.
 	Brake BrakePolicy
 
-	// Hedge sends a second attempt beside a slow one, off without Max.
+	// Hedge sends a second attempt beside a slow one, off when the
+	// HedgePolicy is zero.
 	Hedge HedgePolicy
 
 	// Load bounds the load put on each scope: the bulkhead (fixed or
 	// learnt), the rate limiter, the throttle, slow start.
 	Load LoadPolicy
 
-	// Reads lets concurrent identical reads share one call, off unless
-	// Share.
+	// Reads lets concurrent identical reads share one call, off when the
+	// ReadPolicy is zero.
 	Reads ReadPolicy
 
 	// Scope names the dependency a request belongs to, and bounds the
@@ -109,6 +110,6 @@ type Transport struct {
 	initErr error
 	scopes  scopes           // the per-scope records: budgets, limits, latencies
 	keys    keymemory.Memory // without a Ledger, the keys left uncertain
-	flights share.Flights    // with ShareReads, the shared calls in flight
+	flights share.Flights    // with Reads, the shared calls in flight
 	calls   atomic.Uint64    // the calls numbered (CallInfo.CallID), while there are hooks
 }

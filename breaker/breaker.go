@@ -168,8 +168,8 @@ const (
 )
 
 // Breaker brakes requests to failing dependencies, one brake per scope
-// (Transport.Scope names it: by default the host). Set it as
-// Transport.Breaker; one Breaker may serve several Transports.
+// (ScopePolicy.Of names it: by default the host). Set it as
+// BrakePolicy.Breaker; one Breaker may serve several Transports.
 //
 // A closed scope opens when it has seen FailureThreshold consecutive
 // failures and at least MinObservations outcomes since it last closed.
@@ -180,7 +180,7 @@ const (
 // never closes it. The BreakerChange hook reports every change. A scope
 // holds about 900 bytes, and 12 more for each request in flight at once
 // beyond 64. A closed scope's requests and their successes take no lock
-// (see breaker_quick.go), so one Breaker may serve every call of a busy
+// (see quick.go), so one Breaker may serve every call of a busy
 // process.
 //
 // Its settings can be changed while traffic flows (Update), without
@@ -257,7 +257,7 @@ func (b *Breaker) OpenUntil(scope string, t time.Time) error {
 func (b *Breaker) Allow(scope string, now time.Time) (Ticket, Change, error) {
 	if s := b.findQuick(scope); s != nil {
 		if t, ok := b.allowQuick(s); ok {
-			return t, Change{}, nil // closed (breaker_quick.go)
+			return t, Change{}, nil // closed (quick.go)
 		}
 	}
 	b.mu.Lock()
@@ -298,10 +298,10 @@ type Ticket struct {
 	gen   uint64 // the scope's generation when the ticket was issued; its low 32 bits for a quick one
 	seq   uint64 // the ticket's number, held in its slot until done
 	slot  int32
-	quick bool // issued without the lock, in s.q.slots (breaker_quick.go)
+	quick bool // issued without the lock, in s.q.slots (quick.go)
 }
 
-// done reports, at now, the outcome of the ticket's request, with the dependency
+// Done reports, at now, the outcome of the ticket's request, with the dependency
 // failure as cause for Failure. It returns a non-zero transition
 // when the outcome closed or opened the scope. A ticket issued before the
 // scope last changed state is ignored, and so is a second done.

@@ -7,7 +7,7 @@ import (
 )
 
 // ErrOpen is matched by every refusal of an open scope, a *OpenError; the
-// root package exports it as ErrOpen, and it matches
+// root package exports it as ErrCircuitOpen, and it matches
 // ErrDeclined.
 var ErrOpen = sentinel.Declined("retryfuse: circuit open")
 

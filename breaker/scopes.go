@@ -4,7 +4,7 @@ import "time"
 
 // This file is the breaker's memory of scopes: the state of each, the
 // MaxScopes bound and its eviction order, and the tickets each has out
-// under the lock (those of the quick path are in breaker_quick.go).
+// under the lock (those of the quick path are in quick.go).
 
 // scopeState is one scope's brake. Guarded by b.mu.
 type scopeState struct {
@@ -31,7 +31,7 @@ type scopeState struct {
 	free      []int32
 	seq       uint64
 	forgotten bool       // evicted (MaxScopes): its tickets count nothing
-	q         quickScope // the closed path without the lock; see breaker_quick.go
+	q         quickScope // the closed path without the lock; see quick.go
 }
 
 // scopeLocked returns the state of scope, remembering it if need be. It

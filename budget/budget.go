@@ -59,7 +59,7 @@ type Snapshot struct {
 
 // Unlimited returns a Budget that never refuses: set it as
 // RetryPolicy.Budget of a retryfuse.Transport, or return it from
-// RetryPolicy.NewBudget,, to turn budgets off.
+// RetryPolicy.NewBudget, to turn budgets off.
 func Unlimited() Budget { return unlimited{} }
 
 // unlimited records nothing and grants every retry.

@@ -95,7 +95,7 @@ func newRatioBudget(client redis.UniversalClient, name string, cfg budget.RatioC
 		return nil, err
 	}
 	if cfg.Window > 0 && cfg.Window < ratioBuckets*time.Microsecond {
-		return nil, invalid("RatioBudgetConfig.Window", "is shorter than 10µs, the least the Redis budget can count")
+		return nil, invalid("budget.RatioConfig.Window", "is shorter than 10µs, the least the Redis budget can count")
 	}
 	s, err := newShared(client, name, opts)
 	if err != nil {

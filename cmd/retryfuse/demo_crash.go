@@ -36,7 +36,7 @@ type crashSide struct {
 	FirstLost bool   // the first run's charge was rolled back with it
 }
 
-// runCrash sends one keyed charge through retryfuse (ServerHonoursKeys,
+// runCrash sends one keyed charge through retryfuse (Keys.ServerHonours,
 // confirmed by a first keyed call) to each server. The handler writes the
 // charge, then, on its first run, panics before it returns: a server that
 // died between the effect and the record.

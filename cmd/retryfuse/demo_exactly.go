@@ -27,7 +27,7 @@ type exactlyResults struct {
 // server, now behind the middleware (package idempotency, on a
 // MemoryLedger): the server runs a key's request once and answers a
 // repeat with the stored response. retryfuse is told the server honours
-// keys (Transport.ServerHonoursKeys), and trusts it once the middleware's
+// keys (KeyPolicy.ServerHonours), and trusts it once the middleware's
 // marker on a response confirms it: its first keyed call (a session,
 // answered at once) does. So it repeats the uncertain write with the same
 // key and body instead of asking its caller to reconcile.

@@ -20,7 +20,7 @@ import (
 // then half of it for overloadAfter. Three sides at once, each against a
 // dependency of its own and the same arrivals: the plain loop, retryfuse
 // with a bulkhead set to the right guess, and retryfuse learning the limit
-// (AdaptiveInFlight). Every side makes 3 attempts of at most
+// (Load.Adaptive). Every side makes 3 attempts of at most
 // overloadAttempt within the caller's overloadDeadline.
 const (
 	overloadWorkers  = 4
@@ -134,7 +134,7 @@ func runOverload(srv *servers) (overloadResults, error) {
 	sides := [3]*overloadSide{&res.Plain, &res.Static, &res.Adaptive}
 	deps := [3]*queueDep{}
 	urls := [3]string{}
-	for i, name := range [3]string{"overload (plain)", "overload (retryfuse, MaxInFlight)", "overload (retryfuse, AdaptiveInFlight)"} {
+	for i, name := range [3]string{"overload (plain)", "overload (retryfuse, Load.MaxInFlight)", "overload (retryfuse, Load.Adaptive)"} {
 		deps[i] = newQueueDep(start)
 		defer deps[i].close()
 		s, err := srv.start(name, deps[i])

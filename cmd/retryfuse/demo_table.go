@@ -76,13 +76,13 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.row("requests the dependency received", h.Plain.Sent, h.Fixed.Sent, h.Derived.Sent)
 	t.row("extra requests", pct(h.Plain.Extra(h.Calls)), pct(h.Fixed.Extra(h.Calls)), pct(h.Derived.Extra(h.Calls)))
 	t.row("calls without a 200", h.Plain.Failed, h.Fixed.Failed, h.Derived.Failed)
-	t.note("retryfuse: MaxHedges 1, HedgeDelay %s; then HedgeQuantile %.2f: once the scope has 20 answers, the delay is their p95 (at most 20ms)", dur(tailHedgeDelay), tailQuantile)
+	t.note("retryfuse: Hedge.Max 1, Hedge.Delay %s; then Hedge.Quantile %.2f: once the scope has 20 answers, the delay is their p95 (at most 20ms)", dur(tailHedgeDelay), tailQuantile)
 	t.note("each hedge takes a retry from the budget; the slower copy is cancelled and its connection closed")
 
 	o := r.Overload
 	t.section(fmt.Sprintf("6. Overload: %d workers × %s (%.0f/s), unbounded queue; offered 2× for %s, then 0.5× for %s",
 		overloadWorkers, dur(overloadService), overloadCapacity, dur(overloadFor), dur(overloadAfter)),
-		"plain loop", fmt.Sprintf("retryfuse MaxInFlight %d", overloadGuess), "retryfuse AdaptiveInFlight")
+		"plain loop", fmt.Sprintf("retryfuse Load.MaxInFlight %d", overloadGuess), "retryfuse Load.Adaptive")
 	t.row("goodput during the overload (calls/s)", fmt.Sprintf("%.0f", o.Plain.Goodput), fmt.Sprintf("%.0f", o.Static.Goodput), fmt.Sprintf("%.0f", o.Adaptive.Goodput))
 	t.row("p99 of the calls that succeeded", dur(o.Plain.P99), dur(o.Static.P99), dur(o.Adaptive.P99))
 	t.row("requests received during the overload", o.Plain.Received, o.Static.Received, o.Adaptive.Received)
@@ -102,7 +102,7 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 		replay = "the stored response, replayed"
 	}
 	t.note("the middleware (package idempotency) runs a key's request once and answers a repeat with the stored response")
-	t.note("retryfuse (ServerHonoursKeys, confirmed by the marker on its first keyed call) repeated the uncertain write with the same key and body: %d attempts, its answer %s", e.FuseAttempts, replay)
+	t.note("retryfuse (Keys.ServerHonours, confirmed by the marker on its first keyed call) repeated the uncertain write with the same key and body: %d attempts, its answer %s", e.FuseAttempts, replay)
 
 	c := r.Crash
 	t.section("8. A crash mid-request: the handler writes the charge, then its server dies before the response is recorded",

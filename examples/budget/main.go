@@ -111,7 +111,7 @@ func run(w io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(w, "%d callers, 3 attempts each at most, one shared RatioBudget (%v)\n", callers, time.Since(began).Round(time.Millisecond))
+	fmt.Fprintf(w, "%d callers, 3 attempts each at most, one shared budget.Ratio (%v)\n", callers, time.Since(began).Round(time.Millisecond))
 	fmt.Fprintln(w, "requests the server received, per caller:")
 	total, hist := 0, map[int32]int{}
 	for n := range callers {
