@@ -151,8 +151,9 @@
 // without credentials, idempotency key, phase, elapsed time and the
 // request's context (BreakerChange, about a scope rather than one call,
 // carries the scope, its old and new states and the breaker's settings
-// instead). A panicking hook never breaks the call. SlogHooks logs every
-// event with stable attribute names; the module
+// instead). A panicking hook never breaks the call. Package
+// github.com/retryfuse/retryfuse/sloghooks logs every event to a log/slog
+// logger with stable attribute names (sloghooks.New); the module
 // github.com/retryfuse/retryfuse/otel records OpenTelemetry metrics and
 // span events. JoinHooks combines several.
 //

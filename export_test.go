@@ -3,6 +3,7 @@ package retryfuse
 import (
 	"context"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"sync"
@@ -63,6 +64,11 @@ func setClock(tr *Transport, now func() time.Time, sleep func(context.Context, t
 func setSleep(tr *Transport, sleep func(context.Context, time.Duration) error) {
 	testEnvOf(tr).sleep = sleep
 }
+
+// SloghooksNew is sloghooks.New. The package's own tests cannot import
+// sloghooks, which imports the package; sloghooks_bridge_test.go, a file of
+// the external test package, sets it before any test runs.
+var SloghooksNew func(*slog.Logger) Hooks
 
 // setRandN makes tr draw its jitter from randN.
 func setRandN(tr *Transport, randN func(n int64) int64) { testEnvOf(tr).randN = randN }

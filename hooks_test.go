@@ -220,10 +220,10 @@ func TestElapsedOfHooksSetAfterValidate(t *testing.T) {
 }
 
 // Every field of Hooks is seen by any, joined by JoinHooks and set by
-// SlogHooks: a hook added to the struct but not to them fails here.
+// sloghooks.New: a hook added to the struct but not to them fails here.
 func TestEveryHookIsJoinedCountedAndLogged(t *testing.T) {
 	typ := reflect.TypeOf(Hooks{})
-	logged := reflect.ValueOf(SlogHooks(slog.New(slog.DiscardHandler)))
+	logged := reflect.ValueOf(SloghooksNew(slog.New(slog.DiscardHandler)))
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		calls := 0
@@ -245,7 +245,7 @@ func TestEveryHookIsJoinedCountedAndLogged(t *testing.T) {
 			t.Errorf("JoinHooks(h, {}, h).%s called h's hook %d times, want 2", f.Name, calls)
 		}
 		if logged.Field(i).IsNil() {
-			t.Errorf("SlogHooks leaves %s nil", f.Name)
+			t.Errorf("sloghooks.New leaves %s nil", f.Name)
 		}
 	}
 	if (Hooks{}).any() {

@@ -85,7 +85,7 @@ func TestCredentialsNeverReported(t *testing.T) {
 			var events renderedEvents
 			var logged bytes.Buffer
 			logger := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			tt.tr.Hooks = JoinHooks(events.hooks(), SlogHooks(logger))
+			tt.tr.Hooks = JoinHooks(events.hooks(), SloghooksNew(logger))
 			tr := newTransport(t, newFakeClock(), tt.tr)
 			req := newRequest(t, testCtx(t), http.MethodPost, secretURL(target), `{"amount":10}`)
 			if tt.key != "" {

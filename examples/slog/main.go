@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/sloghooks"
 )
 
 func main() {
@@ -70,7 +71,7 @@ func run(w io.Writer) error {
 	counter := retryfuse.Hooks{AttemptDone: func(retryfuse.AttemptDoneInfo) { attempts.Add(1) }}
 
 	tr := &retryfuse.Transport{
-		Hooks: retryfuse.JoinHooks(retryfuse.SlogHooks(logger), counter),
+		Hooks: retryfuse.JoinHooks(sloghooks.New(logger), counter),
 		Retry: retryfuse.RetryPolicy{
 			InitialBackoff: 10 * time.Millisecond,
 			AttemptTimeout: 200 * time.Millisecond,

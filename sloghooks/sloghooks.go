@@ -1,17 +1,29 @@
-package retryfuse
+// Package sloghooks logs the events of a retryfuse.Transport's hooks to a
+// log/slog logger, one structured record per event:
+//
+//	tr := &retryfuse.Transport{Hooks: sloghooks.New(logger)}
+//
+// Combine it with other hooks (metrics, a counter) with
+// retryfuse.JoinHooks. Besides retryfuse, it needs the standard library
+// alone.
+package sloghooks
 
 import (
 	"context"
 	"errors"
 	"log/slog"
 
+	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 )
 
-// SlogHooks returns Hooks that log every event to logger (slog.Default()
-// when nil). Records are built only when logger is enabled for their
-// level.
+// New returns Hooks that log every event to logger. A nil logger means
+// slog.Default() as it is when New is called: a default set later is not
+// seen. Records are built only when the logger is enabled for their
+// level. Like every hook, they may be called concurrently (a
+// *slog.Logger is safe for concurrent use), and one set may serve several
+// Transports.
 //
 // Levels:
 //
@@ -37,7 +49,7 @@ import (
 // compatibility promise; new attributes may be added. Attributes, each
 // present only when it applies:
 //
-//	call_id          uint   CallInfo.CallID, shared by all records of a call
+//	call_id          uint   retryfuse.CallInfo.CallID, shared by all records of a call
 //	attempt          int    attempt number, from 1; 0 before the first
 //	method           string request method
 //	url              string request URL, credentials removed and query redacted
@@ -64,14 +76,14 @@ import (
 //	                        retry_after_too_long, deadline, circuit_open,
 //	                        bulkhead_full, rate_limited, throttled, ledger_unavailable,
 //	                        duplicate_in_flight, idempotency_conflict, final,
-//	                        canceled, deadline_exceeded, else other (ReasonName)
+//	                        canceled, deadline_exceeded, else other (retryfuse.ReasonName)
 //	error            string the error's text
 //	connections      int    connections obtained within one attempt (hidden re-send)
 //	source           string budget or ledger (evidence unavailable)
 //	scope, from, to  string breaker scope and states (closed, open, half_open)
 //	version          uint   the version of the breaker's settings in force
 //	policy, action   string hedge, bulkhead, rate_limit, throttle, adaptive_limit, slow_start,
-//	                        server_keys, fallback or single_flight, and what it did (see PolicyInfo)
+//	                        server_keys, fallback or single_flight, and what it did (see retryfuse.PolicyInfo)
 //	wait             dur    how long the attempt waited, or slow start's window (policy)
 //	limit, prev_limit int   the learnt limit after and before a change; slow start's first (policy)
 //	why              string why a learnt limit changed or slow start began (policy)
@@ -84,18 +96,18 @@ import (
 // look up the effect of a write that requires reconciliation. Drop it with
 // a HandlerOptions.ReplaceAttr if your logs must not hold it. URLs are
 // logged as the transport reports them, without user information and with
-// the query parameters of Transport.RedactQueryParams redacted.
+// the query parameters of retryfuse.Transport.RedactQueryParams redacted.
 //
-// Records are logged with the request's context (CallInfo.Context), so a
-// handler that reads values from the context — a trace ID, a request ID —
-// sees the caller's. Breaker changes belong to no one call and are logged
-// with context.Background().
-func SlogHooks(logger *slog.Logger) Hooks {
+// Records are logged with the request's context
+// (retryfuse.CallInfo.Context), so a handler that reads values from the
+// context — a trace ID, a request ID — sees the caller's. Breaker changes
+// belong to no one call and are logged with context.Background().
+func New(logger *slog.Logger) retryfuse.Hooks {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	l := slogHooks{logger}
-	return Hooks{
+	return retryfuse.Hooks{
 		AttemptStart:        l.attemptStart,
 		AttemptDone:         l.attemptDone,
 		Decision:            l.decision,
@@ -127,7 +139,7 @@ func (a *slogAttrs) add(attr slog.Attr) {
 	}
 }
 
-func (a *slogAttrs) call(ci CallInfo, phase bool) {
+func (a *slogAttrs) call(ci retryfuse.CallInfo, phase bool) {
 	a.add(slog.Uint64("call_id", ci.CallID))
 	a.add(slog.Int("attempt", ci.Attempt))
 	a.add(slog.String("method", ci.Method))
@@ -170,7 +182,7 @@ func orBackground(ctx context.Context) context.Context {
 	return ctx
 }
 
-func (h slogHooks) attemptStart(i AttemptStartInfo) {
+func (h slogHooks) attemptStart(i retryfuse.AttemptStartInfo) {
 	if !h.enabled(i.Context, slog.LevelDebug) {
 		return
 	}
@@ -182,7 +194,7 @@ func (h slogHooks) attemptStart(i AttemptStartInfo) {
 	h.log(i.Context, slog.LevelDebug, "retryfuse: attempt start", &a)
 }
 
-func (h slogHooks) attemptDone(i AttemptDoneInfo) {
+func (h slogHooks) attemptDone(i retryfuse.AttemptDoneInfo) {
 	if !h.enabled(i.Context, slog.LevelDebug) {
 		return
 	}
@@ -201,7 +213,7 @@ func (h slogHooks) attemptDone(i AttemptDoneInfo) {
 	h.log(i.Context, slog.LevelDebug, "retryfuse: attempt done", &a)
 }
 
-func (h slogHooks) decision(i DecisionInfo) {
+func (h slogHooks) decision(i retryfuse.DecisionInfo) {
 	level := slog.LevelDebug
 	v := i.Verdict
 	if (v.Decision == decide.Brake || v.Decision == decide.RejectConflict) && v.Evidence == decide.EvidenceFail {
@@ -222,7 +234,7 @@ func (h slogHooks) decision(i DecisionInfo) {
 	h.log(i.Context, level, "retryfuse: decision", &a)
 }
 
-func (h slogHooks) retry(i RetryInfo) {
+func (h slogHooks) retry(i retryfuse.RetryInfo) {
 	if !h.enabled(i.Context, slog.LevelInfo) {
 		return
 	}
@@ -233,7 +245,7 @@ func (h slogHooks) retry(i RetryInfo) {
 	if i.Source == "retry_after" {
 		a.add(slog.Duration("retry_after", i.RetryAfter))
 	}
-	var se *StatusError
+	var se *retryfuse.StatusError
 	if errors.As(i.Err, &se) {
 		a.add(slog.Int("status", se.StatusCode))
 	}
@@ -241,7 +253,7 @@ func (h slogHooks) retry(i RetryInfo) {
 	h.log(i.Context, slog.LevelInfo, "retryfuse: retry", &a)
 }
 
-func (h slogHooks) reconcile(i ReconcileInfo) {
+func (h slogHooks) reconcile(i retryfuse.ReconcileInfo) {
 	if !h.enabled(i.Context, slog.LevelWarn) {
 		return
 	}
@@ -253,13 +265,13 @@ func (h slogHooks) reconcile(i ReconcileInfo) {
 	h.log(i.Context, slog.LevelWarn, "retryfuse: reconcile required", &a)
 }
 
-func (h slogHooks) giveUp(i GiveUpInfo) {
+func (h slogHooks) giveUp(i retryfuse.GiveUpInfo) {
 	if !h.enabled(i.Context, slog.LevelWarn) {
 		return
 	}
 	var a slogAttrs
 	a.call(i.CallInfo, i.Attempt > 0)
-	a.add(slog.String("reason", ReasonName(i.Reason)))
+	a.add(slog.String("reason", retryfuse.ReasonName(i.Reason)))
 	if i.Verdict.Decision != 0 {
 		a.add(slog.String("decision", i.Verdict.Decision.String()))
 		a.add(slog.String("evidence", i.Verdict.Evidence.String()))
@@ -275,7 +287,7 @@ func (h slogHooks) giveUp(i GiveUpInfo) {
 // hiddenResend warns of a re-send that may have applied a write twice: one
 // of a method that is not idempotent. net/http's re-sends of a GET whose
 // idle connection had died, say, are harmless, and logged at Debug.
-func (h slogHooks) hiddenResend(i AttemptDoneInfo) {
+func (h slogHooks) hiddenResend(i retryfuse.AttemptDoneInfo) {
 	level := slog.LevelWarn
 	if decide.IdempotentMethod(i.Method) {
 		level = slog.LevelDebug
@@ -311,7 +323,7 @@ func (h slogHooks) breakerChange(i breaker.Change) {
 	h.log(context.Background(), level, msg, &a)
 }
 
-func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
+func (h slogHooks) evidenceUnavailable(i retryfuse.EvidenceUnavailableInfo) {
 	if !h.enabled(i.Context, slog.LevelWarn) {
 		return
 	}
@@ -325,13 +337,14 @@ func (h slogHooks) evidenceUnavailable(i EvidenceUnavailableInfo) {
 // policy logs an action of the hedge, the bulkhead, the rate limiter,
 // the throttle, the learnt limit, slow start, the fallback or single
 // flight: a refusal, a cut or a ramp, the fallback's doing and a read left
-// unshared at Info, the rest at Debug.
-func (h slogHooks) policy(i PolicyInfo) {
+// unshared at Info, the rest at Debug. The actions are named by the
+// strings retryfuse.PolicyInfo documents, a compatibility promise.
+func (h slogHooks) policy(i retryfuse.PolicyInfo) {
 	level := slog.LevelDebug
 	switch {
-	case i.Action == actionRefused, i.Action == actionRejected, i.Action == actionAnswered, i.Action == actionFailed,
-		i.Action == actionHandedOn, i.Action == actionWithheld, i.Action == actionUnshared,
-		i.Action == actionStarted, i.Action == actionChanged && i.Limit < i.PrevLimit:
+	case i.Action == "refused", i.Action == "rejected", i.Action == "answered", i.Action == "failed",
+		i.Action == "handed_on", i.Action == "withheld", i.Action == "unshared",
+		i.Action == "started", i.Action == "changed" && i.Limit < i.PrevLimit:
 		level = slog.LevelInfo
 	}
 	if !h.enabled(i.Context, level) {

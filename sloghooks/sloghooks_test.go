@@ -1,4 +1,4 @@
-package retryfuse
+package sloghooks_test
 
 import (
 	"bytes"
@@ -11,12 +11,15 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/throttle"
+	"github.com/retryfuse/retryfuse/sloghooks"
 )
 
 // slogRecords decodes the JSON lines of buf, dropping the time.
@@ -65,25 +68,45 @@ func assertRecords(t *testing.T, got, want []map[string]any) {
 }
 
 // slogTransport returns a Transport logging to a JSON handler at level,
-// with a fixed clock, no real waits and jitter at half the ceiling.
-func slogTransport(level slog.Level) (*Transport, *bytes.Buffer) {
+// with a backoff of at most a millisecond. Its clock is the real one: the
+// tests here assert no time or delay (the root package's tests, which can
+// fix its clock, assert them).
+func slogTransport(t *testing.T, level slog.Level) (*retryfuse.Transport, *bytes.Buffer) {
+	t.Helper()
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))
-	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	tr := &Transport{Hooks: SlogHooks(logger)}
-	setClock(tr, func() time.Time { return fixed }, func(context.Context, time.Duration) error { return nil })
-	setRandN(tr, func(n int64) int64 { return n / 2 })
+	tr := &retryfuse.Transport{
+		Hooks: sloghooks.New(logger),
+		Retry: retryfuse.RetryPolicy{InitialBackoff: time.Millisecond},
+	}
+	t.Cleanup(tr.CloseIdleConnections)
 	return tr, &buf
 }
 
-func roundTrip(t *testing.T, tr *Transport, method, url, key string) (*http.Response, error) {
+// statusSequence returns a loopback server that answers its requests with
+// statuses in order, then 200.
+func statusSequence(t *testing.T, statuses ...int) *httptest.Server {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if i := int(n.Add(1)) - 1; i < len(statuses) {
+			w.WriteHeader(statuses[i])
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func roundTrip(t *testing.T, tr *retryfuse.Transport, method, url, key string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if key != "" {
-		req.Header.Set(headerIdempotencyKey, key)
+		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := tr.RoundTrip(req)
 	if resp != nil {
@@ -92,41 +115,34 @@ func roundTrip(t *testing.T, tr *Transport, method, url, key string) (*http.Resp
 	return resp, err
 }
 
-func TestSlogHooksRetryThenSuccess(t *testing.T) {
-	srv := statusSequence(t, http.StatusServiceUnavailable)
-	tr, buf := slogTransport(slog.LevelDebug)
-	resp, err := roundTrip(t, tr, http.MethodGet, srv.URL+"/things?token=abc", "")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("RoundTrip: got %v, %v; want 200, nil", resp, err)
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// finalReason returns the reason a Transport gives up with when an
+// attempt fails with an error it does not repeat (ReasonName "final"), as
+// its GiveUp hook reports it.
+func finalReason(t *testing.T) error {
+	t.Helper()
+	var reason error
+	tr := &retryfuse.Transport{
+		Base:  roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, errors.New("malformed request") }),
+		Hooks: retryfuse.Hooks{GiveUp: func(i retryfuse.GiveUpInfo) { reason = i.Reason }},
 	}
-	url := srv.URL + "/things?token=REDACTED"
-	call := func(attempt int) []any {
-		return []any{"call_id", 1, "attempt", attempt, "method", "GET", "url", url}
+	if _, err := roundTrip(t, tr, http.MethodGet, "http://example.invalid/", ""); err == nil {
+		t.Fatal("RoundTrip: got no error, want the base's")
 	}
-	with := func(base []any, kv ...any) []any { return append(append([]any{}, base...), kv...) }
-	want := []map[string]any{
-		// Nothing stops the first attempt: no decision record before it.
-		rec("DEBUG", "retryfuse: attempt start", with(call(1), "elapsed", 0)...),
-		rec("DEBUG", "retryfuse: attempt done", with(call(1), "phase", "post_write", "elapsed", 0,
-			"status", 503, "outcome", "failure", "retryable", true, "duration", 0,
-			"error", "retryfuse: retryable status 503 Service Unavailable")...),
-		rec("DEBUG", "retryfuse: decision", with(call(1), "phase", "post_write", "elapsed", 0,
-			"decision", "replay_safe", "evidence", "pass", "rule", 8, "reason", "the request may be sent")...),
-		rec("INFO", "retryfuse: retry", with(call(1), "phase", "post_write", "elapsed", 0,
-			"delay", 50*time.Millisecond, "delay_source", "backoff", "status", 503,
-			"error", "retryfuse: retryable status 503 Service Unavailable")...),
-		rec("DEBUG", "retryfuse: attempt start", with(call(2), "elapsed", 0)...),
-		rec("DEBUG", "retryfuse: attempt done", with(call(2), "phase", "post_write", "elapsed", 0,
-			"status", 200, "outcome", "success", "retryable", false, "duration", 0)...),
-		// A confirmed result asks the decision core nothing: no decision record.
+	if retryfuse.ReasonName(reason) != "final" {
+		t.Fatalf("GiveUpInfo.Reason: got %v (%q), want one named final", reason, retryfuse.ReasonName(reason))
 	}
-	assertRecords(t, slogRecords(t, buf), want)
+	return reason
 }
 
 func TestSlogHooksLevels(t *testing.T) {
 	t.Run("first attempt succeeds: nothing above debug", func(t *testing.T) {
 		srv := statusSequence(t)
-		tr, buf := slogTransport(slog.LevelInfo)
+		tr, buf := slogTransport(t, slog.LevelInfo)
 		if _, err := roundTrip(t, tr, http.MethodGet, srv.URL, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +152,7 @@ func TestSlogHooksLevels(t *testing.T) {
 	})
 	t.Run("a retry logs once at info", func(t *testing.T) {
 		srv := statusSequence(t, http.StatusTooManyRequests)
-		tr, buf := slogTransport(slog.LevelInfo)
+		tr, buf := slogTransport(t, slog.LevelInfo)
 		if _, err := roundTrip(t, tr, http.MethodGet, srv.URL, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -147,78 +163,23 @@ func TestSlogHooksLevels(t *testing.T) {
 	})
 }
 
-// A POST without an idempotency key that gets a 503 is braked by rule 5
-// (evidence pass: debug) and the call gives up (warn).
-func TestSlogHooksBrakeNotRepeatable(t *testing.T) {
-	srv := statusSequence(t, http.StatusServiceUnavailable)
-	tr, buf := slogTransport(slog.LevelInfo)
-	resp, err := roundTrip(t, tr, http.MethodPost, srv.URL+"/orders", "")
-	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("RoundTrip: got %v, %v; want 503, nil", resp, err)
-	}
-	want := []map[string]any{
-		rec("WARN", "retryfuse: give up", "call_id", 1, "attempt", 1, "method", "POST",
-			"url", srv.URL+"/orders", "phase", "post_write", "elapsed", 0,
-			"reason", "not_repeatable", "decision", "brake", "evidence", "pass", "rule", 5, "status", 503),
-	}
-	assertRecords(t, slogRecords(t, buf), want)
-}
-
-// A keyed POST whose attempt stalls past AttemptTimeout after it was
-// written must be reconciled, and says so at warn with its key.
-func TestSlogHooksReconcile(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(release) })
-
-	tr, buf := slogTransport(slog.LevelDebug)
-	tr.Retry.AttemptTimeout = 50 * time.Millisecond
-	_, err := roundTrip(t, tr, http.MethodPost, srv.URL+"/orders", "order-42")
-	var rre *ReconcileRequiredError
-	if !errors.As(err, &rre) {
-		t.Fatalf("RoundTrip: got %v, want a *ReconcileRequiredError", err)
-	}
-	cause := rre.Cause.Error()
-	call := []any{"call_id", 1, "method", "POST", "url", srv.URL + "/orders", "idempotency_key", "order-42", "elapsed", 0}
-	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
-	want := []map[string]any{
-		rec("DEBUG", "retryfuse: attempt start", with("attempt", 1, "timeout", 50*time.Millisecond)...),
-		rec("DEBUG", "retryfuse: attempt done", with("attempt", 1, "phase", "post_write",
-			"outcome", "timeout", "retryable", true, "duration", 0, "error", cause)...),
-		rec("DEBUG", "retryfuse: decision", with("attempt", 1, "phase", "post_write",
-			"decision", "reconcile_required", "evidence", "unknown", "rule", 3,
-			"reason", "the last attempt's outcome is uncertain and the method is not idempotent")...),
-		rec("WARN", "retryfuse: reconcile required", with("attempt", 1, "phase", "post_write", "error", cause)...),
-	}
-	assertRecords(t, slogRecords(t, buf), want)
-	if !errors.Is(err, ErrAttemptTimeout) {
-		t.Errorf("cause: got %v, want one matching ErrAttemptTimeout", rre.Cause)
-	}
-}
-
 func TestSlogHooksDirectEvents(t *testing.T) {
 	var buf bytes.Buffer
-	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
-	ci := CallInfo{CallID: 7, Attempt: 2, Method: "PUT", URL: "http://x/y", IdempotencyKey: "k1", KeyGenerated: true, Phase: decide.PhasePostWrite, Elapsed: time.Second}
-	h.HiddenResend(AttemptDoneInfo{CallInfo: ci, Connections: 2}) // a PUT, idempotent: debug, dropped
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, nil))) // info
+	ci := retryfuse.CallInfo{CallID: 7, Attempt: 2, Method: "PUT", URL: "http://x/y", IdempotencyKey: "k1", KeyGenerated: true, Phase: decide.PhasePostWrite, Elapsed: time.Second}
+	h.HiddenResend(retryfuse.AttemptDoneInfo{CallInfo: ci, Connections: 2}) // a PUT, idempotent: debug, dropped
 	post := ci
 	post.Method = "POST"
-	h.HiddenResend(AttemptDoneInfo{CallInfo: post, Connections: 2}) // a write that may have gone twice: warn
-	h.EvidenceUnavailable(EvidenceUnavailableInfo{CallInfo: ci, Source: "budget", Err: errors.New("store down")})
-	h.GiveUp(GiveUpInfo{CallInfo: ci, Reason: ErrBudgetExhausted, Err: errors.New("boom")})
-	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: decide.RuleFailureThreshold, Reason: "streak"}})
-	h.Decision(DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: decide.RuleInFlight, Reason: "in flight"}, KeyState: decide.KeyInFlight}) // debug: dropped
+	h.HiddenResend(retryfuse.AttemptDoneInfo{CallInfo: post, Connections: 2}) // a write that may have gone twice: warn
+	h.EvidenceUnavailable(retryfuse.EvidenceUnavailableInfo{CallInfo: ci, Source: "budget", Err: errors.New("store down")})
+	h.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrBudgetExhausted, Err: errors.New("boom")})
+	h.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: decide.RuleFailureThreshold, Reason: "streak"}})
+	h.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: decide.RuleInFlight, Reason: "in flight"}, KeyState: decide.KeyInFlight}) // debug: dropped
 	hedge := ci
 	hedge.Branch = 1
-	h.Policy(PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "sent", Wait: 20 * time.Millisecond}) // debug: dropped
-	h.Policy(PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "refused", Wait: 20 * time.Millisecond, Err: ErrBudgetExhausted})
-	h.Policy(PolicyInfo{CallInfo: ci, Policy: "bulkhead", Action: "rejected", Err: &BulkheadFullError{Scope: "http://x:80", MaxInFlight: 8}})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "sent", Wait: 20 * time.Millisecond}) // debug: dropped
+	h.Policy(retryfuse.PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "refused", Wait: 20 * time.Millisecond, Err: retryfuse.ErrBudgetExhausted})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Policy: "bulkhead", Action: "rejected", Err: &retryfuse.BulkheadFullError{Scope: "http://x:80", MaxInFlight: 8}})
 
 	call := []any{"call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y", "phase", "post_write",
 		"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}
@@ -231,7 +192,7 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 		rec("WARN", "retryfuse: decision", with("decision", "brake", "evidence", "fail", "rule", 6, "reason", "streak")...),
 		rec("INFO", "retryfuse: hedge refused", "call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y",
 			"idempotency_key", "k1", "key_generated", true, "branch", 1, "elapsed", time.Second,
-			"policy", "hedge", "action", "refused", "wait", 20*time.Millisecond, "error", ErrBudgetExhausted.Error()),
+			"policy", "hedge", "action", "refused", "wait", 20*time.Millisecond, "error", retryfuse.ErrBudgetExhausted.Error()),
 		rec("INFO", "retryfuse: bulkhead rejected", "call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y",
 			"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second,
 			"policy", "bulkhead", "action", "rejected", "error", "retryfuse: bulkhead full: 8 attempts in flight to http://x:80"),
@@ -241,13 +202,13 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 
 func TestSlogHooksLoadEvents(t *testing.T) {
 	var buf bytes.Buffer
-	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil))) // info
-	ci := CallInfo{CallID: 9, Attempt: 1, Method: "GET", URL: "http://x/", Elapsed: time.Millisecond}
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, nil))) // info
+	ci := retryfuse.CallInfo{CallID: 9, Attempt: 1, Method: "GET", URL: "http://x/", Elapsed: time.Millisecond}
 	throttled := &throttle.Error{Scope: "http://x:80", Share: 0.42}
-	h.Policy(PolicyInfo{CallInfo: CallInfo{CallID: 9, Method: "GET", URL: "http://x/"}, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttled})
-	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 12, PrevLimit: 9, Why: "growth"}) // debug: dropped
-	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 9, PrevLimit: 13, Why: "latency"})
-	h.Policy(PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "slow_start", Action: "started", Wait: time.Second, Limit: 1, Why: "breaker_closed"})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: retryfuse.CallInfo{CallID: 9, Method: "GET", URL: "http://x/"}, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttled})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 12, PrevLimit: 9, Why: "growth"}) // debug: dropped
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 9, PrevLimit: 13, Why: "latency"})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "slow_start", Action: "started", Wait: time.Second, Limit: 1, Why: "breaker_closed"})
 	call := []any{"call_id", 9, "attempt", 1, "method", "GET", "url", "http://x/", "elapsed", time.Millisecond, "scope", "http://x:80"}
 	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
 	want := []map[string]any{
@@ -261,7 +222,7 @@ func TestSlogHooksLoadEvents(t *testing.T) {
 
 func TestSlogHooksBreakerChange(t *testing.T) {
 	var buf bytes.Buffer
-	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, nil)))
 	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Closed, To: breaker.Open, Cause: errors.New("503")})
 	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Open, To: breaker.Closed})
 	want := []map[string]any{
@@ -273,7 +234,7 @@ func TestSlogHooksBreakerChange(t *testing.T) {
 
 func TestSlogHooksBreakerSettingsAndVersion(t *testing.T) {
 	var buf bytes.Buffer
-	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, nil)))
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, nil)))
 	set := breaker.Settings{FailureThreshold: 5, Version: 4}
 	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Open, To: breaker.Open, Settings: set})
 	h.BreakerChange(breaker.Change{Scope: "api.example:443", From: breaker.Open, To: breaker.HalfOpen, Settings: set})
@@ -286,17 +247,17 @@ func TestSlogHooksBreakerSettingsAndVersion(t *testing.T) {
 
 func TestSlogHooksSingleFlightAndFallbackWithheld(t *testing.T) {
 	var buf bytes.Buffer
-	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	ci := CallInfo{CallID: 9, Method: "GET", URL: "http://x/y"}
-	h.Policy(PolicyInfo{CallInfo: ci, Policy: policySingleFlight, Action: actionFollowed, SharedCallID: 3})
-	h.Policy(PolicyInfo{CallInfo: ci, Policy: policySingleFlight, Action: actionUnshared, SharedCallID: 3, Err: errors.New("too large")})
-	h.Policy(PolicyInfo{CallInfo: ci, Policy: policyFallback, Action: actionWithheld, Err: ErrAttemptsExhausted})
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	ci := retryfuse.CallInfo{CallID: 9, Method: "GET", URL: "http://x/y"}
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Policy: "single_flight", Action: "followed", SharedCallID: 3})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Policy: "single_flight", Action: "unshared", SharedCallID: 3, Err: errors.New("too large")})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Policy: "fallback", Action: "withheld", Err: retryfuse.ErrAttemptsExhausted})
 	base := []any{"call_id", 9, "attempt", 0, "method", "GET", "url", "http://x/y", "elapsed", 0}
 	with := func(kv ...any) []any { return append(slices.Clone(base), kv...) }
 	want := []map[string]any{
 		rec("DEBUG", "retryfuse: single_flight followed", with("policy", "single_flight", "action", "followed", "shared_call_id", 3)...),
 		rec("INFO", "retryfuse: single_flight unshared", with("policy", "single_flight", "action", "unshared", "shared_call_id", 3, "error", "too large")...),
-		rec("INFO", "retryfuse: fallback withheld", with("policy", "fallback", "action", "withheld", "error", ErrAttemptsExhausted.Error())...),
+		rec("INFO", "retryfuse: fallback withheld", with("policy", "fallback", "action", "withheld", "error", retryfuse.ErrAttemptsExhausted.Error())...),
 	}
 	assertRecords(t, slogRecords(t, &buf), want)
 }
@@ -322,9 +283,9 @@ func (h ctxHandler) Handle(ctx context.Context, r slog.Record) error {
 // Records are logged with the request's context: a handler sees its values
 // both when asked whether it is enabled and when it handles the record.
 func TestSlogHooksRequestContext(t *testing.T) {
-	tr, _ := slogTransport(slog.LevelDebug)
+	tr, _ := slogTransport(t, slog.LevelDebug)
 	var buf bytes.Buffer
-	tr.Hooks = SlogHooks(slog.New(ctxHandler{slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})}))
+	tr.Hooks = sloghooks.New(slog.New(ctxHandler{slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})}))
 
 	// Each request is retried once after a 503: a retry at info, the rest
 	// at debug.
@@ -364,23 +325,31 @@ func TestSlogHooksRequestContext(t *testing.T) {
 // An Info built without a context is logged with context.Background().
 func TestSlogHooksNilContext(t *testing.T) {
 	var buf bytes.Buffer
-	h := SlogHooks(slog.New(ctxHandler{slog.NewJSONHandler(&buf, nil)}))
-	h.GiveUp(GiveUpInfo{CallInfo: CallInfo{CallID: 1, Method: "GET"}, Reason: errFinal})
+	h := sloghooks.New(slog.New(ctxHandler{slog.NewJSONHandler(&buf, nil)}))
+	h.GiveUp(retryfuse.GiveUpInfo{CallInfo: retryfuse.CallInfo{CallID: 1, Method: "GET"}, Reason: finalReason(t)})
 	if recs := slogRecords(t, &buf); len(recs) != 1 || recs[0]["reason"] != "final" {
 		t.Errorf("got %v, want one give-up record with reason final", recs)
 	}
 }
 
+// A nil logger is slog.Default(); every field of Hooks is set, a hook
+// added to the struct but not to New fails here.
 func TestSlogHooksNilLogger(t *testing.T) {
-	h := SlogHooks(nil)
+	h := sloghooks.New(nil)
 	if h.AttemptStart == nil || h.BreakerChange == nil || h.EvidenceUnavailable == nil {
-		t.Fatal("SlogHooks(nil): got nil hooks, want every hook set")
+		t.Fatal("sloghooks.New(nil): got nil hooks, want every hook set")
+	}
+	v := reflect.ValueOf(h)
+	for i := range v.NumField() {
+		if v.Field(i).IsNil() {
+			t.Errorf("sloghooks.New(nil) leaves %s nil", v.Type().Field(i).Name)
+		}
 	}
 }
 
 func BenchmarkSlogHooksDisabled(b *testing.B) {
-	h := SlogHooks(slog.New(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelError})))
-	info := AttemptDoneInfo{CallInfo: CallInfo{CallID: 1, Attempt: 1, Method: "GET", URL: "http://x/"}, StatusCode: 200, Outcome: decide.OutcomeSuccess}
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelError})))
+	info := retryfuse.AttemptDoneInfo{CallInfo: retryfuse.CallInfo{CallID: 1, Attempt: 1, Method: "GET", URL: "http://x/"}, StatusCode: 200, Outcome: decide.OutcomeSuccess}
 	b.ReportAllocs()
 	for b.Loop() {
 		h.AttemptDone(info)
