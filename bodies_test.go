@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/breaker"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // responseBodies is a base that wraps every response body in one that
@@ -253,7 +254,7 @@ func (b *chanBody) Close() error {
 // must allow it: under -race, this pins Close reading the recorded bytes
 // while Read appends to them.
 func TestRecordedBodyMayBeClosedDuringARead(t *testing.T) {
-	ledger, err := newMemoryLedger(&MemoryLedger{})
+	ledger, err := newMemoryLedger(&ledger.Memory{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/share"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is one RoundTrip: the gates before the first attempt, and the
@@ -103,7 +104,7 @@ func (c *call) run() (*http.Response, error) {
 	}
 
 	// Only a keyed call has a key to claim (ledger_gate.go).
-	ks, stored := decide.KeyNone, (*StoredResponse)(nil)
+	ks, stored := decide.KeyNone, (*ledger.StoredResponse)(nil)
 	if c.key.present {
 		var err error
 		if ks, stored, err = c.claim(); err != nil {
@@ -262,7 +263,7 @@ func (c *call) loop() (*http.Response, error) {
 
 // refuse answers a call that the decision core stops before its first
 // attempt: a stored result is replayed; a refusal is an error.
-func (c *call) refuse(v decide.Verdict, stored *StoredResponse) (*http.Response, error) {
+func (c *call) refuse(v decide.Verdict, stored *ledger.StoredResponse) (*http.Response, error) {
 	if v.Decision == decide.ReplayStored {
 		if stored == nil {
 			// Completed, but no result of it is kept: the caller must look

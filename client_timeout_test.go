@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -47,11 +48,11 @@ func (a awaitClientTimer) CloseIdleConnections() { a.base.CloseIdleConnections()
 func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 	ledgers := []struct {
 		name   string
-		ledger func(*testing.T) Ledger
+		ledger func(*testing.T) ledger.Ledger
 	}{
-		{"no ledger", func(*testing.T) Ledger { return nil }},
-		{"MemoryLedger", func(t *testing.T) Ledger {
-			l, err := newMemoryLedger(&MemoryLedger{})
+		{"no ledger", func(*testing.T) ledger.Ledger { return nil }},
+		{"ledger.Memory", func(t *testing.T) ledger.Ledger {
+			l, err := newMemoryLedger(&ledger.Memory{})
 			require.NoError(t, err)
 			return l
 		}},

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the one clock of a Transport. A call reads it once per step
 // (the start of an attempt, the scheduling of a retry) and hands that time
 // to the gates, in the manner of golang.org/x/time/rate: the breaker, the
-// budgets and the ledger of this package take the time as an argument
-// inside, and read the real clock only when called from outside.
+// budgets and the ledger.Memory take the time as an argument in their
+// methods ending in At, and read the real clock only when called otherwise.
 
 // clock tells the time and waits.
 type clock interface {
@@ -109,34 +110,34 @@ func budgetOn(b budget.Budget, clk clock) budget.Budget {
 	return b
 }
 
-// clockedLedger runs a MemoryLedger on a Transport's clock.
+// clockedLedger runs a ledger.Memory on a Transport's clock.
 type clockedLedger struct {
-	l     *MemoryLedger
+	l     *ledger.Memory
 	clock clock
 }
 
-func (c clockedLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
-	return c.l.beginAt(key, fp, c.clock.Now())
+func (c clockedLedger) Begin(_ context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, error) {
+	return c.l.BeginAt(key, fp, c.clock.Now())
 }
 
 // Complete keeps res without a copy: the Transport, its only caller, hands
 // it a result it has just made (or nil) and never touches it again.
-func (c clockedLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
-	return c.l.completeOwnedAt(key, token, res, c.clock.Now())
+func (c clockedLedger) Complete(_ context.Context, key, token string, res *ledger.StoredResponse) error {
+	return c.l.CompleteAt(key, token, res, c.clock.Now())
 }
 
 func (c clockedLedger) Release(_ context.Context, key, token string) error {
-	return c.l.releaseAt(key, token, c.clock.Now())
+	return c.l.ReleaseAt(key, token, c.clock.Now())
 }
 
 func (c clockedLedger) Uncertain(_ context.Context, key, token string) error {
-	return c.l.uncertainAt(key, token, c.clock.Now())
+	return c.l.UncertainAt(key, token, c.clock.Now())
 }
 
-// ledgerOn returns l running on clk when l is a MemoryLedger, and l itself
-// otherwise.
-func ledgerOn(l Ledger, clk clock) Ledger {
-	if ml, ok := l.(*MemoryLedger); ok {
+// ledgerOn returns l running on clk when l is a ledger.Memory, and l
+// itself otherwise.
+func ledgerOn(l ledger.Ledger, clk clock) ledger.Ledger {
+	if ml, ok := l.(*ledger.Memory); ok {
 		return clockedLedger{ml, clk}
 	}
 	return l

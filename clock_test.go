@@ -13,7 +13,7 @@ import (
 )
 
 // fakeClock is the one virtual clock of the tests: a Transport's (see
-// install), and through it its breaker's, budgets' and MemoryLedger's. It
+// install), and through it its breaker's, budgets' and ledger.Memory's. It
 // stands still until Sleep or Advance moves it; every delay Sleep is asked
 // for is recorded. It is safe for concurrent use.
 type fakeClock struct {

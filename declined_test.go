@@ -12,6 +12,7 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/internal/throttle"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // ErrDeclined tells "retryfuse held back" from "the dependency broke":
@@ -111,7 +112,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 		}, func(err error) bool { return errors.Is(err, ErrDeadline) }},
 
 		{"duplicate in flight", func(t *testing.T) (error, int) {
-			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+			ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 			srv := newOrdersServer(t, always(orderHold))
 			client, _ := newLedgerClient(t, ledger, nil)
 			held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), "k-dup", `{"item":"book"}`))
@@ -193,7 +194,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 		// Sent again later, the same request meets the same conflict: it
 		// is refused, not declined.
 		{"idempotency conflict", func(t *testing.T) (error, int) {
-			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+			ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 			srv := newOrdersServer(t, always(orderApply))
 			client, _ := newLedgerClient(t, ledger, nil)
 			if _, _, err := postKeyed(t, client, srv.url(), "k-conf", `{"item":"book"}`); err != nil {

@@ -136,13 +136,13 @@
 // scope fast (*breaker.OpenError) and lets a bounded number of probes
 // through after its open interval; only dependency outcomes feed it.
 //
-// A Ledger, when set as Keys.Ledger, remembers idempotency keys: a
-// concurrent duplicate is braked (ErrDuplicateInFlight), a key reused with
-// another body is refused (ErrIdempotencyConflict), a completed key gets
-// its stored result back without sending, and a key whose write is
-// uncertain stays held. A Reconciler, when set as Keys.Reconciler, is asked
-// whether an uncertain write took effect before the *ReconcileRequiredError
-// is returned.
+// A ledger.Ledger (a ledger.Memory, or a store a fleet shares), when set
+// as Keys.Ledger, remembers idempotency keys: a concurrent duplicate is
+// braked (ErrDuplicateInFlight), a key reused with another body is refused
+// (ErrIdempotencyConflict), a completed key gets its stored result back
+// without sending, and a key whose write is uncertain stays held. A
+// Reconciler, when set as Keys.Reconciler, is asked whether an uncertain
+// write took effect before the *ReconcileRequiredError is returned.
 //
 // # Hooks
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/sentinel"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // Sentinel errors. Test for them with errors.Is; each survives the *url.Error
@@ -100,8 +101,9 @@ var (
 
 	// ErrLedgerUnavailable: the key ledger could not say whether the key
 	// is free, so the request was not sent: a key is never treated as free
-	// without evidence.
-	ErrLedgerUnavailable = declined("retryfuse: idempotency ledger unavailable")
+	// without evidence. It is ledger.ErrUnavailable, which a Ledger of a
+	// shared store wraps in its failures; either matches.
+	ErrLedgerUnavailable = ledger.ErrUnavailable
 
 	// ErrAlreadyApplied: an earlier call under the idempotency key was
 	// applied, but no result of it is kept to replay (it was too large for
@@ -113,8 +115,9 @@ var (
 	ErrAlreadyApplied = errors.New("retryfuse: already applied under this idempotency key; its result was not stored to replay")
 
 	// ErrInvalidIdempotencyKey: the Idempotency-Key header cannot be sent
-	// safely (empty, control characters, longer than 255 bytes).
-	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
+	// safely (empty, control characters, longer than 255 bytes). A
+	// ledger's refusal of an empty key matches it too.
+	ErrInvalidIdempotencyKey = sentinel.ErrInvalidIdempotencyKey
 )
 
 func declined(msg string) error { return sentinel.Declined(msg) }
@@ -242,7 +245,7 @@ func (e *ReconcileRequiredError) Error() string {
 // Resolve works after the caller's deadline, which has often struck
 // already (it is what left the write uncertain): ctx gives its values to
 // the ledger step, but not its cancellation; the step has a bounded time of
-// its own (5 s). A Ledger's error (ErrLedgerToken when its claim has
+// its own (5 s). A Ledger's error (ledger.ErrToken when its claim has
 // expired or was ended already, or the store's failure) is returned. A write without an
 // idempotency key of its own (none, or a generated one) holds nothing, and
 // Resolve does nothing.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file holds the package's test seams: what its tests need to reach
@@ -96,16 +98,6 @@ func (c funcClock) Sleep(ctx context.Context, d time.Duration) error {
 	return c.sleep(ctx, d)
 }
 
-// lenAt returns the number of keys held at now, after dropping the expired
-// ones.
-func (l *MemoryLedger) lenAt(now time.Time) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lazyInit()
-	l.sweep(now)
-	return len(l.m)
-}
-
 // fpBodyPrefix separates body-only fingerprints from request fingerprints.
 const fpBodyPrefix = "retryfuse fingerprint v1 body\x00"
 
@@ -119,12 +111,12 @@ const fpBodyPrefix = "retryfuse fingerprint v1 body\x00"
 // cannot be fingerprinted. For a request without a body use
 // fingerprintRequest, or pass a getBody that returns http.NoBody. A negative
 // limit is an error wrapping ErrInvalidPolicy.
-func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (Fingerprint, error) {
+func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (ledger.Fingerprint, error) {
 	f := fingerprinters.Get().(*fingerprinter)
 	defer f.put()
 	io.WriteString(f.h, fpBodyPrefix)
 	if err := f.hashBody(getBody, limit); err != nil {
-		return Fingerprint{}, err
+		return ledger.Fingerprint{}, err
 	}
 	return f.sum(), nil
 }

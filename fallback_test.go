@@ -13,6 +13,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // The Fallback: asked only for a call that failed all the way, never for
@@ -200,7 +201,7 @@ func TestFallbackNotAsked(t *testing.T) {
 
 	t.Run("uncertain write", func(t *testing.T) {
 		const key = "order-fb"
-		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+		ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 		srv := newOrdersServer(t, always(orderApplyThenStall))
 		fb := &fallbackLog{answer: cached}
 		client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
@@ -253,7 +254,7 @@ func TestFallbackNotAsked(t *testing.T) {
 	t.Run("body over the fingerprint limit", func(t *testing.T) {
 		srv := statusServer(t, http.StatusOK, "fresh")
 		fb := &fallbackLog{answer: cached}
-		ledger, _ := newMemoryLedger(&MemoryLedger{})
+		ledger, _ := newMemoryLedger(&ledger.Memory{})
 		tr := fallbackTransport(t, fb, newPolicyLog(), &Transport{Keys: KeyPolicy{Ledger: ledger, MaxFingerprintBytes: 4}})
 		req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "longer than four bytes")
 		req.Header.Set("Idempotency-Key", "k-fp")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ func bodyOf(s string) func() (io.ReadCloser, error) {
 	return func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(s)), nil }
 }
 
-func mustFingerprintBody(t *testing.T, s string) Fingerprint {
+func mustFingerprintBody(t *testing.T, s string) ledger.Fingerprint {
 	t.Helper()
 	fp, err := fingerprintBody(bodyOf(s), 1<<20)
 	require.NoError(t, err)
@@ -36,7 +37,7 @@ func mustFingerprintBody(t *testing.T, s string) Fingerprint {
 
 func TestFingerprintBodyFormat(t *testing.T) {
 	// Pins the format: a change here changes every stored fingerprint.
-	want := Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 body\x00" + `{"amount":100}`)))
+	want := ledger.Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 body\x00" + `{"amount":100}`)))
 	got := mustFingerprintBody(t, `{"amount":100}`)
 	assert.Equal(t, want, got)
 }
@@ -101,7 +102,7 @@ func TestFingerprintBodyErrors(t *testing.T) {
 	assert.Equal(t, mustFingerprintBody(t, ""), fp, "a nil reader is an empty body")
 }
 
-func mustFingerprintRequest(t *testing.T, method, url, body string) Fingerprint {
+func mustFingerprintRequest(t *testing.T, method, url, body string) ledger.Fingerprint {
 	t.Helper()
 	var r io.Reader
 	if body != "" {
@@ -195,9 +196,9 @@ func TestFingerprintRequestFormat(t *testing.T) {
 	} {
 		// A request without a query keeps the form from before the query
 		// was included; one with a query has a prefix of its own.
-		want := Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body)))
+		want := ledger.Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body)))
 		if tt.query != "" {
-			want = Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request with query\x00" + field(tt.method) + field(tt.path) + field(tt.query) + tt.body)))
+			want = ledger.Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request with query\x00" + field(tt.method) + field(tt.path) + field(tt.query) + tt.body)))
 		}
 		// A *bytes.Reader is hashed where it lies, a *strings.Reader and a
 		// reader of another kind through the copy buffer: alike.
@@ -240,6 +241,32 @@ func TestFingerprintLimitInMemoryAndCopied(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
 				t.Errorf("body %q, limit %d, a %T: got error %v, want %v", tt.body, tt.limit, req.Body, err, tt.wantErr)
 			}
+		}
+	}
+}
+
+func BenchmarkFingerprintBody1KiB(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 1024)
+	getBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fingerprintBody(getBody, 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFingerprintBody16KiB is the fingerprint of a keyed POST's
+// 16 KiB body, read through GetBody as http.NewRequest makes it.
+func BenchmarkFingerprintBody16KiB(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 16<<10)
+	getBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fingerprintBody(getBody, 1<<20); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/stored"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the key ledger's gate in the transport: the claim taken
@@ -23,7 +24,7 @@ import (
 // the decision core and, for a completed key, its stored result. Without a
 // ledger, a key, or a body that can be fingerprinted, the state is none.
 // A ledger that cannot answer is not taken to mean the key is free.
-func (c *call) claim() (decide.KeyState, *StoredResponse, error) {
+func (c *call) claim() (decide.KeyState, *ledger.StoredResponse, error) {
 	l := c.p.ledger
 	// A generated key is new by construction: no earlier call can hold it,
 	// so it would fill the ledger without ever catching a duplicate.
@@ -197,7 +198,7 @@ func ledgerStepContext(ctx context.Context) (context.Context, context.CancelFunc
 // completion is what completing a call's claim takes from the call: the
 // ledger and the claim, and what the hook that reports a failure needs.
 type completion struct {
-	ledger     Ledger
+	ledger     ledger.Ledger
 	ctx        context.Context // the caller's values, without its cancellation
 	key, token string
 	notStored  bool // the result is not to be stored for replay
@@ -211,9 +212,9 @@ type completion struct {
 // read whole (body) or not: a result that can be replayed is stored with
 // it.
 func (cp *completion) complete(resp *http.Response, body []byte, whole bool) {
-	var res *StoredResponse // nil: completed, but without a result to replay
+	var res *ledger.StoredResponse // nil: completed, but without a result to replay
 	if whole && !cp.notStored && stored.HeaderFits(resp.Header) {
-		res = &StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
+		res = &ledger.StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
 	}
 	ctx, cancel := ledgerStepContext(cp.ctx)
 	defer cancel()
@@ -289,7 +290,7 @@ func (b *recordingBody) finish(whole bool) {
 }
 
 // storedResponse turns a stored result into a response for req.
-func storedResponse(s *StoredResponse, req *http.Request) *http.Response {
+func storedResponse(s *ledger.StoredResponse, req *http.Request) *http.Response {
 	return &http.Response{
 		Status:        strconv.Itoa(s.StatusCode) + " " + http.StatusText(s.StatusCode),
 		StatusCode:    s.StatusCode,

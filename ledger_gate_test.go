@@ -1,7 +1,9 @@
 package retryfuse
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,19 +13,20 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/internal/stored"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// completeRecorder is a Ledger that records what Complete was given.
+// completeRecorder is a ledger.Ledger that records what Complete was given.
 type completeRecorder struct {
-	*MemoryLedger
-	got chan *StoredResponse
+	*ledger.Memory
+	got chan *ledger.StoredResponse
 }
 
-func (r completeRecorder) Complete(ctx context.Context, key, token string, res *StoredResponse) error {
+func (r completeRecorder) Complete(ctx context.Context, key, token string, res *ledger.StoredResponse) error {
 	r.got <- res
-	return r.MemoryLedger.Complete(ctx, key, token, res)
+	return r.Memory.Complete(ctx, key, token, res)
 }
 
 // The Transport hands a ledger no result whose headers are over the
@@ -34,7 +37,7 @@ func TestResultWithLargeHeadersIsNotStored(t *testing.T) {
 		w.Header().Set("X-Big", strings.Repeat("a", stored.MaxHeaderBytes))
 		w.WriteHeader(http.StatusCreated)
 	})
-	rec := completeRecorder{&MemoryLedger{}, make(chan *StoredResponse, 1)}
+	rec := completeRecorder{&ledger.Memory{}, make(chan *ledger.StoredResponse, 1)}
 	client, _ := newLedgerClient(t, rec, nil)
 	resp, _, err := postKeyed(t, client, srv.URL, "big-1", "order")
 	require.NoError(t, err)
@@ -68,7 +71,7 @@ func TestRedirectedKeyedPOSTUnderALedger(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				_, _ = io.WriteString(w, "ch_1")
 			})
-			client, _ := newLedgerClient(t, &MemoryLedger{}, nil)
+			client, _ := newLedgerClient(t, &ledger.Memory{}, nil)
 			for call := 1; call <= 2; call++ {
 				resp, body, err := postKeyed(t, client, srv.URL+"/charges", "charge-1", `{"amount":100}`)
 				require.NoErrorf(t, err, "call %d", call)
@@ -92,9 +95,127 @@ func TestSeeOtherAfterAKeyedPOSTUnderALedger(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ch_1")
 	})
-	client, _ := newLedgerClient(t, &MemoryLedger{}, nil)
+	client, _ := newLedgerClient(t, &ledger.Memory{}, nil)
 	resp, body, err := postKeyed(t, client, srv.URL+"/charges", "charge-2", `{"amount":100}`)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "ch_1", body)
+}
+
+// The Transport hands its ledger.Memory the result it records, which the
+// ledger keeps without a copy: what the caller does with its response
+// afterwards never reaches the stored result, whether the body's length
+// was known (recorded into a buffer of that size) or not.
+func TestStoredResultUntouchedByTheCallersResponse(t *testing.T) {
+	for _, known := range []bool{true, false} {
+		t.Run("known length "+strconv.FormatBool(known), func(t *testing.T) {
+			const want = `{"order":"o-1","status":"created"}`
+			ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
+			sent := 0
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				sent++
+				_ = r.Body.Close()
+				n := int64(-1)
+				if known {
+					n = int64(len(want))
+				}
+				return &http.Response{StatusCode: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(bytes.NewReader([]byte(want))), ContentLength: n, Request: r}, nil
+			})
+			client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Base = base })
+			first, err := client.Do(newKeyedPOST(t, callCtx(t), "http://orders.invalid/orders", "k-1", `{"item":"book"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(first.Body)
+			if err != nil || string(got) != want {
+				t.Fatalf("first body: got %q, %v; want %q", got, err, want)
+			}
+			_ = first.Body.Close()
+			first.Header.Set("Content-Type", "text/plain")
+			first.Header["Content-Type"][0] = "changed"
+			first.Header.Add("X-Extra", "1")
+
+			resp, body, err := postKeyed(t, client, "http://orders.invalid/orders", "k-1", `{"item":"book"}`)
+			if err != nil {
+				t.Fatalf("replay: got error %v, want the stored result", err)
+			}
+			if sent != 1 {
+				t.Errorf("requests sent: got %d, want 1", sent)
+			}
+			if body != want || resp.StatusCode != http.StatusCreated {
+				t.Errorf("replay: got %d %q, want 201 %q", resp.StatusCode, body, want)
+			}
+			if h := resp.Header; len(h) != 1 || h.Get("Content-Type") != "application/json" {
+				t.Errorf("replay header: got %v, want only Content-Type: application/json", h)
+			}
+		})
+	}
+}
+
+// unrecordingLedger is a Ledger whose Complete and Uncertain never reach
+// it: a shared store that cannot be reached while a result is recorded.
+type unrecordingLedger struct{ ledger.Ledger }
+
+var errStoreUnreachable = errors.New("store unreachable")
+
+func (unrecordingLedger) Complete(context.Context, string, string, *ledger.StoredResponse) error {
+	return errStoreUnreachable
+}
+
+func (unrecordingLedger) Uncertain(context.Context, string, string) error {
+	return errStoreUnreachable
+}
+
+// An applied write whose result could not be recorded leaves its claim to
+// expire: uncertain then, never free, so that a redelivery after
+// InFlightTTL is not sent and applied a second time.
+func TestUnrecordedResultNeverFreesTheKey(t *testing.T) {
+	const key = "order-unrecorded"
+	l, clock := newTestLedger(t, 0)
+	client, _ := newLedgerClientOn(t, clock, unrecordingLedger{l}, nil)
+	srv := newOrdersServer(t, firstThenApply(orderApply))
+
+	resp, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+	_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
+	assert.ErrorIsf(t, err, ErrDuplicateInFlight, "while the claim lasts: got %v, want ErrDuplicateInFlight", err)
+	for _, advance := range []time.Duration{testLedgerInFlightTTL, testLedgerTTL - time.Nanosecond} {
+		clock.Advance(advance)
+		_, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
+		rec := reconcileErrOf(t, err, key)
+		assert.Truef(t, rec.Earlier, "%v later: got %v, want a refusal because of the earlier call", advance, rec)
+	}
+	assert.Equalf(t, 1, srv.effects(key), "got %d effects, want 1: the write must not be applied twice", srv.effects(key))
+
+	clock.Advance(time.Nanosecond) // TTL after the claim's expiry: free
+	resp, _, err = postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, resp.StatusCode)
+}
+
+// A negative setting of a ledger.Memory is refused, by Begin and by a
+// Transport's Validate, naming it.
+func TestMemoryLedgerInvalidSettings(t *testing.T) {
+	tests := []struct {
+		field string
+		cfg   *ledger.Memory
+	}{
+		{"MaxEntries", &ledger.Memory{MaxEntries: -1}},
+		{"TTL", &ledger.Memory{TTL: -time.Second}},
+		{"InFlightTTL", &ledger.Memory{InFlightTTL: -time.Second}},
+		{"MaxStoredBody", &ledger.Memory{MaxStoredBody: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field, func(t *testing.T) {
+			_, err := tt.cfg.Begin(context.Background(), "k", ledger.Fingerprint{1})
+			require.ErrorIs(t, err, ErrInvalidPolicy)
+			assert.Contains(t, err.Error(), "Memory."+tt.field+" ")
+			err = (&Transport{Keys: KeyPolicy{Ledger: tt.cfg}}).Validate()
+			require.ErrorIs(t, err, ErrInvalidPolicy)
+			assert.Contains(t, err.Error(), "Memory."+tt.field+" ")
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,31 +26,56 @@ const callWait = 10 * time.Second
 const heldAttemptTimeout = 500 * time.Millisecond
 
 // newMemoryLedger returns l, and the error its settings give.
-func newMemoryLedger(l *MemoryLedger) (*MemoryLedger, error) { return l, l.validate() }
+func newMemoryLedger(l *ledger.Memory) (*ledger.Memory, error) { return l, l.Validate() }
 
-// newLedgerOnFakeClock returns a MemoryLedger and a virtual clock for the
-// Transports that share it (newLedgerClientOn): a MemoryLedger runs on the
-// clock of the Transport that uses it.
-func newLedgerOnFakeClock(t *testing.T, cfg *MemoryLedger) (*MemoryLedger, *fakeClock) {
+// newLedgerOnFakeClock returns a ledger.Memory and a virtual clock for the
+// Transports that share it (newLedgerClientOn): a ledger.Memory runs on
+// the clock of the Transport that uses it.
+func newLedgerOnFakeClock(t *testing.T, cfg *ledger.Memory) (*ledger.Memory, *fakeClock) {
 	t.Helper()
 	if cfg == nil {
-		cfg = &MemoryLedger{}
+		cfg = &ledger.Memory{}
 	}
 	l, err := newMemoryLedger(cfg)
 	require.NoError(t, err)
 	return l, newFakeClock()
 }
 
+// The settings of newTestLedger's ledger.
+const (
+	testLedgerTTL         = 10 * time.Minute
+	testLedgerInFlightTTL = time.Minute
+	testLedgerMaxBody     = 8
+)
+
+// newTestLedger returns a ledger.Memory with the test settings above,
+// running on a fake clock of its own (as a Transport runs it on its own),
+// which starts at a fixed time: tests move it, nothing sleeps. It is for
+// the tests that wrap the ledger, which a Transport would then not run on
+// its clock.
+func newTestLedger(t testing.TB, maxEntries int) (ledger.Ledger, *fakeClock) {
+	t.Helper()
+	l, err := newMemoryLedger(&ledger.Memory{
+		MaxEntries:    maxEntries,
+		TTL:           testLedgerTTL,
+		InFlightTTL:   testLedgerInFlightTTL,
+		MaxStoredBody: testLedgerMaxBody,
+	})
+	require.NoError(t, err)
+	clock := newFakeClockAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	return ledgerOn(l, clock), clock
+}
+
 // newLedgerClient returns a client over a Transport with ledger l, no retry
 // budget and a virtual clock of its own; tune adjusts the Transport before
 // first use.
-func newLedgerClient(t *testing.T, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
+func newLedgerClient(t *testing.T, l ledger.Ledger, tune func(*Transport)) (*http.Client, *Transport) {
 	t.Helper()
 	return newLedgerClientOn(t, newFakeClock(), l, tune)
 }
 
 // newLedgerClientOn is newLedgerClient on clock clk.
-func newLedgerClientOn(t *testing.T, clk *fakeClock, l Ledger, tune func(*Transport)) (*http.Client, *Transport) {
+func newLedgerClientOn(t *testing.T, clk *fakeClock, l ledger.Ledger, tune func(*Transport)) (*http.Client, *Transport) {
 	t.Helper()
 	tr := &Transport{Keys: KeyPolicy{Ledger: l}, Retry: RetryPolicy{Budget: budget.Unlimited()}}
 	clk.install(tr)

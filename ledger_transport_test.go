@@ -12,6 +12,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,7 +35,7 @@ func doAsync(c *http.Client, req *http.Request) <-chan callReply {
 
 func TestLedgerConcurrentDuplicatesOneSent(t *testing.T) {
 	const callers = 32
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, always(orderHold))
 	client, _ := newLedgerClient(t, ledger, nil)
 
@@ -93,7 +94,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 	}
 
 	t.Run("in_flight", func(t *testing.T) {
-		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+		ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 		srv := newOrdersServer(t, always(orderHold))
 		client, _ := newLedgerClient(t, ledger, nil)
 		held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"book"}`))
@@ -105,7 +106,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 		readAndClose(t, r.resp)
 	})
 	t.Run("completed", func(t *testing.T) {
-		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+		ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 		srv := newOrdersServer(t, always(orderApply))
 		client, _ := newLedgerClient(t, ledger, nil)
 		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
@@ -113,7 +114,7 @@ func TestLedgerConflictingBodyRefused(t *testing.T) {
 		conflict(t, client, srv)
 	})
 	t.Run("uncertain", func(t *testing.T) {
-		ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+		ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 		srv := newOrdersServer(t, always(orderApplyThenStall))
 		client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Retry.AttemptTimeout = heldAttemptTimeout })
 		_, _, err := postKeyed(t, client, srv.url(), key, `{"item":"book"}`)
@@ -139,7 +140,7 @@ func TestLedgerStoredResultReplayed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+			ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 			srv := newOrdersServer(t, always(tc.step))
 			client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Retry.AttemptTimeout = tc.timeout })
 			first, err := client.Do(newKeyedPOST(t, callCtx(t), srv.url(), "k-"+tc.name, `{"item":"book"}`))
@@ -165,7 +166,7 @@ func TestLedgerStoredResultReplayed(t *testing.T) {
 func TestLedgerResultNotStoredIsAlreadyApplied(t *testing.T) {
 	cases := []struct {
 		name   string
-		ledger *MemoryLedger
+		ledger *ledger.Memory
 		tune   func(*Transport)
 		read   func(io.Reader) error
 	}{
@@ -176,7 +177,7 @@ func TestLedgerResultNotStoredIsAlreadyApplied(t *testing.T) {
 		},
 		{
 			name:   "over_ledger_max_stored_body",
-			ledger: &MemoryLedger{MaxStoredBody: 8},
+			ledger: &ledger.Memory{MaxStoredBody: 8},
 			read:   func(r io.Reader) error { _, err := io.ReadAll(r); return err },
 		},
 		{
@@ -211,7 +212,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 		key = "order-4"
 		ttl = 10 * time.Minute
 	)
-	ledger, clock := newLedgerOnFakeClock(t, &MemoryLedger{TTL: ttl})
+	ledger, clock := newLedgerOnFakeClock(t, &ledger.Memory{TTL: ttl})
 	srv := newOrdersServer(t, firstThenApply(orderApplyThenStall))
 	client, _ := newLedgerClientOn(t, clock, ledger, func(tr *Transport) { tr.Retry.AttemptTimeout = heldAttemptTimeout })
 
@@ -244,7 +245,7 @@ func TestLedgerUncertainWriteHoldsKeyUntilTTL(t *testing.T) {
 
 func TestLedgerDefiniteFailureFreesKey(t *testing.T) {
 	const key = "order-5"
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, func(n int) orderStep {
 		if n <= 2 {
 			return orderUnavailable
@@ -267,10 +268,10 @@ func TestLedgerDefiniteFailureFreesKey(t *testing.T) {
 // brokenLedger cannot be reached.
 type brokenLedger struct{ err error }
 
-func (l brokenLedger) Begin(context.Context, string, Fingerprint) (LedgerClaim, error) {
-	return LedgerClaim{}, l.err
+func (l brokenLedger) Begin(context.Context, string, ledger.Fingerprint) (ledger.Claim, error) {
+	return ledger.Claim{}, l.err
 }
-func (l brokenLedger) Complete(context.Context, string, string, *StoredResponse) error {
+func (l brokenLedger) Complete(context.Context, string, string, *ledger.StoredResponse) error {
 	return l.err
 }
 func (l brokenLedger) Release(context.Context, string, string) error   { return l.err }
@@ -328,7 +329,7 @@ func (d *decisionRecorder) take() []DecisionInfo {
 
 func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 	const key = "order-7"
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, always(orderHold))
 	var d decisionRecorder
 	client, _ := newLedgerClient(t, ledger, func(tr *Transport) { tr.Hooks.Decision = d.hook })
@@ -376,7 +377,7 @@ func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 // Transport reports it; with a Ledger, fingerprinting such a keyed request
 // dereferenced the nil URL and panicked.
 func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
-	ledger, err := newMemoryLedger(&MemoryLedger{})
+	ledger, err := newMemoryLedger(&ledger.Memory{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +414,7 @@ func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
 // again although the panicking attempt may have been applied.
 func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
 	clk := newFakeClock()
-	ledger, err := newMemoryLedger(&MemoryLedger{InFlightTTL: time.Minute})
+	ledger, err := newMemoryLedger(&ledger.Memory{InFlightTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

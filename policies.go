@@ -6,6 +6,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // RetryPolicy is when and how a call is repeated: the attempts, the waits
@@ -120,8 +121,9 @@ type KeyPolicy struct {
 	// call whose outcome stays uncertain leaves its key neither completed
 	// nor free: later calls under it get a *ReconcileRequiredError.
 	// Requests without a key, or whose body has no GetBody, bypass the
-	// ledger.
-	Ledger Ledger
+	// ledger. A *ledger.Memory keeps the keys in this process, on the
+	// Transport's clock; the modules redis and sql keep them for a fleet.
+	Ledger ledger.Ledger
 
 	// MaxFingerprintBytes bounds the body hashed for the Ledger; a longer
 	// body is refused with ErrFingerprintLimit. Zero means 1 MiB. It is

@@ -18,6 +18,7 @@ import (
 	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/share"
 	"github.com/retryfuse/retryfuse/internal/throttle"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file resolves and validates a Transport's settings, once, at its
@@ -60,7 +61,7 @@ type policy struct {
 	scope          func(*http.Request) string // nil means hostScope
 	breaker        *breaker.Breaker
 	breakerScope   func(*http.Request) string // nil: the breaker's scopes are scope's
-	ledger         Ledger
+	ledger         ledger.Ledger
 	hedge          hedgePolicy
 	maxInFlight    int  // with adaptive, the ceiling of the learnt limit, resolved
 	adaptive       bool // the bulkhead's limit is learnt
@@ -255,8 +256,8 @@ func (t *Transport) resolve() (policy, error) {
 	if err := t.checkTogether(&p); err != nil {
 		return p, err
 	}
-	if ml, ok := t.Keys.Ledger.(*MemoryLedger); ok {
-		if err := ml.validate(); err != nil {
+	if ml, ok := t.Keys.Ledger.(*ledger.Memory); ok {
+		if err := ml.Validate(); err != nil {
 			return p, err
 		}
 	}

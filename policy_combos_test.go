@@ -11,6 +11,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // Settings checked together: one that the others leave without effect is
@@ -111,7 +112,7 @@ func (b *failingBase) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
-	ledger, err := newMemoryLedger(&MemoryLedger{})
+	ledger, err := newMemoryLedger(&ledger.Memory{})
 	if err != nil {
 		t.Fatal(err)
 	}

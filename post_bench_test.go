@@ -13,7 +13,7 @@ import (
 
 // BenchmarkTransportKeyedPOSTLoopback sends a keyed POST of 16 KiB through
 // a real http.Transport to a loopback server: bare, then under the
-// Transport without and with a MemoryLedger. Unlike
+// Transport without and with a ledger.Memory. Unlike
 // BenchmarkTransportOverheadKeyedPOST, net/http writes the body itself, so
 // what a wrapped body costs it (headers flushed apart from the body, a
 // copy buffer) shows. The server's allocations are counted too, alike for

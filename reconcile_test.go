@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -81,7 +82,7 @@ func (r *reconcileRecorder) one(t *testing.T, res string) ReconcileInfo {
 func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 	t.Parallel()
 	const key = "order-10"
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, always(orderApplyThenStall))
 	lookups := plainClient(t)
 	var calls atomic.Int32
@@ -114,7 +115,7 @@ func TestReconcilerAppliedReturnsAuthoritativeResponse(t *testing.T) {
 func TestReconcilerNotAppliedSendsAgain(t *testing.T) {
 	t.Parallel()
 	const key = "order-11"
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, firstThenApply(orderStallNoApply))
 	lookups := plainClient(t)
 	var calls atomic.Int32
@@ -172,7 +173,7 @@ func TestReconcilerUnresolvedReturnsReconcileError(t *testing.T) {
 			t.Parallel()
 			const key = "order-12"
 			stray := &strayBody{Reader: strings.NewReader("not the caller's")}
-			ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+			ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 			srv := newOrdersServer(t, always(orderApplyThenStall))
 			var calls atomic.Int32
 			var hooks reconcileRecorder
@@ -255,7 +256,7 @@ func TestReconcilerBoundByCallerDeadline(t *testing.T) {
 func TestReconcilerLookupThroughSameClient(t *testing.T) {
 	t.Parallel()
 	const key = "order-14"
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, always(orderApplyThenStall))
 	// The first lookup meets a 503: the Transport must repeat it as a call
 	// of its own, not pass it through as part of the POST.
@@ -333,7 +334,7 @@ func TestReconcileHookWithoutReconciler(t *testing.T) {
 func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
 	t.Parallel()
 	const key = "order-hook"
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, always(orderApplyThenStall))
 	var asked atomic.Int32
 	var hooks reconcileRecorder

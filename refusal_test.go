@@ -11,6 +11,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,12 +24,12 @@ import (
 func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		ledger Ledger
+		ledger ledger.Ledger
 		other  bool // the uncertain call is another Transport's
 	}{
 		{"no ledger", nil, false},
-		{"MemoryLedger", &MemoryLedger{}, false},
-		{"MemoryLedger, another Transport's call", &MemoryLedger{}, true},
+		{"ledger.Memory", &ledger.Memory{}, false},
+		{"ledger.Memory, another Transport's call", &ledger.Memory{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
@@ -73,7 +74,7 @@ func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 // the reconcile errors do.
 func TestLedgerRefusalsNameKeyAndScope(t *testing.T) {
 	const key = "order-22"
-	ledger, _ := newLedgerOnFakeClock(t, &MemoryLedger{})
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
 	srv := newOrdersServer(t, always(orderHold))
 	client, _ := newLedgerClient(t, ledger, nil)
 	held := doAsync(client, newKeyedPOST(t, callCtx(t), srv.url(), key, `{"item":"book"}`))
@@ -105,7 +106,7 @@ func TestRefusalNamesAreBounded(t *testing.T) {
 			Budget:         budget.Unlimited(),
 		},
 		Keys: KeyPolicy{
-			Ledger: &MemoryLedger{},
+			Ledger: &ledger.Memory{},
 		},
 		Scope: ScopePolicy{
 			Of: func(*http.Request) string { return scope },

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// storeLedger is a MemoryLedger that answers as a store reached over the
+// storeLedger is a ledger.Memory that answers as a store reached over the
 // network does: not at all once the context it is given has ended. It
 // records the deadline of every step it is given.
 type storeLedger struct {
-	MemoryLedger
+	ledger.Memory
 	deadlines []time.Duration // time left at each step; -1 for none
 }
 
@@ -28,39 +29,39 @@ func (l *storeLedger) step(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (l *storeLedger) Complete(ctx context.Context, key, token string, res *StoredResponse) error {
+func (l *storeLedger) Complete(ctx context.Context, key, token string, res *ledger.StoredResponse) error {
 	if err := l.step(ctx); err != nil {
 		return err
 	}
-	return l.MemoryLedger.Complete(ctx, key, token, res)
+	return l.Memory.Complete(ctx, key, token, res)
 }
 
 func (l *storeLedger) Release(ctx context.Context, key, token string) error {
 	if err := l.step(ctx); err != nil {
 		return err
 	}
-	return l.MemoryLedger.Release(ctx, key, token)
+	return l.Memory.Release(ctx, key, token)
 }
 
 func (l *storeLedger) Uncertain(ctx context.Context, key, token string) error {
 	if err := l.step(ctx); err != nil {
 		return err
 	}
-	return l.MemoryLedger.Uncertain(ctx, key, token)
+	return l.Memory.Uncertain(ctx, key, token)
 }
 
 // The reconcile flow of the README, with the caller's own context reused
 // after its deadline made the write uncertain: Resolve works alike under no
-// ledger, a MemoryLedger and a ledger that needs a live context, and the
+// ledger, a ledger.Memory and a ledger that needs a live context, and the
 // next call under the key is sent at once.
 func TestResolveAfterCallersDeadline(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		ledger func() Ledger
+		ledger func() ledger.Ledger
 	}{
-		{"no ledger", func() Ledger { return nil }},
-		{"MemoryLedger", func() Ledger { return &MemoryLedger{} }},
-		{"a store's ledger", func() Ledger { return &storeLedger{} }},
+		{"no ledger", func() ledger.Ledger { return nil }},
+		{"ledger.Memory", func() ledger.Ledger { return &ledger.Memory{} }},
+		{"a store's ledger", func() ledger.Ledger { return &storeLedger{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)

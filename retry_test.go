@@ -7,9 +7,9 @@ import (
 	"io"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // cancelingBudget cancels the caller's context while the call records its
@@ -60,7 +60,7 @@ func TestNoAttemptAfterTheDeadlineStruckInAGate(t *testing.T) {
 // A generated key is new by construction: the ledger is not asked to hold it.
 func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 	srv := statusServer(t, http.StatusCreated, "created")
-	ledger, err := newMemoryLedger(&MemoryLedger{})
+	ledger, err := newMemoryLedger(&ledger.Memory{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestGeneratedKeysBypassTheLedger(t *testing.T) {
 			t.Fatalf("got %v, %v; want 201", resp, err)
 		}
 	}
-	if n := ledger.lenAt(time.Now()); n != 0 {
+	if n := ledger.Len(); n != 0 {
 		t.Errorf("keys in the ledger: got %d, want 0", n)
 	}
 	if got := srv.count(); got != 3 {

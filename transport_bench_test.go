@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // benchTransports are the RoundTrippers compared in one run: the bare base,
@@ -185,8 +186,8 @@ func BenchmarkTransportOverheadKeyedPOST(b *testing.B) {
 	}
 }
 
-func mustMemoryLedger(b *testing.B) *MemoryLedger {
-	l, err := newMemoryLedger(&MemoryLedger{})
+func mustMemoryLedger(b *testing.B) *ledger.Memory {
+	l, err := newMemoryLedger(&ledger.Memory{})
 	if err != nil {
 		b.Fatal(err)
 	}

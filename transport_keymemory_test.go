@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -79,13 +80,13 @@ func TestResolveWithALedger(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
 			srv := newTestServer(t, stallOnce)
-			ledger := &MemoryLedger{}
-			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: ledger}})
+			l := &ledger.Memory{}
+			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: l}})
 			first := uncertainPOST(t, tr, srv.URL, "order-8")
 			again := uncertainPOST(t, tr, srv.URL, "order-8")
 			assert.True(t, again.Earlier)
 			require.NoError(t, first.Resolve(context.Background(), applied))
-			assert.ErrorIs(t, first.Resolve(context.Background(), applied), ErrLedgerToken, "a claim is resolved once")
+			assert.ErrorIs(t, first.Resolve(context.Background(), applied), ledger.ErrToken, "a claim is resolved once")
 
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
 			req.Header.Set("Idempotency-Key", "order-8")

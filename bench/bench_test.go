@@ -20,6 +20,7 @@ import (
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // responseBody is what the server answers: a small body.
@@ -134,7 +135,7 @@ func retryfuseGatedClient() client {
 
 func retryfuseLedgerClient() client {
 	base := cleanhttp.DefaultPooledTransport()
-	rt := &retryfuse.Transport{Base: base, Keys: retryfuse.KeyPolicy{Ledger: &retryfuse.MemoryLedger{}}}
+	rt := &retryfuse.Transport{Base: base, Keys: retryfuse.KeyPolicy{Ledger: &ledger.Memory{}}}
 	return client{"retryfuse-ledger", &http.Client{Transport: rt}, base}
 }
 
@@ -320,7 +321,7 @@ func BenchmarkGETLoadControls(b *testing.B) {
 }
 
 // BenchmarkKeyedPOST compares a keyed POST of 16 KiB answered 201 through
-// bare net/http and retryfuse, without and with a MemoryLedger,
+// bare net/http and retryfuse, without and with a ledger.Memory,
 // interleaved. Every call has a key of its own.
 func BenchmarkKeyedPOST(b *testing.B) {
 	srv := newServer(b)

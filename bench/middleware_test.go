@@ -16,7 +16,7 @@ import (
 )
 
 // The server half's cost: a small handler served over loopback HTTP bare
-// and behind the idempotency middleware (its own MemoryLedger), called by
+// and behind the idempotency middleware (its own ledger.Memory), called by
 // bare net/http clients, one call to each server per iteration, in an
 // order that rotates: what the middleware adds to a request as a client
 // sees it, the network and net/http's server included.
@@ -44,7 +44,7 @@ type target struct {
 }
 
 // middlewareTargets are the bare handler and the handler behind the
-// middleware with its defaults (a MemoryLedger of its own: 10,000 keys,
+// middleware with its defaults (a ledger.Memory of its own: 10,000 keys,
 // the least recently used evicted past them), each on a loopback server
 // of its own, called through a fresh cleanhttp.DefaultPooledTransport.
 func middlewareTargets(tb testing.TB) []target {
@@ -138,7 +138,7 @@ func interleavedTargets(b *testing.B, ts []target, newReq func(url string) *http
 }
 
 // BenchmarkMiddlewareKeyedPOST: a keyed POST under a new key each call —
-// read, fingerprinted, claimed, run and stored in the MemoryLedger —
+// read, fingerprinted, claimed, run and stored in the ledger.Memory —
 // against the bare handler given the same request.
 func BenchmarkMiddlewareKeyedPOST(b *testing.B) {
 	interleavedTargets(b, middlewareTargets(b), keyedCharge, http.StatusCreated, true)

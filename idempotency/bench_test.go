@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // The middleware's cost on a small handler, called directly (no network):
@@ -51,16 +51,16 @@ func benchHandlers(b *testing.B) map[string]http.Handler {
 	return map[string]http.Handler{"bare": small, "middleware": h}
 }
 
-// ledgerFloor is the bare handler after a MemoryLedger's Begin and before
+// ledgerFloor is the bare handler after a ledger.Memory's Begin and before
 // its Complete with a small stored response, and nothing else: the least
-// that keeping keys in a MemoryLedger costs.
+// that keeping keys in a ledger.Memory costs.
 func ledgerFloor(b *testing.B) http.Handler {
-	l := &retryfuse.MemoryLedger{}
-	res := &retryfuse.StoredResponse{StatusCode: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+	l := &ledger.Memory{}
+	res := &ledger.StoredResponse{StatusCode: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"ch_1","amount":4200,"currency":"EUR"}`)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header["Idempotency-Key"][0]
-		c, err := l.Begin(r.Context(), key, retryfuse.Fingerprint{})
+		c, err := l.Begin(r.Context(), key, ledger.Fingerprint{})
 		if err != nil || c.State != decide.KeyNone {
 			b.Fatalf("Begin: %v, %v", c.State, err)
 		}
@@ -73,9 +73,9 @@ func ledgerFloor(b *testing.B) http.Handler {
 
 // BenchmarkKeyedPOST: a POST under a new key each time (the first request
 // of its key: read, fingerprinted, claimed, run, stored in a
-// MemoryLedger), against the bare handler given the same request, and
-// against the floor of any use of a MemoryLedger (ledgerFloor). The
-// MemoryLedger fills up to its 10000 keys, and then evicts one a request.
+// ledger.Memory), against the bare handler given the same request, and
+// against the floor of any use of a ledger.Memory (ledgerFloor). The
+// ledger.Memory fills up to its 10000 keys, and then evicts one a request.
 func BenchmarkKeyedPOST(b *testing.B) {
 	tmpl := httptest.NewRequest(http.MethodPost, "/v1/charges", nil)
 	handlers := benchHandlers(b)
@@ -98,7 +98,7 @@ func BenchmarkKeyedPOST(b *testing.B) {
 }
 
 // BenchmarkReplayPOST: a POST under a completed key, answered from the
-// MemoryLedger, against the bare handler given the same request.
+// ledger.Memory, against the bare handler given the same request.
 func BenchmarkReplayPOST(b *testing.B) {
 	tmpl := httptest.NewRequest(http.MethodPost, "/v1/charges", nil)
 	handlers := benchHandlers(b)

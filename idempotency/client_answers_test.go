@@ -14,6 +14,7 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // Each answer of the middleware, as retryfuse's client hands it to its
@@ -268,7 +269,7 @@ func TestOutcomeUnknownAfterOwnAnsweredAttemptIsThisCalls(t *testing.T) {
 // ErrAlreadyApplied from the server holds the key as applied on the
 // client too, in its Ledger or its memory: a later call is not sent.
 func TestNotStoredHoldsTheKeyOnTheClient(t *testing.T) {
-	for name, ledger := range map[string]retryfuse.Ledger{"ledger": &retryfuse.MemoryLedger{}, "memory": nil} {
+	for name, ledger := range map[string]ledger.Ledger{"ledger": &ledger.Memory{}, "memory": nil} {
 		t.Run(name, func(t *testing.T) {
 			var hits atomic.Int32
 			h, _ := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,7 @@
 // Package idempotency is the server half of Idempotency-Key: an
 // http.Handler middleware that runs a keyed request at most once and
 // answers a repeat with the response of the first, on the same
-// retryfuse.Ledger contract as retryfuse's client, and with the same
+// ledger.Ledger contract as retryfuse's client, and with the same
 // fingerprint of a request. It implements the IETF draft "The
 // Idempotency-Key HTTP Header Field",
 // draft-ietf-httpapi-idempotency-key-header-07 (cited below as "the
@@ -73,7 +73,7 @@
 //
 // A key is stored with the fingerprint of its request: SHA-256 over the
 // method, the escaped URL path, the raw query and the body, computed as
-// retryfuse's Transport computes it (see retryfuse.Fingerprint and
+// retryfuse's Transport computes it (see ledger.Fingerprint and
 // FingerprintOf), so both halves give the same value for the same
 // request: POST /transfer?to=bob under the key of POST /transfer?to=alice
 // is refused (422), not given alice's response. The host and the header

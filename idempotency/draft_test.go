@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // TestDraftCases runs each case of draft-ietf-httpapi-idempotency-key-header-07
@@ -18,7 +18,7 @@ func TestDraftCases(t *testing.T) {
 	tests := []struct {
 		name   string
 		before []*http.Request
-		ledger retryfuse.Ledger
+		ledger ledger.Ledger
 		req    *http.Request
 		// want
 		status     int

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // A key reused with another query is another operation: refused (422),
@@ -30,7 +30,7 @@ func TestQueryIsPartOfTheFingerprint(t *testing.T) {
 // so a repeat whose signature changed is still the same operation.
 func TestFingerprintSettingNarrowsIt(t *testing.T) {
 	next := &counter{}
-	h, _ := newHandler(t, next, Config{Fingerprint: func(r *http.Request, body []byte) retryfuse.Fingerprint {
+	h, _ := newHandler(t, next, Config{Fingerprint: func(r *http.Request, body []byte) ledger.Fingerprint {
 		return FingerprintOf(r.Method, r.URL.EscapedPath(), "", body)
 	}})
 	serve(h, post("/upload?sig=aaa", "k1", "x"))
@@ -46,7 +46,7 @@ func TestFingerprintSettingNarrowsIt(t *testing.T) {
 // The default fingerprint is the one retryfuse's Transport computes, the
 // query included: both halves agree.
 func TestFingerprintOfMatchesTheTransport(t *testing.T) {
-	spy := &spyLedger{Ledger: &retryfuse.MemoryLedger{}}
+	spy := &spyLedger{Ledger: &ledger.Memory{}}
 	h, _ := newHandler(t, &counter{}, Config{Ledger: spy})
 	serve(h, post("/transfer?to=alice", "k1", "body"))
 	want := FingerprintOf(http.MethodPost, "/transfer", "to=alice", []byte("body"))
@@ -62,7 +62,7 @@ func TestFingerprintOfMatchesTheTransport(t *testing.T) {
 // key: the response goes out unstored, and a repeat runs afresh.
 func TestReleaseFreesTheKey(t *testing.T) {
 	runs := 0
-	spy := &spyLedger{Ledger: &retryfuse.MemoryLedger{}}
+	spy := &spyLedger{Ledger: &ledger.Memory{}}
 	h, _ := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		if runs == 1 {

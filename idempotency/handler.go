@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the middleware's settings and its constructor.
@@ -48,16 +49,16 @@ const settleTimeout = 5 * time.Second
 // negative value is invalid.
 type Config struct {
 	// Ledger keeps each key's state and stored response. Nil means a
-	// retryfuse.MemoryLedger of the Handler's own, with its defaults: keys
+	// ledger.Memory of the Handler's own, with its defaults: keys
 	// honoured by this process alone, kept for 24h. Servers that answer
 	// for the same keys (replicas behind a load balancer) must share a
 	// Ledger, such as retryfuseredis.Ledger. A key is kept for the
-	// Ledger's TTL (MemoryLedger.TTL, retryfuseredis.LedgerConfig.TTL):
+	// Ledger's TTL (ledger.Memory.TTL, retryfuseredis.LedgerConfig.TTL):
 	// publish it (draft Section 2.3). Give the server's keys a Ledger (or a
 	// Redis prefix) apart from any client's. A TxLedger (such as
 	// retryfusesql's Ledger.Transactional) runs the handler in the
 	// transactional mode: see TxLedger.
-	Ledger retryfuse.Ledger
+	Ledger ledger.Ledger
 	// Methods are the request methods that need a key, matched exactly
 	// (as on the wire). Nil means POST and PATCH, the methods that are not
 	// idempotent (RFC 9110, Section 9.2.2). A request of another method
@@ -91,7 +92,7 @@ type Config struct {
 	// never names the operation, for a repeat under the key with a
 	// different fingerprint is refused (422), and one with the same is
 	// given the first's response. It must be safe for concurrent use.
-	Fingerprint func(r *http.Request, body []byte) retryfuse.Fingerprint
+	Fingerprint func(r *http.Request, body []byte) ledger.Fingerprint
 	// MaxBodyBytes bounds the request body read to fingerprint it. Zero
 	// means 1 MiB, retryfuse.Transport's MaxFingerprintBytes. A request
 	// whose body is longer is answered 413 (ProblemBodyTooLarge) and not
@@ -131,10 +132,10 @@ type Config struct {
 // This type is concurrency safe.
 type Handler struct {
 	next       http.Handler
-	ledger     retryfuse.Ledger
+	ledger     ledger.Ledger
 	methods    []string // nil: POST and PATCH
 	route      func(*http.Request) bool
-	fp         func(*http.Request, []byte) retryfuse.Fingerprint // nil: FingerprintOf the request's parts
+	fp         func(*http.Request, []byte) ledger.Fingerprint // nil: FingerprintOf the request's parts
 	optional   bool
 	scope      func(*http.Request) string
 	maxBody    int64
@@ -142,7 +143,7 @@ type Handler struct {
 	retryAfter string
 	rerun      bool
 	log        *log.Logger
-	memory     bool     // ledger is a *retryfuse.MemoryLedger
+	memory     bool     // ledger is a *ledger.Memory
 	tx         TxLedger // ledger, when it is one: the transactional mode (tx.go)
 }
 
@@ -183,9 +184,9 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 		h.methods = append([]string{}, cfg.Methods...)
 	}
 	if h.ledger == nil {
-		h.ledger = &retryfuse.MemoryLedger{}
+		h.ledger = &ledger.Memory{}
 	}
-	_, h.memory = h.ledger.(*retryfuse.MemoryLedger)
+	_, h.memory = h.ledger.(*ledger.Memory)
 	h.tx, _ = h.ledger.(TxLedger)
 	ra := orDefault(cfg.RetryAfter, defaultRetryAfter)
 	h.retryAfter = strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)
@@ -221,7 +222,7 @@ func (h *Handler) handles(r *http.Request) bool {
 
 // settleContext returns the context of a Ledger step that records a
 // handler's outcome: ctx's values without its cancellation, bounded by
-// settleTimeout. A retryfuse.MemoryLedger never blocks and never looks at
+// settleTimeout. A ledger.Memory never blocks and never looks at
 // its context: it is given ctx as it is.
 func (h *Handler) settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if h.memory {

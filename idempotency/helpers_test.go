@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 	"go.uber.org/goleak"
 )
 
@@ -39,10 +39,10 @@ func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// newMemoryLedger returns a MemoryLedger with its defaults.
-func newMemoryLedger(t testing.TB) *retryfuse.MemoryLedger {
+// newMemoryLedger returns a ledger.Memory with its defaults.
+func newMemoryLedger(t testing.TB) *ledger.Memory {
 	t.Helper()
-	return &retryfuse.MemoryLedger{}
+	return &ledger.Memory{}
 }
 
 // quiet is a logger that keeps what it is told, for tests to look at.
@@ -63,7 +63,7 @@ func (q *quiet) String() string {
 	return q.buf.String()
 }
 
-// newHandler returns New(next, cfg) with a MemoryLedger unless cfg has a
+// newHandler returns New(next, cfg) with a ledger.Memory unless cfg has a
 // Ledger, and a logger kept in the returned quiet.
 func newHandler(t testing.TB, next http.Handler, cfg Config) (*Handler, *quiet) {
 	t.Helper()
@@ -121,10 +121,10 @@ func problemOf(t *testing.T, w *httptest.ResponseRecorder, typ string, status in
 // stubLedger is a Ledger whose every step fails with err.
 type stubLedger struct{ err error }
 
-func (l stubLedger) Begin(context.Context, string, retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
-	return retryfuse.LedgerClaim{}, l.err
+func (l stubLedger) Begin(context.Context, string, ledger.Fingerprint) (ledger.Claim, error) {
+	return ledger.Claim{}, l.err
 }
-func (l stubLedger) Complete(context.Context, string, string, *retryfuse.StoredResponse) error {
+func (l stubLedger) Complete(context.Context, string, string, *ledger.StoredResponse) error {
 	return l.err
 }
 func (l stubLedger) Release(context.Context, string, string) error   { return l.err }
@@ -135,9 +135,9 @@ var errLedgerDown = errors.New("ledger down")
 // spyLedger passes every step to a Ledger and records the fingerprints
 // Begin is given, and the steps that end claims.
 type spyLedger struct {
-	retryfuse.Ledger
+	ledger.Ledger
 	mu    sync.Mutex
-	fps   []retryfuse.Fingerprint
+	fps   []ledger.Fingerprint
 	keys  []string
 	steps []string
 	ctxs  []stepContext
@@ -150,7 +150,7 @@ type stepContext struct {
 	hasDL    bool
 }
 
-func (l *spyLedger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
+func (l *spyLedger) Begin(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, error) {
 	l.mu.Lock()
 	l.fps = append(l.fps, fp)
 	l.keys = append(l.keys, key)
@@ -166,7 +166,7 @@ func (l *spyLedger) record(ctx context.Context, step string) {
 	l.mu.Unlock()
 }
 
-func (l *spyLedger) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
+func (l *spyLedger) Complete(ctx context.Context, key, token string, res *ledger.StoredResponse) error {
 	l.record(ctx, "complete")
 	return l.Ledger.Complete(ctx, key, token, res)
 }

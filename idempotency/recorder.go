@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/internal/stored"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the ResponseWriter the handler of a claimed key writes to:
@@ -28,8 +28,8 @@ type recorder struct {
 	header   http.Header // a copy of the header as it was when status was written
 	body     []byte
 	max      int64
-	stored   *retryfuse.StoredResponse // where result puts the response
-	over     bool                      // the body outgrew max: it is not kept
+	stored   *ledger.StoredResponse // where result puts the response
+	over     bool                   // the body outgrew max: it is not kept
 	hijacked bool
 	released bool // the handler called Release: the key is freed, nothing stored
 }
@@ -97,14 +97,14 @@ func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // nil when there is none to replay: its body outgrew max, it declares
 // trailers (which are not stored), its header is beyond the bounds of a
 // stored response, or the connection was taken over.
-func (rec *recorder) result() *retryfuse.StoredResponse {
+func (rec *recorder) result() *ledger.StoredResponse {
 	if rec.status == 0 {
 		rec.commit(http.StatusOK) // nothing written: net/http sends 200 with the header as it is
 	}
 	if rec.over || rec.hijacked || hasTrailers(rec.w.Header()) || !stored.HeaderFits(rec.header) {
 		return nil
 	}
-	*rec.stored = retryfuse.StoredResponse{StatusCode: rec.status, Header: rec.header, Body: rec.body}
+	*rec.stored = ledger.StoredResponse{StatusCode: rec.status, Header: rec.header, Body: rec.body}
 	return rec.stored
 }
 

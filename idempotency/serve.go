@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/fingerprint"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is one request's way through the middleware: the key, the
@@ -79,7 +79,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // answer sends the response to a claim that the handler does not run
 // for: a conflict, a stored response, a key in flight or uncertain.
-func (h *Handler) answer(w http.ResponseWriter, r *http.Request, path string, cl retryfuse.LedgerClaim) {
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, path string, cl ledger.Claim) {
 	switch cl.State {
 	case decide.KeyConflict:
 		keyReused.write(w, "")
@@ -106,7 +106,7 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, path string, cl
 // fingerprint returns r's escaped path, for the log, and the fingerprint
 // its key is stored with: Config.Fingerprint's, or FingerprintOf r's
 // parts.
-func (h *Handler) fingerprint(r *http.Request, body []byte) (string, retryfuse.Fingerprint) {
+func (h *Handler) fingerprint(r *http.Request, body []byte) (string, ledger.Fingerprint) {
 	path, query := "/", ""
 	if r.URL != nil {
 		path, query = r.URL.EscapedPath(), r.URL.RawQuery
@@ -124,7 +124,7 @@ func (h *Handler) fingerprint(r *http.Request, body []byte) (string, retryfuse.F
 // halves of the key agree. A Config.Fingerprint that narrows the default
 // calls it with less: FingerprintOf(r.Method, r.URL.EscapedPath(), "",
 // body) leaves the query out.
-func FingerprintOf(method, escapedPath, rawQuery string, body []byte) retryfuse.Fingerprint {
+func FingerprintOf(method, escapedPath, rawQuery string, body []byte) ledger.Fingerprint {
 	return fingerprint.Of(method, escapedPath, rawQuery, body)
 }
 
@@ -187,15 +187,15 @@ type claim struct {
 	body    bufferedBody
 	rec     recorder
 	respBuf [512]byte
-	stored  retryfuse.StoredResponse
+	stored  ledger.StoredResponse
 }
 
 // rerunClaim releases the uncertain claim cl of a handler declared safe to
 // run again (Config.RerunUncertain) and claims the key afresh. Another
 // request may claim it in between: the answer is then that request's.
-func (h *Handler) rerunClaim(r *http.Request, lkey string, fp retryfuse.Fingerprint, cl retryfuse.LedgerClaim) (retryfuse.LedgerClaim, error) {
-	if err := h.ledger.Release(r.Context(), lkey, cl.Token); err != nil && !errors.Is(err, retryfuse.ErrLedgerToken) {
-		return cl, err // ErrLedgerToken: another request settled it meanwhile; look again
+func (h *Handler) rerunClaim(r *http.Request, lkey string, fp ledger.Fingerprint, cl ledger.Claim) (ledger.Claim, error) {
+	if err := h.ledger.Release(r.Context(), lkey, cl.Token); err != nil && !errors.Is(err, ledger.ErrToken) {
+		return cl, err // ledger.ErrToken: another request settled it meanwhile; look again
 	}
 	return h.ledger.Begin(r.Context(), lkey, fp)
 }
@@ -234,7 +234,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, c *claim, lkey, to
 }
 
 // replay sends the stored response s, marked with HeaderReplayed.
-func replay(w http.ResponseWriter, s *retryfuse.StoredResponse) {
+func replay(w http.ResponseWriter, s *ledger.StoredResponse) {
 	h := w.Header()
 	for name, values := range s.Header {
 		h[name] = values

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 func TestReplayIsTheFirstResponse(t *testing.T) {
@@ -322,10 +323,10 @@ func TestLedgerDownFailsClosed(t *testing.T) {
 	}
 }
 
-// completeFails is a MemoryLedger whose Complete fails.
-type completeFails struct{ *retryfuse.MemoryLedger }
+// completeFails is a ledger.Memory whose Complete fails.
+type completeFails struct{ *ledger.Memory }
 
-func (completeFails) Complete(context.Context, string, string, *retryfuse.StoredResponse) error {
+func (completeFails) Complete(context.Context, string, string, *ledger.StoredResponse) error {
 	return errLedgerDown
 }
 
@@ -393,7 +394,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 	}
 }
 
-// The zero Config works: a MemoryLedger of the Handler's own.
+// The zero Config works: a ledger.Memory of the Handler's own.
 func TestZeroConfigHasALedger(t *testing.T) {
 	c := &counter{}
 	h, err := New(c, Config{})

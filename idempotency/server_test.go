@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // Tests over real loopback sockets: HTTP/1 and HTTP/2.
@@ -317,7 +317,7 @@ func TestHijackedResponseIsNotStored(t *testing.T) {
 // settleSignal is a Ledger that signals each Complete, Release or
 // Uncertain once it has been recorded.
 type settleSignal struct {
-	retryfuse.Ledger
+	ledger.Ledger
 	done chan struct{}
 }
 
@@ -328,7 +328,7 @@ func (l *settleSignal) signal() {
 	}
 }
 
-func (l *settleSignal) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
+func (l *settleSignal) Complete(ctx context.Context, key, token string, res *ledger.StoredResponse) error {
 	defer l.signal()
 	return l.Ledger.Complete(ctx, key, token, res)
 }

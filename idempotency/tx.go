@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the transactional mode: where the handler's effects live
@@ -55,14 +55,14 @@ import (
 // tell (retryfusesql on PostgreSQL, with an advisory lock per key); see
 // the TxLedger's documentation for what its database does.
 type TxLedger interface {
-	retryfuse.Ledger
+	ledger.Ledger
 	// BeginTx begins a transaction and claims key in it. With KeyNone the
 	// ClaimTx holds the transaction, which the caller must end with
 	// Commit or Rollback; with any other state it is nil and no
 	// transaction is left open. The transaction outlives ctx's
 	// cancellation (ctx bounds the claim's statements), so that a client
 	// going away does not undo what the handler did.
-	BeginTx(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, ClaimTx, error)
+	BeginTx(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, ClaimTx, error)
 }
 
 // ClaimTx is a key claimed in a transaction of its own (TxLedger.BeginTx).
@@ -73,7 +73,7 @@ type ClaimTx interface {
 	// Ledger.Complete would: nil, or beyond the ledger's bounds, completes
 	// the key without a stored result) and commits. An error means the
 	// outcome may be either: committed (a lost acknowledgement) or not.
-	Commit(ctx context.Context, res *retryfuse.StoredResponse) error
+	Commit(ctx context.Context, res *ledger.StoredResponse) error
 	// Rollback rolls the transaction back: the key is free again and
 	// nothing written in the transaction remains.
 	Rollback() error
@@ -102,11 +102,11 @@ func Tx(ctx context.Context) *sql.Tx {
 
 // serveTx is ServeHTTP's way for a key in the transactional mode, from
 // the claim on.
-func (h *Handler) serveTx(w http.ResponseWriter, r *http.Request, body []byte, path, lkey string, fp retryfuse.Fingerprint) {
+func (h *Handler) serveTx(w http.ResponseWriter, r *http.Request, body []byte, path, lkey string, fp ledger.Fingerprint) {
 	cl, ctx, err := h.tx.BeginTx(r.Context(), lkey, fp)
 	if err == nil && cl.State == decide.KeyInFlight && cl.Uncertain && h.rerun {
 		// A key left uncertain by the ordinary mode: free it, claim afresh.
-		if err = h.ledger.Release(r.Context(), lkey, cl.Token); err == nil || errors.Is(err, retryfuse.ErrLedgerToken) {
+		if err = h.ledger.Release(r.Context(), lkey, cl.Token); err == nil || errors.Is(err, ledger.ErrToken) {
 			cl, ctx, err = h.tx.BeginTx(r.Context(), lkey, fp)
 		}
 	}

@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
-// The transactional mode against a TxLedger of the tests: a MemoryLedger
+// The transactional mode against a TxLedger of the tests: a ledger.Memory
 // for the keys and a database/sql driver that only counts commits and
 // rollbacks. The SQL ledger's own tests (module sql) run it on
 // PostgreSQL and SQLite.
@@ -34,9 +34,9 @@ type countingTx struct{ d *countingDriver }
 func (t countingTx) Commit() error   { t.d.commits.Add(1); return nil }
 func (t countingTx) Rollback() error { t.d.rollbacks.Add(1); return nil }
 
-// txLedger is a TxLedger on a MemoryLedger and the counting driver.
+// txLedger is a TxLedger on a ledger.Memory and the counting driver.
 type txLedger struct {
-	*retryfuse.MemoryLedger
+	*ledger.Memory
 	db       *sql.DB
 	drv      *countingDriver
 	onCommit func() // called before each commit
@@ -53,10 +53,10 @@ func newTxLedger(t *testing.T) *txLedger {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return &txLedger{MemoryLedger: &retryfuse.MemoryLedger{}, db: db, drv: drv}
+	return &txLedger{Memory: &ledger.Memory{}, db: db, drv: drv}
 }
 
-func (l *txLedger) BeginTx(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, ClaimTx, error) {
+func (l *txLedger) BeginTx(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, ClaimTx, error) {
 	cl, err := l.Begin(ctx, key, fp)
 	if err != nil || cl.State != decide.KeyNone {
 		return cl, nil, err
@@ -76,7 +76,7 @@ type txClaim struct {
 
 func (c *txClaim) Tx() *sql.Tx { return c.tx }
 
-func (c *txClaim) Commit(ctx context.Context, res *retryfuse.StoredResponse) error {
+func (c *txClaim) Commit(ctx context.Context, res *ledger.StoredResponse) error {
 	if c.l.onCommit != nil {
 		c.l.onCommit()
 	}

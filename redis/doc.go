@@ -6,7 +6,7 @@
 // the retries one budget allows. RatioBudget and TokenBucket keep one
 // budget per dependency in Redis instead, with the semantics of
 // budget.Ratio and budget.TokenBucket. Ledger keeps the keys of
-// retryfuse.Ledger in Redis, so that a duplicate request arriving at
+// ledger.Ledger in Redis, so that a duplicate request arriving at
 // another replica is braked, or answered with the stored result, rather
 // than sent again.
 //

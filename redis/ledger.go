@@ -12,6 +12,7 @@ import (
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/stored"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 //go:embed lua/ledger_guard.lua
@@ -31,7 +32,7 @@ var (
 	ledgerEndScript   = redis.NewScript(ledgerGuardSource + ledgerEndSource)
 )
 
-// Defaults of LedgerConfig, those of retryfuse.MemoryLedger's settings.
+// Defaults of LedgerConfig, those of ledger.Memory's settings.
 const (
 	DefaultLedgerPrefix        = "retryfuse:ledger:"
 	defaultLedgerTTL           = 24 * time.Hour
@@ -43,7 +44,7 @@ const (
 // ErrClosed is wrapped by the error of Begin on a closed Ledger.
 var ErrClosed = errors.New("retryfuseredis: ledger closed")
 
-// Ledger is a retryfuse.Ledger kept in Redis, shared by every process that
+// Ledger is a ledger.Ledger kept in Redis, shared by every process that
 // uses the same Redis and Prefix: a duplicate sent by another replica
 // while the key is in flight is braked (retryfuse.ErrDuplicateInFlight),
 // and once the key is completed it gets the stored result.
@@ -59,7 +60,7 @@ var ErrClosed = errors.New("retryfuseredis: ledger closed")
 //
 // What it never forgets:
 //   - A claim not ended within InFlightTTL is uncertain for TTL, never
-//     free (retryfuse.MemoryLedger.InFlightTTL says why).
+//     free (ledger.Memory.InFlightTTL says why).
 //   - A Complete, Release or Uncertain that Redis could not take returns an
 //     error wrapping ErrUnavailable and is retried in the background (a
 //     bounded queue, with backoff) until Redis takes it or the key's TTL
@@ -95,7 +96,7 @@ type Ledger struct {
 	pending       pending
 }
 
-var _ retryfuse.Ledger = (*Ledger)(nil)
+var _ ledger.Ledger = (*Ledger)(nil)
 
 // NewLedger returns a Ledger. A nil client, a client without
 // ContextTimeoutEnabled, or a negative setting gives an error wrapping
@@ -173,19 +174,19 @@ func (l *Ledger) Key(key string) string { return l.prefix + bucketTag(bucketOf(k
 // one wrapping ErrContextEnded (nothing is sent); a Redis failure, one
 // wrapping ErrUnavailable; during a quarantine after lost data, one
 // wrapping ErrDataLost; after Close, one wrapping ErrClosed (each of the
-// last two wraps retryfuse.ErrLedgerUnavailable too).
-func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
+// last two wraps ledger.ErrUnavailable too).
+func (l *Ledger) Begin(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, error) {
 	if key == "" {
-		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
+		return ledger.Claim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
 	}
 	if l.pending.isClosed() {
-		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: %w", retryfuse.ErrLedgerUnavailable, ErrClosed)
+		return ledger.Claim{}, fmt.Errorf("%w: %w", ledger.ErrUnavailable, ErrClosed)
 	}
 	if ctx.Err() != nil {
-		return retryfuse.LedgerClaim{}, contextEnded(ctx, "Begin") // nothing sent, nothing to cancel
+		return ledger.Claim{}, contextEnded(ctx, "Begin") // nothing sent, nothing to cancel
 	}
 	if err := l.guard.ready(ctx, l); err != nil {
-		return retryfuse.LedgerClaim{}, err
+		return ledger.Claim{}, err
 	}
 	b := bucketOf(key)
 	token := rand.Text()
@@ -197,35 +198,35 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 			// since the caller, told of the failure, sends nothing.
 			l.pending.add(key, token, opCancel, nil, err, false)
 		}
-		return retryfuse.LedgerClaim{}, err
+		return ledger.Claim{}, err
 	}
 	code, _ := reply[0].(int64)
 	switch code {
 	case 0:
-		return retryfuse.LedgerClaim{State: decide.KeyNone, Token: token}, nil
+		return ledger.Claim{State: decide.KeyNone, Token: token}, nil
 	case 1:
-		return retryfuse.LedgerClaim{State: decide.KeyInFlight}, nil
+		return ledger.Claim{State: decide.KeyInFlight}, nil
 	case 2:
-		cl := retryfuse.LedgerClaim{State: decide.KeyInFlight, Uncertain: true}
+		cl := ledger.Claim{State: decide.KeyInFlight, Uncertain: true}
 		if len(reply) > 1 {
 			cl.Token, _ = reply[1].(string)
 		}
 		return cl, nil
 	case 3:
-		cl := retryfuse.LedgerClaim{State: decide.KeyCompleted}
+		cl := ledger.Claim{State: decide.KeyCompleted}
 		if len(reply) > 1 && reply[1] != nil {
 			enc, _ := reply[1].(string)
 			res, err := decodeResponse([]byte(enc))
 			if err != nil {
-				return retryfuse.LedgerClaim{}, fmt.Errorf("%w: key %q: %w", ErrUnavailable, key, err)
+				return ledger.Claim{}, fmt.Errorf("%w: key %q: %w", ErrUnavailable, key, err)
 			}
 			cl.Stored = res
 		}
 		return cl, nil
 	case 4:
-		return retryfuse.LedgerClaim{State: decide.KeyConflict}, nil
+		return ledger.Claim{State: decide.KeyConflict}, nil
 	}
-	return retryfuse.LedgerClaim{}, unexpected(reply)
+	return ledger.Claim{}, unexpected(reply)
 }
 
 // neverSent reports whether err proves that a script never left this
@@ -242,7 +243,7 @@ func neverSent(err error) bool {
 // Complete ends a claim with a confirmed result, stored (encoded) when
 // res is not nil, its body is at most MaxStoredBody bytes and its headers
 // at most 100 values and 32 KiB; the record is then kept for TTL.
-func (l *Ledger) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
+func (l *Ledger) Complete(ctx context.Context, key, token string, res *ledger.StoredResponse) error {
 	if res != nil && len(res.Body) <= l.maxStoredBody && stored.HeaderFits(res.Header) {
 		return l.end(ctx, key, token, opComplete, encodeResponse(res))
 	}
@@ -261,7 +262,7 @@ func (l *Ledger) Uncertain(ctx context.Context, key, token string) error {
 }
 
 // end runs the end script. A token that does not own the key is an error
-// wrapping retryfuse.ErrLedgerToken; a Redis failure, one wrapping
+// wrapping ledger.ErrToken; a Redis failure, one wrapping
 // ErrUnavailable, and the step is then retried in the background. A
 // context that had ended is an error wrapping ErrContextEnded: nothing is
 // sent, and the background retries the step at once, with a context of
@@ -293,7 +294,7 @@ func (l *Ledger) endOnce(ctx context.Context, key, token string, op ledgerOp, st
 	case int64(1):
 		return nil
 	case int64(0):
-		return fmt.Errorf("%w: key %q", retryfuse.ErrLedgerToken, key)
+		return fmt.Errorf("%w: key %q", ledger.ErrToken, key)
 	}
 	return unexpected(reply)
 }

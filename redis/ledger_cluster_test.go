@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // These tests run the ledger on the shared 3-master Redis Cluster.
@@ -44,7 +45,7 @@ func TestLedgerOnCluster(t *testing.T) {
 		cl := begin(t, l, key, fpA)
 		wantState(t, cl, decide.KeyNone, false)
 		wantState(t, begin(t, l, key, fpB), decide.KeyConflict, false)
-		if err := l.Complete(bg(), key, cl.Token, &retryfuse.StoredResponse{StatusCode: 201, Body: []byte(key)}); err != nil {
+		if err := l.Complete(bg(), key, cl.Token, &ledger.StoredResponse{StatusCode: 201, Body: []byte(key)}); err != nil {
 			t.Fatal(err)
 		}
 		cl = begin(t, l, key, fpA)

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"sort"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file encodes a stored result for Redis in a small binary format:
@@ -27,7 +27,7 @@ const codecVersion = 1
 // errCorrupt: a stored record could not be decoded.
 var errCorrupt = errors.New("retryfuseredis: stored result undecodable")
 
-func encodeResponse(r *retryfuse.StoredResponse) []byte {
+func encodeResponse(r *ledger.StoredResponse) []byte {
 	n := 1 + binary.MaxVarintLen64*2 + len(r.Body)
 	names := make([]string, 0, len(r.Header))
 	for k, vs := range r.Header {
@@ -58,7 +58,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func decodeResponse(b []byte) (*retryfuse.StoredResponse, error) {
+func decodeResponse(b []byte) (*ledger.StoredResponse, error) {
 	d := decoder{b: b}
 	if v := d.byte(); v != codecVersion {
 		return nil, errCorrupt
@@ -84,7 +84,7 @@ func decodeResponse(b []byte) (*retryfuse.StoredResponse, error) {
 	if d.bad {
 		return nil, errCorrupt
 	}
-	res := &retryfuse.StoredResponse{StatusCode: int(status), Header: h}
+	res := &ledger.StoredResponse{StatusCode: int(status), Header: h}
 	if len(d.b) > 0 {
 		res.Body = append([]byte(nil), d.b...)
 	}

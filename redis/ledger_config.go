@@ -1,6 +1,8 @@
 package retryfuseredis
 
-import "time"
+import (
+	"time"
+)
 
 // LedgerConfig configures a Ledger. Every zero value means the default
 // given; a negative value is invalid.
@@ -19,7 +21,7 @@ type LedgerConfig struct {
 	InFlightTTL time.Duration
 	// MaxStoredBody bounds the bytes of body stored per completed key. Zero
 	// means 64 KiB. A longer body, or headers of more than 100 values or
-	// 32 KiB of names and values (the bounds of retryfuse.MemoryLedger),
+	// 32 KiB of names and values (the bounds of ledger.Memory),
 	// complete the key without a stored result: a later call under the key
 	// is not replayed, and the transport asks the caller to reconcile.
 	MaxStoredBody int

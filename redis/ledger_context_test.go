@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // A ledger call given a context that has already ended sends nothing, and
@@ -32,7 +32,7 @@ func TestLedgerStepWithEndedContextBlamesTheContext(t *testing.T) {
 		{"Release", l.Release, decide.KeyNone, false},
 		{"Uncertain", l.Uncertain, decide.KeyInFlight, true},
 		{"Complete", func(ctx context.Context, key, token string) error {
-			return l.Complete(ctx, key, token, &retryfuse.StoredResponse{StatusCode: 201, Body: []byte("charged")})
+			return l.Complete(ctx, key, token, &ledger.StoredResponse{StatusCode: 201, Body: []byte("charged")})
 		}, decide.KeyCompleted, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is how the ledger notices that Redis lost its records, and the
@@ -21,8 +21,8 @@ var ledgerMarkerSource string
 // quarantine: Redis lost records of the ledger (restarted without
 // persistence, a snapshot restored, a failover to a lagging replica), so
 // that a key it no longer holds may have been completed or be in flight.
-// It wraps retryfuse.ErrLedgerUnavailable: the transport sends nothing.
-var ErrDataLost = fmt.Errorf("%w: redis lost records of the ledger", retryfuse.ErrLedgerUnavailable)
+// It wraps ledger.ErrUnavailable: the transport sends nothing.
+var ErrDataLost = fmt.Errorf("%w: redis lost records of the ledger", ledger.ErrUnavailable)
 
 // guard holds what this process knows of the markers, and the quarantine.
 // This type is concurrency safe.

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // These tests pin how the ledger notices that Redis lost its records and
@@ -31,8 +32,8 @@ func wipe(t *testing.T, c redis.Cmdable, prefix string) {
 func wantLost(t *testing.T, l *Ledger, key string) {
 	t.Helper()
 	_, err := l.Begin(bg(), key, fpA)
-	if !errors.Is(err, ErrDataLost) || !errors.Is(err, retryfuse.ErrLedgerUnavailable) {
-		t.Fatalf("Begin(%q) after lost data: got %v, want an error wrapping ErrDataLost and ErrLedgerUnavailable", key, err)
+	if !errors.Is(err, ErrDataLost) || !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Begin(%q) after lost data: got %v, want an error wrapping ErrDataLost and ledger.ErrUnavailable", key, err)
 	}
 }
 

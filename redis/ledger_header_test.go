@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/stored"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // TestStoredHeaderBoundMatchesCore pins the copy of the core's header
 // bound (kept unexported there) to the core: at each edge, a
-// MemoryLedger stores the result exactly when stored.HeaderFits says so.
+// ledger.Memory stores the result exactly when stored.HeaderFits says so.
 func TestStoredHeaderBoundMatchesCore(t *testing.T) {
 	fields := func(n int) http.Header {
 		h := http.Header{}
@@ -38,18 +38,18 @@ func TestStoredHeaderBoundMatchesCore(t *testing.T) {
 	}
 	var kept, refused int
 	for name, h := range cases {
-		m := &retryfuse.MemoryLedger{}
+		m := &ledger.Memory{}
 		cl, err := m.Begin(bg(), "k", fpA)
 		if err != nil || cl.State != decide.KeyNone {
 			t.Fatalf("%s: Begin: %v %v", name, cl.State, err)
 		}
-		if err := m.Complete(bg(), "k", cl.Token, &retryfuse.StoredResponse{StatusCode: 200, Header: h}); err != nil {
+		if err := m.Complete(bg(), "k", cl.Token, &ledger.StoredResponse{StatusCode: 200, Header: h}); err != nil {
 			t.Fatal(err)
 		}
 		cl, _ = m.Begin(bg(), "k", fpA)
 		core := cl.Stored != nil
 		if got := stored.HeaderFits(h); got != core {
-			t.Errorf("%s: stored.HeaderFits %v, the core's MemoryLedger stores it: %v", name, got, core)
+			t.Errorf("%s: stored.HeaderFits %v, the core's ledger.Memory stores it: %v", name, got, core)
 		}
 		if core {
 			kept++

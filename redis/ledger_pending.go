@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the queue of the ledger's steps that Redis could not take
@@ -252,7 +252,7 @@ func (p *pending) try(ctx context.Context, s *pendingStep) bool {
 	switch {
 	case err == nil:
 		p.remove(s)
-	case errors.Is(err, ErrDataLost), errors.Is(err, retryfuse.ErrLedgerToken):
+	case errors.Is(err, ErrDataLost), errors.Is(err, ledger.ErrToken):
 		// The record is gone, or has been ended otherwise: nothing to retry.
 		p.remove(s)
 		if s.op != opCancel {

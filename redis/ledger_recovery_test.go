@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // These tests pin what the ledger does about steps Redis could not take:
@@ -57,7 +57,7 @@ func (u *unrecordedLog) get() []string {
 
 // waitState polls Begin on key (at most 10s) until it answers want;
 // meanwhile it may answer only one of the states in allowed.
-func waitState(t *testing.T, l *Ledger, key string, want decide.KeyState, allowed ...decide.KeyState) retryfuse.LedgerClaim {
+func waitState(t *testing.T, l *Ledger, key string, want decide.KeyState, allowed ...decide.KeyState) ledger.Claim {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -86,7 +86,7 @@ func waitState(t *testing.T, l *Ledger, key string, want decide.KeyState, allowe
 // with its result.
 func TestLedgerResultRecordedAfterPause(t *testing.T) {
 	l, s := pausedLedger(t, LedgerConfig{})
-	res := &retryfuse.StoredResponse{StatusCode: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("charged")}
+	res := &ledger.StoredResponse{StatusCode: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("charged")}
 	done := begin(t, l, "done", fpA)
 	unsure := begin(t, l, "unsure", fpA)
 	s.Pause()
@@ -233,7 +233,7 @@ func TestLedgerResultRecordedAfterRestartWithAOF(t *testing.T) {
 	closeLedger(t, l)
 	cl := begin(t, l, "k", fpA)
 	p.Stop()
-	if err := l.Complete(bg(), "k", cl.Token, &retryfuse.StoredResponse{StatusCode: 201, Body: []byte("charged")}); !errors.Is(err, ErrUnavailable) {
+	if err := l.Complete(bg(), "k", cl.Token, &ledger.StoredResponse{StatusCode: 201, Body: []byte("charged")}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Complete with Redis down: got %v, want ErrUnavailable", err)
 	}
 	p.Start()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 func newTestLedger(t *testing.T, cfg LedgerConfig) *Ledger {
@@ -49,7 +50,7 @@ func closeLedger(t testing.TB, l *Ledger) {
 	})
 }
 
-func begin(t *testing.T, l *Ledger, key string, fp retryfuse.Fingerprint) retryfuse.LedgerClaim {
+func begin(t *testing.T, l *Ledger, key string, fp ledger.Fingerprint) ledger.Claim {
 	t.Helper()
 	cl, err := l.Begin(bg(), key, fp)
 	if err != nil {
@@ -58,14 +59,14 @@ func begin(t *testing.T, l *Ledger, key string, fp retryfuse.Fingerprint) retryf
 	return cl
 }
 
-func wantState(t *testing.T, cl retryfuse.LedgerClaim, state decide.KeyState, uncertain bool) {
+func wantState(t *testing.T, cl ledger.Claim, state decide.KeyState, uncertain bool) {
 	t.Helper()
 	if cl.State != state || cl.Uncertain != uncertain {
 		t.Fatalf("claim: got state %v uncertain %v, want %v uncertain %v", cl.State, cl.Uncertain, state, uncertain)
 	}
 }
 
-var fpA, fpB = retryfuse.Fingerprint{1}, retryfuse.Fingerprint{2}
+var fpA, fpB = ledger.Fingerprint{1}, ledger.Fingerprint{2}
 
 func TestLedgerLifecycle(t *testing.T) {
 	l := newTestLedger(t, LedgerConfig{})
@@ -77,13 +78,13 @@ func TestLedgerLifecycle(t *testing.T) {
 	wantState(t, begin(t, l, "k", fpA), decide.KeyInFlight, false)
 	wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false)
 
-	if err := l.Complete(bg(), "k", "not-the-token", nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
-		t.Fatalf("Complete with a wrong token: got %v, want ErrLedgerToken", err)
+	if err := l.Complete(bg(), "k", "not-the-token", nil); !errors.Is(err, ledger.ErrToken) {
+		t.Fatalf("Complete with a wrong token: got %v, want ledger.ErrToken", err)
 	}
-	if err := l.Release(bg(), "k", "not-the-token"); !errors.Is(err, retryfuse.ErrLedgerToken) {
-		t.Fatalf("Release with a wrong token: got %v, want ErrLedgerToken", err)
+	if err := l.Release(bg(), "k", "not-the-token"); !errors.Is(err, ledger.ErrToken) {
+		t.Fatalf("Release with a wrong token: got %v, want ledger.ErrToken", err)
 	}
-	res := &retryfuse.StoredResponse{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Two": {"a", "b"}}, Body: []byte(`{"id":7}`)}
+	res := &ledger.StoredResponse{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Two": {"a", "b"}}, Body: []byte(`{"id":7}`)}
 	if err := l.Complete(bg(), "k", cl.Token, res); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -97,8 +98,8 @@ func TestLedgerLifecycle(t *testing.T) {
 	}
 	wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false) // conflict beats completed
 
-	if err := l.Release(bg(), "k", cl.Token); !errors.Is(err, retryfuse.ErrLedgerToken) {
-		t.Fatalf("Release after Complete: got %v, want ErrLedgerToken", err)
+	if err := l.Release(bg(), "k", cl.Token); !errors.Is(err, ledger.ErrToken) {
+		t.Fatalf("Release after Complete: got %v, want ledger.ErrToken", err)
 	}
 	if err := l.Complete(bg(), "k", cl.Token, res); err != nil {
 		t.Fatalf("Complete sent again by the same owner: got %v, want nil (already so)", err)
@@ -117,8 +118,8 @@ func TestLedgerUncertainAndRelease(t *testing.T) {
 		t.Fatalf("an uncertain key's token: got %q, want the owner's %q", held.Token, cl.Token)
 	}
 	wantState(t, begin(t, l, "u", fpB), decide.KeyConflict, false) // conflict beats uncertain
-	if err := l.Complete(bg(), "u", "bogus", nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
-		t.Fatalf("Complete of an uncertain key with a wrong token: got %v, want ErrLedgerToken", err)
+	if err := l.Complete(bg(), "u", "bogus", nil); !errors.Is(err, ledger.ErrToken) {
+		t.Fatalf("Complete of an uncertain key with a wrong token: got %v, want ledger.ErrToken", err)
 	}
 	if err := l.Uncertain(bg(), "u", cl.Token); err != nil {
 		t.Fatalf("Uncertain sent again by the same owner: got %v, want nil (already so)", err)
@@ -153,7 +154,7 @@ func TestLedgerStoredBodyBound(t *testing.T) {
 		stored bool
 	}{{"fits", "1234", true}, {"over", "12345", false}} {
 		cl := begin(t, l, tc.key, fpA)
-		if err := l.Complete(bg(), tc.key, cl.Token, &retryfuse.StoredResponse{StatusCode: 200, Body: []byte(tc.body)}); err != nil {
+		if err := l.Complete(bg(), tc.key, cl.Token, &ledger.StoredResponse{StatusCode: 200, Body: []byte(tc.body)}); err != nil {
 			t.Fatal(err)
 		}
 		got := begin(t, l, tc.key, fpA)
@@ -181,8 +182,8 @@ func TestLedgerExpiry(t *testing.T) {
 	}
 	waitUncertain(t, l, "flight", fpA, cl.Token) // an expired claim is uncertain, never free
 	waitGone(t, c, l.Key("flight"))
-	if err := l.Complete(bg(), "flight", cl.Token, nil); !errors.Is(err, retryfuse.ErrLedgerToken) {
-		t.Fatalf("Complete after the key was freed: got %v, want ErrLedgerToken", err)
+	if err := l.Complete(bg(), "flight", cl.Token, nil); !errors.Is(err, ledger.ErrToken) {
+		t.Fatalf("Complete after the key was freed: got %v, want ledger.ErrToken", err)
 	}
 	wantState(t, begin(t, l, "flight", fpB), decide.KeyNone, false)
 
@@ -200,7 +201,7 @@ func TestLedgerExpiry(t *testing.T) {
 // waitUncertain waits (at most 10s) until key's claim has expired: Begin
 // answers uncertain, with the owner's token. Until then it must answer in
 // flight.
-func waitUncertain(t *testing.T, l *Ledger, key string, fp retryfuse.Fingerprint, token string) {
+func waitUncertain(t *testing.T, l *Ledger, key string, fp ledger.Fingerprint, token string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -344,13 +345,13 @@ func TestLedgerUnavailable(t *testing.T) {
 	if len(unrecorded) != 4 {
 		t.Fatalf("reported unrecorded: got %q, want 4 steps", unrecorded)
 	}
-	if _, err := l.Begin(bg(), "k", fpA); !errors.Is(err, ErrClosed) || !errors.Is(err, retryfuse.ErrLedgerUnavailable) {
-		t.Fatalf("Begin after Close: got %v, want an error wrapping ErrClosed and ErrLedgerUnavailable", err)
+	if _, err := l.Begin(bg(), "k", fpA); !errors.Is(err, ErrClosed) || !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Begin after Close: got %v, want an error wrapping ErrClosed and ledger.ErrUnavailable", err)
 	}
 }
 
 func TestCodecRoundTrip(t *testing.T) {
-	cases := []*retryfuse.StoredResponse{
+	cases := []*ledger.StoredResponse{
 		{StatusCode: 200},
 		{StatusCode: 503, Header: http.Header{"Retry-After": {"1"}}, Body: []byte{}},
 		{StatusCode: 201, Header: http.Header{"A": {"1", "2"}, "B": {""}}, Body: bytes.Repeat([]byte{0, 255}, 1000)},
@@ -372,7 +373,7 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 func FuzzDecodeResponse(f *testing.F) {
-	f.Add(encodeResponse(&retryfuse.StoredResponse{StatusCode: 200, Header: http.Header{"A": {"b"}}, Body: []byte("x")}))
+	f.Add(encodeResponse(&ledger.StoredResponse{StatusCode: 200, Header: http.Header{"A": {"b"}}, Body: []byte("x")}))
 	f.Add([]byte{codecVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Add([]byte{codecVersion, 200, 1, 0x80, 0x80, 0x80, 0x80, 0x08})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -404,7 +405,7 @@ func TestLedgerStoredHeaderBound(t *testing.T) {
 		{"many", many, false},
 	} {
 		cl := begin(t, l, tc.key, fpA)
-		if err := l.Complete(bg(), tc.key, cl.Token, &retryfuse.StoredResponse{StatusCode: 201, Header: tc.header, Body: []byte("ok")}); err != nil {
+		if err := l.Complete(bg(), tc.key, cl.Token, &ledger.StoredResponse{StatusCode: 201, Header: tc.header, Body: []byte("ok")}); err != nil {
 			t.Fatal(err)
 		}
 		got := begin(t, l, tc.key, fpA)

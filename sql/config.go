@@ -32,7 +32,7 @@ func (d Dialect) String() string {
 	return fmt.Sprintf("Dialect(%d)", uint8(d))
 }
 
-// Defaults of LedgerConfig, those of retryfuse.MemoryLedger's settings.
+// Defaults of LedgerConfig, those of ledger.Memory's settings.
 const (
 	DefaultTable               = "retryfuse_keys"
 	defaultLedgerTTL           = 24 * time.Hour
@@ -64,7 +64,7 @@ type LedgerConfig struct {
 	InFlightTTL time.Duration
 	// MaxStoredBody bounds the bytes of body stored per completed key. Zero
 	// means 64 KiB. A longer body, or headers of more than 100 values or
-	// 32 KiB of names and values (the bounds of retryfuse.MemoryLedger),
+	// 32 KiB of names and values (the bounds of ledger.Memory),
 	// complete the key without a stored result: a later call under the key
 	// is not replayed, and the transport asks the caller to reconcile.
 	MaxStoredBody int

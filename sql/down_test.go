@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/idempotency"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,7 +73,7 @@ func TestMiddlewareAnswers503WhenPostgresGoesAway(t *testing.T) {
 	h := &charges{}
 	for _, mode := range []struct {
 		name   string
-		ledger retryfuse.Ledger
+		ledger ledger.Ledger
 	}{{"ordinary", l}, {"transactional", l.Transactional()}} {
 		srv := middlewareServer(t, mode.ledger, h)
 		require.Equal(t, http.StatusCreated, postKeyed(t, srv, mode.name+"-before", "x").status, mode.name)
@@ -81,7 +81,7 @@ func TestMiddlewareAnswers503WhenPostgresGoesAway(t *testing.T) {
 	p.Close()
 	for _, mode := range []struct {
 		name   string
-		ledger retryfuse.Ledger
+		ledger ledger.Ledger
 	}{{"ordinary", l}, {"transactional", l.Transactional()}} {
 		srv := middlewareServer(t, mode.ledger, h)
 		got := postKeyed(t, srv, mode.name+"-after", "x")
@@ -90,5 +90,5 @@ func TestMiddlewareAnswers503WhenPostgresGoesAway(t *testing.T) {
 	}
 	require.Equal(t, int64(2), h.runs.Load(), "a handler ran while the database was away")
 	_, err = l.Begin(ctx(t), "k", fpA)
-	require.ErrorIs(t, err, retryfuse.ErrLedgerUnavailable)
+	require.ErrorIs(t, err, ledger.ErrUnavailable)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/stored"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // The states of a row (its state column).
@@ -22,11 +23,11 @@ const (
 	stateCompleted = 2
 )
 
-// Ledger is a retryfuse.Ledger kept in a SQL database (PostgreSQL or
+// Ledger is a ledger.Ledger kept in a SQL database (PostgreSQL or
 // SQLite) through database/sql, shared by every process that opens the
 // same database and Table: a duplicate sent to another replica while the
 // key is in flight is braked, and once the key is completed it gets the
-// stored result. Its semantics are retryfuse.MemoryLedger's.
+// stored result. Its semantics are ledger.Memory's.
 //
 // Each step is one statement: Begin claims a free key with INSERT … ON
 // CONFLICT … DO UPDATE … WHERE (the row's time has passed) RETURNING, so
@@ -52,7 +53,7 @@ const (
 // goroutine is started.
 //
 // A database that cannot be reached makes Begin return an error wrapping
-// retryfuse.ErrLedgerUnavailable: a key is never taken for free without
+// ledger.ErrUnavailable: a key is never taken for free without
 // the database's word (the middleware answers 503, the Transport sends
 // nothing). A failed Complete, Release or Uncertain returns its error and
 // is not retried: the claim then expires uncertain after InFlightTTL.
@@ -77,14 +78,14 @@ type Ledger struct {
 	clock func() time.Time
 }
 
-var _ retryfuse.Ledger = (*Ledger)(nil)
+var _ ledger.Ledger = (*Ledger)(nil)
 
 // NewLedger returns a Ledger on db, after bringing its schema to
 // SchemaVersion (see migrate): a missing schema is created, an older
 // version migrated, and a newer or unknown version refused with an error
 // wrapping ErrSchemaVersion. An invalid setting, or a nil db, gives an
 // error wrapping retryfuse.ErrInvalidPolicy that names it; a database
-// that cannot be reached, one wrapping retryfuse.ErrLedgerUnavailable.
+// that cannot be reached, one wrapping ledger.ErrUnavailable.
 func NewLedger(ctx context.Context, db *sql.DB, cfg LedgerConfig) (*Ledger, error) {
 	if db == nil {
 		return nil, invalid("db", "must not be nil")
@@ -111,10 +112,10 @@ func NewLedger(ctx context.Context, db *sql.DB, cfg LedgerConfig) (*Ledger, erro
 		if errors.Is(err, ErrSchemaVersion) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: %w", retryfuse.ErrLedgerUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 	}
 	if err := l.prepare(ctx); err != nil {
-		return nil, fmt.Errorf("%w: retryfusesql: prepare the ledger's statements: %w", retryfuse.ErrLedgerUnavailable, err)
+		return nil, fmt.Errorf("%w: retryfusesql: prepare the ledger's statements: %w", ledger.ErrUnavailable, err)
 	}
 	return l, nil
 }
@@ -199,8 +200,8 @@ type execer interface {
 // its state; a fingerprint other than the stored one is KeyConflict
 // whatever the state. An empty key is an error wrapping
 // retryfuse.ErrInvalidIdempotencyKey; a database failure, one wrapping
-// retryfuse.ErrLedgerUnavailable.
-func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
+// ledger.ErrUnavailable.
+func (l *Ledger) Begin(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, error) {
 	cl, err := l.begin(ctx, l.db, key, fp)
 	if err == nil && l.begins.Add(1)%l.sweepEvery == 0 {
 		_, _ = l.Sweep(ctx, l.sweepLimit) // best effort: an expired row reads as absent anyway
@@ -209,16 +210,16 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp retryfuse.Fingerprint
 }
 
 // begin runs Begin's statements on ex.
-func (l *Ledger) begin(ctx context.Context, ex execer, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, error) {
+func (l *Ledger) begin(ctx context.Context, ex execer, key string, fp ledger.Fingerprint) (ledger.Claim, error) {
 	return l.beginLocking(ctx, ex, key, fp, false)
 }
 
 // beginLocking runs Begin's statements on ex; with lock, the claim takes
 // the key's advisory lock first, in the same statement (claimLocked),
 // and a lock held by another transaction is KeyInFlight.
-func (l *Ledger) beginLocking(ctx context.Context, ex execer, key string, fp retryfuse.Fingerprint, lock bool) (retryfuse.LedgerClaim, error) {
+func (l *Ledger) beginLocking(ctx context.Context, ex execer, key string, fp ledger.Fingerprint, lock bool) (ledger.Claim, error) {
 	if key == "" {
-		return retryfuse.LedgerClaim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
+		return ledger.Claim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
 	}
 	token := rand.Text()
 	// The row read after a claim that found one may be gone by then
@@ -233,7 +234,7 @@ func (l *Ledger) beginLocking(ctx context.Context, ex execer, key string, fp ret
 			err = (prepared{l, ex}).QueryRowContext(ctx, l.q.claimLocked, l.now(), []byte(key), fp[:], token, l.flightMillis, l.ttlMillis, l.lockKey(key)).Scan(&locked, &tok)
 			switch {
 			case err == nil && !locked:
-				return retryfuse.LedgerClaim{State: decide.KeyInFlight}, nil
+				return ledger.Claim{State: decide.KeyInFlight}, nil
 			case err == nil && !tok.Valid:
 				err = sql.ErrNoRows // the key has a live row
 			}
@@ -243,26 +244,26 @@ func (l *Ledger) beginLocking(ctx context.Context, ex execer, key string, fp ret
 		}
 		switch {
 		case err == nil && got == token:
-			return retryfuse.LedgerClaim{State: decide.KeyNone, Token: token}, nil
+			return ledger.Claim{State: decide.KeyNone, Token: token}, nil
 		case err == nil:
-			return retryfuse.LedgerClaim{}, unavailable("Begin", key, fmt.Errorf("the claim returned another token"))
+			return ledger.Claim{}, unavailable("Begin", key, fmt.Errorf("the claim returned another token"))
 		case !errors.Is(err, sql.ErrNoRows):
-			return retryfuse.LedgerClaim{}, unavailable("Begin", key, err)
+			return ledger.Claim{}, unavailable("Begin", key, err)
 		}
 		cl, found, err := l.look(ctx, ex, key, fp)
 		if err != nil {
-			return retryfuse.LedgerClaim{}, unavailable("Begin", key, err)
+			return ledger.Claim{}, unavailable("Begin", key, err)
 		}
 		if found {
 			return cl, nil
 		}
 	}
-	return retryfuse.LedgerClaim{}, unavailable("Begin", key, errors.New("the key's row changed under three claims in a row"))
+	return ledger.Claim{}, unavailable("Begin", key, errors.New("the key's row changed under three claims in a row"))
 }
 
 // look reads key's live row and returns its claim; found is false when
 // there is none.
-func (l *Ledger) look(ctx context.Context, ex execer, key string, fp retryfuse.Fingerprint) (cl retryfuse.LedgerClaim, found bool, err error) {
+func (l *Ledger) look(ctx context.Context, ex execer, key string, fp ledger.Fingerprint) (cl ledger.Claim, found bool, err error) {
 	var (
 		rowFP     []byte
 		state     int64
@@ -281,22 +282,22 @@ func (l *Ledger) look(ctx context.Context, ex execer, key string, fp retryfuse.F
 		return cl, false, err
 	}
 	if string(rowFP) != string(fp[:]) {
-		return retryfuse.LedgerClaim{State: decide.KeyConflict}, true, nil
+		return ledger.Claim{State: decide.KeyConflict}, true, nil
 	}
 	switch {
 	case state == stateCompleted:
-		cl = retryfuse.LedgerClaim{State: decide.KeyCompleted}
+		cl = ledger.Claim{State: decide.KeyCompleted}
 		if hasResult == 1 {
-			res := &retryfuse.StoredResponse{StatusCode: int(status.Int64), Body: body}
+			res := &ledger.StoredResponse{StatusCode: int(status.Int64), Body: body}
 			if err := json.Unmarshal([]byte(header.String), &res.Header); err != nil {
 				return cl, false, fmt.Errorf("stored header: %w", err)
 			}
 			cl.Stored = res
 		}
 	case state == stateUncertain || state == stateInFlight && lapsed == 1:
-		cl = retryfuse.LedgerClaim{State: decide.KeyInFlight, Uncertain: true, Token: token}
+		cl = ledger.Claim{State: decide.KeyInFlight, Uncertain: true, Token: token}
 	case state == stateInFlight:
-		cl = retryfuse.LedgerClaim{State: decide.KeyInFlight}
+		cl = ledger.Claim{State: decide.KeyInFlight}
 	default:
 		return cl, false, fmt.Errorf("the key's row has state %d", state)
 	}
@@ -306,11 +307,11 @@ func (l *Ledger) look(ctx context.Context, ex execer, key string, fp retryfuse.F
 // Complete ends a claim with a confirmed result, stored when res is not
 // nil, its body is at most MaxStoredBody bytes and its headers at most
 // 100 values and 32 KiB; the key is then kept for TTL.
-func (l *Ledger) Complete(ctx context.Context, key, token string, res *retryfuse.StoredResponse) error {
+func (l *Ledger) Complete(ctx context.Context, key, token string, res *ledger.StoredResponse) error {
 	return l.complete(ctx, l.db, key, token, res)
 }
 
-func (l *Ledger) complete(ctx context.Context, ex execer, key, token string, res *retryfuse.StoredResponse) error {
+func (l *Ledger) complete(ctx context.Context, ex execer, key, token string, res *ledger.StoredResponse) error {
 	var (
 		has    int64
 		status any
@@ -342,7 +343,7 @@ func (l *Ledger) Uncertain(ctx context.Context, key, token string) error {
 }
 
 // end runs one step's statement; no row changed means that token does
-// not own key: an error wrapping retryfuse.ErrLedgerToken.
+// not own key: an error wrapping ledger.ErrToken.
 func (l *Ledger) end(ctx context.Context, ex execer, step, key, token, query string, args ...any) error {
 	res, err := (prepared{l, ex}).ExecContext(ctx, query, append([]any{l.now(), []byte(key), token}, args...)...)
 	if err != nil {
@@ -353,7 +354,7 @@ func (l *Ledger) end(ctx context.Context, ex execer, step, key, token, query str
 		return unavailable(step, key, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: key %q", retryfuse.ErrLedgerToken, key)
+		return fmt.Errorf("%w: key %q", ledger.ErrToken, key)
 	}
 	return nil
 }
@@ -374,5 +375,5 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int64, error) {
 }
 
 func unavailable(step, key string, err error) error {
-	return fmt.Errorf("%w: retryfusesql: %s %q: %w", retryfuse.ErrLedgerUnavailable, step, key, err)
+	return fmt.Errorf("%w: retryfusesql: %s %q: %w", ledger.ErrUnavailable, step, key, err)
 }

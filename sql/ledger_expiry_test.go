@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,7 +45,7 @@ func TestOwnerMayEndAnExpiredClaim(t *testing.T) {
 		done := begin(t, l, "done", fpA)
 		c.advance(2 * time.Minute)
 		wantState(t, begin(t, l, "done", fpA), decide.KeyInFlight, true)
-		require.NoError(t, l.Complete(ctx(t), "done", done.Token, &retryfuse.StoredResponse{StatusCode: 204}))
+		require.NoError(t, l.Complete(ctx(t), "done", done.Token, &ledger.StoredResponse{StatusCode: 204}))
 		wantState(t, begin(t, l, "done", fpA), decide.KeyCompleted, false)
 		// A late Uncertain holds the key for TTL from now.
 		require.NoError(t, l.Uncertain(ctx(t), "late", late.Token))
@@ -59,13 +59,13 @@ func TestCompletedKeyIsFreeAfterTTL(t *testing.T) {
 		l, c := clocked(t, b, LedgerConfig{TTL: time.Hour})
 		cl := begin(t, l, "k", fpA)
 		c.advance(3 * time.Minute)
-		require.NoError(t, l.Complete(ctx(t), "k", cl.Token, &retryfuse.StoredResponse{StatusCode: 200}))
+		require.NoError(t, l.Complete(ctx(t), "k", cl.Token, &ledger.StoredResponse{StatusCode: 200}))
 		c.advance(time.Hour - time.Millisecond) // TTL counts from Complete
 		wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false)
 		c.advance(time.Millisecond)
 		require.Equal(t, int64(1), countRows(t, l), "the expired row is still there")
 		wantState(t, begin(t, l, "k", fpB), decide.KeyNone, false) // absent though not deleted
-		require.ErrorIs(t, l.Release(ctx(t), "k", cl.Token), retryfuse.ErrLedgerToken)
+		require.ErrorIs(t, l.Release(ctx(t), "k", cl.Token), ledger.ErrToken)
 	})
 }
 
@@ -74,8 +74,8 @@ func TestExpiredTokenEndsNothing(t *testing.T) {
 		l, c := clocked(t, b, LedgerConfig{InFlightTTL: time.Minute, TTL: time.Minute})
 		cl := begin(t, l, "k", fpA)
 		c.advance(2 * time.Minute) // past InFlightTTL + TTL: absent
-		require.ErrorIs(t, l.Complete(ctx(t), "k", cl.Token, nil), retryfuse.ErrLedgerToken)
-		require.ErrorIs(t, l.Uncertain(ctx(t), "k", cl.Token), retryfuse.ErrLedgerToken)
+		require.ErrorIs(t, l.Complete(ctx(t), "k", cl.Token, nil), ledger.ErrToken)
+		require.ErrorIs(t, l.Uncertain(ctx(t), "k", cl.Token), ledger.ErrToken)
 		wantState(t, begin(t, l, "k", fpA), decide.KeyNone, false)
 	})
 }
@@ -148,7 +148,7 @@ func TestSweepSparesARowTakenOverInAnOpenTransaction(t *testing.T) {
 		if b.dialect == Postgres {
 			require.NoError(t, <-swept, "the sweep waited for the open transaction")
 		}
-		require.NoError(t, tx.Commit(ctx(t), &retryfuse.StoredResponse{StatusCode: 201}))
+		require.NoError(t, tx.Commit(ctx(t), &ledger.StoredResponse{StatusCode: 201}))
 		if b.dialect == SQLite {
 			require.NoError(t, <-swept)
 		}

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -53,9 +53,9 @@ func TestTwoHandlesShareKeysAndTokens(t *testing.T) {
 		cl := begin(t, one, "k", fpA)
 		wantState(t, begin(t, two, "k", fpA), decide.KeyInFlight, false)
 		wantState(t, begin(t, two, "k", fpB), decide.KeyConflict, false)
-		require.ErrorIs(t, two.Complete(ctx(t), "k", "wrong", nil), retryfuse.ErrLedgerToken)
+		require.ErrorIs(t, two.Complete(ctx(t), "k", "wrong", nil), ledger.ErrToken)
 
-		res := &retryfuse.StoredResponse{StatusCode: 201, Header: http.Header{"Location": {"/charges/1"}}, Body: []byte("{}")}
+		res := &ledger.StoredResponse{StatusCode: 201, Header: http.Header{"Location": {"/charges/1"}}, Body: []byte("{}")}
 		require.NoError(t, two.Complete(ctx(t), "k", cl.Token, res), "the owner's token is the database's, not the process's")
 		got := begin(t, one, "k", fpA)
 		wantState(t, got, decide.KeyCompleted, false)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -22,8 +23,8 @@ func TestLedgerLifecycle(t *testing.T) {
 		wantState(t, begin(t, l, "k", fpA), decide.KeyInFlight, false)
 		wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false)
 
-		res := &retryfuse.StoredResponse{StatusCode: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("created")}
-		require.ErrorIs(t, l.Complete(ctx(t), "k", "not-the-token", res), retryfuse.ErrLedgerToken)
+		res := &ledger.StoredResponse{StatusCode: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("created")}
+		require.ErrorIs(t, l.Complete(ctx(t), "k", "not-the-token", res), ledger.ErrToken)
 		wantState(t, begin(t, l, "k", fpA), decide.KeyInFlight, false)
 
 		require.NoError(t, l.Complete(ctx(t), "k", cl.Token, res))
@@ -31,8 +32,8 @@ func TestLedgerLifecycle(t *testing.T) {
 		wantState(t, got, decide.KeyCompleted, false)
 		assert.Equal(t, res, got.Stored)
 		wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false)
-		require.ErrorIs(t, l.Complete(ctx(t), "k", cl.Token, res), retryfuse.ErrLedgerToken, "a second Complete")
-		require.ErrorIs(t, l.Release(ctx(t), "k", cl.Token), retryfuse.ErrLedgerToken, "a Release after Complete")
+		require.ErrorIs(t, l.Complete(ctx(t), "k", cl.Token, res), ledger.ErrToken, "a second Complete")
+		require.ErrorIs(t, l.Release(ctx(t), "k", cl.Token), ledger.ErrToken, "a Release after Complete")
 	})
 }
 
@@ -44,7 +45,7 @@ func TestReleaseFreesTheKey(t *testing.T) {
 		again := begin(t, l, "k", fpB) // free: another fingerprint is no conflict
 		wantState(t, again, decide.KeyNone, false)
 		require.NotEqual(t, cl.Token, again.Token)
-		require.ErrorIs(t, l.Release(ctx(t), "k", cl.Token), retryfuse.ErrLedgerToken, "the old token on the new claim")
+		require.ErrorIs(t, l.Release(ctx(t), "k", cl.Token), ledger.ErrToken, "the old token on the new claim")
 	})
 }
 
@@ -56,7 +57,7 @@ func TestUncertainHoldsTheKeyUntilItsTokenEndsIt(t *testing.T) {
 		got := begin(t, l, "k", fpA)
 		wantState(t, got, decide.KeyInFlight, true)
 		require.Equal(t, cl.Token, got.Token, "an uncertain claim hands out the token that ends it")
-		require.ErrorIs(t, l.Uncertain(ctx(t), "k", cl.Token), retryfuse.ErrLedgerToken, "Uncertain twice")
+		require.ErrorIs(t, l.Uncertain(ctx(t), "k", cl.Token), ledger.ErrToken, "Uncertain twice")
 		wantState(t, begin(t, l, "k", fpB), decide.KeyConflict, false)
 
 		require.NoError(t, l.Complete(ctx(t), "k", got.Token, nil))
@@ -76,14 +77,14 @@ func TestWrongTokenChangesNothing(t *testing.T) {
 		l := b.newLedger(t, LedgerConfig{})
 		begin(t, l, "k", fpA)
 		for name, step := range map[string]func() error{
-			"Complete":  func() error { return l.Complete(ctx(t), "k", "wrong", &retryfuse.StoredResponse{StatusCode: 200}) },
+			"Complete":  func() error { return l.Complete(ctx(t), "k", "wrong", &ledger.StoredResponse{StatusCode: 200}) },
 			"Release":   func() error { return l.Release(ctx(t), "k", "wrong") },
 			"Uncertain": func() error { return l.Uncertain(ctx(t), "k", "wrong") },
 			"empty":     func() error { return l.Release(ctx(t), "k", "") },
 			"no key":    func() error { return l.Release(ctx(t), "absent", "wrong") },
 		} {
 			err := step()
-			require.ErrorIs(t, err, retryfuse.ErrLedgerToken, name)
+			require.ErrorIs(t, err, ledger.ErrToken, name)
 			wantState(t, begin(t, l, "k", fpA), decide.KeyInFlight, false)
 		}
 	})
@@ -93,7 +94,7 @@ func TestStoredResponseIsACopy(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		l := b.newLedger(t, LedgerConfig{})
 		cl := begin(t, l, "k", fpA)
-		res := &retryfuse.StoredResponse{StatusCode: 200, Header: http.Header{"A": {"1", "2"}}, Body: []byte("body")}
+		res := &ledger.StoredResponse{StatusCode: 200, Header: http.Header{"A": {"1", "2"}}, Body: []byte("body")}
 		require.NoError(t, l.Complete(ctx(t), "k", cl.Token, res))
 		res.Header["A"][0], res.Body[0] = "changed", 'X'
 		first := begin(t, l, "k", fpA).Stored
@@ -112,13 +113,13 @@ func TestResultBeyondTheBoundsCompletesWithoutStoredResult(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		res    *retryfuse.StoredResponse
+		res    *ledger.StoredResponse
 		stored bool
 	}{
-		{"body at the bound", &retryfuse.StoredResponse{StatusCode: 200, Body: []byte("12345678")}, true},
-		{"body over the bound", &retryfuse.StoredResponse{StatusCode: 200, Body: []byte("123456789")}, false},
-		{"101 header values", &retryfuse.StoredResponse{StatusCode: 200, Header: manyValues}, false},
-		{"32 KiB of header", &retryfuse.StoredResponse{StatusCode: 200, Header: http.Header{"X": {strings.Repeat("v", 32<<10)}}}, false},
+		{"body at the bound", &ledger.StoredResponse{StatusCode: 200, Body: []byte("12345678")}, true},
+		{"body over the bound", &ledger.StoredResponse{StatusCode: 200, Body: []byte("123456789")}, false},
+		{"101 header values", &ledger.StoredResponse{StatusCode: 200, Header: manyValues}, false},
+		{"32 KiB of header", &ledger.StoredResponse{StatusCode: 200, Header: http.Header{"X": {strings.Repeat("v", 32<<10)}}}, false},
 		{"nil result", nil, false},
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
@@ -166,8 +167,8 @@ func TestClosedDatabaseMakesBeginFail(t *testing.T) {
 		l := b.ledgerOn(t, db, LedgerConfig{})
 		require.NoError(t, db.Close())
 		_, err := l.Begin(ctx(t), "k", fpA)
-		require.ErrorIs(t, err, retryfuse.ErrLedgerUnavailable)
+		require.ErrorIs(t, err, ledger.ErrUnavailable)
 		var claimErr error = err
-		require.False(t, errors.Is(claimErr, retryfuse.ErrLedgerToken))
+		require.False(t, errors.Is(claimErr, ledger.ErrToken))
 	})
 }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite"
 )
@@ -141,7 +141,7 @@ func newFakeClock() *fakeClock {
 func (c *fakeClock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *fakeClock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
-func begin(t testing.TB, l *Ledger, key string, fp retryfuse.Fingerprint) retryfuse.LedgerClaim {
+func begin(t testing.TB, l *Ledger, key string, fp ledger.Fingerprint) ledger.Claim {
 	t.Helper()
 	cl, err := l.Begin(ctx(t), key, fp)
 	if err != nil {
@@ -150,11 +150,11 @@ func begin(t testing.TB, l *Ledger, key string, fp retryfuse.Fingerprint) retryf
 	return cl
 }
 
-func wantState(t testing.TB, cl retryfuse.LedgerClaim, state decide.KeyState, uncertain bool) {
+func wantState(t testing.TB, cl ledger.Claim, state decide.KeyState, uncertain bool) {
 	t.Helper()
 	if cl.State != state || cl.Uncertain != uncertain {
 		t.Fatalf("claim: got state %v uncertain %v, want %v uncertain %v", cl.State, cl.Uncertain, state, uncertain)
 	}
 }
 
-var fpA, fpB = retryfuse.Fingerprint{1}, retryfuse.Fingerprint{2}
+var fpA, fpB = ledger.Fingerprint{1}, ledger.Fingerprint{2}

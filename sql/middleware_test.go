@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/idempotency"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,7 +30,7 @@ func (c *charges) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "created "+string(body))
 }
 
-func middlewareServer(t *testing.T, l retryfuse.Ledger, next http.Handler) *httptest.Server {
+func middlewareServer(t *testing.T, l ledger.Ledger, next http.Handler) *httptest.Server {
 	t.Helper()
 	h, err := idempotency.New(next, idempotency.Config{Ledger: l, ErrorLog: log.New(io.Discard, "", 0)})
 	require.NoError(t, err)

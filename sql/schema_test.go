@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,7 +73,7 @@ func TestUnknownSchemaVersionIsRefused(t *testing.T) {
 
 			_, err = NewLedger(ctx(t), b.open(t), LedgerConfig{Dialect: b.dialect, Table: b.table})
 			require.ErrorIs(t, err, ErrSchemaVersion, "version %d", v)
-			require.NotErrorIs(t, err, retryfuse.ErrLedgerUnavailable, "a refusal, not an outage")
+			require.NotErrorIs(t, err, ledger.ErrUnavailable, "a refusal, not an outage")
 			require.Equal(t, v, schemaVersion(t, db, b.table), "the refusal changed the version")
 			wantState(t, begin(t, l, "k", fpA), decide.KeyInFlight, false) // and the keys are untouched
 			require.NoError(t, l.Release(ctx(t), "k", cl.Token))

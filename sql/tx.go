@@ -11,6 +11,7 @@ import (
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/idempotency"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the Ledger's transactional claim, for the middleware's
@@ -58,10 +59,10 @@ func (l *Ledger) Transactional() TxLedger { return TxLedger{l} }
 // frees the key. With any other state no transaction is left open. The
 // transaction is not ended by ctx's cancellation (ctx bounds the claim's
 // statements), but by InFlightTTL. Errors are Begin's.
-func (t TxLedger) BeginTx(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, idempotency.ClaimTx, error) {
+func (t TxLedger) BeginTx(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, idempotency.ClaimTx, error) {
 	l := t.Ledger
 	if key == "" {
-		return retryfuse.LedgerClaim{}, nil, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
+		return ledger.Claim{}, nil, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
 	}
 	if l.begins.Add(1)%l.sweepEvery == 0 {
 		// Before the transaction: a sweep waiting for a row this
@@ -72,9 +73,9 @@ func (t TxLedger) BeginTx(ctx context.Context, key string, fp retryfuse.Fingerpr
 	tx, err := l.db.BeginTx(txCtx, nil)
 	if err != nil {
 		cancel()
-		return retryfuse.LedgerClaim{}, nil, unavailable("BeginTx", key, err)
+		return ledger.Claim{}, nil, unavailable("BeginTx", key, err)
 	}
-	fail := func(cl retryfuse.LedgerClaim, err error) (retryfuse.LedgerClaim, idempotency.ClaimTx, error) {
+	fail := func(cl ledger.Claim, err error) (ledger.Claim, idempotency.ClaimTx, error) {
 		_ = tx.Rollback()
 		cancel()
 		return cl, nil, err
@@ -112,14 +113,14 @@ func (c *claimTx) Tx() *sql.Tx { return c.tx }
 // Ledger.Complete) and commits. An error from the completion rolls the
 // transaction back; an error from the commit itself leaves its outcome
 // unknown (committed, its acknowledgement lost, or not).
-func (c *claimTx) Commit(ctx context.Context, res *retryfuse.StoredResponse) error {
+func (c *claimTx) Commit(ctx context.Context, res *ledger.StoredResponse) error {
 	defer c.cancel()
 	if err := c.l.complete(ctx, c.tx, c.key, c.token, res); err != nil {
 		_ = c.tx.Rollback()
 		return err
 	}
 	if err := c.tx.Commit(); err != nil {
-		return fmt.Errorf("%w: retryfusesql: commit %q (its outcome is unknown): %w", retryfuse.ErrLedgerUnavailable, c.key, err)
+		return fmt.Errorf("%w: retryfusesql: commit %q (its outcome is unknown): %w", ledger.ErrUnavailable, c.key, err)
 	}
 	return nil
 }

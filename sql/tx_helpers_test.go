@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/idempotency"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -77,7 +77,7 @@ func itoa(n int64) string {
 
 // txServer starts a server of next behind the middleware in the
 // transactional mode on l, its panics and errors kept quiet.
-func txServer(t *testing.T, l retryfuse.Ledger, next http.Handler, cfg idempotency.Config) *httptest.Server {
+func txServer(t *testing.T, l ledger.Ledger, next http.Handler, cfg idempotency.Config) *httptest.Server {
 	t.Helper()
 	cfg.Ledger = l
 	cfg.ErrorLog = log.New(io.Discard, "", 0)
@@ -122,7 +122,7 @@ type lostAck struct {
 
 var errAckLost = errors.New("connection reset while reading the commit's answer")
 
-func (l *lostAck) BeginTx(ctx context.Context, key string, fp retryfuse.Fingerprint) (retryfuse.LedgerClaim, idempotency.ClaimTx, error) {
+func (l *lostAck) BeginTx(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, idempotency.ClaimTx, error) {
 	cl, c, err := l.TxLedger.BeginTx(ctx, key, fp)
 	if c != nil {
 		c = &lostAckClaim{c, l}
@@ -135,7 +135,7 @@ type lostAckClaim struct {
 	l *lostAck
 }
 
-func (c *lostAckClaim) Commit(ctx context.Context, res *retryfuse.StoredResponse) error {
+func (c *lostAckClaim) Commit(ctx context.Context, res *ledger.StoredResponse) error {
 	err := c.ClaimTx.Commit(ctx, res)
 	if err == nil && c.l.lost.CompareAndSwap(true, false) {
 		return errAckLost

@@ -14,6 +14,7 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/idempotency"
+	"github.com/retryfuse/retryfuse/ledger"
 	retryfusesql "github.com/retryfuse/retryfuse/sql"
 	_ "modernc.org/sqlite" // the demo's database: SQLite in a file of its own, pure Go
 )
@@ -56,23 +57,23 @@ func runCrash(srv *servers) (crashResults, error) {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE charges (side TEXT, key TEXT)"); err != nil {
 		return res, err
 	}
-	ledger, err := retryfusesql.NewLedger(ctx, db, retryfusesql.LedgerConfig{Dialect: retryfusesql.SQLite})
+	sqlLedger, err := retryfusesql.NewLedger(ctx, db, retryfusesql.LedgerConfig{Dialect: retryfusesql.SQLite})
 	if err != nil {
 		return res, err
 	}
-	if res.Own, err = crashSideRun(srv, db, "own", &retryfuse.MemoryLedger{}); err != nil {
+	if res.Own, err = crashSideRun(srv, db, "own", &ledger.Memory{}); err != nil {
 		return res, err
 	}
-	if res.Tx, err = crashSideRun(srv, db, "tx", ledger.Transactional()); err != nil {
+	if res.Tx, err = crashSideRun(srv, db, "tx", sqlLedger.Transactional()); err != nil {
 		return res, err
 	}
 	return res, nil
 }
 
-// crashSideRun runs one side: the middleware on ledger, a handler that
+// crashSideRun runs one side: the middleware on ledger l, a handler that
 // charges through the request's transaction when there is one (else
 // straight into the database) and panics on its first run.
-func crashSideRun(srv *servers, db *sql.DB, side string, ledger retryfuse.Ledger) (crashSide, error) {
+func crashSideRun(srv *servers, db *sql.DB, side string, l ledger.Ledger) (crashSide, error) {
 	var out crashSide
 	var runs atomic.Int32
 	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +98,7 @@ func crashSideRun(srv *servers, db *sql.DB, side string, ledger retryfuse.Ledger
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	mw, err := idempotency.New(charge, idempotency.Config{Ledger: ledger, ErrorLog: log.New(io.Discard, "", 0)})
+	mw, err := idempotency.New(charge, idempotency.Config{Ledger: l, ErrorLog: log.New(io.Discard, "", 0)})
 	if err != nil {
 		return out, err
 	}

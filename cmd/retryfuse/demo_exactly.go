@@ -25,7 +25,7 @@ type exactlyResults struct {
 
 // runExactly sends the payment of runLost through each side to the same
 // server, now behind the middleware (package idempotency, on a
-// MemoryLedger): the server runs a key's request once and answers a
+// ledger.Memory): the server runs a key's request once and answers a
 // repeat with the stored response. retryfuse is told the server honours
 // keys (KeyPolicy.ServerHonours), and trusts it once the middleware's
 // marker on a response confirms it: its first keyed call (a session,

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // attemptTimeout is how long the client waits for a response to each attempt.
@@ -70,7 +71,7 @@ func run(w io.Writer) error {
 // key ledger) and handles the reconcile error by looking the order up.
 func callerReconciles(ctx context.Context, out io.Writer, base string, api *ordersAPI) error {
 	const key = "checkout-1001"
-	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: attemptTimeout}, Keys: retryfuse.KeyPolicy{Ledger: &retryfuse.MemoryLedger{}}}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{AttemptTimeout: attemptTimeout}, Keys: retryfuse.KeyPolicy{Ledger: &ledger.Memory{}}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 

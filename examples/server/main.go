@@ -80,7 +80,7 @@ func (c *charges) holdNext() (entered <-chan struct{}, release func()) {
 
 func run(w io.Writer) error {
 	api := &charges{}
-	h, err := idempotency.New(api, idempotency.Config{}) // a MemoryLedger of its own: one server
+	h, err := idempotency.New(api, idempotency.Config{}) // a ledger.Memory of its own: one server
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 )
 
 // The bounds of the memory: how many keys, and for how long. A key is
-// dropped after TTL, like a MemoryLedger's, or to make room for a new one
+// dropped after TTL, like a ledger.Memory's, or to make room for a new one
 // when MaxKeys are held (the one that would expire first).
 const (
 	MaxKeys = 10000

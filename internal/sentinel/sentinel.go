@@ -1,8 +1,9 @@
 // Package sentinel holds the sentinel errors that the root package shares
 // with the packages of its policies, so that an error made in a policy's
 // package matches the root's exported sentinel with errors.Is: ErrDeclined
-// (exported as retryfuse.ErrDeclined) and ErrInvalidPolicy (exported as
-// retryfuse.ErrInvalidPolicy).
+// (exported as retryfuse.ErrDeclined), ErrInvalidPolicy (exported as
+// retryfuse.ErrInvalidPolicy) and ErrInvalidIdempotencyKey (exported as
+// retryfuse.ErrInvalidIdempotencyKey).
 package sentinel
 
 import (
@@ -16,6 +17,10 @@ var (
 	ErrDeclined = errors.New("retryfuse: declined")
 	// ErrInvalidPolicy is wrapped by every error about an invalid setting.
 	ErrInvalidPolicy = errors.New("retryfuse: invalid policy")
+	// ErrInvalidIdempotencyKey is wrapped by every error about a key that
+	// cannot be used: a header that cannot be sent safely, an empty key
+	// given to a ledger.
+	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
 )
 
 // Declined returns a sentinel error with message msg that matches

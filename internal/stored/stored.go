@@ -1,5 +1,5 @@
 // Package stored holds the bounds of a response stored under an
-// idempotency key, shared by every ledger (retryfuse's MemoryLedger, the
+// idempotency key, shared by every ledger (ledger.Memory, the
 // Redis ledger) and by the server middleware (package idempotency), so
 // that each draws the line at the same place: a response whose header is
 // larger is not stored, and its key is completed without a result to

@@ -1,6 +1,6 @@
 
 -- Looks an idempotency key up and, when it is free, claims it, atomically:
--- the Redis twin of retryfuse.MemoryLedger.Begin. It follows
+-- the Redis twin of ledger.Memory.Begin. It follows
 -- ledger_guard.lua (ARGV[1..4], KEYS[2], and the local seq).
 --
 -- KEYS[1]  the key's record: a hash of

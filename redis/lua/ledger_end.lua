@@ -1,6 +1,6 @@
 
 -- Ends a claim on an idempotency key, atomically, if the token owns it:
--- the Redis twin of retryfuse.MemoryLedger's Complete, Release, Uncertain.
+-- the Redis twin of ledger.Memory's Complete, Release, Uncertain.
 -- It follows ledger_guard.lua (ARGV[1..4], KEYS[2], and the local seq).
 --
 -- KEYS[1]  the key's record (see ledger_begin.lua)

@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/idempotency"
+	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // downstream is the fake API the servers' handlers call (POST /charges):
-// behind the idempotency middleware on a MemoryLedger of its own, in the
+// behind the idempotency middleware on a ledger.Memory of its own, in the
 // harness's process (never killed), it records every charge it applies,
 // by its key and by the server's request it was made for.
 type downstream struct {
@@ -27,7 +27,7 @@ type downstream struct {
 
 func startDownstream() (*downstream, error) {
 	d := &downstream{byKey: map[string]int{}, byFor: map[string]map[string]bool{}, served: make(chan struct{})}
-	h, err := idempotency.New(http.HandlerFunc(d.charge), idempotency.Config{Ledger: &retryfuse.MemoryLedger{MaxEntries: 1 << 20}, ErrorLog: log.New(io.Discard, "", 0)})
+	h, err := idempotency.New(http.HandlerFunc(d.charge), idempotency.Config{Ledger: &ledger.Memory{MaxEntries: 1 << 20}, ErrorLog: log.New(io.Discard, "", 0)})
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@
 //   - effect: the handler writes its effect;
 //   - foreign: the handler first makes one foreign call, to a fake
 //     downstream API that honours keys (the idempotency middleware on a
-//     MemoryLedger of its own, in this process, behind a fault proxy of
+//     ledger.Memory of its own, in this process, behind a fault proxy of
 //     its own), under the key of idempotency.Step(ctx, "charge"); the
 //     downstream counts its own charges, each of which must be applied
 //     at most once.

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/idempotency"
+	"github.com/retryfuse/retryfuse/ledger"
 	retryfuseredis "github.com/retryfuse/retryfuse/redis"
 	retryfusesql "github.com/retryfuse/retryfuse/sql"
 )
@@ -72,7 +73,7 @@ func serveErr(o serveOptions) error {
 	db.SetMaxOpenConns(16)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var ledger retryfuse.Ledger
+	var ledger ledger.Ledger
 	switch o.ledger {
 	case "sql":
 		l, err := retryfusesql.NewLedger(ctx, db, retryfusesql.LedgerConfig{Dialect: retryfusesql.Postgres, Table: o.table, InFlightTTL: o.flightTTL})

@@ -1,4 +1,4 @@
-package retryfuse
+package ledger
 
 import (
 	"context"
@@ -12,59 +12,11 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 	"github.com/retryfuse/retryfuse/internal/stored"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-const (
-	testLedgerTTL         = 10 * time.Minute
-	testLedgerInFlightTTL = time.Minute
-	testLedgerMaxBody     = 8
-)
-
-// testLedger is a MemoryLedger on a fake clock: its methods run at the
-// clock's time.
-type testLedger struct {
-	*MemoryLedger
-	clock *fakeClock
-}
-
-func (l testLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
-	return l.beginAt(key, fp, l.clock.Now())
-}
-
-func (l testLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
-	return l.completeAt(key, token, res, l.clock.Now())
-}
-
-func (l testLedger) Release(_ context.Context, key, token string) error {
-	return l.releaseAt(key, token, l.clock.Now())
-}
-
-func (l testLedger) Uncertain(_ context.Context, key, token string) error {
-	return l.uncertainAt(key, token, l.clock.Now())
-}
-
-func (l testLedger) len() int { return l.lenAt(l.clock.Now()) }
-
-// newTestLedger returns a MemoryLedger with the test settings above on a
-// fake clock of its own, which starts at a fixed time: tests move it,
-// nothing sleeps.
-func newTestLedger(t testing.TB, maxEntries int) (testLedger, *fakeClock) {
-	t.Helper()
-	l, err := newMemoryLedger(&MemoryLedger{
-		MaxEntries:    maxEntries,
-		TTL:           testLedgerTTL,
-		InFlightTTL:   testLedgerInFlightTTL,
-		MaxStoredBody: testLedgerMaxBody,
-	})
-	require.NoError(t, err)
-	clock := newFakeClockAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	return testLedger{l, clock}, clock
-}
-
-func ledgerFP(b byte) Fingerprint { return Fingerprint{b} }
 
 type ledgerOp uint8
 
@@ -149,7 +101,7 @@ func TestMemoryLedgerSteps(t *testing.T) {
 		}},
 		{"an expired claim is uncertain, never free", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL - time.Nanosecond), begin(1, decide.KeyInFlight, "-"),
-			advance(time.Nanosecond), beginUncertain, end(opComplete, tokBogus, ErrLedgerToken), beginUncertain,
+			advance(time.Nanosecond), beginUncertain, end(opComplete, tokBogus, ErrToken), beginUncertain,
 		}},
 		{"an expired claim is held for TTL from its expiry, then free", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL + testLedgerTTL - time.Nanosecond), beginUncertain,
@@ -157,42 +109,42 @@ func TestMemoryLedgerSteps(t *testing.T) {
 		}},
 		{"the owner of an expired claim may still complete it", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), end(opComplete, tokOwner, nil),
-			begin(1, decide.KeyCompleted, "created"), end(opUncertain, tokOwner, ErrLedgerToken),
+			begin(1, decide.KeyCompleted, "created"), end(opUncertain, tokOwner, ErrToken),
 		}},
 		{"the owner of an expired claim may still release it", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), end(opRelease, tokOwner, nil), begin(1, decide.KeyNone, "-"),
 		}},
 		{"the owner of an expired claim may report it uncertain, once: held for TTL from then", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL), advance(testLedgerTTL / 2), end(opUncertain, tokOwner, nil),
-			end(opUncertain, tokOwner, ErrLedgerToken), advance(testLedgerTTL - time.Nanosecond), beginUncertain,
+			end(opUncertain, tokOwner, ErrToken), advance(testLedgerTTL - time.Nanosecond), beginUncertain,
 			advance(time.Nanosecond), begin(1, decide.KeyNone, "-"),
 		}},
 		{"a stale owner cannot end the new owner's claim", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), advance(testLedgerInFlightTTL + testLedgerTTL), begin(1, decide.KeyNone, "-"),
-			end(opComplete, tokPrevious, ErrLedgerToken), end(opRelease, tokPrevious, ErrLedgerToken),
-			end(opUncertain, tokPrevious, ErrLedgerToken), begin(1, decide.KeyInFlight, "-"),
+			end(opComplete, tokPrevious, ErrToken), end(opRelease, tokPrevious, ErrToken),
+			end(opUncertain, tokPrevious, ErrToken), begin(1, decide.KeyInFlight, "-"),
 			end(opComplete, tokOwner, nil), begin(1, decide.KeyCompleted, "created"),
 		}},
 		{"a wrong token changes nothing", []ledgerStep{
-			begin(1, decide.KeyNone, "-"), end(opComplete, tokBogus, ErrLedgerToken), end(opRelease, tokBogus, ErrLedgerToken),
-			end(opUncertain, tokBogus, ErrLedgerToken), begin(1, decide.KeyInFlight, "-"), end(opRelease, tokOwner, nil),
+			begin(1, decide.KeyNone, "-"), end(opComplete, tokBogus, ErrToken), end(opRelease, tokBogus, ErrToken),
+			end(opUncertain, tokBogus, ErrToken), begin(1, decide.KeyInFlight, "-"), end(opRelease, tokOwner, nil),
 		}},
 		{"a claim ends once", []ledgerStep{
-			begin(1, decide.KeyNone, "-"), end(opComplete, tokOwner, nil), end(opComplete, tokOwner, ErrLedgerToken),
-			end(opRelease, tokOwner, ErrLedgerToken), end(opUncertain, tokOwner, ErrLedgerToken), begin(1, decide.KeyCompleted, "created"),
+			begin(1, decide.KeyNone, "-"), end(opComplete, tokOwner, nil), end(opComplete, tokOwner, ErrToken),
+			end(opRelease, tokOwner, ErrToken), end(opUncertain, tokOwner, ErrToken), begin(1, decide.KeyCompleted, "created"),
 		}},
 		{"an uncertain claim is ended once its outcome is learnt: applied", []ledgerStep{
-			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opUncertain, tokOwner, ErrLedgerToken),
-			end(opComplete, tokBogus, ErrLedgerToken), beginUncertain,
-			{op: opComplete, tok: tokOwner}, begin(1, decide.KeyCompleted, "-"), end(opRelease, tokOwner, ErrLedgerToken),
+			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opUncertain, tokOwner, ErrToken),
+			end(opComplete, tokBogus, ErrToken), beginUncertain,
+			{op: opComplete, tok: tokOwner}, begin(1, decide.KeyCompleted, "-"), end(opRelease, tokOwner, ErrToken),
 		}},
 		{"an uncertain claim is ended once its outcome is learnt: not applied", []ledgerStep{
 			begin(1, decide.KeyNone, "-"), end(opUncertain, tokOwner, nil), end(opRelease, tokOwner, nil),
 			begin(1, decide.KeyNone, "-"),
 		}},
 		{"a released token is stale", []ledgerStep{
-			begin(1, decide.KeyNone, "-"), end(opRelease, tokOwner, nil), end(opRelease, tokOwner, ErrLedgerToken),
-			end(opComplete, tokOwner, ErrLedgerToken), begin(1, decide.KeyNone, "-"),
+			begin(1, decide.KeyNone, "-"), end(opRelease, tokOwner, nil), end(opRelease, tokOwner, ErrToken),
+			end(opComplete, tokOwner, ErrToken), begin(1, decide.KeyNone, "-"),
 		}},
 	}
 	for _, tt := range tests {
@@ -219,7 +171,7 @@ func TestMemoryLedgerSteps(t *testing.T) {
 					clock.Advance(s.advance)
 					continue
 				case opBegin:
-					var c LedgerClaim
+					var c Claim
 					c, err = l.Begin(ctx, "k", ledgerFP(s.fp))
 					require.NoError(t, err, "step %d", i)
 					assert.Equal(t, s.state, c.State, "step %d: got state %s, want %s", i, c.State, s.state)
@@ -347,61 +299,23 @@ func TestMemoryLedgerDeepCopies(t *testing.T) {
 func TestMemoryLedgerEmptyKey(t *testing.T) {
 	l, _ := newTestLedger(t, 0)
 	_, err := l.Begin(context.Background(), "", ledgerFP(1))
-	assert.ErrorIs(t, err, ErrInvalidIdempotencyKey)
+	assert.ErrorIs(t, err, sentinel.ErrInvalidIdempotencyKey)
 	assert.Equal(t, 0, l.len())
 }
 
 func TestMemoryLedgerZeroValue(t *testing.T) {
-	var l MemoryLedger
+	var l Memory
 	ctx := context.Background()
 	c, err := l.Begin(ctx, "k", ledgerFP(1))
 	require.NoError(t, err)
 	require.Equal(t, decide.KeyNone, c.State)
-	body := make([]byte, defaultLedgerMaxStoredBody)
+	body := make([]byte, defaultMaxStoredBody)
 	require.NoError(t, l.Complete(ctx, "k", c.Token, &StoredResponse{StatusCode: 200, Body: body}))
 	c, err = l.Begin(ctx, "k", ledgerFP(1))
 	require.NoError(t, err)
 	require.NotNil(t, c.Stored, "a body of exactly the default MaxStoredBody was not stored")
-	assert.Len(t, c.Stored.Body, defaultLedgerMaxStoredBody)
+	assert.Len(t, c.Stored.Body, defaultMaxStoredBody)
 	assert.Equal(t, 1, l.lenAt(time.Now()))
-}
-
-// A negative setting of a MemoryLedger is refused, by Begin and by a
-// Transport's Validate, naming it.
-func TestMemoryLedgerInvalidSettings(t *testing.T) {
-	tests := []struct {
-		field string
-		cfg   *MemoryLedger
-	}{
-		{"MaxEntries", &MemoryLedger{MaxEntries: -1}},
-		{"TTL", &MemoryLedger{TTL: -time.Second}},
-		{"InFlightTTL", &MemoryLedger{InFlightTTL: -time.Second}},
-		{"MaxStoredBody", &MemoryLedger{MaxStoredBody: -1}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.field, func(t *testing.T) {
-			_, err := tt.cfg.Begin(context.Background(), "k", ledgerFP(1))
-			require.ErrorIs(t, err, ErrInvalidPolicy)
-			assert.Contains(t, err.Error(), "MemoryLedger."+tt.field+" ")
-			err = (&Transport{Keys: KeyPolicy{Ledger: tt.cfg}}).Validate()
-			require.ErrorIs(t, err, ErrInvalidPolicy)
-			assert.Contains(t, err.Error(), "MemoryLedger."+tt.field+" ")
-		})
-	}
-}
-
-func ledgerBegin(t *testing.T, l Ledger, key string, want decide.KeyState) LedgerClaim {
-	t.Helper()
-	c, err := l.Begin(context.Background(), key, ledgerFP(1))
-	require.NoError(t, err)
-	require.Equal(t, want, c.State, "Begin(%q): got %s, want %s", key, c.State, want)
-	return c
-}
-
-func ledgerComplete(t *testing.T, l Ledger, key string) {
-	t.Helper()
-	c := ledgerBegin(t, l, key, decide.KeyNone)
-	require.NoError(t, l.Complete(context.Background(), key, c.Token, &StoredResponse{StatusCode: 200}))
 }
 
 // A result's headers are bounded, as its body is: a result with more than

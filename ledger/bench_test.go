@@ -1,9 +1,7 @@
-package retryfuse
+package ledger
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -12,8 +10,8 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 )
 
-func newBenchLedger(b *testing.B, maxEntries int) *MemoryLedger {
-	l, err := newMemoryLedger(&MemoryLedger{MaxEntries: maxEntries})
+func newBenchLedger(b *testing.B, maxEntries int) *Memory {
+	l, err := newMemory(&Memory{MaxEntries: maxEntries})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,32 +75,6 @@ func BenchmarkMemoryLedgerBeginReplay(b *testing.B) {
 	for b.Loop() {
 		if c, _ := l.Begin(ctx, "k", Fingerprint{1}); c.State != decide.KeyCompleted {
 			b.Fatalf("got %s, want completed", c.State)
-		}
-	}
-}
-
-func BenchmarkFingerprintBody1KiB(b *testing.B) {
-	body := bytes.Repeat([]byte("x"), 1024)
-	getBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := fingerprintBody(getBody, 1<<20); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkFingerprintBody16KiB is the fingerprint of a keyed POST's
-// 16 KiB body, read through GetBody as http.NewRequest makes it.
-func BenchmarkFingerprintBody16KiB(b *testing.B) {
-	body := bytes.Repeat([]byte("x"), 16<<10)
-	getBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := fingerprintBody(getBody, 1<<20); err != nil {
-			b.Fatal(err)
 		}
 	}
 }

@@ -1,36 +1,45 @@
-package retryfuse
+package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 	"github.com/retryfuse/retryfuse/internal/stored"
 )
 
-// Defaults of a MemoryLedger's settings.
+// errFull: the ledger holds its maximum number of keys and every one of
+// them is in flight, so none may be evicted. A Transport sends nothing,
+// and returns it wrapped with ErrUnavailable.
+var errFull = errors.New("retryfuse: idempotency ledger full of keys in flight")
+
+// Defaults of a Memory's settings.
 const (
-	defaultLedgerMaxEntries    = 10000
-	defaultLedgerTTL           = 24 * time.Hour
-	defaultLedgerInFlightTTL   = 5 * time.Minute
-	defaultLedgerMaxStoredBody = 64 << 10
+	defaultMaxEntries    = 10000
+	defaultTTL           = 24 * time.Hour
+	defaultInFlightTTL   = 5 * time.Minute
+	defaultMaxStoredBody = 64 << 10
 )
 
-func (l *MemoryLedger) maxEntries() int {
-	return orDefault(l.MaxEntries, defaultLedgerMaxEntries)
-}
-func (l *MemoryLedger) ttl() time.Duration { return orDefault(l.TTL, defaultLedgerTTL) }
-func (l *MemoryLedger) inFlightTTL() time.Duration {
-	return orDefault(l.InFlightTTL, defaultLedgerInFlightTTL)
-}
-func (l *MemoryLedger) maxStoredBody() int {
-	return orDefault(l.MaxStoredBody, defaultLedgerMaxStoredBody)
+func (l *Memory) maxEntries() int            { return orDefault(l.MaxEntries, defaultMaxEntries) }
+func (l *Memory) ttl() time.Duration         { return orDefault(l.TTL, defaultTTL) }
+func (l *Memory) inFlightTTL() time.Duration { return orDefault(l.InFlightTTL, defaultInFlightTTL) }
+func (l *Memory) maxStoredBody() int         { return orDefault(l.MaxStoredBody, defaultMaxStoredBody) }
+
+// orDefault returns v, or def when v is zero.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
-// MemoryLedger is a Ledger held in this process's memory, bounded by
+// Memory is a Ledger held in this process's memory, bounded by
 // MaxEntries. It uses one mutex and no goroutines: keys expire lazily, when
 // they are next looked at or when room is needed; a claim that expires
 // becomes uncertain (see InFlightTTL). It never blocks on I/O and
@@ -38,16 +47,16 @@ func (l *MemoryLedger) maxStoredBody() int {
 // longer.
 //
 // The zero value is usable and has the default settings; every zero
-// setting means its default, and a negative one is invalid (Begin, and a
-// Transport's Validate, return an error wrapping ErrInvalidPolicy that
-// names it). The settings must not be changed once the ledger is in use.
-// This type is concurrency safe.
-type MemoryLedger struct {
+// setting means its default, and a negative one is invalid (Begin and
+// Validate, which a retryfuse.Transport's Validate calls, return an error
+// wrapping retryfuse.ErrInvalidPolicy that names it). The settings must not
+// be changed once the ledger is in use. This type is concurrency safe.
+type Memory struct {
 	// MaxEntries bounds the number of keys held. Zero means 10000. When the
 	// ledger is full, a new key first drops the expired keys, then evicts the
 	// least recently used completed or uncertain key. A key in flight is
 	// never evicted: when every key is in flight, Begin fails (the
-	// Transport then returns an error wrapping ErrLedgerUnavailable).
+	// Transport then returns an error wrapping ErrUnavailable).
 	MaxEntries int
 	// TTL is how long a completed or uncertain key is kept, counted from
 	// Complete or Uncertain. Zero means 24h, the time large payment APIs keep
@@ -65,7 +74,7 @@ type MemoryLedger struct {
 	InFlightTTL time.Duration
 	// MaxStoredBody bounds the bytes of body stored per completed key. Zero
 	// means 64 KiB. A response with a larger body completes the key without
-	// a stored result (LedgerClaim.Stored nil): a later call under the key is
+	// a stored result (Claim.Stored nil): a later call under the key is
 	// not replayed, and the transport asks the caller to reconcile instead.
 	// Headers are bounded too, to 100 values and 32 KiB of names and
 	// values: larger ones complete the key without a stored result.
@@ -81,7 +90,7 @@ type MemoryLedger struct {
 	haveSoonest bool
 }
 
-var _ Ledger = (*MemoryLedger)(nil)
+var _ Ledger = (*Memory)(nil)
 
 type entryState uint8
 
@@ -103,24 +112,25 @@ type ledgerEntry struct {
 	next    *ledgerEntry
 }
 
-// validate returns an error wrapping ErrInvalidPolicy that names the
-// first negative setting, nil when there is none.
-func (l *MemoryLedger) validate() error {
+// Validate returns an error wrapping retryfuse.ErrInvalidPolicy that
+// names the first negative setting, nil when there is none. A
+// retryfuse.Transport calls it from its own Validate.
+func (l *Memory) Validate() error {
 	switch {
 	case l.MaxEntries < 0:
-		return invalidPolicy("MemoryLedger.MaxEntries", "must not be negative")
+		return sentinel.InvalidPolicy("Memory.MaxEntries", "must not be negative")
 	case l.TTL < 0:
-		return invalidPolicy("MemoryLedger.TTL", "must not be negative")
+		return sentinel.InvalidPolicy("Memory.TTL", "must not be negative")
 	case l.InFlightTTL < 0:
-		return invalidPolicy("MemoryLedger.InFlightTTL", "must not be negative")
+		return sentinel.InvalidPolicy("Memory.InFlightTTL", "must not be negative")
 	case l.MaxStoredBody < 0:
-		return invalidPolicy("MemoryLedger.MaxStoredBody", "must not be negative")
+		return sentinel.InvalidPolicy("Memory.MaxStoredBody", "must not be negative")
 	}
 	return nil
 }
 
 // lazyInit prepares the map and the list; l.mu must be held.
-func (l *MemoryLedger) lazyInit() {
+func (l *Memory) lazyInit() {
 	if l.m == nil {
 		l.m = make(map[string]*ledgerEntry)
 		l.lru.prev, l.lru.next = &l.lru, &l.lru
@@ -128,18 +138,19 @@ func (l *MemoryLedger) lazyInit() {
 }
 
 // Begin implements Ledger. An empty key is an error wrapping
-// ErrInvalidIdempotencyKey; a new key when every held key is in flight is an
-// error that says the ledger is full.
-func (l *MemoryLedger) Begin(_ context.Context, key string, fp Fingerprint) (LedgerClaim, error) {
-	return l.beginAt(key, fp, time.Now())
+// retryfuse.ErrInvalidIdempotencyKey; a new key when every held key is in
+// flight is an error that says the ledger is full.
+func (l *Memory) Begin(_ context.Context, key string, fp Fingerprint) (Claim, error) {
+	return l.BeginAt(key, fp, time.Now())
 }
 
-func (l *MemoryLedger) beginAt(key string, fp Fingerprint, now time.Time) (LedgerClaim, error) {
+// BeginAt is Begin at the time now.
+func (l *Memory) BeginAt(key string, fp Fingerprint, now time.Time) (Claim, error) {
 	if key == "" {
-		return LedgerClaim{}, fmt.Errorf("%w: empty key", ErrInvalidIdempotencyKey)
+		return Claim{}, fmt.Errorf("%w: empty key", sentinel.ErrInvalidIdempotencyKey)
 	}
-	if err := l.validate(); err != nil {
-		return LedgerClaim{}, err
+	if err := l.Validate(); err != nil {
+		return Claim{}, err
 	}
 	l.mu.Lock()
 	l.lazyInit()
@@ -147,27 +158,27 @@ func (l *MemoryLedger) beginAt(key string, fp Fingerprint, now time.Time) (Ledge
 	if e != nil {
 		if e.fp != fp {
 			l.mu.Unlock()
-			return LedgerClaim{State: decide.KeyConflict}, nil
+			return Claim{State: decide.KeyConflict}, nil
 		}
 		switch e.state {
 		case entryInFlight:
 			l.mu.Unlock()
-			return LedgerClaim{State: decide.KeyInFlight}, nil
+			return Claim{State: decide.KeyInFlight}, nil
 		case entryUncertain:
 			l.moveToFront(e)
 			token := e.token
 			l.mu.Unlock()
-			return LedgerClaim{State: decide.KeyInFlight, Uncertain: true, Token: token}, nil
+			return Claim{State: decide.KeyInFlight, Uncertain: true, Token: token}, nil
 		default:
 			l.moveToFront(e)
 			stored := e.stored
 			l.mu.Unlock()
-			return LedgerClaim{State: decide.KeyCompleted, Stored: stored.clone()}, nil
+			return Claim{State: decide.KeyCompleted, Stored: stored.clone()}, nil
 		}
 	}
 	if len(l.m) >= l.maxEntries() && !l.makeRoom(now) {
 		l.mu.Unlock()
-		return LedgerClaim{}, fmt.Errorf("%w (%d keys)", errLedgerFull, l.maxEntries())
+		return Claim{}, fmt.Errorf("%w (%d keys)", errFull, l.maxEntries())
 	}
 	l.seq++
 	token := strconv.FormatUint(l.seq, 36)
@@ -175,16 +186,17 @@ func (l *MemoryLedger) beginAt(key string, fp Fingerprint, now time.Time) (Ledge
 	l.setExpiry(e, now.Add(l.inFlightTTL()))
 	l.m[key] = e
 	l.mu.Unlock()
-	return LedgerClaim{State: decide.KeyNone, Token: token}, nil
+	return Claim{State: decide.KeyNone, Token: token}, nil
 }
 
 // Complete implements Ledger. A res whose body is longer than MaxStoredBody
 // completes the key without a stored result.
-func (l *MemoryLedger) Complete(_ context.Context, key, token string, res *StoredResponse) error {
+func (l *Memory) Complete(_ context.Context, key, token string, res *StoredResponse) error {
 	return l.completeAt(key, token, res, time.Now())
 }
 
-func (l *MemoryLedger) completeAt(key, token string, res *StoredResponse, now time.Time) error {
+// completeAt is Complete at the time now: res is stored as a copy.
+func (l *Memory) completeAt(key, token string, res *StoredResponse, now time.Time) error {
 	var stored *StoredResponse
 	if l.storable(res) {
 		stored = res.clone() // before taking the lock
@@ -192,11 +204,13 @@ func (l *MemoryLedger) completeAt(key, token string, res *StoredResponse, now ti
 	return l.store(key, token, stored, now)
 }
 
-// completeOwnedAt is completeAt for a result that the ledger may keep as
-// it is, its caller never touching it again: it is stored without a copy,
-// but for a body whose slice has room beyond its length (which would be
-// kept too).
-func (l *MemoryLedger) completeOwnedAt(key, token string, res *StoredResponse, now time.Time) error {
+// CompleteAt is Complete at the time now for a result that the caller
+// hands over, never touching it again (res, its Header and its Body), as
+// bytes.NewBuffer takes its slice: the ledger keeps it as it is, without
+// Complete's copy, but for a body whose slice has room beyond its length
+// (which would be kept too). A retryfuse.Transport completes its keys so,
+// with the result it has just made.
+func (l *Memory) CompleteAt(key, token string, res *StoredResponse, now time.Time) error {
 	if !l.storable(res) {
 		res = nil
 	} else if cap(res.Body) > len(res.Body) {
@@ -207,12 +221,12 @@ func (l *MemoryLedger) completeOwnedAt(key, token string, res *StoredResponse, n
 
 // storable reports whether res is a result the ledger stores: within
 // MaxStoredBody and the bounds of the headers.
-func (l *MemoryLedger) storable(res *StoredResponse) bool {
+func (l *Memory) storable(res *StoredResponse) bool {
 	return res != nil && len(res.Body) <= l.maxStoredBody() && stored.HeaderFits(res.Header)
 }
 
 // store completes key with stored, which is kept as it is.
-func (l *MemoryLedger) store(key, token string, stored *StoredResponse, now time.Time) error {
+func (l *Memory) store(key, token string, stored *StoredResponse, now time.Time) error {
 	return l.end(key, token, now, true, func(e *ledgerEntry) {
 		e.state, e.token, e.stored = entryCompleted, "", stored
 		l.setExpiry(e, now.Add(l.ttl()))
@@ -221,20 +235,23 @@ func (l *MemoryLedger) store(key, token string, stored *StoredResponse, now time
 }
 
 // Release implements Ledger: the key is free again.
-func (l *MemoryLedger) Release(_ context.Context, key, token string) error {
-	return l.releaseAt(key, token, time.Now())
+func (l *Memory) Release(_ context.Context, key, token string) error {
+	return l.ReleaseAt(key, token, time.Now())
 }
 
-func (l *MemoryLedger) releaseAt(key, token string, now time.Time) error {
+// ReleaseAt is Release at the time now.
+func (l *Memory) ReleaseAt(key, token string, now time.Time) error {
 	return l.end(key, token, now, true, l.remove)
 }
 
 // Uncertain implements Ledger: the key is held for TTL from now.
-func (l *MemoryLedger) Uncertain(_ context.Context, key, token string) error {
-	return l.uncertainAt(key, token, time.Now())
+func (l *Memory) Uncertain(_ context.Context, key, token string) error {
+	return l.UncertainAt(key, token, time.Now())
 }
 
-func (l *MemoryLedger) uncertainAt(key, token string, now time.Time) error {
+// UncertainAt is Uncertain at the time now: the key is held for TTL from
+// now.
+func (l *Memory) UncertainAt(key, token string, now time.Time) error {
 	return l.end(key, token, now, false, func(e *ledgerEntry) {
 		if e.state == entryUncertain { // its claim expired before this call: held for TTL from now
 			l.setExpiry(e, now.Add(l.ttl()))
@@ -247,16 +264,29 @@ func (l *MemoryLedger) uncertainAt(key, token string, now time.Time) error {
 	})
 }
 
+// Len returns the number of keys held now, the expired ones dropped
+// first: in flight, uncertain and completed.
+func (l *Memory) Len() int { return l.lenAt(time.Now()) }
+
+// lenAt is Len at the time now.
+func (l *Memory) lenAt(now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lazyInit()
+	l.sweep(now)
+	return len(l.m)
+}
+
 // end applies f to key's entry, under the lock, if token owns it: in
 // flight; or uncertain when settled is true (its outcome has since been
 // learnt); or uncertain because its claim expired (the owner reports late).
-func (l *MemoryLedger) end(key, token string, now time.Time, settled bool, f func(e *ledgerEntry)) error {
+func (l *Memory) end(key, token string, now time.Time, settled bool, f func(e *ledgerEntry)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lazyInit()
 	e := l.live(key, now)
 	if e == nil || e.token != token || !(e.state == entryInFlight || e.state == entryUncertain && (settled || e.lapsed)) {
-		return fmt.Errorf("%w: key %q", ErrLedgerToken, key)
+		return fmt.Errorf("%w: key %q", ErrToken, key)
 	}
 	e.lapsed = false
 	f(e)
@@ -265,7 +295,7 @@ func (l *MemoryLedger) end(key, token string, now time.Time, settled bool, f fun
 
 // live returns key's entry, dropping it when it has expired; a claim that
 // expired is uncertain instead (lapse).
-func (l *MemoryLedger) live(key string, now time.Time) *ledgerEntry {
+func (l *Memory) live(key string, now time.Time) *ledgerEntry {
 	e := l.m[key]
 	if e != nil && !now.Before(e.expires) && !l.lapse(e, now) {
 		l.remove(e)
@@ -278,7 +308,7 @@ func (l *MemoryLedger) live(key string, now time.Time) *ledgerEntry {
 // TTL from the claim's expiry, the owner's token kept to end it. It
 // reports false, changing nothing, for any other entry, and for a claim
 // whose uncertain time has passed too.
-func (l *MemoryLedger) lapse(e *ledgerEntry, now time.Time) bool {
+func (l *Memory) lapse(e *ledgerEntry, now time.Time) bool {
 	if e.state != entryInFlight {
 		return false
 	}
@@ -295,7 +325,7 @@ func (l *MemoryLedger) lapse(e *ledgerEntry, now time.Time) bool {
 // makeRoom frees one place in a full ledger: it drops the expired entries,
 // then evicts the least recently used completed or uncertain entry. It
 // reports false when every entry is in flight.
-func (l *MemoryLedger) makeRoom(now time.Time) bool {
+func (l *Memory) makeRoom(now time.Time) bool {
 	l.sweep(now)
 	if len(l.m) < l.maxEntries() {
 		return true
@@ -308,7 +338,7 @@ func (l *MemoryLedger) makeRoom(now time.Time) bool {
 }
 
 // sweep drops every expired entry, unless none can have expired yet.
-func (l *MemoryLedger) sweep(now time.Time) {
+func (l *Memory) sweep(now time.Time) {
 	if !l.haveSoonest || now.Before(l.soonest) {
 		return
 	}
@@ -322,29 +352,29 @@ func (l *MemoryLedger) sweep(now time.Time) {
 	}
 }
 
-func (l *MemoryLedger) setExpiry(e *ledgerEntry, t time.Time) {
+func (l *Memory) setExpiry(e *ledgerEntry, t time.Time) {
 	e.expires = t
 	if !l.haveSoonest || t.Before(l.soonest) {
 		l.soonest, l.haveSoonest = t, true
 	}
 }
 
-func (l *MemoryLedger) remove(e *ledgerEntry) {
+func (l *Memory) remove(e *ledgerEntry) {
 	delete(l.m, e.key)
 	l.unlink(e)
 }
 
-func (l *MemoryLedger) pushFront(e *ledgerEntry) {
+func (l *Memory) pushFront(e *ledgerEntry) {
 	e.prev, e.next = &l.lru, l.lru.next
 	e.prev.next, e.next.prev = e, e
 }
 
-func (l *MemoryLedger) moveToFront(e *ledgerEntry) {
+func (l *Memory) moveToFront(e *ledgerEntry) {
 	l.unlink(e)
 	l.pushFront(e)
 }
 
-func (l *MemoryLedger) unlink(e *ledgerEntry) {
+func (l *Memory) unlink(e *ledgerEntry) {
 	if e.prev != nil {
 		e.prev.next, e.next.prev = e.next, e.prev
 		e.prev, e.next = nil, nil

@@ -1,4 +1,4 @@
-package retryfuse
+package ledger
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestMemoryLedgerEvictsLeastRecentlyUsed(t *testing.T) {
 	ledgerBegin(t, l, "a", decide.KeyNone) // evicts c, the last completed key
 	assert.Equal(t, 3, l.len())
 	_, err := l.Begin(ctx, "e", ledgerFP(1)) // b, d and a are in flight
-	assert.ErrorIs(t, err, errLedgerFull)
+	assert.ErrorIs(t, err, errFull)
 }
 
 func TestMemoryLedgerDropsExpiredBeforeEvicting(t *testing.T) {
@@ -62,13 +62,13 @@ func TestMemoryLedgerNeverEvictsInFlight(t *testing.T) {
 	ledgerComplete(t, l, "b")
 	ledgerBegin(t, l, "c", decide.KeyNone) // evicts b, the only completed key
 	_, err := l.Begin(ctx, "d", ledgerFP(1))
-	require.ErrorIs(t, err, errLedgerFull)
+	require.ErrorIs(t, err, errFull)
 	assert.Equal(t, 2, l.len())
 	ledgerBegin(t, l, "a", decide.KeyInFlight)
 	require.NoError(t, l.Release(ctx, "a", a.Token))
 	ledgerBegin(t, l, "d", decide.KeyNone) // room again
 	_, err = l.Begin(ctx, "e", ledgerFP(1))
-	require.ErrorIs(t, err, errLedgerFull)
+	require.ErrorIs(t, err, errFull)
 	clock.Advance(testLedgerInFlightTTL) // the claims on c and d expire: both uncertain, so evictable
 	ledgerBegin(t, l, "e", decide.KeyNone)
 	assert.Equal(t, 2, l.len())
