@@ -325,3 +325,33 @@ func (b *cancelOnCloseRW) Close() error {
 	b.cancel()
 	return err
 }
+
+// attemptTimeoutError is the error of an attempt cut by AttemptTimeout. It
+// matches ErrAttemptTimeout and the error the base returned, and is a
+// net.Error whose Timeout is true. The base's error is most often the
+// context.Canceled of the attempt's context, cancelled by its timer: that
+// one is not the caller's cancellation, and is matched as
+// context.DeadlineExceeded instead, as net/http's own timeouts are.
+type attemptTimeoutError struct {
+	after time.Duration
+	err   error
+}
+
+// Error says what timed out. The base's error is left out when it is only
+// the cancellation of the attempt's context by its timer, which the chain
+// matches as context.DeadlineExceeded, not context.Canceled.
+func (e *attemptTimeoutError) Error() string {
+	s := "retryfuse: attempt timed out after " + e.after.String()
+	if errors.Is(e.err, context.Canceled) {
+		return s
+	}
+	return s + ": " + e.err.Error()
+}
+func (e *attemptTimeoutError) Unwrap() []error {
+	if errors.Is(e.err, context.Canceled) {
+		return []error{ErrAttemptTimeout, context.DeadlineExceeded}
+	}
+	return []error{ErrAttemptTimeout, e.err}
+}
+func (e *attemptTimeoutError) Timeout() bool   { return true }
+func (e *attemptTimeoutError) Temporary() bool { return true }

@@ -10,8 +10,13 @@ import (
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/sentinel"
+	"github.com/retryfuse/retryfuse/internal/throttle"
 	"github.com/retryfuse/retryfuse/ledger"
 )
+
+// This file is the errors a caller handles: the sentinels, the call's
+// error types, and the stable name of each reason a call gives up with
+// (ReasonName), for logs and metrics.
 
 // Sentinel errors. Test for them with errors.Is; each survives the *url.Error
 // wrapping that http.Client adds.
@@ -299,36 +304,6 @@ func counted(n int, noun string) string {
 
 func invalidPolicy(field, problem string) error { return sentinel.InvalidPolicy(field, problem) }
 
-// attemptTimeoutError is the error of an attempt cut by AttemptTimeout. It
-// matches ErrAttemptTimeout and the error the base returned, and is a
-// net.Error whose Timeout is true. The base's error is most often the
-// context.Canceled of the attempt's context, cancelled by its timer: that
-// one is not the caller's cancellation, and is matched as
-// context.DeadlineExceeded instead, as net/http's own timeouts are.
-type attemptTimeoutError struct {
-	after time.Duration
-	err   error
-}
-
-// Error says what timed out. The base's error is left out when it is only
-// the cancellation of the attempt's context by its timer, which the chain
-// matches as context.DeadlineExceeded, not context.Canceled.
-func (e *attemptTimeoutError) Error() string {
-	s := "retryfuse: attempt timed out after " + e.after.String()
-	if errors.Is(e.err, context.Canceled) {
-		return s
-	}
-	return s + ": " + e.err.Error()
-}
-func (e *attemptTimeoutError) Unwrap() []error {
-	if errors.Is(e.err, context.Canceled) {
-		return []error{ErrAttemptTimeout, context.DeadlineExceeded}
-	}
-	return []error{ErrAttemptTimeout, e.err}
-}
-func (e *attemptTimeoutError) Timeout() bool   { return true }
-func (e *attemptTimeoutError) Temporary() bool { return true }
-
 // isTimeout reports whether err is, or wraps, a timeout: an error whose
 // Timeout method says so, or context.DeadlineExceeded.
 func isTimeout(err error) bool {
@@ -343,4 +318,50 @@ func (c *call) redactedURL() string {
 		c.url = redact.URL(c.req.URL, c.p.redact)
 	}
 	return c.url
+}
+
+// reasonNames name the reasons a call gives up with, in the order they
+// are matched.
+var reasonNames = [...]struct {
+	err  error
+	name string
+}{
+	{ErrAttemptsExhausted, "attempts_exhausted"},
+	{ErrBudgetExhausted, "budget_exhausted"},
+	{ErrNotRepeatable, "not_repeatable"},
+	{ErrFailureStreak, "failure_streak"},
+	{ErrCallCost, "call_cost"},
+	{errRetryAfterTooLong, "retry_after_too_long"},
+	{ErrDeadline, "deadline"},
+	{ErrCircuitOpen, "circuit_open"},
+	{errBulkheadFull, "bulkhead_full"},
+	{errRateLimited, "rate_limited"},
+	{throttle.ErrThrottled, "throttled"},
+	{ErrLedgerUnavailable, "ledger_unavailable"},
+	{ErrDuplicateInFlight, "duplicate_in_flight"},
+	{ErrIdempotencyConflict, "idempotency_conflict"},
+	{ErrAlreadyApplied, "already_applied"},
+	{errFinal, "final"},
+	{context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// ReasonName returns a stable snake_case name for a GiveUpInfo.Reason,
+// for logs and metrics: attempts_exhausted, budget_exhausted,
+// not_repeatable, failure_streak, call_cost, retry_after_too_long,
+// deadline, circuit_open, bulkhead_full, rate_limited, throttled,
+// ledger_unavailable, duplicate_in_flight, idempotency_conflict,
+// already_applied, final, canceled or deadline_exceeded, matched with errors.Is; "other"
+// for any other error, which keeps the set of names bounded; "" for nil.
+// The names are a compatibility promise; names may be added.
+func ReasonName(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, r := range reasonNames {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return "other"
 }

@@ -227,3 +227,15 @@ func (c *call) readFacts() error {
 	c.ctx = req.Context()
 	return nil
 }
+
+// WithIdempotencyKey returns a copy of ctx that carries key as the
+// idempotency key of the logical operation a request belongs to. A request
+// sent with it that carries no Idempotency-Key header of its own is sent
+// with this key, as if it carried it: it may be repeated, and a Ledger knows
+// it. An outer retry layer that sends the request again with the same
+// context sends the same key, so that the server applies the operation
+// once. An invalid key makes RoundTrip return an error wrapping
+// ErrInvalidIdempotencyKey, as a header would.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, contextKey{}, key)
+}
