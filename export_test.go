@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/ledger"
 )
 
@@ -112,13 +113,13 @@ const fpBodyPrefix = "retryfuse fingerprint v1 body\x00"
 // fingerprintRequest, or pass a getBody that returns http.NoBody. A negative
 // limit is an error wrapping ErrInvalidPolicy.
 func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (ledger.Fingerprint, error) {
-	f := fingerprinters.Get().(*fingerprinter)
-	defer f.put()
-	io.WriteString(f.h, fpBodyPrefix)
-	if err := f.hashBody(getBody, limit); err != nil {
+	h := fingerprint.Get()
+	defer fingerprint.Put(h)
+	io.WriteString(h, fpBodyPrefix)
+	if err := hashBody(h, getBody, limit); err != nil {
 		return ledger.Fingerprint{}, err
 	}
-	return f.sum(), nil
+	return h.Sum(), nil
 }
 
 // confirmServerKeys makes tr's scope of rawURL known to honour keys, as

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 
 	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/internal/reqbody"
@@ -41,14 +40,14 @@ func fingerprintRequest(req *http.Request, limit int64) (ledger.Fingerprint, err
 	if getBody == nil && (req.Body == nil || req.Body == http.NoBody) {
 		getBody = noBody
 	}
-	f := fingerprinters.Get().(*fingerprinter)
-	defer f.put()
+	h := fingerprint.Get()
+	defer fingerprint.Put(h)
 	origin := redirectOrigin(req).URL
-	f.h.Start(req.Method, origin.EscapedPath(), origin.RawQuery)
-	if err := f.hashBody(getBody, limit); err != nil {
+	h.Start(req.Method, origin.EscapedPath(), origin.RawQuery)
+	if err := hashBody(h, getBody, limit); err != nil {
 		return ledger.Fingerprint{}, err
 	}
-	return f.sum(), nil
+	return h.Sum(), nil
 }
 
 var errNilURL = errors.New("retryfuse: fingerprint: request has no URL")
@@ -73,32 +72,12 @@ func followsRedirect(resp *http.Response) bool {
 		resp.Header.Get("Location") != ""
 }
 
-// fingerprinter is the state of one fingerprint (internal/fingerprint's
-// Hasher: the hash, a buffer to copy the body through, and the reader that
-// bounds the body). It is pooled, so that a fingerprint allocates nothing
-// of its own.
-type fingerprinter struct {
-	h *fingerprint.Hasher
-}
-
-var fingerprinters = sync.Pool{New: func() any {
-	return &fingerprinter{h: fingerprint.New()}
-}}
-
-// put resets f and gives it back to the pool.
-func (f *fingerprinter) put() {
-	f.h.Reset()
-	fingerprinters.Put(f)
-}
-
-// sum returns the fingerprint of what was written.
-func (f *fingerprinter) sum() ledger.Fingerprint { return f.h.Sum() }
-
 func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
 
-// hashBody writes at most limit bytes of the body into f's hash and closes
-// it.
-func (f *fingerprinter) hashBody(getBody func() (io.ReadCloser, error), limit int64) error {
+// hashBody writes at most limit bytes of the body into h and closes it.
+// h is internal/fingerprint's Hasher, from its pool: a fingerprint
+// allocates nothing of its own.
+func hashBody(h *fingerprint.Hasher, getBody func() (io.ReadCloser, error), limit int64) error {
 	if limit < 0 {
 		return invalidPolicy("fingerprint limit", "must not be negative")
 	}
@@ -117,7 +96,7 @@ func (f *fingerprinter) hashBody(getBody func() (io.ReadCloser, error), limit in
 	if r, ok := reqbody.InMemory(rc).(*bytes.Reader); ok {
 		body = r // hashed where it lies, without a copy through the buffer
 	}
-	switch err := f.h.Body(body, limit); {
+	switch err := h.Body(body, limit); {
 	case errors.Is(err, fingerprint.ErrTooLong):
 		return fmt.Errorf("%w (%d bytes)", ErrFingerprintLimit, limit)
 	case err != nil:
