@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -240,5 +241,26 @@ func TestBodyErrorNamesTheBound(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "4096 bytes") {
 		t.Errorf("message %q does not name the bound", err.Error())
+	}
+}
+
+// The largest bound, math.MaxInt64 (ReadPolicy.MaxSharedBody set to mean
+// "no bound"), is read up to, and one byte past, without overflowing: an
+// overflow would read nothing and share an empty body.
+func TestCollectUnderTheLargestBound(t *testing.T) {
+	for _, n := range []int64{-1, 5} {
+		ctx := testContext(t)
+		var fs Flights
+		f, _ := fs.Join("k", newRequest(t, ctx), nil)
+		res := f.Collect(response(newBody("hello"), n), nil, math.MaxInt64)
+		resp, ok := res.For(newRequest(t, ctx), nil)
+		if !ok || resp == nil {
+			t.Fatalf("length %d: got %v, %v, want a shared response", n, resp, ok)
+		}
+		if got, err := readAll(t, resp); got != "hello" || err != nil {
+			t.Errorf("length %d: the copy's body: got %q, %v, want %q", n, got, err, "hello")
+		}
+		fs.Land(f, res)
+		fs.Wait(ctx, f, true)
 	}
 }
