@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -371,4 +372,17 @@ func TestNegativeMaxSharedBodyIsRefused(t *testing.T) {
 			t.Errorf("Validate() = %v, want ErrInvalidPolicy", err)
 		}
 	}
+}
+
+func TestShareReadsUnderTheLargestMaxSharedBodyKeepTheBody(t *testing.T) {
+	srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "done")
+	})
+	tr := shareTransport(t, newShareLog(), &Transport{Reads: ReadPolicy{MaxSharedBody: math.MaxInt64}})
+	resp, err := tr.RoundTrip(getReq(t, testCtx(t), srv.URL))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, "done", string(body), "a bound of math.MaxInt64 means no bound, not an empty body")
 }

@@ -1,7 +1,9 @@
 package share
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -41,4 +43,66 @@ func TestDefaultShareKeyTellsApartWhatVariesTheAnswer(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, "https://user:pw@api.example.com/", nil)
 	other, _ := http.NewRequest(http.MethodGet, "https://other:pw@api.example.com/", nil)
 	assert.NotEqual(t, DefaultKey(req), DefaultKey(other), "user information in the URL")
+}
+
+func TestEligible(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		body   io.ReadCloser
+		header http.Header
+		want   bool
+	}{
+		{"GET", http.MethodGet, nil, nil, true},
+		{"no method (GET)", "", nil, nil, true},
+		{"HEAD", http.MethodHead, nil, nil, true},
+		{"GET with NoBody", http.MethodGet, http.NoBody, nil, true},
+		{"GET with a body", http.MethodGet, io.NopCloser(strings.NewReader("q")), nil, false},
+		{"GET with an upgrade", http.MethodGet, nil, http.Header{"Upgrade": {"websocket"}}, false},
+		{"POST", http.MethodPost, nil, nil, false},
+		{"PUT", http.MethodPut, nil, nil, false},
+		{"OPTIONS", http.MethodOptions, nil, nil, false},
+	}
+	for _, tt := range tests {
+		req := &http.Request{Method: tt.method, Body: tt.body, Header: tt.header}
+		if got := Eligible(req); got != tt.want {
+			t.Errorf("Eligible(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestKeyOf(t *testing.T) {
+	get, _ := http.NewRequest(http.MethodGet, "https://api.example.com/items", nil)
+	head, _ := http.NewRequest(http.MethodHead, "https://api.example.com/items", nil)
+	bare := &http.Request{URL: get.URL, Header: http.Header{}} // no method: a GET
+	byPath := func(r *http.Request) string { return r.URL.Path }
+
+	if got, err := KeyOf(nil, get); got != DefaultKey(get) || err != nil {
+		t.Errorf("KeyOf(nil, GET) = %q, %v, want the default key", got, err)
+	}
+	if got, err := KeyOf(byPath, get); got != "GET /items" || err != nil {
+		t.Errorf("KeyOf(path, GET) = %q, %v, want %q", got, err, "GET /items")
+	}
+	if got, _ := KeyOf(byPath, bare); got != "GET /items" {
+		t.Errorf("KeyOf(path, no method) = %q, want %q", got, "GET /items")
+	}
+	if a, b := mustKey(t, byPath, get), mustKey(t, byPath, head); a == b {
+		t.Errorf("a GET and a HEAD share the key %q", a)
+	}
+	if got, err := KeyOf(func(*http.Request) string { return "" }, get); got != "" || err != nil {
+		t.Errorf("KeyOf(empty) = %q, %v, want no key and no error: a call of its own", got, err)
+	}
+	got, err := KeyOf(func(*http.Request) string { panic("no key today") }, get)
+	if got != "" || err == nil || !strings.Contains(err.Error(), "no key today") {
+		t.Errorf("KeyOf(panics) = %q, %v, want no key and an error naming the panic", got, err)
+	}
+}
+
+func mustKey(t *testing.T, f func(*http.Request) string, req *http.Request) string {
+	t.Helper()
+	k, err := KeyOf(f, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 )
@@ -55,7 +56,9 @@ func (f *Flight) Collect(resp *http.Response, err error, limit int64) Result {
 	if resp.ContentLength > 0 {
 		buf.Grow(int(resp.ContentLength))
 	}
-	_, rerr := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
+	// One byte past the bound tells a body over it; math.MaxInt64 (no
+	// bound) has no byte past it, and limit+1 would overflow to none.
+	_, rerr := buf.ReadFrom(io.LimitReader(resp.Body, min(limit, math.MaxInt64-1)+1))
 	if int64(buf.Len()) > limit {
 		res.tooLarge, res.stream = true, streamOf(resp, buf.Bytes(), f.cancel)
 		return res
