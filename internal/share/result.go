@@ -54,7 +54,10 @@ func (f *Flight) Collect(resp *http.Response, err error, limit int64) Result {
 	}
 	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
+		// A length the server declares is room made at once, but no more
+		// than maxGrow: past it the buffer grows as the bytes arrive, so a
+		// length that lies under a large bound costs nothing unsent.
+		buf.Grow(int(min(resp.ContentLength, maxGrow)))
 	}
 	// One byte past the bound tells a body over it; math.MaxInt64 (no
 	// bound) has no byte past it, and limit+1 would overflow to none.
@@ -67,6 +70,9 @@ func (f *Flight) Collect(resp *http.Response, err error, limit int64) Result {
 	res.body, res.bodyErr = buf.Bytes(), rerr
 	return res
 }
+
+// maxGrow is the most room made at once for a body of declared length.
+const maxGrow = 1 << 20
 
 // streamOf returns resp with its body read from read first, then from
 // its body; closing it closes the body and calls cancel.

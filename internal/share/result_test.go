@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -263,4 +264,29 @@ func TestCollectUnderTheLargestBound(t *testing.T) {
 		fs.Land(f, res)
 		fs.Wait(ctx, f, true)
 	}
+}
+
+// A declared length is trusted only up to maxGrow: a server that declares
+// 256 MiB under a large bound and sends five bytes costs the room of what
+// it sent, not of what it declared.
+func TestCollectDoesNotTrustALargeDeclaredLength(t *testing.T) {
+	ctx := testContext(t)
+	var fs Flights
+	f, _ := fs.Join("k", newRequest(t, ctx), nil)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res := f.Collect(response(newBody("hello"), 256<<20), nil, math.MaxInt64)
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
+		t.Errorf("collecting 5 bytes declared as 256 MiB allocated %d bytes, want at most %d", grew, 8<<20)
+	}
+	resp, ok := res.For(newRequest(t, ctx), nil)
+	if !ok || resp == nil {
+		t.Fatalf("got %v, %v, want a shared response", resp, ok)
+	}
+	if got, _ := readAll(t, resp); got != "hello" {
+		t.Errorf("the copy's body: got %q, want %q", got, "hello")
+	}
+	fs.Land(f, res)
+	fs.Wait(ctx, f, true)
 }
