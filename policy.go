@@ -226,14 +226,10 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("Load.MaxInFlight", "must not be negative")
 	case t.Load.MaxQueued < 0:
 		return p, invalidPolicy("Load.MaxQueued", "must not be negative")
-	case t.Load.MaxQueued > 0 && t.Load.MaxInFlight == 0 && !p.adaptive:
-		return p, invalidPolicy("Load.MaxQueued", "needs a Load.MaxInFlight or Load.Adaptive to queue for")
 	case t.Load.RateLimit < 0 || math.IsNaN(t.Load.RateLimit) || math.IsInf(t.Load.RateLimit, 0):
 		return p, invalidPolicy("Load.RateLimit", "must be a finite, non-negative number")
 	case t.Load.RateBurst < 0:
 		return p, invalidPolicy("Load.RateBurst", "must not be negative")
-	case t.Load.RateBurst > 0 && t.Load.RateLimit == 0:
-		return p, invalidPolicy("Load.RateBurst", "needs a Load.RateLimit")
 	case t.Reads.MaxSharedBody < 0:
 		return p, invalidPolicy("Reads.MaxSharedBody", "must not be negative")
 	case t.Load.MinInFlight < 0:

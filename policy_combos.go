@@ -3,13 +3,16 @@ package retryfuse
 import "fmt"
 
 // This file is the settings checked together: a setting that the others
-// leave without effect is refused, naming both. policy.go checks each
-// setting alone and resolves the defaults.
+// leave without effect is refused, naming both; within one policy first,
+// then across policies. policy.go checks each setting alone and resolves
+// the defaults.
 
 // checkTogether refuses a setting that the others leave without effect,
 // naming both: a setting that reads as active but does nothing is a
 // mistake waiting to be found in production, as a setting out of range
-// is. p holds the settings resolved, defaults included.
+// is. p holds the settings resolved, defaults included. Each policy's own
+// settings are checked together first (its check method), then the few
+// that span two policies (checkAcross).
 //
 // Most settings that shape another are its neighbours in one policy, and
 // there the group's own defaults give every combination a meaning: a
@@ -17,7 +20,22 @@ import "fmt"
 // ReadPolicy with any field set shares reads; a BrakePolicy with a Route
 // and no Breaker brakes with a Breaker of the default settings; a
 // MinInFlight learns the in-flight limit; a RateLimit without a RateBurst
-// has a burst of 1. What is refused is what no group can settle:
+// has a burst of 1. Within a policy, what is still refused is a setting
+// its neighbours leave idle or contradict:
+//   - Retry.NewBudget beside a Retry.Budget: it is never called.
+//   - Retry.TimeoutCost (other than 1) when no call can reach
+//     Retry.MaxCallCost: the brake it weighs never stops a call.
+//   - Keys.MaxStoredBody or Keys.MaxFingerprintBytes without a
+//     Keys.Ledger: only the Ledger fingerprints bodies and stores results.
+//   - Load.MaxQueued without a bulkhead (Load.MaxInFlight or a learnt
+//     limit) to queue for; Load.RateBurst without a Load.RateLimit.
+//   - Load.MaxWait without a rate limit, a queue, a learnt limit or the
+//     throttle (whose pace makes new calls wait): no attempt waits (a
+//     bulkhead without a queue refuses at once); Load.MaxQueued with a
+//     negative Load.MaxWait: no attempt waits in the queue; the floor of
+//     the learnt limit above its ceiling.
+//
+// Across policies (checkAcross), what no group can settle:
 //   - Hedge with Retry.MaxAttempts 1: a hedge counts as an attempt, and the
 //     first attempt takes the only one.
 //   - Hedge with Load.MaxInFlight 1 (a ceiling of 1 for a learnt limit
@@ -26,21 +44,12 @@ import "fmt"
 //   - Hedge.Delay at or above Retry.AttemptTimeout: every attempt times
 //     out before its hedge is due (with Hedge.Quantile too: Delay is then
 //     both the delay before an estimate and its cap).
-//   - Retry.NewBudget beside a Retry.Budget: it is never called.
 //   - Scope.Max beside a Retry.Budget when nothing is kept per scope: no
 //     in-flight limit, rate limit, hedging or breaker (whose closes start
 //     a scope's slow start), Load.Throttle.Disable, and a negative
 //     Keys.HonourMemory (see keepsScopes).
-//   - Keys.MaxStoredBody or Keys.MaxFingerprintBytes without a
-//     Keys.Ledger: only the Ledger fingerprints bodies and stores results.
-//   - Load.MaxWait without a rate limit, a queue, a learnt limit or the
-//     throttle (whose pace makes new calls wait): no attempt waits (a
-//     bulkhead without a queue refuses at once); Load.MaxQueued with a
-//     negative Load.MaxWait: no attempt waits in the queue.
-//   - The floor of the learnt limit above its ceiling, and Load.SlowStart
-//     with neither a breaker nor a learnt limit (see checkLoad).
-//   - Retry.TimeoutCost (other than 1) when no call can reach
-//     Retry.MaxCallCost: the brake it weighs never stops a call.
+//   - Load.SlowStart with neither a Brake nor a learnt limit: nothing
+//     ramps.
 //
 // Accepted on purpose:
 //   - The settings that shape retries (InitialBackoff, MaxBackoff,
@@ -69,6 +78,62 @@ import "fmt"
 //   - An empty, non-nil Hedge.Methods: it says that no method is hedged,
 //     and none is.
 func (t *Transport) checkTogether(p *policy) error {
+	if err := t.Retry.check(t, p); err != nil {
+		return err
+	}
+	if err := t.Keys.check(); err != nil {
+		return err
+	}
+	if err := t.Load.check(p); err != nil {
+		return err
+	}
+	return t.checkAcross(p)
+}
+
+// check refuses the settings of r that its neighbours leave idle (see
+// checkTogether).
+func (r RetryPolicy) check(t *Transport, p *policy) error {
+	if r.Budget != nil && r.NewBudget != nil {
+		return invalidPolicy("Retry.NewBudget", "must be nil with a Retry.Budget: budget.Budget is the budget of every scope, and NewBudget is never called")
+	}
+	return t.checkTimeoutCost(p)
+}
+
+// check refuses the bounds of k that only its Ledger uses, without one.
+func (k KeyPolicy) check() error {
+	switch {
+	case k.MaxStoredBody != 0 && k.Ledger == nil:
+		return invalidPolicy(fmt.Sprint("Keys.MaxStoredBody ", k.MaxStoredBody), "needs a Keys.Ledger: only a Ledger stores results")
+	case k.MaxFingerprintBytes != 0 && k.Ledger == nil:
+		return invalidPolicy(fmt.Sprint("Keys.MaxFingerprintBytes ", k.MaxFingerprintBytes), "needs a Keys.Ledger: only a Ledger fingerprints bodies")
+	}
+	return nil
+}
+
+// check refuses the settings of l that its neighbours leave idle or
+// contradict (see checkTogether).
+func (l LoadPolicy) check(p *policy) error {
+	switch {
+	case l.MaxQueued > 0 && l.MaxInFlight == 0 && !p.adaptive:
+		return invalidPolicy("Load.MaxQueued", "needs a Load.MaxInFlight or Load.Adaptive to queue for")
+	case l.RateBurst > 0 && l.RateLimit == 0:
+		return invalidPolicy("Load.RateBurst", "needs a Load.RateLimit")
+	case l.MaxWait != 0 && l.RateLimit == 0 && l.MaxQueued == 0 && !p.adaptive && !p.throttle:
+		return invalidPolicy("Load.MaxWait "+l.MaxWait.String(),
+			"needs a Load.RateLimit, a Load.MaxQueued, a learnt limit or the throttle (Load.Throttle.Disable is set): without them no attempt waits (a bulkhead without a queue refuses at once)")
+	case l.MaxQueued > 0 && l.MaxWait < 0:
+		return invalidPolicy(fmt.Sprint("Load.MaxQueued ", l.MaxQueued),
+			"needs a Load.MaxWait that lets an attempt wait: with Load.MaxWait "+l.MaxWait.String()+" none waits in the queue")
+	case p.adaptive && l.MaxInFlight > 0 && l.MinInFlight > l.MaxInFlight:
+		return invalidPolicy(fmt.Sprint("Load.MinInFlight ", l.MinInFlight),
+			fmt.Sprint("must not be above Load.MaxInFlight ", l.MaxInFlight, ": the floor of the learnt limit would be above its ceiling"))
+	}
+	return nil
+}
+
+// checkAcross refuses a setting of one policy that a setting of another
+// leaves without effect (see checkTogether).
+func (t *Transport) checkAcross(p *policy) error {
 	hedges := p.hedge.max > 0
 	switch {
 	case hedges && p.maxAttempts == 1:
@@ -79,37 +144,9 @@ func (t *Transport) checkTogether(p *policy) error {
 	case hedges && t.Retry.AttemptTimeout > 0 && t.Hedge.Delay >= t.Retry.AttemptTimeout:
 		return invalidPolicy("Hedge.Delay "+t.Hedge.Delay.String(),
 			"must be below Retry.AttemptTimeout "+t.Retry.AttemptTimeout.String()+": an attempt times out before its hedge is due")
-	case t.Retry.Budget != nil && t.Retry.NewBudget != nil:
-		return invalidPolicy("Retry.NewBudget", "must be nil with a Retry.Budget: budget.Budget is the budget of every scope, and NewBudget is never called")
 	case t.Scope.Max != 0 && t.Retry.Budget != nil && !p.keepsScopes():
 		return invalidPolicy(fmt.Sprint("Scope.Max ", t.Scope.Max),
 			"has nothing to bound: with a Retry.Budget and Load.Throttle.Disable, without an in-flight limit, a rate limit, hedging or a breaker, and with a negative Keys.HonourMemory, nothing is kept per scope")
-	case t.Keys.MaxStoredBody != 0 && t.Keys.Ledger == nil:
-		return invalidPolicy(fmt.Sprint("Keys.MaxStoredBody ", t.Keys.MaxStoredBody), "needs a Keys.Ledger: only a Ledger stores results")
-	case t.Keys.MaxFingerprintBytes != 0 && t.Keys.Ledger == nil:
-		return invalidPolicy(fmt.Sprint("Keys.MaxFingerprintBytes ", t.Keys.MaxFingerprintBytes), "needs a Keys.Ledger: only a Ledger fingerprints bodies")
-	case t.Load.MaxWait != 0 && t.Load.RateLimit == 0 && t.Load.MaxQueued == 0 && !p.adaptive && !p.throttle:
-		return invalidPolicy("Load.MaxWait "+t.Load.MaxWait.String(),
-			"needs a Load.RateLimit, a Load.MaxQueued, a learnt limit or the throttle (Load.Throttle.Disable is set): without them no attempt waits (a bulkhead without a queue refuses at once)")
-	case t.Load.MaxQueued > 0 && t.Load.MaxWait < 0:
-		return invalidPolicy(fmt.Sprint("Load.MaxQueued ", t.Load.MaxQueued),
-			"needs a Load.MaxWait that lets an attempt wait: with Load.MaxWait "+t.Load.MaxWait.String()+" none waits in the queue")
-	}
-	if err := t.checkLoad(p); err != nil {
-		return err
-	}
-	return t.checkTimeoutCost(p)
-}
-
-// checkLoad refuses the settings of the learnt limit and slow start that
-// the others leave without effect (see checkTogether): a MinInFlight
-// above MaxInFlight (the floor of the learnt limit above its ceiling), and
-// a SlowStart with neither a breaker nor a learnt limit (nothing ramps).
-func (t *Transport) checkLoad(p *policy) error {
-	switch {
-	case p.adaptive && t.Load.MaxInFlight > 0 && t.Load.MinInFlight > t.Load.MaxInFlight:
-		return invalidPolicy(fmt.Sprint("Load.MinInFlight ", t.Load.MinInFlight),
-			fmt.Sprint("must not be above Load.MaxInFlight ", t.Load.MaxInFlight, ": the floor of the learnt limit would be above its ceiling"))
 	case t.Load.SlowStart != 0 && p.breaker == nil && !p.adaptive:
 		return invalidPolicy("Load.SlowStart "+t.Load.SlowStart.String(),
 			"needs a Brake or a learnt limit (Load.Adaptive): it ramps admission up after a breaker closes or a learnt limit rises from its floor")
