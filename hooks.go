@@ -48,7 +48,7 @@ type Hooks struct {
 	HiddenResend func(AttemptDoneInfo)
 	// BreakerChange is called when a breaker scope changes state, and on a
 	// scope's first request under settings of a new version (From == To;
-	// see Breaker.Update).
+	// see breaker.Breaker.Update).
 	BreakerChange func(breaker.Change)
 	// EvidenceUnavailable is called when a budget or ledger could not
 	// establish its answer (a remote store is down or slow) and its

@@ -29,8 +29,8 @@ type scopeRecord struct {
 	key      hostKey
 	budget   budget.Budget      // nil when the Transport's budget.Budget is shared by every scope
 	rate     *rate.Limiter      // nil without a RateLimit
-	bulkhead *bulkhead.Bulkhead // nil without MaxInFlight, AdaptiveInFlight or a breaker.Breaker (slow start)
-	adaptive *bulkhead.Learnt   // nil without AdaptiveInFlight
+	bulkhead *bulkhead.Bulkhead // nil without MaxInFlight, Adaptive or a breaker.Breaker (slow start)
+	adaptive *bulkhead.Learnt   // nil without a learnt limit
 	throttle *throttle.Throttle // nil with Throttle.Disable
 	latency  latency.Histogram
 	honour   honour // whether its server honours Idempotency-Key, learnt
@@ -276,7 +276,7 @@ func withoutDefaultPort(scheme, host string) string {
 }
 
 // breakerScopeName returns the call's scope at the breaker: its scope, or,
-// with BreakerScope, the scope divided by the function's value. It is
+// with Brake.Route, the scope divided by the function's value. It is
 // computed on first use.
 func (c *call) breakerScopeName() string {
 	if c.p.breakerScope == nil {

@@ -1,3 +1,13 @@
+// Package breaker is the circuit breaker of retryfuse: one brake per scope
+// (a dependency, or a route of one) that opens after consecutive failures,
+// fails fast while open, and closes only after probes pass. Set a Breaker as
+// a Transport's BrakePolicy.Breaker; the Transport asks it before every
+// attempt and tells it each attempt's outcome. Its settings change live
+// under a version (Update), and Snapshot reads its scopes.
+//
+// Time is an argument of the methods a Transport calls (Allow, Ticket.Done,
+// StateAt, OpenUntil), so that a Breaker runs on the Transport's clock, and
+// a test's.
 package breaker
 
 import (
@@ -95,11 +105,11 @@ func (s Settings) resolve() (Settings, error) {
 	}
 	for _, f := range ints {
 		if f.v < 0 {
-			return s, sentinel.InvalidPolicy("Settings."+f.name, "must not be negative, got "+strconv.Itoa(f.v))
+			return s, sentinel.InvalidPolicy("breaker.Settings."+f.name, "must not be negative, got "+strconv.Itoa(f.v))
 		}
 	}
 	if s.OpenTimeout < 0 {
-		return s, sentinel.InvalidPolicy("Settings.OpenTimeout", "must not be negative, got "+s.OpenTimeout.String())
+		return s, sentinel.InvalidPolicy("breaker.Settings.OpenTimeout", "must not be negative, got "+s.OpenTimeout.String())
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {
@@ -123,7 +133,7 @@ func (s Settings) resolve() (Settings, error) {
 // Change reports a change of a breaker scope's state, or,
 // with From == To, the first request of a scope under settings of a new
 // version (see Breaker.Update): the state did not change, the settings
-// did. It is not about one call: CallInfo is absent.
+// did. It is not about one call: it names no request.
 //
 // Breaker.Snapshot describes each scope as it stands with the same type:
 // To is its state, At since when (when it was first seen, for a scope
@@ -200,7 +210,7 @@ type Breaker struct {
 }
 
 // New returns a Breaker with settings s. A negative setting gives an
-// error wrapping sentinel.ErrInvalidPolicy that names the field.
+// error wrapping retryfuse.ErrInvalidPolicy that names the field.
 func New(s Settings) (*Breaker, error) {
 	set, err := s.resolve()
 	if err != nil {
@@ -248,8 +258,8 @@ func (b *Breaker) OpenUntil(scope string, t time.Time) error {
 	return s.openError(b.set)
 }
 
-// Allow asks to send one request in scope at now. It returns a ticket to
-// mark done with the request's outcome, or a *OpenError (nothing may be
+// Allow asks to send one request in scope at now. It returns a ticket whose
+// Done must be called with the request's outcome (see Ticket), or a *OpenError (nothing may be
 // sent) when the scope is open, or half-open with MaxProbes probes out. The
 // transition is non-zero when this call moved the scope from open to
 // half-open, or is the first request of the scope under settings of a new
@@ -291,8 +301,13 @@ func (b *Breaker) Allow(scope string, now time.Time) (Ticket, Change, error) {
 	return s.issue(), tr, nil
 }
 
-// Ticket is the permission, given by Allow, to send one request.
-// The zero value is a ticket whose done does nothing.
+// Ticket is the permission, given by Allow, to send one request. Its Done
+// must be called once the request's outcome is known, with Ignore when the
+// outcome says nothing about the dependency (the caller's cancellation, a
+// local refusal): a half-open scope counts its probes out until their
+// tickets are done, and a probe's ticket never done keeps the scope from
+// letting another probe through. The zero value is a ticket whose Done
+// does nothing.
 type Ticket struct {
 	s     *scopeState
 	gen   uint64 // the scope's generation when the ticket was issued; its low 32 bits for a quick one

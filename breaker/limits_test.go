@@ -161,7 +161,7 @@ func TestNewBreakerInvalidSettings(t *testing.T) {
 			t.Errorf("New(%+v) = %v, %v; want nil, sentinel.ErrInvalidPolicy", tt.set, b, err)
 			continue
 		}
-		if !strings.Contains(err.Error(), "Settings."+tt.field) {
+		if !strings.Contains(err.Error(), "breaker.Settings."+tt.field) {
 			t.Errorf("New(%+v) error %q does not name the field %s", tt.set, err, tt.field)
 		}
 	}

@@ -40,7 +40,7 @@ import (
 //
 // Invalid settings, or a version at or below the one in force (other
 // than the same settings under the same version), are refused with an
-// error wrapping sentinel.ErrInvalidPolicy that says why, and the settings in
+// error wrapping retryfuse.ErrInvalidPolicy that says why, and the settings in
 // force stay so. Update is safe to call concurrently with traffic.
 func (b *Breaker) Update(s Settings) (Settings, error) {
 	next, err := s.resolve() // before the lock: it is pure
@@ -57,14 +57,14 @@ func (b *Breaker) Update(s Settings) (Settings, error) {
 	case same == cur && (s.Version == 0 || s.Version == cur.Version):
 		return cur, nil // nothing changes
 	case s.Version == 0 && cur.Version == math.MaxUint64:
-		return cur, sentinel.InvalidPolicy("Settings.Version", "has no next value after "+strconv.FormatUint(cur.Version, 10)+"; "+stayInForce(cur.Version))
+		return cur, sentinel.InvalidPolicy("breaker.Settings.Version", "has no next value after "+strconv.FormatUint(cur.Version, 10)+"; "+stayInForce(cur.Version))
 	case s.Version == 0:
 		next.Version = cur.Version + 1
 	case s.Version == cur.Version:
-		return cur, sentinel.InvalidPolicy("Settings.Version "+strconv.FormatUint(s.Version, 10),
+		return cur, sentinel.InvalidPolicy("breaker.Settings.Version "+strconv.FormatUint(s.Version, 10),
 			"names other settings than the ones in force under it: a new version needs a new number; "+stayInForce(cur.Version))
 	case s.Version < cur.Version:
-		return cur, sentinel.InvalidPolicy("Settings.Version "+strconv.FormatUint(s.Version, 10),
+		return cur, sentinel.InvalidPolicy("breaker.Settings.Version "+strconv.FormatUint(s.Version, 10),
 			"goes backwards: it must be above "+strconv.FormatUint(cur.Version, 10)+", the version in force; "+stayInForce(cur.Version))
 	}
 	b.set = next

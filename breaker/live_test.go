@@ -137,13 +137,13 @@ func TestBreakerUpdateRefusalsKeepTheSettingsInForce(t *testing.T) {
 		says []string
 	}{
 		{"a version that goes backwards", Settings{FailureThreshold: 5, Version: 6},
-			[]string{"Settings.Version 6", "goes backwards", "above 7", "version 7 stay in force"}},
+			[]string{"breaker.Settings.Version 6", "goes backwards", "above 7", "version 7 stay in force"}},
 		{"another setting under the version in force", Settings{FailureThreshold: 5, Version: 7},
-			[]string{"Settings.Version 7", "names other settings", "version 7 stay in force"}},
+			[]string{"breaker.Settings.Version 7", "names other settings", "version 7 stay in force"}},
 		{"an invalid setting", Settings{FailureThreshold: -1, Version: 8},
-			[]string{"Settings.FailureThreshold", "must not be negative", "version 7 stay in force"}},
+			[]string{"breaker.Settings.FailureThreshold", "must not be negative", "version 7 stay in force"}},
 		{"an invalid setting without a version", Settings{OpenTimeout: -time.Second},
-			[]string{"Settings.OpenTimeout", "version 7 stay in force"}},
+			[]string{"breaker.Settings.OpenTimeout", "version 7 stay in force"}},
 	} {
 		got, err := b.Update(tt.set)
 		if !errors.Is(err, sentinel.ErrInvalidPolicy) {

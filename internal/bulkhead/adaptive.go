@@ -8,7 +8,7 @@ import (
 	"github.com/retryfuse/retryfuse/internal/latency"
 )
 
-// This file is the limit a scope learns (AdaptiveInFlight): the attempts
+// This file is the limit a scope learns (LoadPolicy.Adaptive): the attempts
 // in flight that the dependency takes without queueing, between a floor
 // and a ceiling. The bulkhead (bulkhead.go) enforces it; this decides it.
 //

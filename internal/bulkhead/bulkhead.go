@@ -1,6 +1,6 @@
 // Package bulkhead bounds the attempts in flight to one scope: the
 // bulkhead's slots and queue (bulkhead.go), the limit a scope learns
-// (AdaptiveInFlight: adaptive.go) and slow start within it (slowstart.go).
+// (LoadPolicy.Adaptive: adaptive.go) and slow start within it (slowstart.go).
 // The Transport keeps one Bulkhead per scope, hands it the time, and
 // reports what it decides.
 package bulkhead

@@ -39,8 +39,9 @@ const (
 	paceCutEvery = 100 * time.Millisecond
 )
 
-// Pace is a scope's learnt send rate, made with its Throttle (New). This
-// type is concurrency safe.
+// Pace is a scope's learnt send rate, made with its Throttle (New). The
+// zero value is an idle pace, which holds no call. This type is
+// concurrency safe.
 type Pace struct {
 	active atomic.Bool // a 429 came lately: admission must look
 
