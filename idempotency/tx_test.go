@@ -34,6 +34,12 @@ type countingTx struct{ d *countingDriver }
 func (t countingTx) Commit() error   { t.d.commits.Add(1); return nil }
 func (t countingTx) Rollback() error { t.d.rollbacks.Add(1); return nil }
 
+// countingConnector opens the counting driver's connections.
+type countingConnector struct{ d *countingDriver }
+
+func (c countingConnector) Connect(context.Context) (driver.Conn, error) { return c.d.Open("") }
+func (c countingConnector) Driver() driver.Driver                        { return c.d }
+
 // txLedger is a TxLedger on a ledger.Memory and the counting driver.
 type txLedger struct {
 	*ledger.Memory
@@ -46,12 +52,9 @@ type txLedger struct {
 func newTxLedger(t *testing.T) *txLedger {
 	t.Helper()
 	drv := &countingDriver{}
-	name := "idempotency-counting-" + t.Name()
-	sql.Register(name, drv)
-	db, err := sql.Open(name, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A connector rather than a registered name: a name registers once per
+	// process, and -count runs each test again.
+	db := sql.OpenDB(countingConnector{drv})
 	t.Cleanup(func() { db.Close() })
 	return &txLedger{Memory: &ledger.Memory{}, db: db, drv: drv}
 }
