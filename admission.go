@@ -6,6 +6,7 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/bulkhead"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"golang.org/x/time/rate"
 )
 
@@ -260,7 +261,7 @@ func (c *call) observe(ticket breaker.Ticket, a attempt) {
 	)
 	switch {
 	case a.ignored:
-	case a.keyed == answerInFlight:
+	case a.keyed == honour.AnswerInFlight:
 		o = breaker.Success // the server answered, as it should, that the key's first request runs
 	case a.resp != nil && a.retryable:
 		o, cause = breaker.Failure, statusError(a.resp, now)

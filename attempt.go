@@ -10,6 +10,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/backoff"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/internal/reqbody"
 )
 
@@ -18,10 +19,10 @@ import (
 type attempt struct {
 	resp     *http.Response
 	err      error
-	resends  int          // the base's own re-sends within the attempt that went out
-	stopped  error        // why a further re-send was stopped (ErrAttemptsExhausted, ErrBudgetExhausted), or nil
-	evidence *budgetError // the budget's errors while it was asked for the re-sends
-	keyed    keyedAnswer  // what a server that honours keys answered about the key
+	resends  int           // the base's own re-sends within the attempt that went out
+	stopped  error         // why a further re-send was stopped (ErrAttemptsExhausted, ErrBudgetExhausted), or nil
+	evidence *budgetError  // the budget's errors while it was asked for the re-sends
+	keyed    honour.Answer // what a server that honours keys answered about the key
 	result
 }
 
@@ -186,12 +187,12 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	}
 	if resp != nil && c.key.present && !c.passThrough {
 		c.learnHonour(resp)
-		switch a.keyed = readKeyedAnswer(resp); a.keyed {
-		case answerInFlight:
+		switch a.keyed = honour.Read(resp); a.keyed {
+		case honour.AnswerInFlight:
 			// The server runs the first request under the key: it will
 			// not run this one twice, and answers it once the first ends.
 			a.outcome, a.retryable = decide.OutcomeFailure, true
-		case answerReplayed, answerUnknown, answerNotStored:
+		case honour.AnswerReplayed, honour.AnswerUnknown, honour.AnswerNotStored:
 			// The server's answer for the key, whatever its status: sent
 			// again, the request gets it again.
 			a.retryable = false
@@ -209,7 +210,7 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 	info := AttemptDoneInfo{CallInfo: c.infoOf(f, a.phase), Err: err, Outcome: a.outcome, Retryable: a.retryable,
 		Duration: c.now().Sub(f.began), Connections: n}
 	if resp != nil {
-		info.StatusCode, info.Replayed = resp.StatusCode, replayed(resp)
+		info.StatusCode, info.Replayed = resp.StatusCode, honour.Replayed(resp)
 		if a.retryable {
 			info.Err = statusError(resp, c.now())
 		}

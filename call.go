@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/share"
 	"github.com/retryfuse/retryfuse/ledger"
@@ -184,11 +185,11 @@ func (c *call) loop() (*http.Response, error) {
 		switch {
 		case c.passThrough:
 			return a.resp, a.err // the Transport above decides
-		case a.keyed == answerUnknown:
+		case a.keyed == honour.AnswerUnknown:
 			return c.answeredUnknown()
-		case a.keyed == answerNotStored:
+		case a.keyed == honour.AnswerNotStored:
 			return c.answeredNotStored()
-		case a.keyed == answerReused:
+		case a.keyed == honour.AnswerReused:
 			// The server refused the key, used before with another payload:
 			// nothing was run, and nothing will be under this key.
 			drain(a.resp, 0)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/retryfuse/retryfuse/internal/fingerprint"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/ledger"
 )
 
@@ -139,5 +139,7 @@ func confirmServerKeys(t testing.TB, tr *Transport, rawURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.honour.until.Store(math.MaxInt64)
+	marked := &http.Response{StatusCode: http.StatusCreated, Header: http.Header{}}
+	marked.Header.Set(honour.HeaderHonoured, "?1")
+	st.honour.Learn(marked, true, tr.p.clock.Now(), tr.p.honourMemory, true)
 }

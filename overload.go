@@ -7,6 +7,7 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/backoff"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
@@ -126,7 +127,7 @@ func (c *call) keepPace(st *scopeRecord) error {
 // store does not count.
 func loadVerdict(a attempt) (counts, accepted bool) {
 	switch {
-	case a.ignored, a.keyed == answerReplayed: // a stored answer says nothing of the load now
+	case a.ignored, a.keyed == honour.AnswerReplayed: // a stored answer says nothing of the load now
 		return false, false
 	case a.resp != nil:
 		code := a.resp.StatusCode

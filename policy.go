@@ -15,6 +15,7 @@ import (
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/bulkhead"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/share"
 	"github.com/retryfuse/retryfuse/internal/throttle"
@@ -159,7 +160,7 @@ func (t *Transport) resolve() (policy, error) {
 		rateBurst:     t.Load.rateBurst(),
 		maxLimitWait:  orDefault(t.Load.MaxWait, defaultMaxLimitWait),
 		honoursKeys:   t.Keys.ServerHonours,
-		honourMemory:  max(0, orDefault(t.Keys.HonourMemory, defaultHonourMemory)), // negative: never learnt
+		honourMemory:  max(0, orDefault(t.Keys.HonourMemory, honour.DefaultMemory)), // negative: never learnt
 		fallback:      t.Fallback,
 		shareReads:    t.Reads.on(),
 		shareKey:      t.Reads.ShareKey,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/internal/bulkhead"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/internal/latency"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 	"golang.org/x/time/rate"
@@ -33,7 +34,7 @@ type scopeRecord struct {
 	adaptive *bulkhead.Learnt   // nil without a learnt limit
 	throttle *throttle.Throttle // nil with Throttle.Disable
 	latency  latency.Histogram
-	honour   honour // whether its server honours Idempotency-Key, learnt
+	honour   honour.State // whether its server honours Idempotency-Key, learnt
 }
 
 // scopes keeps the record of each scope, made on first use, at most

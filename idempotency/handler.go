@@ -10,18 +10,20 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file is the middleware's settings and its constructor.
 
-// The response header fields the middleware adds.
+// The response header fields the middleware adds, named as a client reads
+// them (internal/honour, shared with package retryfuse).
 const (
 	// HeaderReplayed, "Idempotent-Replayed: true", marks a response
 	// replayed from the Ledger: the handler did not run for this request;
 	// this is the response to the first request under the key. The name
 	// and value are those large payment APIs send.
-	HeaderReplayed = "Idempotent-Replayed"
+	HeaderReplayed = honour.HeaderReplayed
 	// HeaderHonoured, "Idempotency-Key-Honoured: ?1" (a Structured Field
 	// Boolean, RFC 8941), is on every response to a request the middleware
 	// handled (one of Config.Methods and Config.Route), its refusals
@@ -29,7 +31,7 @@ const (
 	// its response. A client may learn from it that repeating a keyed
 	// request to this server is safe. Requests passed through untouched do
 	// not carry it.
-	HeaderHonoured = "Idempotency-Key-Honoured"
+	HeaderHonoured = honour.HeaderHonoured
 )
 
 // Defaults of Config.

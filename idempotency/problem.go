@@ -3,6 +3,8 @@ package idempotency
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/retryfuse/retryfuse/internal/honour"
 )
 
 // This file is the middleware's refusals: problem details (RFC 9457).
@@ -10,7 +12,9 @@ import (
 // The problem types of the refusals, the "type" member of their problem
 // details (RFC 9457, application/problem+json). Each is the address of
 // its own documentation, and each refusal has a type of its own, so that
-// a client tells them apart by type rather than by status.
+// a client tells them apart by type rather than by status. The names of
+// those a client of package retryfuse reads are internal/honour's, which
+// both halves share.
 const (
 	// ProblemKeyMissing (400): the request needs an Idempotency-Key and
 	// has none (draft Section 2.7).
@@ -26,22 +30,22 @@ const (
 	// ProblemKeyReused (422): the key was used for another request: another
 	// body, method or path (draft Sections 2.2 and 2.7). Nothing was run;
 	// send the request under a key of its own.
-	ProblemKeyReused = problemBase + "ProblemKeyReused"
+	ProblemKeyReused = problemBase + honour.ProblemKeyReused
 	// ProblemInFlight (409, with Retry-After): a request under the key is
 	// being processed (draft Section 2.7). Send it again after Retry-After
 	// to get its result.
-	ProblemInFlight = problemBase + "ProblemInFlight"
+	ProblemInFlight = problemBase + honour.ProblemInFlight
 	// ProblemOutcomeUnknown (409): an earlier request under the key ended
 	// without a result (its handler panicked, or its claim expired): its
 	// effect may or may not have happened, and the server will not run it
 	// again. Find out what happened (read the resource) before sending
 	// anything under another key. The key stays held for the Ledger's TTL.
-	ProblemOutcomeUnknown = problemBase + "ProblemOutcomeUnknown"
+	ProblemOutcomeUnknown = problemBase + honour.ProblemOutcomeUnknown
 	// ProblemNotStored (409): an earlier request under the key completed,
 	// but its response was not stored (too large, or its handler took the
 	// connection over), so it cannot be replayed. Its effect happened: do
 	// not send it again under another key.
-	ProblemNotStored = problemBase + "ProblemNotStored"
+	ProblemNotStored = problemBase + honour.ProblemNotStored
 	// ProblemLedgerUnavailable (503, with Retry-After): the Ledger could not
 	// say whether the key is free, so nothing was run. Send the request
 	// again, with the same key, after Retry-After.

@@ -10,6 +10,7 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,9 +28,9 @@ type honouringServer struct {
 func newHonouringServer(t *testing.T, stall bool) *honouringServer {
 	s := &honouringServer{}
 	s.testServer = newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(headerHonoured, "?1")
+		w.Header().Set(honour.HeaderHonoured, "?1")
 		if n > 1 {
-			w.Header().Set(headerReplayed, "true")
+			w.Header().Set(honour.HeaderReplayed, "true")
 			w.WriteHeader(http.StatusCreated)
 			_, _ = io.WriteString(w, "charge ch_1")
 			return
@@ -117,9 +118,9 @@ func TestServerHonouringKeysLearntFromItsMarker(t *testing.T) {
 			var stall atomic.Bool
 			var applied atomic.Int32
 			srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(headerHonoured, "?1")
+				w.Header().Set(honour.HeaderHonoured, "?1")
 				if r.Header.Get("Idempotency-Key") == "pay-4" && applied.Load() > 0 {
-					w.Header().Set(headerReplayed, "true")
+					w.Header().Set(honour.HeaderReplayed, "true")
 					w.WriteHeader(http.StatusCreated)
 					return
 				}
@@ -150,13 +151,14 @@ func TestServerHonouringKeysLearntFromItsMarker(t *testing.T) {
 	}
 }
 
-// problemResponse answers as package idempotency refuses a keyed request.
+// problemResponse answers as package idempotency refuses a keyed request,
+// with the problem type of that name (honour.ProblemInFlight, …).
 func problemResponse(w http.ResponseWriter, status int, typ string) {
-	w.Header().Set(headerHonoured, "?1")
+	w.Header().Set(honour.HeaderHonoured, "?1")
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", "0")
 	w.WriteHeader(status)
-	_, _ = io.WriteString(w, `{"type":"https://pkg.go.dev/github.com/retryfuse/retryfuse/idempotency`+typ+`","title":"t","status":0}`)
+	_, _ = io.WriteString(w, `{"type":"https://pkg.go.dev/github.com/retryfuse/retryfuse/idempotency#`+typ+`","title":"t","status":0}`)
 }
 
 // A 409 while the first request under the key runs is retried, and is no
@@ -166,11 +168,11 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 	t.Run("409 in flight, then the result", func(t *testing.T) {
 		srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
 			if n == 1 {
-				problemResponse(w, http.StatusConflict, problemInFlight)
+				problemResponse(w, http.StatusConflict, honour.ProblemInFlight)
 				return
 			}
-			w.Header().Set(headerHonoured, "?1")
-			w.Header().Set(headerReplayed, "true")
+			w.Header().Set(honour.HeaderHonoured, "?1")
+			w.Header().Set(honour.HeaderReplayed, "true")
 			w.WriteHeader(http.StatusCreated)
 		})
 		br, err := breaker.New(breaker.Settings{FailureThreshold: 1, MinObservations: 1})
@@ -193,7 +195,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 	})
 	t.Run("422 key reused", func(t *testing.T) {
 		srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-			problemResponse(w, http.StatusUnprocessableEntity, problemReused)
+			problemResponse(w, http.StatusUnprocessableEntity, honour.ProblemKeyReused)
 		})
 		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}})
 		resp, _, err := keyedPOST(t, tr, srv.URL, "pay-6")
@@ -205,7 +207,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 	})
 	t.Run("a handler's own 422", func(t *testing.T) {
 		srv := newTestServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set(headerHonoured, "?1")
+			w.Header().Set(honour.HeaderHonoured, "?1")
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			_, _ = io.WriteString(w, `{"type":"https://api.example/problems/amount","title":"bad amount"}`)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -26,7 +27,7 @@ func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
 	}{
 		{"every attempt times out", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, budget.Unlimited(), 3},
 		{"503 while the ledger is down", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set(headerHonoured, "?1")
+			w.Header().Set(honour.HeaderHonoured, "?1")
 			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}, budget.Unlimited(), 3},
