@@ -197,7 +197,7 @@ type GiveUpInfo struct {
 //	                  pace learnt from the scope's 429s
 //	"server_keys"     "confirmed": a response's marker says the scope's server
 //	                  honours Idempotency-Key: an uncertain keyed write may be
-//	                  sent again (see Transport.ServerHonoursKeys)
+//	                  sent again (see KeyPolicy.ServerHonours)
 //	                  "revoked": a response to a keyed write came without the
 //	                  marker (Why: its status): no longer
 //	"adaptive_limit"  "changed": the scope's learnt limit went from PrevLimit
