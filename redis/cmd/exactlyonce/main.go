@@ -14,7 +14,7 @@
 //     and restarted -down later, reloading its append-only file.
 //
 // Each phase runs with the client learning that the servers honour keys
-// (HonourMemory's default), or told so (ServerHonoursKeys), or both in
+// (HonourMemory's default), or told so (Keys.ServerHonours), or both in
 // turn (-honour); or never learning it (HonourMemory -1), as clients did
 // before servers honoured keys: every uncertain keyed write then ends in
 // *ReconcileRequiredError. After each phase every keyed write is sent once more,
@@ -52,7 +52,7 @@ func main() {
 	budget := flag.Float64("budget-ratio", 0, "the retry budget's Ratio (0: the Transport's default budget, 0.1)")
 	ledgerTimeout := flag.Duration("ledger-timeout", 0, "the servers' LedgerConfig.Timeout (0: the default, 50ms)")
 	phases := flag.String("phases", "steady,redis", "phases to run, in order: steady, redis")
-	honour := flag.String("honour", "both", "the client: learnt (HonourMemory's default), declared (ServerHonoursKeys), unaware (HonourMemory -1, as before servers honoured keys), both (learnt and declared) or all")
+	honour := flag.String("honour", "both", "the client: learnt (Keys.HonourMemory's default), declared (Keys.ServerHonours), unaware (Keys.HonourMemory -1, as before servers honoured keys), both (learnt and declared) or all")
 	pause := flag.Duration("pause", 2*time.Second, "how long Redis is paused in the redis phase")
 	down := flag.Duration("down", 500*time.Millisecond, "how long Redis stays killed in the redis phase")
 	seed := flag.Uint64("seed", 1, "seed of the calls and of the proxy's faults")

@@ -22,7 +22,7 @@ import (
 
 // ClientOptions are the Transport's settings under test.
 type ClientOptions struct {
-	// Declared sets ServerHonoursKeys; false leaves HonourMemory at its
+	// Declared sets Keys.ServerHonours; false leaves Keys.HonourMemory at its
 	// default, so that the Transport learns it from the servers' marker,
 	// unless Unaware sets HonourMemory negative: the client as it was
 	// before servers could honour keys, which never repeats an uncertain
