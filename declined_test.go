@@ -19,6 +19,11 @@ import (
 // each error is made by a real call through http.Client where practical,
 // and must survive its *url.Error.
 
+// throttleMinRejects is how many rejections the throttle's window holds
+// before it refuses a call, as the README says: 5 (internal/throttle's
+// minRejects).
+const throttleMinRejects = 5
+
 // declinedCase makes one call and returns its error, and how many
 // requests reached the dependency.
 type declinedCase struct {
@@ -92,13 +97,13 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "busy")
 			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
 			setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
-			for range throttle.MinRejects {
+			for range throttleMinRejects {
 				if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {
 					t.Fatalf("a call the dependency rejects: %v", err)
 				}
 			}
 			_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
-			return err, srv.count() - throttle.MinRejects
+			return err, srv.count() - throttleMinRejects
 		}, func(err error) bool { return errors.Is(err, throttle.ErrThrottled) }},
 
 		{"deadline before the retry", func(t *testing.T) (error, int) {

@@ -126,7 +126,7 @@ func TestFallbackAskedWhenStaleDataWillDo(t *testing.T) {
 		"Cache-Control beside Pragma: no-cache": withHeaders("Cache-Control", "max-age=60", "Pragma", "no-cache"),
 		"Cache-Control: max-stale":              withHeader("Cache-Control", "max-stale"),
 		"an unrelated context value": func(r *http.Request) *http.Request {
-			return r.WithContext(context.WithValue(r.Context(), fallback.CurrentDataKey{}, "yes"))
+			return r.WithContext(notTrueMark{r.Context()})
 		},
 		"Cache-Control: malformed max-age=zero, foo": withHeader("Cache-Control", "max-age=zero, foo"),
 	} {
@@ -142,12 +142,26 @@ func TestFallbackAskedWhenStaleDataWillDo(t *testing.T) {
 
 func TestWithCurrentDataOfANilContext(t *testing.T) {
 	ctx := WithCurrentData(nil) //nolint:staticcheck // nil on purpose: bad input must not panic
-	if v, _ := ctx.Value(fallback.CurrentDataKey{}).(bool); !v {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://dep.test/", nil)
+	require.NoError(t, err)
+	if !fallback.NeedsCurrent(req) {
 		t.Error("the mark is not in the context")
 	}
 	if !errors.Is(context.Cause(ctx), nil) {
 		t.Error("the context is done")
 	}
+}
+
+// notTrueMark holds "yes", not true, under the key WithCurrentData marks a
+// context with: the key is found by asking a marked context, so the test
+// needs no name for it.
+type notTrueMark struct{ context.Context }
+
+func (c notTrueMark) Value(key any) any {
+	if v, _ := WithCurrentData(context.Background()).Value(key).(bool); v {
+		return "yes"
+	}
+	return c.Context.Value(key)
 }
 
 func withHeader(name, value string) func(*http.Request) *http.Request {

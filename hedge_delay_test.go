@@ -55,19 +55,33 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 		defer ds.mu.Unlock()
 		return slices.Clone(ds.all)
 	}
+	// A scope's histogram of latencies (internal/latency) fed took until it
+	// gives an estimate: how many observations that takes, and the estimate.
+	var h latency.Histogram
+	minimum := 0
+	for ; minimum < 1000; minimum++ {
+		if _, ok := h.Quantile(0.95); ok {
+			break
+		}
+		h.Observe(took)
+	}
+	estimate, ok := h.Quantile(0.95)
+	if !ok {
+		t.Fatalf("a histogram of %d observations of %v gives no estimate", minimum, took)
+	}
 
 	t.Run("no HedgeDelay: no hedge until the estimate", func(t *testing.T) {
 		noGoroutineLeft(t)
 		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
 		ds := install(tr)
-		delays := run(t, tr, ds, latency.Minimum)
+		delays := run(t, tr, ds, minimum)
 		if len(delays) != 0 {
-			t.Fatalf("hedge timers in the first %d calls: got %v, want none", latency.Minimum, delays)
+			t.Fatalf("hedge timers in the first %d calls: got %v, want none", minimum, delays)
 		}
 		delays = run(t, tr, ds, 1)
-		want := latency.UpperBound(latency.BucketOf(took))
+		want := estimate
 		if len(delays) != 1 || delays[0] != want {
-			t.Fatalf("hedge delay after %d observations of %v: got %v, want [%v]", latency.Minimum, took, delays, want)
+			t.Fatalf("hedge delay after %d observations of %v: got %v, want [%v]", minimum, took, delays, want)
 		}
 		if delays[0] < took || delays[0] > took*119/100 {
 			t.Errorf("hedge delay %v: want within a quarter octave above %v", delays[0], took)
@@ -76,17 +90,17 @@ func TestHedgeDelayFromObservedLatency(t *testing.T) {
 	t.Run("HedgeDelay until the estimate", func(t *testing.T) {
 		noGoroutineLeft(t)
 		tr := newTransport(t, nil, &Transport{Base: base, Hedge: HedgePolicy{Max: 1, Quantile: 0.95, Delay: 50 * time.Millisecond}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
-		delays := run(t, tr, install(tr), latency.Minimum+1)
-		if len(delays) != latency.Minimum+1 {
-			t.Fatalf("hedge timers: got %d, want %d", len(delays), latency.Minimum+1)
+		delays := run(t, tr, install(tr), minimum+1)
+		if len(delays) != minimum+1 {
+			t.Fatalf("hedge timers: got %d, want %d", len(delays), minimum+1)
 		}
-		for i, d := range delays[:latency.Minimum] {
+		for i, d := range delays[:minimum] {
 			if d != 50*time.Millisecond {
 				t.Errorf("call %d: hedge delay %v, want HedgeDelay 50ms", i, d)
 			}
 		}
-		if got, want := delays[latency.Minimum], latency.UpperBound(latency.BucketOf(took)); got != want {
-			t.Errorf("call %d: hedge delay %v, want the estimate %v", latency.Minimum, got, want)
+		if got, want := delays[minimum], estimate; got != want {
+			t.Errorf("call %d: hedge delay %v, want the estimate %v", minimum, got, want)
 		}
 	})
 }

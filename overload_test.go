@@ -12,7 +12,6 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/budget"
-	"github.com/retryfuse/retryfuse/internal/bulkhead"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
@@ -203,16 +202,20 @@ func heldCalls(t *testing.T, tr *Transport, base *loadBase, n int) (release func
 	}
 }
 
+// learntStart is where a learnt limit starts, as the README says: 4
+// (internal/bulkhead's initialLimit).
+const learntStart = 4
+
 func TestLearntLimitRefusesWithABulkheadFullError(t *testing.T) {
 	noGoroutineLeft(t)
 	base := newLoadBase()
 	base.hold = make(chan struct{})
 	tr := newTransport(t, newFakeClockAt(fixedStart), &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Load: LoadPolicy{Adaptive: true, MaxWait: -1}})
-	release := heldCalls(t, tr, base, bulkhead.InitialLimit)
+	release := heldCalls(t, tr, base, learntStart)
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
 	var full *BulkheadFullError
-	if !errors.As(err, &full) || !full.Learnt || full.MaxInFlight != bulkhead.InitialLimit || !errors.Is(err, ErrDeclined) {
-		t.Fatalf("the call over the learnt limit: got %v, want a *BulkheadFullError of the learnt limit, %d, matching ErrDeclined", err, bulkhead.InitialLimit)
+	if !errors.As(err, &full) || !full.Learnt || full.MaxInFlight != learntStart || !errors.Is(err, ErrDeclined) {
+		t.Fatalf("the call over the learnt limit: got %v, want a *BulkheadFullError of the learnt limit, %d, matching ErrDeclined", err, learntStart)
 	}
 	if !strings.Contains(err.Error(), "learnt limit") {
 		t.Errorf("error: %q, want it to say the limit was learnt", err)
@@ -234,7 +237,7 @@ func TestLearntLimitChangesAreReported(t *testing.T) {
 	// Rounds of the limit in flight, each answering 10ms later: nothing
 	// queues, and the limit doubles once a window has its answers.
 	for range 4 {
-		release := heldCalls(t, tr, base, bulkhead.InitialLimit)
+		release := heldCalls(t, tr, base, learntStart)
 		clk.Advance(10 * time.Millisecond)
 		release()
 	}
@@ -242,7 +245,7 @@ func TestLearntLimitChangesAreReported(t *testing.T) {
 	if len(changed) != 1 {
 		t.Fatalf("limit changes: got %+v, want one", changed)
 	}
-	if i := changed[0]; i.PrevLimit != 4 || i.Limit != 8 || i.Why != bulkhead.WhyGrowth || i.Scope != "http://dep.test:80" || i.CallID == 0 {
+	if i := changed[0]; i.PrevLimit != 4 || i.Limit != 8 || i.Why != "growth" || i.Scope != "http://dep.test:80" || i.CallID == 0 {
 		t.Errorf("change: %d -> %d (%s) in %q, call %d; want 4 -> 8 (growth) in http://dep.test:80, with the call's ID",
 			i.PrevLimit, i.Limit, i.Why, i.Scope, i.CallID)
 	}

@@ -124,3 +124,64 @@ func TestPaceHoldsNewCallsForRetryAfter(t *testing.T) {
 		t.Errorf("after the quiet: err %v, waits %v; want no wait", err, waits)
 	}
 }
+
+// A 429's Retry-After holds new calls only up to MaxRetryAfter: one above
+// it is not waited for, as a retry does not wait for it, and the next call
+// goes at once (the pace, just learnt, has its first place free); one at
+// or under it holds the next call for as long as it asks.
+func TestPaceHoldsNoCallForARetryAfterAboveMaxRetryAfter(t *testing.T) {
+	const maxRetryAfter = 5 * time.Second
+	for _, tt := range []struct {
+		retryAfter string
+		wantHold   time.Duration // 0: the next call is not held
+	}{
+		{"6", 0},             // above the cap
+		{"3600", 0},          // far above it
+		{"5", maxRetryAfter}, // at the cap
+		{"3", 3 * time.Second},
+	} {
+		t.Run("Retry-After "+tt.retryAfter, func(t *testing.T) {
+			clk := newFakeClockAt(fixedStart)
+			var sentAt []time.Time
+			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				code, h := http.StatusOK, http.Header{}
+				if len(sentAt) == 0 {
+					code = http.StatusTooManyRequests
+					h.Set("Retry-After", tt.retryAfter)
+				}
+				sentAt = append(sentAt, clk.Now())
+				return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+			})
+			var events []PolicyInfo
+			tr := newTransport(t, clk, &Transport{
+				Base:  base,
+				Retry: RetryPolicy{MaxAttempts: 1, MaxRetryAfter: maxRetryAfter},
+				Hooks: Hooks{Policy: func(i PolicyInfo) {
+					if i.Policy == policyThrottle {
+						events = append(events, i)
+					}
+				}},
+			})
+			resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("the first call: got %v, %v; want its 429", resp, err)
+			}
+			resp, _, err = do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("the next call: got %v, %v; want it sent and answered 200", resp, err)
+			}
+			if len(sentAt) != 2 || sentAt[1].Sub(sentAt[0]) != tt.wantHold {
+				t.Errorf("sent at %v, want the next call %v after the 429", sentAt, tt.wantHold)
+			}
+			if tt.wantHold == 0 {
+				if len(events) != 0 {
+					t.Errorf("throttle events: got %+v, want none", events)
+				}
+				return
+			}
+			if len(events) != 1 || events[0].Action != actionWaited || events[0].Wait != tt.wantHold {
+				t.Errorf("throttle events: got %+v, want one waited %v", events, tt.wantHold)
+			}
+		})
+	}
+}

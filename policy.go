@@ -96,7 +96,7 @@ type policy struct {
 	throttleWindow time.Duration
 	slowStart      time.Duration
 	randN          func(n int64) int64        // a uniform draw from [0, n)
-	shareKey       func(*http.Request) string // nil: share.DefaultKey
+	shareKey       func(*http.Request) string // nil: share.KeyOf's default key
 	maxSharedBody  int64
 }
 

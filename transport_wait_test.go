@@ -36,7 +36,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: retryAfterMock(clk, tt.value), Retry: RetryPolicy{MaxRetryAfter: 20 * time.Second}, Hooks: log.hooks()})
 			start := clk.Now()
-			asked, ok := backoff.ParseRetryAfter(tt.value(start), start)
+			asked, ok := backoff.RetryAfter(&http.Response{Header: http.Header{"Retry-After": {tt.value(start)}}}, start)
 			if !ok || asked < 6*time.Second || asked > 7*time.Second {
 				t.Fatalf("bad case: value %q asks %v, %v", tt.value(start), asked, ok)
 			}

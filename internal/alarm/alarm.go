@@ -16,9 +16,9 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-// Timers is a Clock whose timers are the runtime's (the wall clock): an
+// timers is a Clock whose timers are the runtime's (the wall clock): an
 // alarm on it is a time.Timer, without a goroutine in between.
-type Timers interface {
+type timers interface {
 	NewTimer(d time.Duration) *time.Timer
 }
 
@@ -33,7 +33,7 @@ type Alarm struct {
 
 // After returns an alarm that fires once clk has slept d.
 func After(clk Clock, d time.Duration) Alarm {
-	if tc, ok := clk.(Timers); ok {
+	if tc, ok := clk.(timers); ok {
 		t := tc.NewTimer(d)
 		return Alarm{C: t.C, timer: t}
 	}

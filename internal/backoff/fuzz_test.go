@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// century is the longest delay ParseRetryAfter returns.
+// century is the longest delay parseRetryAfter returns.
 const century = maxRetryAfterSeconds * time.Second
 
 // FuzzParseRetryAfter checks, for any value and any now: the delay is never
@@ -29,16 +29,16 @@ func FuzzParseRetryAfter(f *testing.F) {
 	f.Add("+5", now, int64(0), uint32(7), int64(1), int64(time.Hour))
 	f.Fuzz(func(t *testing.T, value string, sec, nsec int64, small uint32, jitter, limit int64) {
 		now := time.Unix(sec, nsec)
-		d, ok := ParseRetryAfter(value, now)
-		d2, ok2 := ParseRetryAfter(value, now)
+		d, ok := parseRetryAfter(value, now)
+		d2, ok2 := parseRetryAfter(value, now)
 		if d != d2 || ok != ok2 {
-			t.Fatalf("ParseRetryAfter(%q) gave %v, %v then %v, %v", value, d, ok, d2, ok2)
+			t.Fatalf("parseRetryAfter(%q) gave %v, %v then %v, %v", value, d, ok, d2, ok2)
 		}
 		if d < 0 || d > century {
-			t.Fatalf("ParseRetryAfter(%q, %v) = %v, want within [0, %v]", value, now, d, century)
+			t.Fatalf("parseRetryAfter(%q, %v) = %v, want within [0, %v]", value, now, d, century)
 		}
 		if !ok && d != 0 {
-			t.Fatalf("ParseRetryAfter(%q) = %v, false; want 0 with ok false", value, d)
+			t.Fatalf("parseRetryAfter(%q) = %v, false; want 0 with ok false", value, d)
 		}
 
 		trimmed := strings.Trim(value, " \t")
@@ -46,34 +46,34 @@ func FuzzParseRetryAfter(f *testing.F) {
 		switch {
 		case allDigits(trimmed):
 			if !ok {
-				t.Fatalf("ParseRetryAfter(%q): got ok false for delay-seconds", value)
+				t.Fatalf("parseRetryAfter(%q): got ok false for delay-seconds", value)
 			}
 			want := century
 			if n, err := strconv.ParseInt(trimmed, 10, 64); err == nil && n <= maxRetryAfterSeconds {
 				want = time.Duration(n) * time.Second
 			}
 			if d != want {
-				t.Fatalf("ParseRetryAfter(%q) = %v, want %v", value, d, want)
+				t.Fatalf("parseRetryAfter(%q) = %v, want %v", value, d, want)
 			}
 		case dateErr == nil:
 			if !ok {
-				t.Fatalf("ParseRetryAfter(%q): got ok false for an HTTP-date", value)
+				t.Fatalf("parseRetryAfter(%q): got ok false for an HTTP-date", value)
 			}
 			if (d > 0) != date.After(now) {
-				t.Fatalf("ParseRetryAfter(%q, %v) = %v; want a positive delay exactly when the date is ahead", value, now, d)
+				t.Fatalf("parseRetryAfter(%q, %v) = %v; want a positive delay exactly when the date is ahead", value, now, d)
 			}
 			if d > 0 && d < century && !now.Add(d).Equal(date) {
-				t.Fatalf("ParseRetryAfter(%q, %v) = %v, which does not lead to %v", value, now, d, date)
+				t.Fatalf("parseRetryAfter(%q, %v) = %v, which does not lead to %v", value, now, d, date)
 			}
 		case ok:
-			t.Fatalf("ParseRetryAfter(%q) = %v, true; want ok false: neither delay-seconds nor an HTTP-date", value, d)
+			t.Fatalf("parseRetryAfter(%q) = %v, true; want ok false: neither delay-seconds nor an HTTP-date", value, d)
 		}
 
 		// Delay-seconds round-trips up to the century, and is clamped there.
 		s := strconv.FormatUint(uint64(small), 10)
 		wantSmall := min(time.Duration(small)*time.Second, century)
-		if got, ok := ParseRetryAfter(s, now); !ok || got != wantSmall {
-			t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, true", s, got, ok, wantSmall)
+		if got, ok := parseRetryAfter(s, now); !ok || got != wantSmall {
+			t.Fatalf("parseRetryAfter(%q) = %v, %v; want %v, true", s, got, ok, wantSmall)
 		}
 
 		// The capped wait: the transport only waits for a Retry-After

@@ -10,13 +10,13 @@ import (
 // about 292 years).
 const maxRetryAfterSeconds = 100 * 365 * 24 * 3600
 
-// ParseRetryAfter parses a Retry-After header value (RFC 9110 §10.2.3) as
+// parseRetryAfter parses a Retry-After header value (RFC 9110 §10.2.3) as
 // a delay from now: either delay-seconds (a non-negative decimal integer) or
 // an HTTP-date in any of the three formats net/http accepts. ok is false for
 // an absent, malformed or negative value; a date in the past gives 0 and ok.
 // The result is never negative and never overflows: values beyond a hundred
 // years are clamped to a hundred years, far above any cap.
-func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
+func parseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 	if value == "" {
 		return 0, false
 	}
@@ -92,5 +92,5 @@ func RetryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if len(v) == 0 {
 		return 0, false
 	}
-	return ParseRetryAfter(v[0], now)
+	return parseRetryAfter(v[0], now)
 }

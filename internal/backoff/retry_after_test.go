@@ -43,9 +43,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"14 Mar 2025 12:01:30", 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := ParseRetryAfter(tt.value, now)
+		got, ok := parseRetryAfter(tt.value, now)
 		if got != tt.want || ok != tt.wantOK {
-			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tt.value, got, ok, tt.want, tt.wantOK)
+			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", tt.value, got, ok, tt.want, tt.wantOK)
 		}
 	}
 }
@@ -61,12 +61,12 @@ func TestParseRetryAfterNeverNegative(t *testing.T) {
 		"Fri, 31 Dec 9999 23:59:59 GMT", "Mon, 01 Jan 0001 00:00:00 GMT", "Thu, 01 Jan 1970 00:00:00 GMT"}
 	for _, now := range nows {
 		for _, v := range values {
-			d, ok := ParseRetryAfter(v, now)
+			d, ok := parseRetryAfter(v, now)
 			if !ok {
-				t.Errorf("ParseRetryAfter(%q, %v): got ok false, want true", v, now)
+				t.Errorf("parseRetryAfter(%q, %v): got ok false, want true", v, now)
 			}
 			if d < 0 || d > maxRetryAfterSeconds*time.Second {
-				t.Errorf("ParseRetryAfter(%q, %v) = %v, want within [0, 100 years]", v, now, d)
+				t.Errorf("parseRetryAfter(%q, %v) = %v, want within [0, 100 years]", v, now, d)
 			}
 		}
 	}

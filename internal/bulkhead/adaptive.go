@@ -70,7 +70,7 @@ import (
 const (
 	DefaultFloor   = 2
 	DefaultCeiling = 1000
-	InitialLimit   = 4
+	initialLimit   = 4
 )
 
 // The learnt limit's constants. None is a setting: the floor and the
@@ -94,9 +94,9 @@ const (
 // The reasons a learnt limit changes (Change.Why, reported as
 // PolicyInfo.Why).
 const (
-	WhyLatency  = "latency"
-	WhyOverload = "overload"
-	WhyGrowth   = "growth"
+	whyLatency  = "latency"
+	whyOverload = "overload"
+	whyGrowth   = "growth"
 )
 
 // Learnt is a scope's learnt limit. This type is concurrency safe.
@@ -123,12 +123,12 @@ type Learnt struct {
 }
 
 // NewLearnt returns a learnt limit between floor and ceiling, starting at
-// InitialLimit (within them), doubling.
+// initialLimit (within them), doubling.
 func NewLearnt(floor, ceiling int) *Learnt {
 	return &Learnt{
 		floor:     float64(floor),
 		ceiling:   float64(ceiling),
-		limit:     float64(min(max(InitialLimit, floor), ceiling)),
+		limit:     float64(min(max(initialLimit, floor), ceiling)),
 		threshold: float64(ceiling),
 	}
 }
@@ -136,7 +136,7 @@ func NewLearnt(floor, ceiling int) *Learnt {
 // Change is a change of the learnt limit, to report.
 type Change struct {
 	From, To  int
-	Why       string // WhyLatency, WhyOverload or WhyGrowth
+	Why       string // whyLatency, whyOverload or whyGrowth
 	FromFloor bool   // it rose from its floor
 }
 
@@ -229,7 +229,7 @@ func (l *Learnt) decide() string {
 	// throttle answer that, and the limit is kept for its return.
 	if l.shed > 0 && l.ok > 0 && l.shedLoad*l.ok > l.okLoad*l.shed {
 		l.cut(l.limit * overloadCut)
-		return WhyOverload
+		return whyOverload
 	}
 	if l.n == 0 {
 		return ""
@@ -246,7 +246,7 @@ func (l *Learnt) decide() string {
 	case ratio > cutTolerance:
 		l.cut(l.limit * growTolerance / ratio)
 		l.cutRatio = ratio
-		return WhyLatency
+		return whyLatency
 	case ratio > growTolerance || l.shed > 0:
 		return ""
 	case l.limit < l.threshold:
@@ -258,7 +258,7 @@ func (l *Learnt) decide() string {
 	default:
 		l.set(l.limit + 1)
 	}
-	return WhyGrowth
+	return whyGrowth
 }
 
 // remember adds a window's p10 to the memory, and finds the unloaded

@@ -134,7 +134,7 @@ func TestAdaptiveLimitOverloadSignals(t *testing.T) {
 		l := NewLearnt(2, 1000)
 		l.limit, l.threshold = 40, 40
 		ch, ok := window(l, start, 25, 40)
-		if !ok || ch.Why != WhyOverload || ch.To != 36 {
+		if !ok || ch.Why != whyOverload || ch.To != 36 {
 			t.Errorf("change: got %+v (%v), want 40 -> 36 for overload", ch, ok)
 		}
 	})

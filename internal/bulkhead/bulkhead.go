@@ -232,7 +232,7 @@ func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Du
 	defer timeout.Stop()
 	select {
 	case <-ch:
-		return clk.Now().Sub(now), b.InFlight(), true
+		return clk.Now().Sub(now), int(b.inFlight.Load()), true
 	case <-timeout.C:
 	case <-ctx.Done():
 	}
@@ -243,6 +243,3 @@ func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Du
 	}
 	return waited, 0, false
 }
-
-// InFlight is the number of attempts in flight.
-func (b *Bulkhead) InFlight() int { return int(b.inFlight.Load()) }

@@ -112,6 +112,6 @@ func TestBulkheadWithoutALimitIsQuietOutsideItsRamp(t *testing.T) {
 		b.ReleaseAt(end, true)
 	}
 	if !b.Idle() {
-		t.Errorf("%d in flight after every attempt left", b.InFlight())
+		t.Errorf("%d in flight after every attempt left", int(b.inFlight.Load()))
 	}
 }

@@ -107,25 +107,25 @@ func serverClosedIdle(err error) bool {
 	return false
 }
 
-// H2StreamError has the fields of net/http's (unexported) HTTP/2 stream
+// h2StreamError has the fields of net/http's (unexported) HTTP/2 stream
 // error, in order: that error's As method fills any struct of the same
 // shape, which is how it is recognised without its text. It is a target
 // for errors.As, never returned.
-type H2StreamError struct {
+type h2StreamError struct {
 	StreamID uint32
 	Code     uint32
 	Cause    error
 }
 
-// Error makes H2StreamError a target errors.As accepts; it is never
+// Error makes h2StreamError a target errors.As accepts; it is never
 // returned.
-func (e H2StreamError) Error() string { return "http2 stream error" }
+func (e h2StreamError) Error() string { return "http2 stream error" }
 
 // HTTP/2 error codes (RFC 9113, section 7) that make a stream reset
 // transient.
 const (
-	H2CodeInternal      = 0x2 // INTERNAL_ERROR: the server gave up on the stream
-	H2CodeRefusedStream = 0x7 // REFUSED_STREAM: the server did not process it
+	h2CodeInternal      = 0x2 // INTERNAL_ERROR: the server gave up on the stream
+	h2CodeRefusedStream = 0x7 // REFUSED_STREAM: the server did not process it
 )
 
 // streamReset reports whether err, or an error it wraps, is an HTTP/2
@@ -133,11 +133,11 @@ const (
 // protocol or flow-control error, HTTP_1_1_REQUIRED, ENHANCE_YOUR_CALM)
 // are not known to pass.
 func streamReset(err error) bool {
-	var se H2StreamError
+	var se h2StreamError
 	if !errors.As(err, &se) {
 		return false
 	}
-	return se.Code == H2CodeInternal || se.Code == H2CodeRefusedStream
+	return se.Code == h2CodeInternal || se.Code == h2CodeRefusedStream
 }
 
 // transientErrnos are the errnos of a connection that failed in a way that

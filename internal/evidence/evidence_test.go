@@ -16,8 +16,8 @@ type h2FakeStreamError struct {
 func (e h2FakeStreamError) Error() string { return "stream error" }
 
 func (e h2FakeStreamError) As(target any) bool {
-	if p, ok := target.(*H2StreamError); ok {
-		*p = H2StreamError(e)
+	if p, ok := target.(*h2StreamError); ok {
+		*p = h2StreamError(e)
 		return true
 	}
 	return false

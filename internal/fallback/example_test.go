@@ -44,8 +44,8 @@ func ExampleAsk() {
 		panic(fmt.Sprint(failure, err))
 	}
 	fallback.Mark(resp, "exhausted")
-	fmt.Println(resp.StatusCode, resp.Header.Get(fallback.Header))
-	fmt.Printf("%q\n", cached.Get(fallback.Header))
+	fmt.Println(resp.StatusCode, resp.Header.Get("Retryfuse-Fallback"))
+	fmt.Printf("%q\n", cached.Get("Retryfuse-Fallback"))
 	// Output:
 	// 200 exhausted
 	// ""

@@ -14,28 +14,29 @@ import (
 	"strings"
 )
 
-// Header marks a response the Fallback produced; its value names why the
+// markHeader marks a response the Fallback produced; its value names why the
 // call failed. See Transport.Fallback.
-const Header = "Retryfuse-Fallback"
+const markHeader = "Retryfuse-Fallback"
 
-// ErrEmpty: the Fallback returned neither a response nor an error.
-var ErrEmpty = errors.New("retryfuse: fallback returned neither a response nor an error")
+// errEmpty: the Fallback returned neither a response nor an error.
+var errEmpty = errors.New("retryfuse: fallback returned neither a response nor an error")
 
-// Mark sets Header on resp to reason, in a header of its own: a Fallback
-// may build its responses on a header map it keeps. Whatever the Fallback
-// put under the name is replaced.
+// Mark sets the Retryfuse-Fallback header (markHeader) on resp to reason,
+// in a header map of its own: a Fallback may build its responses on a
+// header map it keeps. Whatever the Fallback put under the name is
+// replaced.
 func Mark(resp *http.Response, reason string) {
 	h := resp.Header.Clone()
 	if h == nil {
 		h = make(http.Header, 1)
 	}
-	h.Set(Header, reason)
+	h.Set(markHeader, reason)
 	resp.Header = h
 }
 
-// CurrentDataKey is the context key under which WithCurrentData marks a
+// currentDataKey is the context key under which WithCurrentData marks a
 // context; only the value true marks it.
-type CurrentDataKey struct{}
+type currentDataKey struct{}
 
 // WithCurrentData returns a copy of ctx (context.Background when nil)
 // that marks the requests sent with it as needing current data.
@@ -43,14 +44,14 @@ func WithCurrentData(ctx context.Context) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return context.WithValue(ctx, CurrentDataKey{}, true)
+	return context.WithValue(ctx, currentDataKey{}, true)
 }
 
 // NeedsCurrent reports whether req needs current data: its context says
 // so (WithCurrentData), or its Cache-Control has no-cache or max-age=0,
 // or, without a Cache-Control, its Pragma has no-cache (RFC 9111, 5.4).
 func NeedsCurrent(req *http.Request) bool {
-	if v, _ := req.Context().Value(CurrentDataKey{}).(bool); v {
+	if v, _ := req.Context().Value(currentDataKey{}).(bool); v {
 		return true
 	}
 	if cc := req.Header.Values("Cache-Control"); len(cc) > 0 {
@@ -81,7 +82,7 @@ func NeedsCurrent(req *http.Request) bool {
 
 // Ask consults fb about req, whose call ended with resp and err,
 // recovering a panic. failure reports a Fallback that panicked or answered
-// nothing usable (ErrEmpty); a response beside an error is closed, unless
+// nothing usable (errEmpty); a response beside an error is closed, unless
 // it is resp, and the error stands.
 func Ask(fb func(*http.Request, *http.Response, error) (*http.Response, error), req *http.Request, resp *http.Response, err error) (fresp *http.Response, ferr, failure error) {
 	defer func() {
@@ -92,7 +93,7 @@ func Ask(fb func(*http.Request, *http.Response, error) (*http.Response, error), 
 	fresp, ferr = fb(req, resp, err)
 	switch {
 	case fresp == nil && ferr == nil:
-		return nil, nil, ErrEmpty
+		return nil, nil, errEmpty
 	case fresp != nil && ferr != nil:
 		if fresp != resp && fresp.Body != nil {
 			_ = fresp.Body.Close()

@@ -22,8 +22,8 @@ func TestNeedsCurrent(t *testing.T) {
 		{"no header, no mark", context.Background(), nil, false},
 		{"WithCurrentData", WithCurrentData(context.Background()), nil, true},
 		{"WithCurrentData(nil)", WithCurrentData(nil), nil, true}, //nolint:staticcheck // nil is documented
-		{"the key with false", context.WithValue(context.Background(), CurrentDataKey{}, false), nil, false},
-		{"the key with a non-bool", context.WithValue(context.Background(), CurrentDataKey{}, "yes"), nil, false},
+		{"the key with false", context.WithValue(context.Background(), currentDataKey{}, false), nil, false},
+		{"the key with a non-bool", context.WithValue(context.Background(), currentDataKey{}, "yes"), nil, false},
 		{"WithCurrentData beside max-age=60", WithCurrentData(context.Background()), http.Header{"Cache-Control": {"max-age=60"}}, true},
 
 		{"no-cache", nil, http.Header{"Cache-Control": {"no-cache"}}, true},
@@ -89,17 +89,17 @@ func TestWithCurrentDataKeepsTheContextsValues(t *testing.T) {
 }
 
 func TestMarkSetsTheHeaderOnACopy(t *testing.T) {
-	kept := http.Header{"Content-Type": {"text/plain"}, Header: {"set by the Fallback", "twice"}}
+	kept := http.Header{"Content-Type": {"text/plain"}, markHeader: {"set by the Fallback", "twice"}}
 	resp := &http.Response{Header: kept}
 	Mark(resp, "exhausted")
-	if got := resp.Header.Values(Header); len(got) != 1 || got[0] != "exhausted" {
+	if got := resp.Header.Values(markHeader); len(got) != 1 || got[0] != "exhausted" {
 		t.Errorf("mark: got %q, want [exhausted]", got)
 	}
 	if got := resp.Header.Get("Content-Type"); got != "text/plain" {
 		t.Errorf("other header: got %q, want text/plain", got)
 	}
 	// The Fallback's own map is untouched: it may hand it out again.
-	if got := kept.Values(Header); len(got) != 2 || got[0] != "set by the Fallback" {
+	if got := kept.Values(markHeader); len(got) != 2 || got[0] != "set by the Fallback" {
 		t.Errorf("the original header: got %q, want it untouched", got)
 	}
 	if len(kept) != 2 {
@@ -110,7 +110,7 @@ func TestMarkSetsTheHeaderOnACopy(t *testing.T) {
 func TestMarkWithoutAHeader(t *testing.T) {
 	resp := &http.Response{}
 	Mark(resp, "breaker_open")
-	if got := resp.Header.Get(Header); got != "breaker_open" {
+	if got := resp.Header.Get(markHeader); got != "breaker_open" {
 		t.Errorf("mark on a nil header: got %q, want breaker_open", got)
 	}
 }
@@ -146,7 +146,7 @@ func TestAsk(t *testing.T) {
 		err         error
 		wantResp    *http.Response
 		wantErr     error
-		wantFailure bool // a failure other than ErrEmpty
+		wantFailure bool // a failure other than errEmpty
 		wantEmpty   bool
 		closed      *body // closed by Ask
 		open        *body // left open by Ask
@@ -215,11 +215,11 @@ func TestAsk(t *testing.T) {
 			}
 			switch {
 			case tt.wantEmpty:
-				if !errors.Is(failure, ErrEmpty) {
-					t.Errorf("failure: got %v, want %v", failure, ErrEmpty)
+				if !errors.Is(failure, errEmpty) {
+					t.Errorf("failure: got %v, want %v", failure, errEmpty)
 				}
 			case tt.wantFailure:
-				if failure == nil || errors.Is(failure, ErrEmpty) {
+				if failure == nil || errors.Is(failure, errEmpty) {
 					t.Errorf("failure: got %v, want the panic's", failure)
 				}
 			default:

@@ -20,14 +20,14 @@ import (
 )
 
 // The bounds of the memory: how many keys, and for how long. A key is
-// dropped after TTL, like a ledger.Memory's, or to make room for a new one
-// when MaxKeys are held (the one that would expire first).
+// dropped after ttl, like a ledger.Memory's, or to make room for a new one
+// when maxKeys are held (the one that would expire first).
 const (
-	MaxKeys = 10000
-	TTL     = 24 * time.Hour
+	maxKeys = 10000
+	ttl     = 24 * time.Hour
 )
 
-// Memory is the memory of keys, bounded by MaxKeys and TTL. Its zero value
+// Memory is the memory of keys, bounded by maxKeys and ttl. Its zero value
 // is empty and ready for use. This type is concurrency safe.
 type Memory struct {
 	n  atomic.Int64 // len(m), read without the lock
@@ -71,17 +71,17 @@ func (k *Memory) Lookup(key string, now time.Time) (Memo, bool) {
 	return m, true
 }
 
-// Remember holds key with m from now for TTL.
+// Remember holds key with m from now for ttl.
 func (k *Memory) Remember(key string, m Memo, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
 		k.m = make(map[string]Memo)
 	}
-	if _, ok := k.m[key]; !ok && len(k.m) >= MaxKeys {
+	if _, ok := k.m[key]; !ok && len(k.m) >= maxKeys {
 		k.makeRoom(now)
 	}
-	m.expires = now.Add(TTL)
+	m.expires = now.Add(ttl)
 	k.m[key] = m
 	k.n.Store(int64(len(k.m)))
 }
@@ -108,7 +108,7 @@ func (k *Memory) makeRoom(now time.Time) {
 			first, firstAt = key, m.expires
 		}
 	}
-	if len(k.m) >= MaxKeys {
+	if len(k.m) >= maxKeys {
 		delete(k.m, first)
 	}
 }

@@ -11,17 +11,17 @@ import (
 func TestKeyMemoryBoundAndExpiry(t *testing.T) {
 	var k Memory
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for i := range MaxKeys {
+	for i := range maxKeys {
 		k.Remember(fmt.Sprint("k", i), Memo{}, now.Add(time.Duration(i)))
 	}
-	k.Remember("new", Memo{}, now.Add(MaxKeys))
-	assert.Len(t, k.m, MaxKeys, "the memory stays within its bound")
-	_, found := k.Lookup("k0", now.Add(MaxKeys))
+	k.Remember("new", Memo{}, now.Add(maxKeys))
+	assert.Len(t, k.m, maxKeys, "the memory stays within its bound")
+	_, found := k.Lookup("k0", now.Add(maxKeys))
 	assert.False(t, found, "the key that would expire first made room")
-	_, found = k.Lookup("new", now.Add(MaxKeys))
+	_, found = k.Lookup("new", now.Add(maxKeys))
 	assert.True(t, found)
-	_, found = k.Lookup("new", now.Add(MaxKeys+TTL))
-	assert.False(t, found, "a key expires after TTL")
+	_, found = k.Lookup("new", now.Add(maxKeys+ttl))
+	assert.False(t, found, "a key expires after ttl")
 }
 
 // Empty, read without the lock, follows what the memory holds: a key
@@ -35,7 +35,7 @@ func TestKeyMemoryEmptyFollowsItsKeys(t *testing.T) {
 	assert.False(t, k.Empty())
 	k.Forget("a")
 	assert.False(t, k.Empty(), "b is still held")
-	_, found := k.Lookup("b", now.Add(TTL))
+	_, found := k.Lookup("b", now.Add(ttl))
 	assert.False(t, found, "b has expired")
 	assert.True(t, k.Empty(), "the expired key was dropped on lookup")
 }

@@ -13,50 +13,50 @@ import (
 // Histogram is a small histogram of a scope's attempt latencies, for the
 // hedge delay: logarithmic buckets, a quarter of an octave wide, from 50µs
 // up to about a minute. It weighs recent observations most: once it holds
-// Window of them, every count is halved. The zero value is an empty
+// window (1024) of them, every count is halved. The zero value is an empty
 // histogram. This type is concurrency safe.
 type Histogram struct {
 	mu      sync.Mutex
-	buckets [Buckets]uint32
+	buckets [numBuckets]uint32
 	n       uint32
 }
 
 const (
-	// Buckets is the number of buckets: the last, bound 50µs · 2^(83/4) ≈
+	// numBuckets is the number of buckets: the last, bound 50µs · 2^(83/4) ≈
 	// 88s, takes everything above 74s.
-	Buckets = 84
+	numBuckets = 84
 	// Base is the bound of the first bucket: every latency at or below it.
 	Base = 50 * time.Microsecond
-	// Window is how many observations the histogram holds before every
+	// window is how many observations the histogram holds before every
 	// count is halved.
-	Window = 1024
-	// Minimum is how many observations a quantile needs.
-	Minimum = 20
+	window = 1024
+	// minimum is how many observations a quantile needs.
+	minimum = 20
 )
 
-// BucketOf returns the bucket of d: the smallest i with
+// bucketOf returns the bucket of d: the smallest i with
 // d <= Base·2^(i/4).
-func BucketOf(d time.Duration) int {
+func bucketOf(d time.Duration) int {
 	if d <= Base {
 		return 0
 	}
 	i := int(math.Ceil(4 * math.Log2(float64(d)/float64(Base))))
-	return min(i, Buckets-1)
+	return min(i, numBuckets-1)
 }
 
-// UpperBound is the longest latency bucket i holds.
-func UpperBound(i int) time.Duration {
+// upperBound is the longest latency bucket i holds.
+func upperBound(i int) time.Duration {
 	return time.Duration(float64(Base) * math.Exp2(float64(i)/4))
 }
 
 // Observe adds one latency.
 func (l *Histogram) Observe(d time.Duration) {
-	i := BucketOf(d)
+	i := bucketOf(d)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.buckets[i]++
 	l.n++
-	if l.n >= Window {
+	if l.n >= window {
 		l.n = 0
 		for j := range l.buckets {
 			l.buckets[j] /= 2
@@ -66,11 +66,11 @@ func (l *Histogram) Observe(d time.Duration) {
 }
 
 // Quantile returns the upper bound of the bucket that holds quantile q,
-// and false while there are fewer than Minimum observations.
+// and false while there are fewer than minimum observations.
 func (l *Histogram) Quantile(q float64) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.n < Minimum {
+	if l.n < minimum {
 		return 0, false
 	}
 	// The rank never reaches the largest observation: one outlier among
@@ -80,8 +80,8 @@ func (l *Histogram) Quantile(q float64) (time.Duration, bool) {
 	for i, c := range l.buckets {
 		seen += c
 		if seen >= rank && c > 0 {
-			return UpperBound(i), true
+			return upperBound(i), true
 		}
 	}
-	return UpperBound(Buckets - 1), true
+	return upperBound(numBuckets - 1), true
 }

@@ -9,18 +9,18 @@ import (
 // quantiles, and the halving that weighs recent observations most.
 
 func TestLatencyBucketOfAndUpperBoundAgree(t *testing.T) {
-	for i := range Buckets {
-		ub := UpperBound(i)
-		if got := BucketOf(ub); got != i {
-			t.Errorf("BucketOf(UpperBound(%d) = %v) = %d, want %d", i, ub, got, i)
+	for i := range numBuckets {
+		ub := upperBound(i)
+		if got := bucketOf(ub); got != i {
+			t.Errorf("bucketOf(upperBound(%d) = %v) = %d, want %d", i, ub, got, i)
 		}
-		if i+1 < Buckets {
-			if got := BucketOf(ub + 1); got != i+1 {
-				t.Errorf("BucketOf(UpperBound(%d)+1ns = %v) = %d, want %d", i, ub+1, got, i+1)
+		if i+1 < numBuckets {
+			if got := bucketOf(ub + 1); got != i+1 {
+				t.Errorf("bucketOf(upperBound(%d)+1ns = %v) = %d, want %d", i, ub+1, got, i+1)
 			}
 		}
-		if i > 0 && UpperBound(i) <= UpperBound(i-1) {
-			t.Errorf("UpperBound(%d) = %v, not above UpperBound(%d) = %v", i, UpperBound(i), i-1, UpperBound(i-1))
+		if i > 0 && upperBound(i) <= upperBound(i-1) {
+			t.Errorf("upperBound(%d) = %v, not above upperBound(%d) = %v", i, upperBound(i), i-1, upperBound(i-1))
 		}
 	}
 }
@@ -36,36 +36,36 @@ func TestLatencyBucketOfEdges(t *testing.T) {
 		{Base + 1, 1},
 		{2 * Base, 4}, // a quarter of an octave per bucket
 		{4 * Base, 8},
-		{time.Hour, Buckets - 1},
-		{time.Duration(1<<63 - 1), Buckets - 1},
+		{time.Hour, numBuckets - 1},
+		{time.Duration(1<<63 - 1), numBuckets - 1},
 	}
 	for _, tt := range tests {
-		if got := BucketOf(tt.d); got != tt.want {
-			t.Errorf("BucketOf(%v) = %d, want %d", tt.d, got, tt.want)
+		if got := bucketOf(tt.d); got != tt.want {
+			t.Errorf("bucketOf(%v) = %d, want %d", tt.d, got, tt.want)
 		}
 	}
-	if got := UpperBound(0); got != Base {
-		t.Errorf("UpperBound(0) = %v, want %v", got, Base)
+	if got := upperBound(0); got != Base {
+		t.Errorf("upperBound(0) = %v, want %v", got, Base)
 	}
-	if got := UpperBound(4); got != 2*Base {
-		t.Errorf("UpperBound(4) = %v, want %v", got, 2*Base)
+	if got := upperBound(4); got != 2*Base {
+		t.Errorf("upperBound(4) = %v, want %v", got, 2*Base)
 	}
 }
 
 func TestLatencyQuantileNeedsMinimumObservations(t *testing.T) {
 	var l Histogram
-	for range Minimum - 1 {
+	for range minimum - 1 {
 		l.Observe(time.Millisecond)
 	}
 	if d, ok := l.Quantile(0.95); ok {
-		t.Fatalf("quantile with %d observations = %v, true; want no estimate", Minimum-1, d)
+		t.Fatalf("quantile with %d observations = %v, true; want no estimate", minimum-1, d)
 	}
 	l.Observe(time.Millisecond)
 	d, ok := l.Quantile(0.95)
 	if !ok {
-		t.Fatalf("quantile with %d observations: no estimate, want one", Minimum)
+		t.Fatalf("quantile with %d observations: no estimate, want one", minimum)
 	}
-	if want := UpperBound(BucketOf(time.Millisecond)); d != want {
+	if want := upperBound(bucketOf(time.Millisecond)); d != want {
 		t.Errorf("quantile = %v, want %v (the bucket of 1ms)", d, want)
 	}
 	if d < time.Millisecond || d > time.Millisecond*119/100 {
@@ -81,7 +81,7 @@ func TestLatencyQuantileRanks(t *testing.T) {
 	for range 5 {
 		l.Observe(200 * time.Millisecond)
 	}
-	fast, slow := UpperBound(BucketOf(time.Millisecond)), UpperBound(BucketOf(200*time.Millisecond))
+	fast, slow := upperBound(bucketOf(time.Millisecond)), upperBound(bucketOf(200*time.Millisecond))
 	tests := []struct {
 		q    float64
 		want time.Duration
@@ -103,14 +103,14 @@ func TestLatencyQuantileRanks(t *testing.T) {
 
 func TestLatencyHalvesAtWindow(t *testing.T) {
 	var l Histogram
-	for range Window - 1 {
+	for range window - 1 {
 		l.Observe(time.Millisecond)
 	}
-	if l.n != Window-1 {
-		t.Fatalf("n = %d, want %d", l.n, Window-1)
+	if l.n != window-1 {
+		t.Fatalf("n = %d, want %d", l.n, window-1)
 	}
 	l.Observe(time.Millisecond) // the window is full: every count halves
-	if got, want := l.buckets[BucketOf(time.Millisecond)], uint32(Window/2); got != want || l.n != want {
+	if got, want := l.buckets[bucketOf(time.Millisecond)], uint32(window/2); got != want || l.n != want {
 		t.Fatalf("after the window: bucket %d, n %d; want %d, %d", got, l.n, want, want)
 	}
 
@@ -128,14 +128,14 @@ func TestLatencyHalvesAtWindow(t *testing.T) {
 	if sum != l.n {
 		t.Errorf("n = %d, but the buckets hold %d", l.n, sum)
 	}
-	if got, want := l.buckets[BucketOf(time.Millisecond)], uint32(256); got != want {
+	if got, want := l.buckets[bucketOf(time.Millisecond)], uint32(256); got != want {
 		t.Errorf("1ms bucket after the second halving = %d, want %d", got, want)
 	}
 	got, ok := l.Quantile(0.5)
-	if want := UpperBound(BucketOf(10 * time.Millisecond)); !ok || got != want {
+	if want := upperBound(bucketOf(10 * time.Millisecond)); !ok || got != want {
 		t.Errorf("median = %v, %v; want %v, true (recent observations weigh most)", got, ok, want)
 	}
-	if l.n >= Window {
-		t.Errorf("n = %d, want below the window %d", l.n, Window)
+	if l.n >= window {
+		t.Errorf("n = %d, want below the window %d", l.n, window)
 	}
 }

@@ -42,12 +42,12 @@ func traceHeader(name string) bool {
 	return strings.HasPrefix(name, "X-B3-")
 }
 
-// DefaultKey returns the key of req: its method, URL (user information
+// defaultKey returns the key of req: its method, URL (user information
 // included), Host, and every header but the trace headers (Traceparent,
 // Tracestate, Baggage, B3, X-B3-*, X-Request-Id and the like), sorted by
 // name, their values in order. Each part is written with its length
 // first, so that no two requests that differ have the same key.
-func DefaultKey(req *http.Request) string {
+func defaultKey(req *http.Request) string {
 	method := req.Method
 	if method == "" {
 		method = http.MethodGet
@@ -83,13 +83,13 @@ func DefaultKey(req *http.Request) string {
 	return b.String()
 }
 
-// KeyOf returns req's key under f (DefaultKey when f is nil), prefixed
+// KeyOf returns req's key under f (defaultKey when f is nil), prefixed
 // with its method: a GET never shares a HEAD's answer. An empty key means
 // req makes a call of its own. A function that panics gives an empty key
 // and an error that says so.
 func KeyOf(f func(*http.Request) string, req *http.Request) (key string, err error) {
 	if f == nil {
-		return DefaultKey(req), nil
+		return defaultKey(req), nil
 	}
 	defer func() {
 		if v := recover(); v != nil {

@@ -18,7 +18,7 @@ func TestDefaultShareKeyTellsApartWhatVariesTheAnswer(t *testing.T) {
 		for i := 0; i+1 < len(h); i += 2 {
 			req.Header.Add(h[i], h[i+1])
 		}
-		return DefaultKey(req)
+		return defaultKey(req)
 	}
 	same := base("Accept", "application/json")
 	for _, h := range [][]string{
@@ -42,7 +42,7 @@ func TestDefaultShareKeyTellsApartWhatVariesTheAnswer(t *testing.T) {
 	assert.NotEqual(t, base("A", "b1:c"), base("A", "b", "1:c"))
 	req, _ := http.NewRequest(http.MethodGet, "https://user:pw@api.example.com/", nil)
 	other, _ := http.NewRequest(http.MethodGet, "https://other:pw@api.example.com/", nil)
-	assert.NotEqual(t, DefaultKey(req), DefaultKey(other), "user information in the URL")
+	assert.NotEqual(t, defaultKey(req), defaultKey(other), "user information in the URL")
 }
 
 func TestEligible(t *testing.T) {
@@ -77,7 +77,7 @@ func TestKeyOf(t *testing.T) {
 	bare := &http.Request{URL: get.URL, Header: http.Header{}} // no method: a GET
 	byPath := func(r *http.Request) string { return r.URL.Path }
 
-	if got, err := KeyOf(nil, get); got != DefaultKey(get) || err != nil {
+	if got, err := KeyOf(nil, get); got != defaultKey(get) || err != nil {
 		t.Errorf("KeyOf(nil, GET) = %q, %v, want the default key", got, err)
 	}
 	if got, err := KeyOf(byPath, get); got != "GET /items" || err != nil {

@@ -61,9 +61,9 @@ const (
 // shorter than Buckets nanoseconds cannot be divided.
 const Buckets = 20
 
-// MinRejects is how many rejections the window must hold before it
+// minRejects is how many rejections the window must hold before it
 // throttles: a few failures among few requests do not.
-const MinRejects = 5
+const minRejects = 5
 
 // The throttle's other constants.
 const (
@@ -173,7 +173,7 @@ func (t *Throttle) bucket(tick int64) *throttleBucket {
 
 // share is the share of new calls refused, for the window's counts w.
 func (t *Throttle) share(w throttleCounts) float64 {
-	if w.rejects < MinRejects {
+	if w.rejects < minRejects {
 		return 0
 	}
 	p := (float64(w.requests) - t.ratio*float64(w.accepts)) / float64(w.calls+throttlePadding)

@@ -34,15 +34,15 @@ func TestThrottleNeverRefusesAHealthyDependency(t *testing.T) {
 func TestThrottleFewRejectionsDoNotThrottle(t *testing.T) {
 	th := New(DefaultRatio, DefaultWindow)
 	clk := newFakeClockAt(fixedStart)
-	for range MinRejects - 1 {
+	for range minRejects - 1 {
 		th.Record(clk.Now(), true, false)
 	}
 	if p := th.Admit(clk.Now(), lowestDraw, nil); p != 0 {
-		t.Errorf("after %d rejections alone: refused (share %v), want admitted", MinRejects-1, p)
+		t.Errorf("after %d rejections alone: refused (share %v), want admitted", minRejects-1, p)
 	}
 	th.Record(clk.Now(), true, false)
 	if p := th.Admit(clk.Now(), lowestDraw, nil); p == 0 {
-		t.Errorf("after %d rejections alone: admitted, want refused", MinRejects)
+		t.Errorf("after %d rejections alone: admitted, want refused", minRejects)
 	}
 }
 
