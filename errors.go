@@ -75,7 +75,7 @@ var (
 	// ErrNotRepeatable: the request failed and may not be sent again (a method
 	// that is not idempotent without an Idempotency-Key, or a body that cannot
 	// be replayed). Decision rule 5.
-	ErrNotRepeatable = errors.New("retryfuse: request is not repeatable")
+	ErrNotRepeatable = sentinel.ErrNotRepeatable
 
 	// ErrFailureStreak: the trailing streak of failed attempts reached the
 	// policy's FailureThreshold. Decision rule 6.

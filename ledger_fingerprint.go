@@ -9,6 +9,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/internal/reqbody"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 	"github.com/retryfuse/retryfuse/ledger"
 )
 
@@ -19,7 +20,7 @@ import (
 // ErrFingerprintLimit: with a Ledger, a request's body is longer than
 // Keys.MaxFingerprintBytes, so it cannot be recognised again; nothing was
 // sent.
-var ErrFingerprintLimit = errors.New("retryfuse: body longer than the fingerprint limit")
+var ErrFingerprintLimit = sentinel.ErrFingerprintLimit
 
 // fingerprintRequest returns the fingerprint of req's method, escaped URL
 // path ("/" when empty), raw query and body, reading the body through req.GetBody (at
