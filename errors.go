@@ -123,6 +123,11 @@ var (
 	// safely (empty, control characters, longer than 255 bytes). A
 	// ledger's refusal of an empty key matches it too.
 	ErrInvalidIdempotencyKey = sentinel.ErrInvalidIdempotencyKey
+
+	// ErrFingerprintLimit: with a Ledger, a request's body is longer than
+	// Keys.MaxFingerprintBytes, so it cannot be recognised again; nothing was
+	// sent.
+	ErrFingerprintLimit = sentinel.ErrFingerprintLimit
 )
 
 func declined(msg string) error { return sentinel.Declined(msg) }
