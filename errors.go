@@ -75,7 +75,7 @@ var (
 	// ErrNotRepeatable: the request failed and may not be sent again (a method
 	// that is not idempotent without an Idempotency-Key, or a body that cannot
 	// be replayed). Decision rule 5.
-	ErrNotRepeatable = errors.New("retryfuse: request is not repeatable")
+	ErrNotRepeatable = sentinel.ErrNotRepeatable
 
 	// ErrFailureStreak: the trailing streak of failed attempts reached the
 	// policy's FailureThreshold. Decision rule 6.
@@ -123,6 +123,11 @@ var (
 	// safely (empty, control characters, longer than 255 bytes). A
 	// ledger's refusal of an empty key matches it too.
 	ErrInvalidIdempotencyKey = sentinel.ErrInvalidIdempotencyKey
+
+	// ErrFingerprintLimit: with a Ledger, a request's body is longer than
+	// Keys.MaxFingerprintBytes, so it cannot be recognised again; nothing was
+	// sent.
+	ErrFingerprintLimit = sentinel.ErrFingerprintLimit
 )
 
 func declined(msg string) error { return sentinel.Declined(msg) }

@@ -2,16 +2,13 @@ package retryfuse
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/internal/honour"
-	"github.com/retryfuse/retryfuse/ledger"
 )
 
 // This file holds the package's test seams: what its tests need to reach
@@ -97,29 +94,6 @@ func (c funcClock) Sleep(ctx context.Context, d time.Duration) error {
 		return realClock{}.Sleep(ctx, d)
 	}
 	return c.sleep(ctx, d)
-}
-
-// fpBodyPrefix separates body-only fingerprints from request fingerprints.
-const fpBodyPrefix = "retryfuse fingerprint v1 body\x00"
-
-// fingerprintBody, for the tests of hashBody, returns the SHA-256 fingerprint of the bytes getBody
-// returns, reading at most limit bytes, and closes the reader on every path.
-// Pass Request.GetBody, so that the request's own body is never consumed.
-//
-// A body longer than limit gives an error wrapping ErrFingerprintLimit; an
-// error from getBody or from reading is returned wrapped. A nil getBody is
-// an error wrapping ErrNotRepeatable: a body that cannot be read again
-// cannot be fingerprinted. For a request without a body use
-// fingerprintRequest, or pass a getBody that returns http.NoBody. A negative
-// limit is an error wrapping ErrInvalidPolicy.
-func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) (ledger.Fingerprint, error) {
-	h := fingerprint.Get()
-	defer fingerprint.Put(h)
-	io.WriteString(h, fpBodyPrefix)
-	if err := hashBody(h, getBody, limit); err != nil {
-		return ledger.Fingerprint{}, err
-	}
-	return h.Sum(), nil
 }
 
 // confirmServerKeys makes tr's scope of rawURL known to honour keys, as

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/internal/keymemory"
 	"github.com/retryfuse/retryfuse/internal/stored"
 	"github.com/retryfuse/retryfuse/ledger"
@@ -37,13 +38,13 @@ func (c *call) claim() (decide.KeyState, *ledger.StoredResponse, error) {
 	if !c.facts.ReplayableBody {
 		return decide.KeyNone, nil, nil
 	}
-	if origin := redirectOrigin(c.req); origin != c.req && origin.Method != c.method {
+	if origin := fingerprint.RedirectOrigin(c.req); origin != c.req && origin.Method != c.method {
 		// http.Client follows a 301, 302 or 303 with a GET of the result
 		// that carries the write's headers, key included: another
 		// operation, not a second sending of the write.
 		return decide.KeyNone, nil, nil
 	}
-	fp, err := fingerprintRequest(c.req, c.p.maxFP)
+	fp, err := fingerprint.Request(c.req, c.p.maxFP)
 	if err != nil {
 		return decide.KeyNone, nil, err
 	}
@@ -180,6 +181,14 @@ func (c *call) settle(resp *http.Response, err error) (*http.Response, error) {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: lerr})
 	}
 	return resp, err
+}
+
+// followsRedirect reports whether resp is a redirect that http.Client
+// follows with the same method and body (307, 308 with a Location): not a
+// result, but a pointer to where the operation is to be sent.
+func followsRedirect(resp *http.Response) bool {
+	return (resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect) &&
+		resp.Header.Get("Location") != ""
 }
 
 // ledgerStepTimeout bounds each ledger step that settles a call (Complete,

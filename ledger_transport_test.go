@@ -12,6 +12,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -395,8 +396,8 @@ func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
 			t.Fatalf("RoundTrip panicked: %v", p)
 		}
 	}()
-	if _, err := fingerprintRequest(req, 1<<10); err == nil {
-		t.Error("fingerprintRequest of a request without a URL: got nil error, want one")
+	if _, err := fingerprint.Request(req, 1<<10); err == nil {
+		t.Error("fingerprint.Request of a request without a URL: got nil error, want one")
 	}
 	resp, err := tr.RoundTrip(req)
 	if err == nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/retryfuse/retryfuse/internal/fallback"
+	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/internal/share"
 )
 
@@ -87,7 +88,7 @@ func (c *call) failedAllTheWay(resp *http.Response, err error) bool {
 
 // inputErrors are the errors of a request or a Transport that is wrong:
 // the caller's mistake, which a Fallback must not hide.
-var inputErrors = [...]error{ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit, errNilRequest, errNilURL}
+var inputErrors = [...]error{ErrInvalidPolicy, ErrInvalidIdempotencyKey, ErrFingerprintLimit, errNilRequest, fingerprint.ErrNilURL}
 
 // Single flight (ReadPolicy.Share), the next stage in, as the Transport
 // drives it: concurrent identical reads share one call, its retries and hedges

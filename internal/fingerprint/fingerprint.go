@@ -9,9 +9,10 @@
 //
 // Both halves of the key compute it here, so that they agree byte for
 // byte: the client (retryfuse's Transport, which reads the body through
-// GetBody) and the server (the idempotency middleware, which has the body
-// in a buffer). The value is stored by ledgers that outlive a release: it
-// must never change (retryfuse's ledger_fingerprint_test.go pins it).
+// GetBody: Request) and the server (the idempotency middleware, which has
+// the body in a buffer: Of). The value is stored by ledgers that outlive a
+// release: it must never change (TestOfFormat and
+// TestFingerprintRequestFormat pin it).
 package fingerprint
 
 import (

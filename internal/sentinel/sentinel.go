@@ -2,8 +2,10 @@
 // with the packages of its policies, so that an error made in a policy's
 // package matches the root's exported sentinel with errors.Is: ErrDeclined
 // (exported as retryfuse.ErrDeclined), ErrInvalidPolicy (exported as
-// retryfuse.ErrInvalidPolicy) and ErrInvalidIdempotencyKey (exported as
-// retryfuse.ErrInvalidIdempotencyKey).
+// retryfuse.ErrInvalidPolicy), ErrInvalidIdempotencyKey (exported as
+// retryfuse.ErrInvalidIdempotencyKey), ErrNotRepeatable (exported as
+// retryfuse.ErrNotRepeatable) and ErrFingerprintLimit (exported as
+// retryfuse.ErrFingerprintLimit).
 package sentinel
 
 import (
@@ -21,6 +23,12 @@ var (
 	// cannot be used: a header that cannot be sent safely, an empty key
 	// given to a ledger.
 	ErrInvalidIdempotencyKey = errors.New("retryfuse: invalid idempotency key")
+	// ErrNotRepeatable is wrapped by every error about a request that may
+	// not be sent again, or whose body cannot be read again.
+	ErrNotRepeatable = errors.New("retryfuse: request is not repeatable")
+	// ErrFingerprintLimit is wrapped by the error about a body longer than
+	// the limit of its fingerprint.
+	ErrFingerprintLimit = errors.New("retryfuse: body longer than the fingerprint limit")
 )
 
 // Declined returns a sentinel error with message msg that matches

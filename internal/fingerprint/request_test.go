@@ -1,9 +1,8 @@
-package retryfuse
+package fingerprint
 
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -11,10 +10,33 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryfuse/retryfuse/ledger"
+	"github.com/retryfuse/retryfuse/internal/sentinel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// fpBodyPrefix separates body-only fingerprints from request fingerprints.
+const fpBodyPrefix = "retryfuse fingerprint v1 body\x00"
+
+// fingerprintBody, for the tests of hashBody, returns the SHA-256 fingerprint of the bytes getBody
+// returns, reading at most limit bytes, and closes the reader on every path.
+// Pass Request.GetBody, so that the request's own body is never consumed.
+//
+// A body longer than limit gives an error wrapping sentinel.ErrFingerprintLimit; an
+// error from getBody or from reading is returned wrapped. A nil getBody is
+// an error wrapping sentinel.ErrNotRepeatable: a body that cannot be read again
+// cannot be fingerprinted. For a request without a body use
+// Request, or pass a getBody that returns http.NoBody. A negative
+// limit is an error wrapping sentinel.ErrInvalidPolicy.
+func fingerprintBody(getBody func() (io.ReadCloser, error), limit int64) ([32]byte, error) {
+	h := Get()
+	defer Put(h)
+	io.WriteString(h, fpBodyPrefix)
+	if err := hashBody(h, getBody, limit); err != nil {
+		return [32]byte{}, err
+	}
+	return h.Sum(), nil
+}
 
 // trackedBody is a body that records whether it was closed.
 type trackedBody struct {
@@ -28,7 +50,7 @@ func bodyOf(s string) func() (io.ReadCloser, error) {
 	return func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(s)), nil }
 }
 
-func mustFingerprintBody(t *testing.T, s string) ledger.Fingerprint {
+func mustFingerprintBody(t *testing.T, s string) [32]byte {
 	t.Helper()
 	fp, err := fingerprintBody(bodyOf(s), 1<<20)
 	require.NoError(t, err)
@@ -37,7 +59,7 @@ func mustFingerprintBody(t *testing.T, s string) ledger.Fingerprint {
 
 func TestFingerprintBodyFormat(t *testing.T) {
 	// Pins the format: a change here changes every stored fingerprint.
-	want := ledger.Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 body\x00" + `{"amount":100}`)))
+	want := sha256.Sum256([]byte("retryfuse fingerprint v1 body\x00" + `{"amount":100}`))
 	got := mustFingerprintBody(t, `{"amount":100}`)
 	assert.Equal(t, want, got)
 }
@@ -57,13 +79,13 @@ func TestFingerprintBodyLimit(t *testing.T) {
 		wantErr error
 	}{
 		{"", 0, nil},
-		{"x", 0, ErrFingerprintLimit},
+		{"x", 0, sentinel.ErrFingerprintLimit},
 		{"12345678", 8, nil},
-		{"123456789", 8, ErrFingerprintLimit},
+		{"123456789", 8, sentinel.ErrFingerprintLimit},
 		{strings.Repeat("x", 1<<16), 1 << 16, nil},
-		{strings.Repeat("x", 1<<16+1), 1 << 16, ErrFingerprintLimit},
+		{strings.Repeat("x", 1<<16+1), 1 << 16, sentinel.ErrFingerprintLimit},
 		{"12345678", math.MaxInt64, nil},
-		{"x", -1, ErrInvalidPolicy},
+		{"x", -1, sentinel.ErrInvalidPolicy},
 	}
 	for _, tt := range tests {
 		body := &trackedBody{Reader: strings.NewReader(tt.body)}
@@ -79,10 +101,6 @@ func TestFingerprintBodyLimit(t *testing.T) {
 	}
 }
 
-type failingReader struct{ err error }
-
-func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
-
 func TestFingerprintBodyErrors(t *testing.T) {
 	errGet := errors.New("get body failed")
 	_, err := fingerprintBody(func() (io.ReadCloser, error) { return nil, errGet }, 10)
@@ -95,14 +113,14 @@ func TestFingerprintBodyErrors(t *testing.T) {
 	assert.True(t, body.closed, "body not closed after a read error")
 
 	_, err = fingerprintBody(nil, 10)
-	assert.ErrorIs(t, err, ErrNotRepeatable, "nil getBody")
+	assert.ErrorIs(t, err, sentinel.ErrNotRepeatable, "nil getBody")
 
 	fp, err := fingerprintBody(func() (io.ReadCloser, error) { return nil, nil }, 10)
 	require.NoError(t, err)
 	assert.Equal(t, mustFingerprintBody(t, ""), fp, "a nil reader is an empty body")
 }
 
-func mustFingerprintRequest(t *testing.T, method, url, body string) ledger.Fingerprint {
+func mustFingerprintRequest(t *testing.T, method, url, body string) [32]byte {
 	t.Helper()
 	var r io.Reader
 	if body != "" {
@@ -110,7 +128,7 @@ func mustFingerprintRequest(t *testing.T, method, url, body string) ledger.Finge
 	}
 	req, err := http.NewRequest(method, url, r)
 	require.NoError(t, err)
-	fp, err := fingerprintRequest(req, 1<<20)
+	fp, err := Request(req, 1<<20)
 	require.NoError(t, err)
 	return fp
 }
@@ -147,18 +165,18 @@ func TestFingerprintRequest(t *testing.T) {
 func TestFingerprintRequestLeavesBodyUnread(t *testing.T) {
 	req, err := http.NewRequest("POST", "https://api.example/v1/charges", bytes.NewReader([]byte("payload")))
 	require.NoError(t, err)
-	_, err = fingerprintRequest(req, 100)
+	_, err = Request(req, 100)
 	require.NoError(t, err)
 	got, err := io.ReadAll(req.Body)
 	require.NoError(t, err)
-	assert.Equal(t, "payload", string(got), "fingerprintRequest consumed req.Body")
+	assert.Equal(t, "payload", string(got), "Request consumed req.Body")
 }
 
 func TestFingerprintRequestBodies(t *testing.T) {
 	empty := mustFingerprintRequest(t, "POST", "https://api.example/", "")
 	req, err := http.NewRequest("POST", "https://api.example/", http.NoBody)
 	require.NoError(t, err)
-	fp, err := fingerprintRequest(req, 0)
+	fp, err := Request(req, 0)
 	require.NoError(t, err)
 	assert.Equal(t, empty, fp, "http.NoBody and a nil body differ")
 
@@ -167,27 +185,22 @@ func TestFingerprintRequestBodies(t *testing.T) {
 	req, err = http.NewRequest("POST", "https://api.example/", body)
 	require.NoError(t, err)
 	require.Nil(t, req.GetBody)
-	_, err = fingerprintRequest(req, 100)
-	assert.ErrorIs(t, err, ErrNotRepeatable)
+	_, err = Request(req, 100)
+	assert.ErrorIs(t, err, sentinel.ErrNotRepeatable)
 	rest, _ := io.ReadAll(body)
 	assert.Equal(t, "once", string(rest), "the body was read")
 	assert.False(t, body.closed, "the body was closed")
 
 	req, err = http.NewRequest("POST", "https://api.example/", strings.NewReader("too long"))
 	require.NoError(t, err)
-	_, err = fingerprintRequest(req, 3)
-	assert.ErrorIs(t, err, ErrFingerprintLimit)
+	_, err = Request(req, 3)
+	assert.ErrorIs(t, err, sentinel.ErrFingerprintLimit)
 }
 
 // TestFingerprintRequestFormat pins the value of a request's fingerprint:
 // a fleet's ledger keeps it, so a change would make a request sent before
 // an upgrade conflict with its own repeat sent after.
 func TestFingerprintRequestFormat(t *testing.T) {
-	field := func(s string) string {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		return string(n[:]) + s
-	}
 	for _, tt := range []struct{ method, url, path, query, body string }{
 		{"POST", "https://api.example/v1/charges", "/v1/charges", "", `{"amount":100}`},
 		{"POST", "https://api.example/v1/transfers?to=alice&x=1", "/v1/transfers", "to=alice&x=1", `{"amount":100}`},
@@ -196,9 +209,9 @@ func TestFingerprintRequestFormat(t *testing.T) {
 	} {
 		// A request without a query keeps the form from before the query
 		// was included; one with a query has a prefix of its own.
-		want := ledger.Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body)))
+		want := sha256.Sum256([]byte("retryfuse fingerprint v1 request\x00" + field(tt.method) + field(tt.path) + tt.body))
 		if tt.query != "" {
-			want = ledger.Fingerprint(sha256.Sum256([]byte("retryfuse fingerprint v1 request with query\x00" + field(tt.method) + field(tt.path) + field(tt.query) + tt.body)))
+			want = sha256.Sum256([]byte("retryfuse fingerprint v1 request with query\x00" + field(tt.method) + field(tt.path) + field(tt.query) + tt.body))
 		}
 		// A *bytes.Reader is hashed where it lies, a *strings.Reader and a
 		// reader of another kind through the copy buffer: alike.
@@ -208,7 +221,7 @@ func TestFingerprintRequestFormat(t *testing.T) {
 			if req.GetBody == nil {
 				req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(io.MultiReader(strings.NewReader(tt.body))), nil }
 			}
-			got, err := fingerprintRequest(req, 1<<20)
+			got, err := Request(req, 1<<20)
 			if err != nil || got != want {
 				t.Errorf("fingerprint of %s %s, body a %T: got %x, %v; want %x", tt.method, tt.path, body, got, err, want)
 			}
@@ -225,9 +238,9 @@ func TestFingerprintLimitInMemoryAndCopied(t *testing.T) {
 		wantErr error
 	}{
 		{"", 0, nil},
-		{"x", 0, ErrFingerprintLimit},
+		{"x", 0, sentinel.ErrFingerprintLimit},
 		{"12345678", 8, nil},
-		{"123456789", 8, ErrFingerprintLimit},
+		{"123456789", 8, sentinel.ErrFingerprintLimit},
 	} {
 		for _, getBody := range []func() (io.ReadCloser, error){
 			func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader([]byte(tt.body))), nil },
@@ -237,7 +250,7 @@ func TestFingerprintLimitInMemoryAndCopied(t *testing.T) {
 			require.NoError(t, err)
 			req.Body, _ = getBody()
 			req.GetBody = getBody
-			_, err = fingerprintRequest(req, tt.limit)
+			_, err = Request(req, tt.limit)
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
 				t.Errorf("body %q, limit %d, a %T: got error %v, want %v", tt.body, tt.limit, req.Body, err, tt.wantErr)
 			}
