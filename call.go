@@ -346,3 +346,11 @@ func (c *call) scopeName() string {
 	}
 	return c.scope
 }
+
+// closeRequestBody closes the body of a request that will not be sent
+// (again), as a RoundTripper must.
+func closeRequestBody(req *http.Request) {
+	if req != nil && req.Body != nil {
+		_ = req.Body.Close()
+	}
+}

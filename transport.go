@@ -153,14 +153,6 @@ func (c *ownedContext) Deadline() (time.Time, bool) {
 // through, so that stacked layers do not multiply load.
 type ownerKey struct{}
 
-// closeRequestBody closes the body of a request that will not be sent
-// (again), as a RoundTripper must.
-func closeRequestBody(req *http.Request) {
-	if req != nil && req.Body != nil {
-		_ = req.Body.Close()
-	}
-}
-
 // setup resolves and validates the settings, once (policy.go).
 func (t *Transport) setup() {
 	t.once.Do(func() { t.p, t.initErr = t.resolve() })
