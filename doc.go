@@ -15,7 +15,9 @@
 // Brake (BrakePolicy), Hedge (HedgePolicy), Load (LoadPolicy), Reads
 // (ReadPolicy) and Scope (ScopePolicy). The retry budgets are in package
 // github.com/retryfuse/retryfuse/budget, the circuit breaker in package
-// github.com/retryfuse/retryfuse/breaker:
+// github.com/retryfuse/retryfuse/breaker, the key ledger (shared with the
+// server half, package idempotency) in package
+// github.com/retryfuse/retryfuse/ledger:
 //
 //	br, err := breaker.New(breaker.Settings{})
 //	if err != nil {
