@@ -2,35 +2,20 @@ package breaker
 
 import (
 	"errors"
-	"sync"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/testclock"
 )
 
 // fixedStart is the fixed start of the tests' clocks.
 var fixedStart = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is the tests' virtual clock.
+type fakeClock = testclock.Clock
 
-func newFakeClockAt(start time.Time) *fakeClock { return &fakeClock{t: start} }
+func newFakeClockAt(start time.Time) *fakeClock { return testclock.At(start) }
 
 func newFakeClock() *fakeClock { return newFakeClockAt(fixedStart) }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock on by d.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // errBudget stands for a retry budget's refusal: a local gate's, no
 // evidence about the dependency.

@@ -2,11 +2,11 @@ package ledger
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/internal/testclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,27 +62,10 @@ func ledgerFP(b byte) Fingerprint { return Fingerprint{b} }
 // newMemory returns l, and the error its settings give.
 func newMemory(l *Memory) (*Memory, error) { return l, l.Validate() }
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is the tests' virtual clock.
+type fakeClock = testclock.Clock
 
-func newFakeClockAt(start time.Time) *fakeClock { return &fakeClock{t: start} }
-
-// Now returns the clock's time.
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock on by d.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClockAt(start time.Time) *fakeClock { return testclock.At(start) }
 
 func ledgerBegin(t *testing.T, l Ledger, key string, want decide.KeyState) Claim {
 	t.Helper()

@@ -1,31 +1,15 @@
 package throttle
 
 import (
-	"sync"
 	"time"
+
+	"github.com/retryfuse/retryfuse/internal/testclock"
 )
 
 // fixedStart is the fixed start of the tests' clocks.
 var fixedStart = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 
-// fakeClock is a clock the test moves by hand. It is safe for concurrent
-// use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is the tests' virtual clock.
+type fakeClock = testclock.Clock
 
-func newFakeClockAt(start time.Time) *fakeClock { return &fakeClock{t: start} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock on by d.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClockAt(start time.Time) *fakeClock { return testclock.At(start) }
