@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/retryfuse/retryfuse/breaker"
@@ -12,9 +13,10 @@ import (
 
 // This file is admission: the gates an attempt passes before it is sent,
 // in the order of the stack (see Transport) — the breaker, the rate
-// limiter, the bulkhead — with a hedge's entry, the pass an admitted
-// attempt holds until it is over, and the refusals. The state they read is
-// the scope's record (scopes.go), found once per call.
+// limiter, the bulkhead — the pass an admitted attempt holds until it is
+// over, its leaving (the bulkhead's slot freed and the learnt limit told
+// first, then the breaker, then the throttle), and the refusals. The state
+// they read is the scope's record (scopes.go), found once per call.
 
 // pass is what an admitted attempt holds until it is over: the breaker's
 // ticket and the bulkhead's slot, with what the learnt limit and the
@@ -53,14 +55,74 @@ func (c *call) enter(hedge bool) (pass, error) {
 	return ps, nil
 }
 
-// leave ends an attempt's pass: its bulkhead slot is free again, the
-// learnt limit and the throttle hear what it showed (overload.go), and so
-// does the breaker.
+// leave ends an attempt's pass, the stages it passed left innermost
+// first: its bulkhead slot is free again and the learnt limit hears what
+// it showed (overload.go), then the breaker, then the throttle.
 func (c *call) leave(ps pass, a attempt) {
-	if ps.slot != nil || c.st != nil && c.st.throttle != nil {
-		c.feedLoad(ps, a)
+	throttled := c.st != nil && c.st.throttle != nil
+	var (
+		now              time.Time
+		counts, accepted bool
+	)
+	if ps.slot != nil || throttled {
+		now, counts, accepted = c.freeSlot(ps, a)
 	}
 	c.observe(ps.ticket, a)
+	if counts && throttled {
+		c.feedThrottle(ps, a, now, accepted)
+	}
+}
+
+// freeSlot frees an attempt's slot and tells the learnt limit what the
+// attempt showed: the innermost stage, left first. It returns the step's
+// time and the attempt's verdict for the controls of load, for
+// feedThrottle.
+func (c *call) freeSlot(ps pass, a attempt) (now time.Time, counts, accepted bool) {
+	counts, accepted = loadVerdict(a)
+	if counts {
+		now = c.now() // the attempt's end: finish began the step
+	} else {
+		now = c.p.clock.Now() // a refusal's or a lost branch's, whenever it is
+	}
+	if ps.slot != nil {
+		ps.slot.ReleaseAt(now, counts && accepted)
+	}
+	st := c.st
+	if !counts || st == nil || st.adaptive == nil || ps.slot == nil {
+		return now, counts, accepted
+	}
+	change, ok := st.adaptive.Observe(now, ps.sent, ps.load, !accepted)
+	if !ok {
+		return now, counts, accepted
+	}
+	ps.slot.SetLimit(change.To, now)
+	if c.t.Hooks.Policy != nil {
+		c.reportPolicy(PolicyInfo{Policy: policyAdaptiveLimit, Action: actionChanged,
+			Limit: change.To, PrevLimit: change.From, Why: change.Why})
+	}
+	if change.FromFloor {
+		c.startRamp(st, now, change.From, whyLimitRecovered)
+	}
+	return now, counts, accepted
+}
+
+// loadVerdict says what an attempt showed of the dependency's load:
+// whether it counts at all, and whether the dependency accepted it. A 429
+// or 503 and an attempt without an answer (a timeout, a connection
+// refused or lost) are rejected; any other answer is accepted. What the
+// caller cancelled, a local error ended, or a server replayed from its
+// store does not count.
+func loadVerdict(a attempt) (counts, accepted bool) {
+	switch {
+	case a.ignored, a.keyed == honour.AnswerReplayed: // a stored answer says nothing of the load now
+		return false, false
+	case a.resp != nil:
+		code := a.resp.StatusCode
+		return true, code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable
+	case a.retryable || a.outcome == decide.OutcomeTimeout || a.outcome == decide.OutcomeUnknown:
+		return true, false
+	}
+	return false, false
 }
 
 // limits returns the record of the call's scope when attempts pass
@@ -118,31 +180,6 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 		return err
 	}
 	c.policyEvent(policyRateLimit, actionWaited, d, nil)
-	return nil
-}
-
-// wouldRefuseHedge returns the refusal the breaker, the rate limiter or
-// the bulkhead would give a hedge now, taking nothing from any of them:
-// the scope open, no token in the limiter, no free slot. Another call may
-// take what it saw free before the hedge enters; then enter refuses it.
-func (c *call) wouldRefuseHedge() error {
-	now := c.p.clock.Now()
-	if err := c.openThrough(now); err != nil {
-		return err
-	}
-	l := c.limits()
-	if l == nil {
-		return nil
-	}
-	if l.rate != nil {
-		if tokens := l.rate.TokensAt(now); tokens < 1 {
-			wait := time.Duration((1 - tokens) / float64(l.rate.Limit()) * float64(time.Second))
-			return &RateLimitError{Scope: l.name, RetryAfter: wait}
-		}
-	}
-	if l.bulkhead != nil && !l.bulkhead.Free(now) {
-		return l.bulkheadFull(now, 0)
-	}
 	return nil
 }
 
@@ -281,45 +318,6 @@ func (c *call) breakerChanged(change breaker.Change) {
 		emit(c.t.Hooks.BreakerChange, change)
 	}
 }
-
-// enterHedge admits a hedge: an attempt left (taken at once, see
-// takeHedge), the caller still waiting, the budget's retry, then the
-// breaker, the rate limiter and the bulkhead without waiting. The gates
-// are asked first whether they would refuse, taking nothing, so that a
-// hedge they refuse takes no retry from the budget (as schedule spends
-// none on a retry that will not be sent).
-func (c *call) enterHedge() (pass, error) {
-	c.step() // a hedge is admitted later than its group's first attempt
-	if !c.takeHedge() {
-		return pass{}, ErrAttemptsExhausted
-	}
-	ps, err := c.admitHedge()
-	if err != nil {
-		c.giveBackHedge()
-	}
-	return ps, err
-}
-
-// admitHedge asks the gates after the attempts for a hedge.
-func (c *call) admitHedge() (pass, error) {
-	if err := c.ctx.Err(); err != nil {
-		return pass{}, err
-	}
-	if err := c.wouldRefuseHedge(); err != nil {
-		return pass{}, err
-	}
-	if c.budget != nil && !c.allowRetry() {
-		return pass{}, ErrBudgetExhausted
-	}
-	return c.enter(true)
-}
-
-// The sentinels behind *BulkheadFullError and *RateLimitError, so that
-// ReasonName names them.
-var (
-	errBulkheadFull = declined("retryfuse: bulkhead full")
-	errRateLimited  = declined("retryfuse: rate limited")
-)
 
 // BulkheadFullError is returned when the bulkhead of the request's scope
 // (LoadPolicy.MaxInFlight, or the limit LoadPolicy.Adaptive learns, or slow

@@ -127,14 +127,19 @@ func (c *call) run() (*http.Response, error) {
 		}
 	}
 	if !c.passThrough {
+		// The scope's record, found once, for the gates that read it: the
+		// throttle, and the budget when each scope has its own.
+		if c.p.throttle || c.p.budget == nil {
+			if _, err := c.scopeRecord(); err != nil {
+				closeRequestBody(req)
+				return c.settle(nil, err)
+			}
+		}
 		if err := c.admitCall(); err != nil {
 			closeRequestBody(req)
 			return c.settle(nil, err)
 		}
-		if err := c.recordRequest(); err != nil {
-			closeRequestBody(req)
-			return c.settle(nil, err)
-		}
+		c.recordRequest()
 	}
 	resp, err := c.loop()
 	c.depositRequest() // when no attempt was made

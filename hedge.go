@@ -17,7 +17,8 @@ import (
 // while none has answered well; the first good answer wins, and the others
 // are cancelled. Each branch runs on a goroutine of its own; everything
 // else (the gates, the hooks, the decisions) stays on the caller's, and no
-// branch outlives the group.
+// branch outlives the group. A hedge enters the gates without waiting
+// (enterHedge), and is not sent when one would refuse it.
 
 // hedgePolicy is the resolved hedging of a Transport.
 type hedgePolicy struct {
@@ -281,4 +282,68 @@ func isSeparator(b byte) bool {
 		return true
 	}
 	return false
+}
+
+// enterHedge admits a hedge: an attempt left (taken at once, see
+// takeHedge), the caller still waiting, the budget's retry, then the
+// breaker, the rate limiter and the bulkhead without waiting. The gates
+// are asked first whether they would refuse, taking nothing, so that a
+// hedge they refuse takes no retry from the budget (as schedule spends
+// none on a retry that will not be sent).
+func (c *call) enterHedge() (pass, error) {
+	c.step() // a hedge is admitted later than its group's first attempt
+	if !c.takeHedge() {
+		return pass{}, ErrAttemptsExhausted
+	}
+	ps, err := c.admitHedge()
+	if err != nil {
+		c.giveBackHedge()
+	}
+	return ps, err
+}
+
+// admitHedge asks the gates after the attempts for a hedge.
+func (c *call) admitHedge() (pass, error) {
+	if err := c.ctx.Err(); err != nil {
+		return pass{}, err
+	}
+	if err := c.wouldRefuseHedge(); err != nil {
+		return pass{}, err
+	}
+	if c.budget != nil && !c.allowRetry() {
+		return pass{}, ErrBudgetExhausted
+	}
+	return c.enter(true)
+}
+
+// The sentinels behind *BulkheadFullError and *RateLimitError, so that
+// ReasonName names them.
+var (
+	errBulkheadFull = declined("retryfuse: bulkhead full")
+	errRateLimited  = declined("retryfuse: rate limited")
+)
+
+// wouldRefuseHedge returns the refusal the breaker, the rate limiter or
+// the bulkhead would give a hedge now, taking nothing from any of them:
+// the scope open, no token in the limiter, no free slot. Another call may
+// take what it saw free before the hedge enters; then enter refuses it.
+func (c *call) wouldRefuseHedge() error {
+	now := c.p.clock.Now()
+	if err := c.openThrough(now); err != nil {
+		return err
+	}
+	l := c.limits()
+	if l == nil {
+		return nil
+	}
+	if l.rate != nil {
+		if tokens := l.rate.TokensAt(now); tokens < 1 {
+			wait := time.Duration((1 - tokens) / float64(l.rate.Limit()) * float64(time.Second))
+			return &RateLimitError{Scope: l.name, RetryAfter: wait}
+		}
+	}
+	if l.bulkhead != nil && !l.bulkhead.Free(now) {
+		return l.bulkheadFull(now, 0)
+	}
+	return nil
 }

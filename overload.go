@@ -7,14 +7,14 @@ import (
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/backoff"
-	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
 // This file is how a call meets the controls of load (DESIGN.md, "Load"):
 // the throttle admits a new call before its first attempt
-// (internal/throttle); each attempt's outcome feeds the throttle and the
-// learnt limit (internal/bulkhead) as it leaves; and a scope's slow start
+// (internal/throttle); each attempt's outcome feeds the throttle as it
+// leaves (the learnt limit hears it first, in admission.go); and a
+// scope's slow start
 // begins when its breaker closes or its learnt limit rises from its floor
 // (internal/bulkhead, in the scope's bulkhead).
 // Neither a refusal of these nor any of their counts reaches the breaker.
@@ -45,10 +45,7 @@ func (c *call) admitCall() error {
 	if !c.p.throttle {
 		return nil
 	}
-	st, err := c.scopeRecord()
-	if err != nil {
-		return err
-	}
+	st := c.st // found by run, before the gates
 	if err := c.keepPace(st); err != nil {
 		return err
 	}
@@ -64,7 +61,7 @@ func (c *call) admitCall() error {
 	if share == 0 {
 		return nil
 	}
-	err = &throttle.Error{Scope: st.name, Share: share}
+	err := &throttle.Error{Scope: st.name, Share: share}
 	c.reportPolicy(PolicyInfo{Policy: policyThrottle, Action: actionRejected, Err: err})
 	c.giveUp(err, decide.Verdict{})
 	return err
@@ -119,69 +116,19 @@ func (c *call) keepPace(st *scopeRecord) error {
 	return nil
 }
 
-// loadVerdict says what an attempt showed of the dependency's load:
-// whether it counts at all, and whether the dependency accepted it. A 429
-// or 503 and an attempt without an answer (a timeout, a connection
-// refused or lost) are rejected; any other answer is accepted. What the
-// caller cancelled, a local error ended, or a server replayed from its
-// store does not count.
-func loadVerdict(a attempt) (counts, accepted bool) {
-	switch {
-	case a.ignored, a.keyed == honour.AnswerReplayed: // a stored answer says nothing of the load now
-		return false, false
-	case a.resp != nil:
-		code := a.resp.StatusCode
-		return true, code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable
-	case a.retryable || a.outcome == decide.OutcomeTimeout || a.outcome == decide.OutcomeUnknown:
-		return true, false
-	}
-	return false, false
-}
-
-// feedLoad frees an attempt's slot and tells the throttle and the learnt
-// limit what it showed.
-func (c *call) feedLoad(ps pass, a attempt) {
-	counts, accepted := loadVerdict(a)
-	var now time.Time
-	if counts {
-		now = c.now() // the attempt's end: finish began the step
-	} else {
-		now = c.p.clock.Now() // a refusal's or a lost branch's, whenever it is
-	}
-	if ps.slot != nil {
-		ps.slot.ReleaseAt(now, counts && accepted)
-	}
-	st := c.st
-	if !counts || st == nil {
+// feedThrottle tells the throttle and its pace what an attempt that counts
+// showed, at now: the outer control of load, left after the breaker.
+func (c *call) feedThrottle(ps pass, a attempt, now time.Time, accepted bool) {
+	th := c.st.throttle
+	if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
+		// A rate, not a failure: the pace learns it, and its Retry-After
+		// holds new calls unless a retry would not wait for it.
+		ra, ok := backoff.RetryAfter(a.resp, now)
+		th.Pace().Throttled(now, ra, ok && ra <= c.p.maxRetryAfter, func() float64 { return th.AcceptedRate(now) })
 		return
 	}
-	if th := st.throttle; th != nil {
-		if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
-			// A rate, not a failure: the pace learns it, and its
-			// Retry-After holds new calls unless a retry would not wait
-			// for it.
-			ra, ok := backoff.RetryAfter(a.resp, now)
-			th.Pace().Throttled(now, ra, ok && ra <= c.p.maxRetryAfter, func() float64 { return th.AcceptedRate(now) })
-		} else {
-			th.Record(now, ps.first, accepted)
-			th.Pace().Answered(now)
-		}
-	}
-	if st.adaptive == nil || ps.slot == nil {
-		return
-	}
-	change, ok := st.adaptive.Observe(now, ps.sent, ps.load, !accepted)
-	if !ok {
-		return
-	}
-	ps.slot.SetLimit(change.To, now)
-	if c.t.Hooks.Policy != nil {
-		c.reportPolicy(PolicyInfo{Policy: policyAdaptiveLimit, Action: actionChanged,
-			Limit: change.To, PrevLimit: change.From, Why: change.Why})
-	}
-	if change.FromFloor {
-		c.startRamp(st, now, change.From, whyLimitRecovered)
-	}
+	th.Record(now, ps.first, accepted)
+	th.Pace().Answered(now)
 }
 
 // rampAfterClose starts the slow start of the call's scope after its

@@ -87,27 +87,22 @@ func brakeReason(v decide.Verdict) error {
 // package is told when the first attempt is over, on the reading of the
 // clock that its end takes anyway (depositRequest), unless the call may
 // hedge, which draws on the budget while the first attempt runs.
-func (c *call) recordRequest() error {
+func (c *call) recordRequest() {
 	b := c.p.budget
 	if b == nil {
-		st, err := c.scopeRecord()
-		if err != nil {
-			return err
-		}
-		b = st.budget
+		b = c.st.budget // found by run, before the gates
 	}
 	c.budget = b
 	if cb, ok := b.(clockedBudget); ok {
 		if c.p.hedge.max == 0 {
 			c.deposit = cb.b
-			return nil
+			return
 		}
 		cb.b.RecordRequestAt(c.now()) // the call's start: the step's reading
 	} else {
 		b.RecordRequest(c.budgetContext())
 		c.step() // a budget of another package may be remote: time has passed
 	}
-	return nil
 }
 
 // depositRequest tells the call's budget of its first attempt when
@@ -119,22 +114,6 @@ func (c *call) depositRequest() {
 		c.deposit.RecordRequestAt(c.now())
 		c.deposit = nil
 	}
-}
-
-// scopeRecord returns the record of the call's scope (scopes.go), found on
-// first use: once per call, whichever gate asks first.
-func (c *call) scopeRecord() (*scopeRecord, error) {
-	if c.st == nil {
-		st, err := c.t.scopes.find(c.req, c.p)
-		if err != nil {
-			return nil, err
-		}
-		c.st = st
-		if c.scope == "" {
-			c.scope = st.name // named once, for the breaker and the ledger too
-		}
-	}
-	return c.st, nil
 }
 
 // allowRetry asks the budget for one retry. When the budget cannot

@@ -302,3 +302,20 @@ func breakerScopeOf(f func(*http.Request) string, req *http.Request, scope strin
 	}
 	return scope
 }
+
+// scopeRecord returns the record of the call's scope, found on first use:
+// once per call, before the gates that read it (run), or by whichever
+// gate asks first.
+func (c *call) scopeRecord() (*scopeRecord, error) {
+	if c.st == nil {
+		st, err := c.t.scopes.find(c.req, c.p)
+		if err != nil {
+			return nil, err
+		}
+		c.st = st
+		if c.scope == "" {
+			c.scope = st.name // named once, for the breaker and the ledger too
+		}
+	}
+	return c.st, nil
+}

@@ -304,7 +304,9 @@ func write(dir, p string, b []byte) error {
 // stages maps a file of the module to the stage of the pipeline it belongs
 // to (docs/ARCHITECTURE.md, "The pipeline in the folders"): a root file by
 // its name, a package's file by its directory. A file of neither is
-// "shared", a service every stage uses rather than a stage.
+// "shared", a service every stage uses rather than a stage: the clock, the
+// hooks, the errors, and the decision core (package decide), which the
+// facts ask what a method is and the retry asks for its verdict.
 var stages = map[string]string{
 	"transport.go": "outer", "outer.go": "outer",
 	"internal/fallback/": "outer", "internal/share/": "outer",
@@ -312,7 +314,7 @@ var stages = map[string]string{
 	"call.go":            "loop",
 	"scopes.go":          "scopes",
 	"overload.go":        "throttle", "internal/throttle/": "throttle",
-	"retry.go": "retry", "budget/": "retry", "internal/backoff/": "retry", "decide/": "retry",
+	"retry.go": "retry", "budget/": "retry", "internal/backoff/": "retry",
 	"ledger_gate.go": "ledger", "reconcile.go": "ledger", "ledger/": "ledger",
 	"internal/keymemory/": "ledger", "internal/honour/": "ledger", "internal/fingerprint/": "ledger",
 	"hedge.go": "hedge", "internal/latency/": "hedge",
