@@ -19,7 +19,7 @@ import (
 // sleep seam, jitter is zero, and the budgets run on the Transport's
 // fake clock, frozen unless a test moves it.
 
-// ratioBudgets is a NewBudget that gives each scope a RatioBudget with the
+// ratioBudgets is a NewBudget that gives each scope a budget.Ratio with the
 // default settings. It runs on the Transport's clock.
 func ratioBudgets(string) (budget.Budget, error) { return budget.NewRatio(budget.RatioConfig{}) }
 
@@ -122,7 +122,7 @@ func TestBudgetTransportSharedBudgetBoundsTransportsTogether(t *testing.T) {
 }
 
 func TestBudgetTransportScopesAreIndependent(t *testing.T) {
-	// The default: one RatioBudget per host, on the real clock.
+	// The default: one budget.Ratio per host, on the real clock.
 	srvA := newSettableServer(t, http.StatusServiceUnavailable)
 	srvB := newSettableServer(t, http.StatusServiceUnavailable)
 	var gave giveUpLog

@@ -23,7 +23,7 @@ import (
 )
 
 // The load test sends many concurrent calls through one Transport, with a
-// shared RatioBudget and a Breaker, against the fault server, on real
+// shared budget.Ratio and a breaker.Breaker, against the fault server, on real
 // loopback sockets and the real clock. The default run makes loadSmallCalls
 // calls; RETRYFUSE_LOAD=1 (without -short) makes loadFullCalls.
 

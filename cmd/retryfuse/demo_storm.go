@@ -54,7 +54,7 @@ func runStorm(srv *servers, cfg demoConfig) (stormResults, error) {
 	})
 	res.PlainSent = plainDep.requests.Load()
 
-	// The Transport's default: one RatioBudget with default settings per
+	// The Transport's default: one budget.Ratio with default settings per
 	// host. It is made here, through NewBudget, only to read its Snapshot
 	// afterwards. Concurrent first calls may each ask NewBudget for the
 	// scope's budget: each gets the same one.

@@ -154,7 +154,7 @@ func checkDemoTable(t *testing.T, res demoResults, out string, deadline time.Dur
 		// One request in 20 is held: the plain client's p99 is a held one.
 		assert.GreaterOrEqual(t, h.Plain.P99, tailSlowFor, "plain client: p99")
 		for name, side := range map[string]tailSide{"fixed": h.Fixed, "derived": h.Derived} {
-			// Every hedge takes a retry from a RatioBudget: 10% of the
+			// Every hedge takes a retry from a budget.Ratio: 10% of the
 			// calls plus its reserve (1/s over its 10s window).
 			assert.LessOrEqual(t, side.Sent, int64(h.Calls+h.Calls/10+10), "%s: requests, bounded by the budget", name)
 		}
