@@ -127,8 +127,8 @@ func loadVerdict(a attempt) (counts, accepted bool) {
 
 // limits returns the record of the call's scope when attempts pass
 // per-scope limits (a rate limiter, a bulkhead, the latencies of hedging),
-// nil otherwise. The call found it before its first attempt (see
-// recordRequest), or finds it now.
+// nil otherwise. The call found it before its first attempt (see run),
+// or finds it now.
 func (c *call) limits() *scopeRecord {
 	if !c.p.usesLimits() {
 		return nil
@@ -318,6 +318,13 @@ func (c *call) breakerChanged(change breaker.Change) {
 		emit(c.t.Hooks.BreakerChange, change)
 	}
 }
+
+// The sentinels behind *BulkheadFullError and *RateLimitError, so that
+// ReasonName names them.
+var (
+	errBulkheadFull = declined("retryfuse: bulkhead full")
+	errRateLimited  = declined("retryfuse: rate limited")
+)
 
 // BulkheadFullError is returned when the bulkhead of the request's scope
 // (LoadPolicy.MaxInFlight, or the limit LoadPolicy.Adaptive learns, or slow

@@ -1,15 +1,21 @@
 package retryfuse
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
+	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -240,4 +246,71 @@ func TestBudgetTransportStackedLayersDoNotMultiplyLoad(t *testing.T) {
 	assert.ErrorIs(t, err, ErrAttemptsExhausted)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 	assert.Equal(t, int64(defaultMaxAttempts), attempts.Load(), "attempts the inner layer sent")
+}
+
+// A NewBudget that fails ends the call that needed the budget before
+// anything is sent, whatever else the Transport does: the call gets the
+// factory's error, its body is closed, and a key it claimed is free again.
+func TestNewBudgetErrorEndsTheCallBeforeAnythingIsSent(t *testing.T) {
+	errNoBudget := errors.New("no budget for this scope")
+	for _, tt := range []struct {
+		name  string
+		load  LoadPolicy
+		brake BrakePolicy
+		hedge HedgePolicy
+		keyed bool
+	}{
+		{name: "the defaults"},
+		{name: "the throttle disabled", load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}},
+		{name: "a keyed write with a ledger", keyed: true},
+		{name: "a keyed write, the throttle disabled", load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, keyed: true},
+		{name: "a breaker", brake: BrakePolicy{Route: func(*http.Request) string { return "r" }}},
+		{name: "hedging", hedge: HedgePolicy{Max: 1, Delay: time.Millisecond}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var sent atomic.Int32
+			l := &ledger.Memory{}
+			tr := &Transport{
+				Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+					sent.Add(1)
+					return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+				}),
+				Retry: RetryPolicy{NewBudget: func(string) (budget.Budget, error) { return nil, errNoBudget }},
+				Keys:  KeyPolicy{Ledger: l},
+				Load:  tt.load, Brake: tt.brake, Hedge: tt.hedge,
+			}
+			defer tr.CloseIdleConnections()
+			body := &countingBody{r: strings.NewReader("payload"), closed: make(chan struct{})}
+			method := http.MethodGet
+			if tt.keyed {
+				method = http.MethodPost
+			}
+			req, err := http.NewRequestWithContext(context.Background(), method, "http://dependency.test/items", body)
+			require.NoError(t, err)
+			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("payload")), nil }
+			if tt.keyed {
+				req.Header.Set("Idempotency-Key", "key-1")
+			}
+			resp, err := tr.RoundTrip(req)
+			if resp != nil {
+				resp.Body.Close()
+				t.Fatalf("got a response %d, want none", resp.StatusCode)
+			}
+			if !errors.Is(err, errNoBudget) {
+				t.Fatalf("got error %v, want the factory's", err)
+			}
+			if n := sent.Load(); n != 0 {
+				t.Errorf("the base was sent %d requests, want none", n)
+			}
+			if n := body.closes.Load(); n == 0 {
+				t.Error("the request's body was not closed")
+			}
+			if tt.keyed {
+				claim, err := l.Begin(context.Background(), "key-1", ledger.Fingerprint{1})
+				if err != nil || claim.State != decide.KeyNone {
+					t.Errorf("the key after the call: got %+v, %v, want it free", claim, err)
+				}
+			}
+		})
+	}
 }

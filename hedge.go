@@ -316,13 +316,6 @@ func (c *call) admitHedge() (pass, error) {
 	return c.enter(true)
 }
 
-// The sentinels behind *BulkheadFullError and *RateLimitError, so that
-// ReasonName names them.
-var (
-	errBulkheadFull = declined("retryfuse: bulkhead full")
-	errRateLimited  = declined("retryfuse: rate limited")
-)
-
 // wouldRefuseHedge returns the refusal the breaker, the rate limiter or
 // the bulkhead would give a hedge now, taking nothing from any of them:
 // the scope open, no token in the limiter, no free slot. Another call may

@@ -17,7 +17,7 @@ import (
 // Settings checked together: one that the others leave without effect is
 // refused, naming both fields and saying why; one that the others only
 // bound, or that stays idle beside the switch that turns its feature off,
-// is accepted, and does what it says. policy.go's checkTogether gives the
+// is accepted, and does what it says. policy_combos.go's checkTogether gives the
 // reasoning of each.
 
 func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
@@ -228,6 +228,35 @@ func TestMaxLimitWaitAcceptedBesideTheThrottle(t *testing.T) {
 	for _, d := range []time.Duration{-1, 2 * time.Second} {
 		if err := (&Transport{Load: LoadPolicy{MaxWait: d}}).Validate(); err != nil {
 			t.Errorf("Load.MaxWait %v beside the throttle: %v, want accepted", d, err)
+		}
+	}
+}
+
+// Validate reports the first problem it finds, in one order: a setting
+// alone, then each policy's own settings together (the retry's, the
+// keys', the load's), then the settings across policies.
+func TestValidateReportsProblemsInTheOrderOfItsChecks(t *testing.T) {
+	noBudget := func(string) (budget.Budget, error) { return budget.Unlimited(), nil }
+	tests := []struct {
+		name string
+		tr   Transport
+		want string
+	}{
+		{"a setting alone before a policy's own combination",
+			Transport{Load: LoadPolicy{RateLimit: -1, MaxQueued: 5}}, "Load.RateLimit"},
+		{"a policy's own combination before one across policies",
+			Transport{Retry: RetryPolicy{MaxAttempts: 1, Budget: budget.Unlimited(), NewBudget: noBudget}, Hedge: HedgePolicy{Max: 1}}, "Retry.NewBudget"},
+		{"the retry's own before the keys'",
+			Transport{Retry: RetryPolicy{Budget: budget.Unlimited(), NewBudget: noBudget}, Keys: KeyPolicy{MaxStoredBody: 10}}, "Retry.NewBudget"},
+		{"the keys' own before the load's",
+			Transport{Keys: KeyPolicy{MaxStoredBody: 10}, Load: LoadPolicy{RateBurst: 2}}, "Keys.MaxStoredBody"},
+		{"the load's own before one across policies",
+			Transport{Load: LoadPolicy{MaxInFlight: 1, RateBurst: 2}, Hedge: HedgePolicy{Max: 1}}, "Load.RateBurst"},
+	}
+	for _, tt := range tests {
+		err := tt.tr.Validate()
+		if !errors.Is(err, ErrInvalidPolicy) || !strings.HasPrefix(strings.TrimPrefix(err.Error(), ErrInvalidPolicy.Error()+": "), tt.want) {
+			t.Errorf("%s: Validate() = %v, want an invalid policy naming %s first", tt.name, err, tt.want)
 		}
 	}
 }

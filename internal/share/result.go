@@ -56,8 +56,11 @@ func (f *Flight) Collect(resp *http.Response, err error, limit int64) Result {
 	if resp.ContentLength > 0 {
 		// A length the server declares is room made at once, but no more
 		// than maxGrow: past it the buffer grows as the bytes arrive, so a
-		// length that lies under a large bound costs nothing unsent.
-		buf.Grow(int(min(resp.ContentLength, maxGrow)))
+		// length that lies under a large bound costs at most maxGrow
+		// unsent. The room ReadFrom wants free for its last read (the
+		// one that meets the end) is made with it, or a body that fills
+		// its length would be copied into a buffer twice its size.
+		buf.Grow(int(min(resp.ContentLength, maxGrow)) + bytes.MinRead)
 	}
 	// One byte past the bound tells a body over it; math.MaxInt64 (no
 	// bound) has no byte past it, and limit+1 would overflow to none.
