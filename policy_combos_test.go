@@ -239,19 +239,19 @@ func TestValidateReportsProblemsInTheOrderOfItsChecks(t *testing.T) {
 	noBudget := func(string) (budget.Budget, error) { return budget.Unlimited(), nil }
 	tests := []struct {
 		name string
-		tr   Transport
+		tr   *Transport
 		want string
 	}{
 		{"a setting alone before a policy's own combination",
-			Transport{Load: LoadPolicy{RateLimit: -1, MaxQueued: 5}}, "Load.RateLimit"},
+			&Transport{Load: LoadPolicy{RateLimit: -1, MaxQueued: 5}}, "Load.RateLimit"},
 		{"a policy's own combination before one across policies",
-			Transport{Retry: RetryPolicy{MaxAttempts: 1, Budget: budget.Unlimited(), NewBudget: noBudget}, Hedge: HedgePolicy{Max: 1}}, "Retry.NewBudget"},
+			&Transport{Retry: RetryPolicy{MaxAttempts: 1, Budget: budget.Unlimited(), NewBudget: noBudget}, Hedge: HedgePolicy{Max: 1}}, "Retry.NewBudget"},
 		{"the retry's own before the keys'",
-			Transport{Retry: RetryPolicy{Budget: budget.Unlimited(), NewBudget: noBudget}, Keys: KeyPolicy{MaxStoredBody: 10}}, "Retry.NewBudget"},
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited(), NewBudget: noBudget}, Keys: KeyPolicy{MaxStoredBody: 10}}, "Retry.NewBudget"},
 		{"the keys' own before the load's",
-			Transport{Keys: KeyPolicy{MaxStoredBody: 10}, Load: LoadPolicy{RateBurst: 2}}, "Keys.MaxStoredBody"},
+			&Transport{Keys: KeyPolicy{MaxStoredBody: 10}, Load: LoadPolicy{RateBurst: 2}}, "Keys.MaxStoredBody"},
 		{"the load's own before one across policies",
-			Transport{Load: LoadPolicy{MaxInFlight: 1, RateBurst: 2}, Hedge: HedgePolicy{Max: 1}}, "Load.RateBurst"},
+			&Transport{Load: LoadPolicy{MaxInFlight: 1, RateBurst: 2}, Hedge: HedgePolicy{Max: 1}}, "Load.RateBurst"},
 	}
 	for _, tt := range tests {
 		err := tt.tr.Validate()
