@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
-	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -372,82 +370,4 @@ func TestLedgerDecisionHookShowsKeyState(t *testing.T) {
 	require.NoError(t, err)
 	check("replay", d.take(), want{decide.KeyCompleted, decide.ReplayStored, decide.EvidencePass, 2})
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs at the server, want 1", srv.posts.Load())
-}
-
-// A request without a URL is an error of the caller's, as net/http's
-// Transport reports it; with a Ledger, fingerprinting such a keyed request
-// dereferenced the nil URL and panicked.
-func TestNilURLWithLedgerIsAnErrorNotAPanic(t *testing.T) {
-	ledger, err := newMemoryLedger(&ledger.Memory{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sent := false
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		sent = true
-		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
-	})
-	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Keys: KeyPolicy{Ledger: ledger}})
-	req := &http.Request{Method: http.MethodPost, Header: http.Header{headerIdempotencyKey: {"rv-key"}}}
-	req = req.WithContext(testCtx(t))
-
-	defer func() {
-		if p := recover(); p != nil {
-			t.Fatalf("RoundTrip panicked: %v", p)
-		}
-	}()
-	if _, err := fingerprint.Request(req, 1<<10); err == nil {
-		t.Error("fingerprint.Request of a request without a URL: got nil error, want one")
-	}
-	resp, err := tr.RoundTrip(req)
-	if err == nil {
-		_ = resp.Body.Close()
-		t.Errorf("RoundTrip: got %v, nil; want an error", resp)
-	}
-	if sent {
-		t.Error("the request without a URL reached the base")
-	}
-}
-
-// A key claimed in the ledger must be settled on every path out of
-// RoundTrip, a panic of the base included. Left in flight, the key was
-// freed when its claim expired, and a later call under it sent the write
-// again although the panicking attempt may have been applied.
-func TestBasePanicLeavesTheKeyUncertainNotInFlight(t *testing.T) {
-	clk := newFakeClock()
-	ledger, err := newMemoryLedger(&ledger.Memory{InFlightTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := &panicBase{}
-	tr := newTransport(t, clk, &Transport{Base: base, Keys: KeyPolicy{Ledger: ledger}, Retry: RetryPolicy{Budget: budget.Unlimited()}})
-	const url = "http://rv-ledger.invalid/charges"
-	post := func() *http.Request {
-		req := newRequest(t, testCtx(t), http.MethodPost, url, `{"amount":1}`)
-		req.Header.Set(headerIdempotencyKey, "rv-key-1")
-		return req
-	}
-
-	if !roundTripPanics(tr, post()) {
-		t.Fatal("the base's panic did not reach the caller")
-	}
-	if got := base.seen.Load(); got != 1 {
-		t.Fatalf("requests the base received: got %d, want 1", got)
-	}
-
-	base.status.Store(201)
-	for _, after := range []time.Duration{0, 2 * time.Minute} { // before and after the in-flight claim would expire
-		_ = clk.Sleep(testCtx(t), after)
-		resp, err := tr.RoundTrip(post())
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		var rec *ReconcileRequiredError
-		if !errors.As(err, &rec) || !rec.Earlier {
-			t.Errorf("a later call under the key, %v on: got %v, %v; want a *ReconcileRequiredError for the earlier call", after, resp, err)
-		}
-	}
-	if got := base.seen.Load(); got != 1 {
-		t.Errorf("requests the base received: got %d, want 1 (the possibly applied write never sent again)", got)
-	}
 }
