@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/breaker"
@@ -17,23 +18,41 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ScopeName is the instrumentation scope of the meter.
 const ScopeName = "github.com/retryfuse/retryfuse/otel"
 
-// Option configures NewHooks.
+// Option configures NewHooks or NewTransport.
 type Option func(*config)
 
 type config struct {
-	mp metric.MeterProvider
+	mp   metric.MeterProvider
+	tp   trace.TracerProvider
+	name func(*http.Request) string
 }
 
-// WithMeterProvider sets the MeterProvider the instruments are created
-// with. Nil, or no option, means otel.GetMeterProvider() at the time
-// NewHooks is called.
+// WithMeterProvider sets the MeterProvider the instruments of NewHooks
+// are created with. Nil, or no option, means otel.GetMeterProvider() at
+// the time NewHooks is called. NewTransport ignores it.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
+}
+
+// WithTracerProvider sets the TracerProvider NewTransport starts the
+// calls' spans with; the attempts' spans below (otelhttp's) take it from
+// them. Nil, or no option, means otel.GetTracerProvider() at the time
+// NewTransport is called. NewHooks ignores it.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithSpanName sets how NewTransport names a call's span, after the
+// operation it stands for ("GetInvoice"); an empty name, or no option,
+// means the request's method. NewHooks ignores it.
+func WithSpanName(name func(*http.Request) string) Option {
+	return func(c *config) { c.name = name }
 }
 
 // retryDelayBuckets are the boundaries of retryfuse.retry.delay, in
@@ -116,7 +135,7 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 		metric.WithDescription("The version of the breaker settings a scope was last reported under."))
 	errs = append(errs, err)
 	ins.learntLimit, err = m.Int64Gauge("retryfuse.adaptive_limit", metric.WithUnit("{attempt}"),
-		metric.WithDescription("The attempts in flight a scope's learnt limit admits (AdaptiveInFlight), as it changes."))
+		metric.WithDescription("The attempts in flight a scope's learnt limit admits (Load.Adaptive), as it changes."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return retryfuse.Hooks{}, fmt.Errorf("retryfuseotel: creating instruments: %w", err)
@@ -175,11 +194,19 @@ func ctxOf(ci retryfuse.CallInfo) context.Context {
 // method is the http.request.method attribute: the known methods as they
 // are, any other as _OTHER, which bounds its cardinality.
 func method(m string) attribute.KeyValue {
-	switch m {
-	case "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+	if knownMethod(m) {
 		return semconv.HTTPRequestMethodKey.String(m)
 	}
 	return semconv.HTTPRequestMethodOther
+}
+
+// knownMethod reports whether the semantic conventions know method m.
+func knownMethod(m string) bool {
+	switch m {
+	case "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+		return true
+	}
+	return false
 }
 
 // idempotencyKeySource says where a call's idempotency key came from:
