@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/breaker"
 	retryfuseotel "github.com/retryfuse/retryfuse/otel"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/codes"
@@ -280,4 +282,94 @@ func equalInts(a, b []int64) bool {
 		}
 	}
 	return true
+}
+
+// A hedged GET: the branch that hangs and the hedge that answers are two
+// requests sent, each a CLIENT span with its own result; the hedge is a
+// resend. The lost branch's span, which otelhttp ended as it was
+// cancelled, carries its result too.
+func TestConventionsHedgeIsAResend(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	arrived := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived++
+		first := arrived == 1
+		mu.Unlock()
+		if first {
+			<-r.Context().Done() // slow: the hedge answers first
+		}
+	}))
+	t.Cleanup(srv.Close)
+	rf := fastTransport(h)
+	rf.Hedge = retryfuse.HedgePolicy{Max: 1, Delay: 20 * time.Millisecond}
+	resp, err := conventionsClient(t, h, rf).Get(srv.URL)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %v, %v; want 200, nil", resp, err)
+	}
+	resp.Body.Close()
+
+	sent := spansOfKind(h, trace.SpanKindClient)
+	if len(sent) != 2 {
+		t.Fatalf("CLIENT spans: got %d, want 2", len(sent))
+	}
+	if n, ok := resendCount(sent[0]); ok {
+		t.Errorf("first request: http.request.resend_count = %d, want it absent", n)
+	}
+	if n, ok := resendCount(sent[1]); !ok || n != 1 {
+		t.Errorf("hedge: http.request.resend_count = %d (set %v), want 1", n, ok)
+	}
+	assertEvents(t, events(t, sent[0]), []string{
+		"retryfuse.attempt{retryfuse.attempt.duration=*,retryfuse.attempt.number=1,retryfuse.outcome=unknown,retryfuse.phase=post_write,retryfuse.retryable=false}",
+	})
+	assertEvents(t, events(t, sent[1]), []string{
+		"retryfuse.attempt{http.response.status_code=200,retryfuse.attempt.branch=1,retryfuse.attempt.duration=*,retryfuse.attempt.number=2,retryfuse.outcome=success,retryfuse.phase=post_write,retryfuse.retryable=false}",
+	})
+	calls := spansOfKind(h, trace.SpanKindInternal)
+	if len(calls) != 1 {
+		t.Fatalf("INTERNAL spans: got %d, want 1", len(calls))
+	}
+	assertEvents(t, eventNames(calls[0]), []string{"retryfuse.policy"})
+}
+
+// A call the open breaker refuses sends nothing: no CLIENT span, and the
+// refusal on the call's span, which records the error.
+func TestConventionsBreakerRefusalOnTheCallSpan(t *testing.T) {
+	h := newHarness(t)
+	srv := statusSequence(t, http.StatusServiceUnavailable)
+	b, err := breaker.New(breaker.Settings{FailureThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rf := fastTransport(h)
+	rf.Brake.Breaker = b
+	rf.Retry.MaxAttempts = 1
+	client := conventionsClient(t, h, rf)
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("first call: %v, want its 503", err)
+	}
+	resp.Body.Close()
+	before := len(spansOfKind(h, trace.SpanKindClient))
+
+	_, err = client.Get(srv.URL)
+	if !errors.Is(err, retryfuse.ErrCircuitOpen) {
+		t.Fatalf("second call: got %v, want ErrCircuitOpen", err)
+	}
+	if n := len(spansOfKind(h, trace.SpanKindClient)); n != before {
+		t.Errorf("CLIENT spans after the refusal: got %d, want %d (nothing sent)", n, before)
+	}
+	calls := spansOfKind(h, trace.SpanKindInternal)
+	if len(calls) != 2 {
+		t.Fatalf("INTERNAL spans: got %d, want 2", len(calls))
+	}
+	refused := calls[1]
+	assertEvents(t, events(t, refused)[:1], []string{
+		"retryfuse.give_up{retryfuse.attempt.number=0,retryfuse.reason=circuit_open}",
+	})
+	assertEvents(t, eventNames(refused), []string{"retryfuse.give_up", "exception"})
+	if refused.Status().Code != codes.Error || len(refused.Attributes()) != 0 {
+		t.Errorf("refused call span: status %v, attributes %v; want Error, none", refused.Status(), refused.Attributes())
+	}
 }
