@@ -160,9 +160,12 @@ func (b *spanBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the body, which ends the attempt's span below, then ends
+// the call's: a parent ends after its child.
 func (b *spanBody) Close() error {
+	err := b.body.Close()
 	b.end()
-	return b.body.Close()
+	return err
 }
 
 type spanBodyRW struct{ *spanBody }

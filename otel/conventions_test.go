@@ -365,10 +365,10 @@ func TestConventionsBreakerRefusalOnTheCallSpan(t *testing.T) {
 		t.Fatalf("INTERNAL spans: got %d, want 2", len(calls))
 	}
 	refused := calls[1]
-	assertEvents(t, events(t, refused)[:1], []string{
-		"retryfuse.give_up{retryfuse.attempt.number=0,retryfuse.reason=circuit_open}",
-	})
 	assertEvents(t, eventNames(refused), []string{"retryfuse.give_up", "exception"})
+	if got := events(t, refused); len(got) > 0 {
+		assertEvents(t, got[:1], []string{"retryfuse.give_up{retryfuse.attempt.number=0,retryfuse.reason=circuit_open}"})
+	}
 	if refused.Status().Code != codes.Error || len(refused.Attributes()) != 0 {
 		t.Errorf("refused call span: status %v, attributes %v; want Error, none", refused.Status(), refused.Attributes())
 	}
