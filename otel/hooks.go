@@ -1,7 +1,25 @@
 // Package retryfuseotel reports what a retryfuse Transport does to
-// OpenTelemetry: NewHooks returns Hooks that record metrics and add span
-// events to the span active in each request's context. See README.md for
-// the instruments, the events, and how this composes with otelhttp.
+// OpenTelemetry: NewHooks returns Hooks that record metrics and add an
+// event for each of its decisions to a span; NewTransport traces each call
+// by the HTTP semantic conventions, with otelhttp's Transport as the
+// retryfuse Transport's base:
+//
+//	hooks, err := retryfuseotel.NewHooks()
+//	if err != nil { ... }
+//	rf := &retryfuse.Transport{
+//		Base:  otelhttp.NewTransport(base), // a CLIENT span per request sent
+//		Hooks: hooks,
+//	}
+//	client := &http.Client{Transport: retryfuseotel.NewTransport(rf)}
+//
+// A GET answered 503, 503, 200 is then an INTERNAL span named GET, with no
+// HTTP attributes, holding the call's decisions (retryfuse.decision,
+// retryfuse.retry, and retryfuse.give_up or retryfuse.reconcile_required
+// when the call ends so), over three CLIENT spans, otelhttp's, each with
+// the HTTP attributes, its own trace context on the wire, its result
+// (retryfuse.attempt) and, on the second and third,
+// http.request.resend_count 1 and 2. See README.md for the instruments and
+// the events.
 package retryfuseotel
 
 import (
@@ -82,11 +100,14 @@ type instruments struct {
 }
 
 // NewHooks returns Hooks that record retryfuse's metrics and add an event
-// for each of the transport's decisions to the span active in the request's
-// context (trace.SpanFromContext(CallInfo.Context)), when that span is
-// recording; both are listed in README.md. No span is started: put
-// otelhttp's Transport above the retryfuse Transport for a span per call.
-// Combine the Hooks with others through retryfuse.JoinHooks. The error
+// for each of the transport's decisions to a span, when it is recording;
+// both are listed in README.md. They start no span. Under NewTransport,
+// an attempt's result goes to the attempt's CLIENT span and the call's
+// decisions to the call's span (see NewTransport); otherwise every event
+// goes to the span active in the request's context
+// (trace.SpanFromContext(CallInfo.Context)), which then also gets
+// http.request.resend_count. Combine the Hooks with others through
+// retryfuse.JoinHooks. The error
 // joins those of the instruments that could not be created; the Hooks are
 // then empty.
 //
