@@ -45,7 +45,8 @@ import (
 // at the latest until the call returns.
 //
 // The propagated trace context is each attempt's, as otelhttp injects it.
-// The returned RoundTripper forwards CloseIdleConnections to next.
+// The returned RoundTripper forwards CloseIdleConnections to next. A nil
+// next fails every call with an error.
 func NewTransport(next http.RoundTripper, opts ...Option) http.RoundTripper {
 	var c config
 	for _, o := range opts {
@@ -65,11 +66,20 @@ type callTransport struct {
 	name   func(*http.Request) string
 }
 
-var errNilRequest = errors.New("retryfuseotel: nil Request")
+var (
+	errNilRequest = errors.New("retryfuseotel: nil Request")
+	errNilNext    = errors.New("retryfuseotel: NewTransport was given a nil RoundTripper")
+)
 
 func (t *callTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req == nil {
 		return nil, errNilRequest
+	}
+	if t.next == nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errNilNext
 	}
 	st := &callState{}
 	if req.Response != nil && req.Response.Request != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,5 +372,33 @@ func TestConventionsBreakerRefusalOnTheCallSpan(t *testing.T) {
 	}
 	if refused.Status().Code != codes.Error || len(refused.Attributes()) != 0 {
 		t.Errorf("refused call span: status %v, attributes %v; want Error, none", refused.Status(), refused.Attributes())
+	}
+}
+
+type closeCounter struct {
+	http.RoundTripper
+	closed int
+}
+
+func (c *closeCounter) CloseIdleConnections() { c.closed++ }
+
+// NewTransport forwards CloseIdleConnections, and a nil RoundTripper
+// fails the call instead of panicking.
+func TestNewTransportCloseIdleAndNilNext(t *testing.T) {
+	next := &closeCounter{}
+	(&http.Client{Transport: retryfuseotel.NewTransport(next)}).CloseIdleConnections()
+	if next.closed != 1 {
+		t.Errorf("CloseIdleConnections reached next %d times, want 1", next.closed)
+	}
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	resp, err := (&http.Client{Transport: retryfuseotel.NewTransport(nil)}).Get(srv.URL)
+	if err == nil {
+		resp.Body.Close()
+		t.Error("a nil RoundTripper answered; want an error")
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("requests sent: got %d, want 0", n)
 	}
 }
