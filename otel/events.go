@@ -74,15 +74,53 @@ func (a *eventAttrs) start(ci retryfuse.CallInfo) {
 	a.add(keyAttemptNumber.Int(ci.Attempt))
 }
 
-func addEvent(s trace.Span, name string, a *eventAttrs) {
-	s.AddEvent(name, trace.WithAttributes(a.buf[:a.n]...))
+func addEvent(s trace.Span, name string, a *eventAttrs, opts ...trace.EventOption) {
+	s.AddEvent(name, append(opts, trace.WithAttributes(a.buf[:a.n]...))...)
 }
 
-// attemptStart sets http.request.resend_count on the call's span as a
+// callState returns the state of the call NewTransport traces, or nil:
+// the span in the request's context is then the caller's.
+func callStateOf(ci retryfuse.CallInfo) *callState {
+	if ci.Context == nil {
+		return nil
+	}
+	if s, ok := trace.SpanFromContext(ci.Context).(*callSpan); ok {
+		return s.st
+	}
+	return nil
+}
+
+// attemptSpanOf returns the recording span of the attempt ci is about, or
+// nil, and the options of an event on it. Under NewTransport, that is the
+// attempt's CLIENT span (its events are stamped with the time its end was
+// asked for, when it is held); when the attempt has no span of its own,
+// or without NewTransport, the call's span.
+func attemptSpanOf(ci retryfuse.CallInfo) (trace.Span, []trace.EventOption) {
+	if st := callStateOf(ci); st != nil {
+		if s, endAt := st.span(ci.Attempt); s != nil {
+			if !s.IsRecording() {
+				return nil, nil
+			}
+			if !endAt.IsZero() {
+				return s, []trace.EventOption{trace.WithTimestamp(endAt)}
+			}
+			return s, nil
+		}
+	}
+	return span(ci), nil
+}
+
+// attemptStart records, under NewTransport, the attempt about to be sent,
+// whose CLIENT span (otelhttp's, below) has the resend count. Without
+// NewTransport, it sets http.request.resend_count on the call's span as a
 // re-send begins: the semantic conventions count re-sends as they happen,
 // so a retry that is scheduled but never sent (the caller gave up during
 // the wait) does not count.
 func attemptStart(i retryfuse.AttemptStartInfo) {
+	if st := callStateOf(i.CallInfo); st != nil {
+		st.starting(i.Attempt)
+		return
+	}
 	if i.Attempt < 2 {
 		return
 	}
@@ -91,8 +129,13 @@ func attemptStart(i retryfuse.AttemptStartInfo) {
 	}
 }
 
+// attemptEvent adds an attempt's result to its span and, under
+// NewTransport, lets that span end.
 func attemptEvent(i retryfuse.AttemptDoneInfo) {
-	s := span(i.CallInfo)
+	if st := callStateOf(i.CallInfo); st != nil {
+		defer st.reported(i.Attempt)
+	}
+	s, opts := attemptSpanOf(i.CallInfo)
 	if s == nil {
 		return
 	}
@@ -111,7 +154,7 @@ func attemptEvent(i retryfuse.AttemptDoneInfo) {
 	if i.Replayed {
 		a.add(keyReplayed.Bool(true))
 	}
-	addEvent(s, EventAttempt, &a)
+	addEvent(s, EventAttempt, &a, opts...)
 }
 
 func decisionEvent(i retryfuse.DecisionInfo) {
@@ -182,14 +225,14 @@ func giveUpEvent(i retryfuse.GiveUpInfo) {
 }
 
 func hiddenResendEvent(i retryfuse.AttemptDoneInfo) {
-	s := span(i.CallInfo)
+	s, opts := attemptSpanOf(i.CallInfo)
 	if s == nil {
 		return
 	}
 	var a eventAttrs
 	a.start(i.CallInfo)
 	a.add(keyConnections.Int(i.Connections))
-	addEvent(s, EventHiddenResend, &a)
+	addEvent(s, EventHiddenResend, &a, opts...)
 }
 
 func evidenceUnavailableEvent(i retryfuse.EvidenceUnavailableInfo) {

@@ -1,7 +1,25 @@
 // Package retryfuseotel reports what a retryfuse Transport does to
-// OpenTelemetry: NewHooks returns Hooks that record metrics and add span
-// events to the span active in each request's context. See README.md for
-// the instruments, the events, and how this composes with otelhttp.
+// OpenTelemetry: NewHooks returns Hooks that record metrics and add an
+// event for each of its decisions to a span; NewTransport traces each call
+// by the HTTP semantic conventions, with otelhttp's Transport as the
+// retryfuse Transport's base:
+//
+//	hooks, err := retryfuseotel.NewHooks()
+//	if err != nil { ... }
+//	rf := &retryfuse.Transport{
+//		Base:  otelhttp.NewTransport(base), // a CLIENT span per request sent
+//		Hooks: hooks,
+//	}
+//	client := &http.Client{Transport: retryfuseotel.NewTransport(rf)}
+//
+// A GET answered 503, 503, 200 is then an INTERNAL span named GET, with no
+// HTTP attributes, holding the call's decisions (retryfuse.decision,
+// retryfuse.retry, and retryfuse.give_up or retryfuse.reconcile_required
+// when the call ends so), over three CLIENT spans, otelhttp's, each with
+// the HTTP attributes, its own trace context on the wire, its result
+// (retryfuse.attempt) and, on the second and third,
+// http.request.resend_count 1 and 2. See README.md for the instruments and
+// the events.
 package retryfuseotel
 
 import (
@@ -9,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/breaker"
@@ -17,23 +36,41 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ScopeName is the instrumentation scope of the meter.
 const ScopeName = "github.com/retryfuse/retryfuse/otel"
 
-// Option configures NewHooks.
+// Option configures NewHooks or NewTransport.
 type Option func(*config)
 
 type config struct {
-	mp metric.MeterProvider
+	mp   metric.MeterProvider
+	tp   trace.TracerProvider
+	name func(*http.Request) string
 }
 
-// WithMeterProvider sets the MeterProvider the instruments are created
-// with. Nil, or no option, means otel.GetMeterProvider() at the time
-// NewHooks is called.
+// WithMeterProvider sets the MeterProvider the instruments of NewHooks
+// are created with. Nil, or no option, means otel.GetMeterProvider() at
+// the time NewHooks is called. NewTransport ignores it.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
+}
+
+// WithTracerProvider sets the TracerProvider NewTransport starts the
+// calls' spans with; the attempts' spans below (otelhttp's) take it from
+// them. Nil, or no option, means otel.GetTracerProvider() at the time
+// NewTransport is called. NewHooks ignores it.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithSpanName sets how NewTransport names a call's span, after the
+// operation it stands for ("GetInvoice"); an empty name, or no option,
+// means the request's method. NewHooks ignores it.
+func WithSpanName(name func(*http.Request) string) Option {
+	return func(c *config) { c.name = name }
 }
 
 // retryDelayBuckets are the boundaries of retryfuse.retry.delay, in
@@ -63,11 +100,14 @@ type instruments struct {
 }
 
 // NewHooks returns Hooks that record retryfuse's metrics and add an event
-// for each of the transport's decisions to the span active in the request's
-// context (trace.SpanFromContext(CallInfo.Context)), when that span is
-// recording; both are listed in README.md. No span is started: put
-// otelhttp's Transport above the retryfuse Transport for a span per call.
-// Combine the Hooks with others through retryfuse.JoinHooks. The error
+// for each of the transport's decisions to a span, when it is recording;
+// both are listed in README.md. They start no span. Under NewTransport,
+// an attempt's result goes to the attempt's CLIENT span and the call's
+// decisions to the call's span (see NewTransport); otherwise every event
+// goes to the span active in the request's context
+// (trace.SpanFromContext(CallInfo.Context)), which then also gets
+// http.request.resend_count. Combine the Hooks with others through
+// retryfuse.JoinHooks. The error
 // joins those of the instruments that could not be created; the Hooks are
 // then empty.
 //
@@ -116,7 +156,7 @@ func NewHooks(opts ...Option) (retryfuse.Hooks, error) {
 		metric.WithDescription("The version of the breaker settings a scope was last reported under."))
 	errs = append(errs, err)
 	ins.learntLimit, err = m.Int64Gauge("retryfuse.adaptive_limit", metric.WithUnit("{attempt}"),
-		metric.WithDescription("The attempts in flight a scope's learnt limit admits (AdaptiveInFlight), as it changes."))
+		metric.WithDescription("The attempts in flight a scope's learnt limit admits (Load.Adaptive), as it changes."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return retryfuse.Hooks{}, fmt.Errorf("retryfuseotel: creating instruments: %w", err)
@@ -175,11 +215,19 @@ func ctxOf(ci retryfuse.CallInfo) context.Context {
 // method is the http.request.method attribute: the known methods as they
 // are, any other as _OTHER, which bounds its cardinality.
 func method(m string) attribute.KeyValue {
-	switch m {
-	case "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+	if knownMethod(m) {
 		return semconv.HTTPRequestMethodKey.String(m)
 	}
 	return semconv.HTTPRequestMethodOther
+}
+
+// knownMethod reports whether the semantic conventions know method m.
+func knownMethod(m string) bool {
+	switch m {
+	case "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+		return true
+	}
+	return false
 }
 
 // idempotencyKeySource says where a call's idempotency key came from:

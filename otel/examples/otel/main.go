@@ -1,7 +1,9 @@
-// Command otel shows retryfuse's OpenTelemetry metrics and span events
-// for three calls against a local server: a GET retried once after a 503,
-// a keyed POST that times out after it was written (reconcile required),
-// and a GET refused until its attempts run out.
+// Command otel shows retryfuse's OpenTelemetry metrics and spans for three
+// calls against a local server: a GET retried once after a 503, a keyed
+// POST that times out after it was written (reconcile required), and a GET
+// refused until its attempts run out. Each call is an INTERNAL span
+// (retryfuseotel.NewTransport) over a CLIENT span per request sent
+// (otelhttp, the retryfuse Transport's base).
 //
 // Run it from the otel module's directory with:
 //
@@ -23,6 +25,7 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	retryfuseotel "github.com/retryfuse/retryfuse/otel"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -47,7 +50,9 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	base := &http.Transport{}
 	rf := &retryfuse.Transport{
+		Base:  otelhttp.NewTransport(base), // a CLIENT span per request sent
 		Hooks: hooks,
 		Retry: retryfuse.RetryPolicy{
 			InitialBackoff: 10 * time.Millisecond,
@@ -55,11 +60,10 @@ func run(w io.Writer) error {
 			AttemptTimeout: 200 * time.Millisecond,
 		},
 	}
-	// The hooks add their events to the span in each request's context;
-	// here each call starts its own. In a service, otelhttp.NewTransport(rf)
-	// starts one span per call for them.
-	client := &http.Client{Transport: rf}
-	defer rf.CloseIdleConnections()
+	// An INTERNAL span per call, whose TracerProvider the otelhttp
+	// Transport below takes.
+	client := &http.Client{Transport: retryfuseotel.NewTransport(rf, retryfuseotel.WithTracerProvider(tp))}
+	defer client.CloseIdleConnections()
 
 	var gets atomic.Int32
 	stop := make(chan struct{})
@@ -89,10 +93,8 @@ func run(w io.Writer) error {
 		{http.MethodGet, "http://" + refused + "/", ""},
 	}
 	for _, c := range calls {
-		ctx, span := tp.Tracer("example").Start(context.Background(), c.method+" "+c.url)
-		req, err := http.NewRequestWithContext(ctx, c.method, c.url, nil)
+		req, err := http.NewRequest(c.method, c.url, nil)
 		if err != nil {
-			span.End()
 			return err
 		}
 		if c.key != "" {
@@ -108,12 +110,11 @@ func run(w io.Writer) error {
 			resp.Body.Close()
 			fmt.Fprintf(w, "%s %s: %s\n", c.method, c.url, resp.Status)
 		}
-		span.End()
 	}
 
 	fmt.Fprintln(w, "\nspans:")
 	for _, s := range spans.Ended() {
-		fmt.Fprintf(w, "  %s\n", s.Name())
+		fmt.Fprintf(w, "  %s %s\n", s.SpanKind(), s.Name())
 		if a := s.Attributes(); len(a) > 0 {
 			fmt.Fprintf(w, "    %s\n", attrs(a))
 		}

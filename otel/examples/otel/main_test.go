@@ -15,6 +15,11 @@ func TestRun(t *testing.T) {
 		"/items: 200 OK",
 		"/orders: reconcile required",
 		"retryfuse: attempts exhausted after 3 attempts",
+		// Each call an INTERNAL span, with no attributes: events come
+		// next; each request sent a CLIENT span.
+		"internal GET\n    event retryfuse.decision",
+		"internal POST\n    event retryfuse.decision",
+		"client HTTP POST\n",
 		// Span events: the retried GET, the reconcile, the refused GET.
 		"http.request.resend_count=1",
 		"event retryfuse.retry retryfuse.attempt.number=1 retryfuse.delay.source=backoff",
