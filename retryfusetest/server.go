@@ -27,24 +27,27 @@ type Server struct {
 
 // NewServer starts an HTTP/1.1 Server that serves requests with h (nil:
 // 200 OK, an empty body), each meeting the next of faults in order and
-// Answer once they are spent. It is closed when tb's test ends.
+// Answer once they are spent. It is closed when tb's test ends; with a
+// nil tb (in an Example), close it yourself.
 func NewServer(tb testing.TB, h http.Handler, faults ...Fault) *Server {
-	tb.Helper()
 	s := newServer(h, faults)
 	s.Start()
-	tb.Cleanup(s.Close)
+	if tb != nil {
+		tb.Cleanup(s.Close)
+	}
 	return s
 }
 
 // NewHTTP2Server starts a Server that speaks HTTP/2 over TLS; its Client
 // trusts its certificate and speaks HTTP/2. It is closed when tb's test
-// ends.
+// ends; with a nil tb, close it yourself.
 func NewHTTP2Server(tb testing.TB, h http.Handler, faults ...Fault) *Server {
-	tb.Helper()
 	s := newServer(h, faults)
 	s.EnableHTTP2 = true
 	s.StartTLS()
-	tb.Cleanup(s.Close)
+	if tb != nil {
+		tb.Cleanup(s.Close)
+	}
 	return s
 }
 
