@@ -56,9 +56,11 @@
 // Transport over a fault Transport waits its backoffs and Retry-After
 // delays, times its attempts out, keeps its breaker open and its
 // ledger.Memory keys on the bubble's clock, so a 30 s Retry-After passes in
-// no wall time. Make the retryfuse Transport inside the bubble: a
-// Transport's timers, channels and scopes belong to the bubble where it
-// first ran. What cannot run in a bubble: a real socket (a Server, the
-// default Base, the Redis and SQL modules' stores), whose goroutines block
-// on I/O the bubble does not count as waiting.
+// no wall time. Make the retryfuse Transport (and its Breaker, budgets and
+// ledger.Memory) inside the bubble: a bubble's clock starts at midnight
+// UTC, 1 January 2000, and state first used on the real clock would read
+// it as time gone backwards (a key held, a breaker open, for years). What
+// cannot run in a bubble: a real socket (a Server, the default Base, the
+// Redis and SQL modules' stores), whose goroutines block on I/O the
+// bubble does not count as waiting.
 package retryfusetest
