@@ -54,6 +54,27 @@ func paymentsAPI(charges *retryfusetest.Recorder) http.Handler {
 	return mux
 }
 
+// TestChargeIsReconciledWhenItsResponseIsLost is the whole test a user
+// writes for the reconcile path of charge, fake API included.
+func TestChargeIsReconciledWhenItsResponseIsLost(t *testing.T) {
+	charges := retryfusetest.NewRecorder()
+	api := http.NewServeMux()
+	api.Handle("POST /charges", charges.Wrap(nil))
+	api.HandleFunc("GET /charges/{key}", func(w http.ResponseWriter, r *http.Request) {
+		if charges.Applied(r.PathValue("key")) == 0 {
+			w.WriteHeader(http.StatusNotFound)
+		}
+	})
+	fake := retryfusetest.NewTransport(api, retryfusetest.ApplyThenReset())
+	client := &http.Client{Transport: &retryfuse.Transport{Base: fake}}
+
+	applied, err := charge(t.Context(), client, "https://payments.test", "order-42")
+	if err != nil || !applied {
+		t.Fatalf("charge: applied %v, error %v; want applied", applied, err)
+	}
+	charges.ExactlyOnce(t, "order-42")
+}
+
 // The charge is applied and its response lost: the client looks it up,
 // finds it and settles the key as applied, and the charge is not sent
 // again.
