@@ -1,6 +1,7 @@
 package retryfusetest
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -109,7 +110,8 @@ func StallBeforeApply() Fault { return Fault{kind: stallBeforeApply} }
 func ApplyThenStall() Fault { return Fault{kind: applyThenStall} }
 
 // RetryAfter answers status (429 or 503, say) with a Retry-After header
-// of d in whole seconds, rounded up, without running the handler.
+// of d in whole seconds, rounded up, without running the handler. A status
+// outside 100 to 999 makes the request fail with an error that says so.
 func RetryAfter(status int, d time.Duration) Fault {
 	return Fault{kind: retryAfterSeconds, status: status, after: d}
 }
@@ -136,6 +138,15 @@ func TruncatedBody(n int) Fault { return Fault{kind: truncatedBody, n: max(n, 0)
 // Transport returns the error net/http's HTTP/2 client returns; on an
 // HTTP/1 Server it closes the connection.
 func StreamReset() Fault { return Fault{kind: streamReset} }
+
+// statusError reports a status that RetryAfter or RetryAfterDate was given
+// and that no server can send (net/http panics on it).
+func (f Fault) statusError() error {
+	if f.status < 100 || f.status > 999 {
+		return fmt.Errorf("retryfusetest: %v: status %d is not an HTTP status (100 to 999)", f, f.status)
+	}
+	return nil
+}
 
 // retryAfterValue is the Retry-After header of f, answered at now.
 func (f Fault) retryAfterValue(now time.Time) string {

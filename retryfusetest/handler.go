@@ -75,6 +75,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.stall(r)
 		h.crash() // nothing is delivered
 	case retryAfterSeconds, retryAfterDate:
+		if err := f.statusError(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Retry-After", f.retryAfterValue(time.Now()))
 		w.WriteHeader(f.status)
 		return

@@ -66,3 +66,35 @@ func TestSharedReadsShareOneSlowCallInABubble(t *testing.T) {
 		}
 	})
 }
+
+func TestBulkheadQueueWaitsOnTheBubblesClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := retryfusetest.NewTransport(nil, retryfusetest.StallBeforeApply())
+		client := &http.Client{Transport: &retryfuse.Transport{Base: api,
+			Retry: retryfuse.RetryPolicy{MaxAttempts: 1, AttemptTimeout: 3 * time.Second},
+			Load:  retryfuse.LoadPolicy{MaxInFlight: 1, MaxQueued: 1, MaxWait: 10 * time.Second}}}
+
+		start := time.Now()
+		var wg sync.WaitGroup
+		ended := make([]time.Duration, 2)
+		for i := range ended {
+			wg.Go(func() {
+				resp, err := client.Get("http://api.test/items")
+				if err == nil {
+					_ = resp.Body.Close()
+				}
+				ended[i] = time.Since(start)
+			})
+			synctest.Wait() // the first holds the slot before the second comes
+		}
+		wg.Wait()
+		// The first stalls until its attempt timeout; the second waits in
+		// the queue for the slot, then is answered.
+		if ended[0] != 3*time.Second || ended[1] != 3*time.Second {
+			t.Errorf("calls ended at %v of the bubble's time, want both at 3s", ended)
+		}
+		if got := api.Requests(); got != 2 {
+			t.Errorf("requests: got %d, want 2", got)
+		}
+	})
+}

@@ -100,6 +100,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	case retryAfterSeconds, retryAfterDate:
+		if err := f.statusError(); err != nil {
+			return nil, err
+		}
 		rec := httptest.NewRecorder()
 		rec.Header().Set("Retry-After", f.retryAfterValue(time.Now()))
 		rec.WriteHeader(f.status)

@@ -153,3 +153,22 @@ func TestFaultsPastTheScriptAnswer(t *testing.T) {
 		t.Errorf("met: got %s, want the fault and two answers", got)
 	}
 }
+
+func TestRetryAfterWithAnImpossibleStatusFailsWithAnError(t *testing.T) {
+	for _, status := range []int{0, 99, 1000} {
+		rt := retryfusetest.NewTransport(nil, retryfusetest.RetryAfter(status, time.Second))
+		req, _ := http.NewRequest(http.MethodGet, "http://api.test/", nil)
+		if resp, err := rt.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "not an HTTP status") {
+			t.Errorf("status %d: got %v, %v; want an error naming the status", status, resp, err)
+		}
+		srv := retryfusetest.NewServer(t, nil, retryfusetest.RetryAfterDate(status, time.Second))
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError {
+			t.Errorf("Server, status %d: got %d, want 500", status, resp.StatusCode)
+		}
+	}
+}
