@@ -35,13 +35,19 @@ type seen struct {
 }
 
 // oneAttempt sends one request with method (keyed when a POST) through a
-// retryfuse Transport over base, and reports what it saw.
-func oneAttempt(t *testing.T, base http.RoundTripper, url, method string, charges *retryfusetest.Recorder) seen {
+// retryfuse Transport over base, and reports what it saw. The attempt has a
+// timeout only when the fault is a stall: a slow machine must not turn an
+// answer into a timeout.
+func oneAttempt(t *testing.T, base http.RoundTripper, url, method string, f retryfusetest.Fault, charges *retryfusetest.Recorder) seen {
 	t.Helper()
+	var timeout time.Duration
+	if s := f.String(); strings.Contains(s, "Stall") {
+		timeout = 200 * time.Millisecond
+	}
 	var mu sync.Mutex
 	var done []retryfuse.AttemptDoneInfo
 	rt := &retryfuse.Transport{Base: base,
-		Retry: retryfuse.RetryPolicy{MaxAttempts: 1, AttemptTimeout: 200 * time.Millisecond},
+		Retry: retryfuse.RetryPolicy{MaxAttempts: 1, AttemptTimeout: timeout},
 		Hooks: retryfuse.Hooks{AttemptDone: func(i retryfuse.AttemptDoneInfo) { mu.Lock(); done = append(done, i); mu.Unlock() }}}
 	defer rt.CloseIdleConnections()
 	var body io.Reader
@@ -92,10 +98,10 @@ func TestTransportShowsTheFactsOfARealWire(t *testing.T) {
 			t.Run(f.String()+"/"+method, func(t *testing.T) {
 				wireCharges := retryfusetest.NewRecorder()
 				srv := retryfusetest.NewServer(t, wireCharges.Wrap(answerOK()), f)
-				wire := oneAttempt(t, srv.Client().Transport, srv.URL, method, wireCharges)
+				wire := oneAttempt(t, srv.Client().Transport, srv.URL, method, f, wireCharges)
 
 				memCharges := retryfusetest.NewRecorder()
-				mem := oneAttempt(t, retryfusetest.NewTransport(memCharges.Wrap(answerOK()), f), "http://api.test", method, memCharges)
+				mem := oneAttempt(t, retryfusetest.NewTransport(memCharges.Wrap(answerOK()), f), "http://api.test", method, f, memCharges)
 				if !sameFacts(wire, mem) {
 					t.Errorf("facts differ:\n wire   %+v\n memory %+v", wire, mem)
 				}
@@ -125,10 +131,10 @@ func TestRefuseIsARefusedConnectionBeforeAnyWrite(t *testing.T) {
 	}
 	url := "http://" + ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
-	wire := oneAttempt(t, &http.Transport{}, url, http.MethodPost, retryfusetest.NewRecorder())
+	wire := oneAttempt(t, &http.Transport{}, url, http.MethodPost, retryfusetest.Refuse(), retryfusetest.NewRecorder())
 
 	charges := retryfusetest.NewRecorder()
-	mem := oneAttempt(t, retryfusetest.NewTransport(charges.Wrap(nil), retryfusetest.Refuse()), "http://api.test", http.MethodPost, charges)
+	mem := oneAttempt(t, retryfusetest.NewTransport(charges.Wrap(nil), retryfusetest.Refuse()), "http://api.test", http.MethodPost, retryfusetest.Refuse(), charges)
 	if !sameFacts(wire, mem) {
 		t.Errorf("facts differ:\n wire   %+v\n memory %+v", wire, mem)
 	}
@@ -144,10 +150,10 @@ func TestStreamResetShowsWhatAnHTTP2ServerShows(t *testing.T) {
 		t.Run(method, func(t *testing.T) {
 			wireCharges := retryfusetest.NewRecorder()
 			srv := retryfusetest.NewHTTP2Server(t, wireCharges.Wrap(answerOK()), retryfusetest.StreamReset())
-			wire := oneAttempt(t, srv.Client().Transport, srv.URL, method, wireCharges)
+			wire := oneAttempt(t, srv.Client().Transport, srv.URL, method, retryfusetest.StreamReset(), wireCharges)
 
 			memCharges := retryfusetest.NewRecorder()
-			mem := oneAttempt(t, retryfusetest.NewTransport(memCharges.Wrap(answerOK()), retryfusetest.StreamReset()), "https://api.test", method, memCharges)
+			mem := oneAttempt(t, retryfusetest.NewTransport(memCharges.Wrap(answerOK()), retryfusetest.StreamReset()), "https://api.test", method, retryfusetest.StreamReset(), memCharges)
 			if !sameFacts(wire, mem) {
 				t.Errorf("facts differ:\n wire   %+v\n memory %+v", wire, mem)
 			}
