@@ -16,7 +16,9 @@ import (
 // http.ErrAbortHandler, which a net/http server answers by dropping the
 // connection (HTTP/1) or resetting the stream (HTTP/2), a middleware
 // between sees as a panic, and a Transport as a closed connection. A
-// stall holds the request until its client goes.
+// stall holds the request until its client goes. The wrapped handler's
+// response is buffered before it is delivered (its trailers and flushes
+// are not kept).
 //
 // This type is concurrency safe.
 type Handler struct {

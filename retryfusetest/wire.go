@@ -35,7 +35,11 @@ type StreamError struct {
 }
 
 func (e StreamError) Error() string {
-	return "stream error: stream ID " + itoa(uint64(e.StreamID)) + "; INTERNAL_ERROR; received from peer"
+	code := "INTERNAL_ERROR"
+	if e.Code != 2 {
+		code = "error code " + itoa(uint64(e.Code))
+	}
+	return "stream error: stream ID " + itoa(uint64(e.StreamID)) + "; " + code + "; received from peer"
 }
 
 // As fills target when it points to a struct with StreamError's fields,
