@@ -24,7 +24,8 @@ import (
 // and WroteRequest once the body is read; a refused connection before
 // GotConn (nothing written), a reset or a closed connection after it; the
 // errors net/http returns for each. A request's body is read whole before
-// the handler runs, and closed.
+// the handler runs, and closed; the handler's response is buffered before
+// it is delivered.
 //
 // The handler runs on the caller's goroutine, under a context that ends
 // when the request's does. A handler that panics (http.ErrAbortHandler
