@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"reflect"
 	"testing"
+
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 // h2PeerReset stands for net/http's unexported HTTP/2 stream error as its
@@ -76,7 +78,7 @@ func TestDefaultClassifyHTTP2StreamResets(t *testing.T) {
 		{0xd, "HTTP_1_1_REQUIRED", ClassFinal},
 	} {
 		err := &url.Error{Op: "Get", URL: "https://dep.test/", Err: h2PeerReset{StreamID: 1, Code: tt.code, Cause: fromPeer}}
-		if se := (h2StreamReset{}); !errors.As(err, &se) || se.Code != uint32(tt.code) {
+		if se := (retryfusetest.StreamError{}); !errors.As(err, &se) || se.Code != uint32(tt.code) {
 			t.Fatalf("%s: the stream error fills %+v, want the target of the HTTP/2 fault tests with code %#x", tt.name, se, uint32(tt.code))
 		}
 		if got := defaultClassify(nil, err); got != tt.want {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 // The fault tests of transport_faults_test.go, over HTTP/2 as over
@@ -15,25 +16,20 @@ import (
 // server closes the connection, over HTTP/2 it resets the stream
 // (RST_STREAM INTERNAL_ERROR) and keeps the connection.
 
-// h2AbortFirst aborts the first request after its body was read, and
-// answers every later one with 200 "fine".
-func h2AbortFirst(n int, w http.ResponseWriter, _ *http.Request) {
-	if n == 1 {
-		panic(http.ErrAbortHandler)
-	}
-	_, _ = io.WriteString(w, "fine")
+// h2AbortFirst returns a handler that applies the first request and
+// crashes before answering it (retryfusetest's ApplyThenReset inside a
+// server: it panics with http.ErrAbortHandler), and answers every later
+// one with 200 "fine".
+func h2AbortFirst() func(int, http.ResponseWriter, *http.Request) {
+	return serveWith(retryfusetest.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "fine")
+	}), retryfusetest.ApplyThenReset()))
 }
 
-// h2StreamReset has the shape of net/http's unexported HTTP/2 stream
-// error, whose As method fills any struct of that shape: the classifier
-// (internal/evidence) recognises a stream reset so, and so does the test.
-type h2StreamReset struct {
-	StreamID uint32
-	Code     uint32
-	Cause    error
+// serveWith adapts h to the handlers of the test servers.
+func serveWith(h http.Handler) func(int, http.ResponseWriter, *http.Request) {
+	return func(_ int, w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }
 }
-
-func (h2StreamReset) Error() string { return "http2 stream reset" }
 
 // h2CodeInternal is HTTP/2's INTERNAL_ERROR (RFC 9113, section 7).
 const h2CodeInternal = 0x2
@@ -43,7 +39,11 @@ const h2CodeInternal = 0x2
 func h2WantResetCause(t *testing.T, p httpProto, cause error) {
 	t.Helper()
 	if p.h2 {
-		var se h2StreamReset
+		// A retryfusetest.StreamError has the shape of net/http's
+		// unexported HTTP/2 stream error, whose As method fills any
+		// struct of that shape, as the classifier (internal/evidence)
+		// recognises a stream reset.
+		var se retryfusetest.StreamError
 		if !errors.As(cause, &se) || se.Code != h2CodeInternal {
 			t.Errorf("cause: got %v, want an HTTP/2 stream reset with INTERNAL_ERROR", cause)
 		}
@@ -57,7 +57,7 @@ func h2WantResetCause(t *testing.T, p httpProto, cause error) {
 func TestHTTP2KeyedPOSTAbortedAfterEffectRequiresReconcile(t *testing.T) {
 	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := startTLSServer(t, p, h2AbortFirst)
+			srv, base := startTLSServer(t, p, h2AbortFirst())
 			clk := newFakeClock()
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: base, Hooks: log.hooks()})
@@ -92,7 +92,7 @@ func TestHTTP2KeyedPOSTAbortedAfterEffectRequiresReconcile(t *testing.T) {
 func TestHTTP2GETAbortedIsRetried(t *testing.T) {
 	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := startTLSServer(t, p, h2AbortFirst)
+			srv, base := startTLSServer(t, p, h2AbortFirst())
 			clk := newFakeClock()
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: base, Hooks: log.hooks()})
@@ -125,13 +125,9 @@ func TestHTTP2GETAbortedIsRetried(t *testing.T) {
 func TestHTTP2PUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
 	for _, p := range httpProtos {
 		t.Run(p.name, func(t *testing.T) {
-			srv, base := startTLSServer(t, p, func(n int, w http.ResponseWriter, r *http.Request) {
-				if n == 1 {
-					stallUntilGone(n, w, r)
-					return
-				}
+			srv, base := startTLSServer(t, p, serveWith(retryfusetest.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, "stored")
-			})
+			}), retryfusetest.StallBeforeApply())))
 			clk := newFakeClock()
 			var log hookLog
 			tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{AttemptTimeout: shortTimeout}, Hooks: log.hooks()})

@@ -8,13 +8,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/retryfuse/retryfuse/decide"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 // shortTimeout is the attempt timeout of tests where a server stalls: long
@@ -40,60 +43,60 @@ func wantReconcile(t *testing.T, err error, method, url, key string) *ReconcileR
 	return rec
 }
 
+// The transport's fault tests script their faults with the test kit
+// (retryfusetest): on a loopback Server where the behaviour depends on the
+// wire (a TCP reset, net/http's own re-send on a reused connection), on
+// its in-memory Transport inside a testing/synctest bubble where the
+// faults are stalls and the timeouts run on the bubble's clock.
+
 func TestKeyedPOSTStallingPastAttemptTimeoutRequiresReconcile(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
-	clk := newFakeClock()
-	var log hookLog
-	tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}, Hooks: log.hooks()})
+	synctest.Test(t, func(t *testing.T) {
+		api := retryfusetest.NewTransport(nil, retryfusetest.StallBeforeApply())
+		var log hookLog
+		tr := newTransport(t, nil, &Transport{Base: api, Retry: RetryPolicy{AttemptTimeout: 10 * time.Second}, Hooks: log.hooks()})
 
-	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
-	req.Header.Set(headerIdempotencyKey, "pay-1")
-	resp, _, err := do(tr, req)
-	if resp != nil {
-		t.Errorf("Do: got a response %d, want none", resp.StatusCode)
-	}
-	rec := wantReconcile(t, err, http.MethodPost, srv.URL+"/payments", "pay-1")
-	if !errors.Is(rec.Cause, ErrAttemptTimeout) {
-		t.Errorf("Cause: got %v, want one matching ErrAttemptTimeout", rec.Cause)
-	}
-	var ne net.Error
-	if !errors.As(rec.Cause, &ne) || !ne.Timeout() {
-		t.Errorf("Cause: got %v, want a net.Error with Timeout() true", rec.Cause)
-	}
-	if got := srv.count(); got != 1 {
-		t.Errorf("requests seen by the server: got %d, want 1", got)
-	}
-	if got := clk.Sleeps(); len(got) != 0 {
-		t.Errorf("waits: got %v, want none", got)
-	}
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	if len(log.reconciles) != 1 || log.reconciles[0].Err != rec {
-		t.Errorf("Reconcile hook: got %d events, want one carrying the returned error", len(log.reconciles))
-	}
-}
-
-// resetAfterRequest reads one request on each connection, then resets it.
-func resetAfterRequest(s *rawServer, _ int, c net.Conn, br *bufio.Reader) {
-	if _, err := s.readRequest(br); err != nil {
-		return
-	}
-	resetConn(c)
+		req := newRequest(t, testCtx(t), http.MethodPost, "http://payments.test/payments", `{"amount":10}`)
+		req.Header.Set(headerIdempotencyKey, "pay-1")
+		start := time.Now()
+		resp, _, err := do(tr, req)
+		if resp != nil {
+			t.Errorf("Do: got a response %d, want none", resp.StatusCode)
+		}
+		rec := wantReconcile(t, err, http.MethodPost, "http://payments.test/payments", "pay-1")
+		if !errors.Is(rec.Cause, ErrAttemptTimeout) {
+			t.Errorf("Cause: got %v, want one matching ErrAttemptTimeout", rec.Cause)
+		}
+		var ne net.Error
+		if !errors.As(rec.Cause, &ne) || !ne.Timeout() {
+			t.Errorf("Cause: got %v, want a net.Error with Timeout() true", rec.Cause)
+		}
+		if got := api.Requests(); got != 1 {
+			t.Errorf("requests seen by the server: got %d, want 1", got)
+		}
+		if got := time.Since(start); got != 10*time.Second {
+			t.Errorf("call took %v of the bubble's time, want the attempt timeout's 10s and no wait", got)
+		}
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if len(log.reconciles) != 1 || log.reconciles[0].Err != rec {
+			t.Errorf("Reconcile hook: got %d events, want one carrying the returned error", len(log.reconciles))
+		}
+	})
 }
 
 func TestKeyedPOSTResetAfterWriteRequiresReconcile(t *testing.T) {
-	srv := newRawServer(t, resetAfterRequest)
+	srv := retryfusetest.NewServer(t, nil, retryfusetest.ResetBeforeRead())
 	clk := newFakeClock()
 	tr := newTransport(t, clk, &Transport{})
 
-	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/payments", `{"amount":10}`)
+	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 	req.Header.Set(headerIdempotencyKey, "pay-2")
 	_, _, err := do(tr, req)
-	rec := wantReconcile(t, err, http.MethodPost, srv.URL()+"/payments", "pay-2")
+	rec := wantReconcile(t, err, http.MethodPost, srv.URL+"/payments", "pay-2")
 	if !errors.Is(rec.Cause, syscall.ECONNRESET) {
 		t.Errorf("Cause: got %v, want one matching ECONNRESET", rec.Cause)
 	}
-	if got := len(srv.requests()); got != 1 {
+	if got := srv.Requests(); got != 1 {
 		t.Errorf("requests seen by the server: got %d, want 1", got)
 	}
 	if got := clk.Sleeps(); len(got) != 0 {
@@ -101,56 +104,29 @@ func TestKeyedPOSTResetAfterWriteRequiresReconcile(t *testing.T) {
 	}
 }
 
-// reusedThenClosed answers the first request of the first connection, then
-// reads the second and closes the connection without an answer. Later
-// connections answer every request: that is where a silent re-send would
-// land.
-type reusedThenClosed struct {
-	mu   sync.Mutex
-	seen map[string]int // idempotency key (or path) → requests read
-}
-
-func (r *reusedThenClosed) serve(s *rawServer, connNo int, c net.Conn, br *bufio.Reader) {
-	for i := 0; ; i++ {
-		req, err := s.readRequest(br)
-		if err != nil {
-			return
-		}
-		id := req.Header.Get(headerIdempotencyKey)
-		if id == "" {
-			id = req.URL
-		}
-		r.mu.Lock()
-		r.seen[id]++
-		r.mu.Unlock()
-		if connNo == 0 && i == 1 {
-			return // close without an answer, after reading the request
-		}
-		if writeResponse(c, 200, "ok") != nil {
-			return
-		}
-	}
-}
-
-func (r *reusedThenClosed) count(id string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.seen[id]
-}
-
 // runReusedThenClosed sends a GET that warms a connection, then a keyed
-// POST that the server reads on that reused connection and drops.
-func runReusedThenClosed(t *testing.T, rt http.RoundTripper) (srv *rawServer, script *reusedThenClosed, err error) {
+// POST that the server applies on that reused connection and answers by
+// closing it. Later requests are answered: that is where a silent re-send
+// would land. conns counts the connections the POST obtained.
+func runReusedThenClosed(t *testing.T, rt http.RoundTripper) (srv *retryfusetest.Server, payments *retryfusetest.Recorder, conns []httptrace.GotConnInfo, err error) {
 	t.Helper()
-	script = &reusedThenClosed{seen: map[string]int{}}
-	srv = newRawServer(t, script.serve)
-	if _, _, err := do(rt, newRequest(t, testCtx(t), http.MethodGet, srv.URL()+"/warm", "")); err != nil {
+	payments = retryfusetest.NewRecorder()
+	srv = retryfusetest.NewServer(t, payments.Wrap(nil), retryfusetest.Answer(), retryfusetest.ApplyThenClose())
+	if _, _, err := do(rt, newRequest(t, testCtx(t), http.MethodGet, srv.URL+"/warm", "")); err != nil {
 		t.Fatalf("warming GET: %v", err)
 	}
-	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL()+"/payments", `{"amount":10}`)
+	var mu sync.Mutex
+	ctx := httptrace.WithClientTrace(testCtx(t), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, info)
+	}})
+	req := newRequest(t, ctx, http.MethodPost, srv.URL+"/payments", `{"amount":10}`)
 	req.Header.Set(headerIdempotencyKey, "pay-3")
 	_, _, err = do(rt, req)
-	return srv, script, err
+	mu.Lock()
+	defer mu.Unlock()
+	return srv, payments, slices.Clone(conns), err
 }
 
 func TestKeyedPOSTDroppedOnReusedConnectionIsNotResent(t *testing.T) {
@@ -160,28 +136,26 @@ func TestKeyedPOSTDroppedOnReusedConnectionIsNotResent(t *testing.T) {
 		// stops holding, the subtest below no longer exercises it.
 		base := cleanhttp.DefaultPooledTransport()
 		t.Cleanup(base.CloseIdleConnections)
-		_, script, err := runReusedThenClosed(t, base)
+		_, payments, _, err := runReusedThenClosed(t, base)
 		if err != nil {
 			t.Fatalf("bare base: got error %v, want the re-sent request's 200", err)
 		}
-		if got := script.count("pay-3"); got != 2 {
-			t.Errorf("bare base: server read the POST %d times, want 2", got)
+		if got := payments.Applied("pay-3"); got != 2 {
+			t.Errorf("bare base: the POST applied %d times, want 2", got)
 		}
 	})
 	t.Run("retryfuse does not", func(t *testing.T) {
 		clk := newFakeClock()
 		var log hookLog
 		tr := newTransport(t, clk, &Transport{Hooks: log.hooks()})
-		srv, script, err := runReusedThenClosed(t, tr)
-		rec := wantReconcile(t, err, http.MethodPost, srv.URL()+"/payments", "pay-3")
+		srv, payments, conns, err := runReusedThenClosed(t, tr)
+		rec := wantReconcile(t, err, http.MethodPost, srv.URL+"/payments", "pay-3")
 		if !errors.Is(rec.Cause, io.EOF) && !errors.Is(rec.Cause, syscall.ECONNRESET) {
 			t.Errorf("Cause: got %v, want EOF or ECONNRESET", rec.Cause)
 		}
-		if got := script.count("pay-3"); got != 1 {
-			t.Errorf("server read the POST %d times, want exactly 1", got)
-		}
-		if got := srv.connCount(); got != 1 {
-			t.Errorf("connections: got %d, want 1 (the POST went out on the reused one)", got)
+		payments.ExactlyOnce(t, "pay-3")
+		if len(conns) != 1 || !conns[0].Reused {
+			t.Errorf("connections of the POST: got %+v, want 1, the reused one", conns)
 		}
 		log.mu.Lock()
 		defer log.mu.Unlock()
@@ -194,78 +168,73 @@ func TestKeyedPOSTDroppedOnReusedConnectionIsNotResent(t *testing.T) {
 func TestCallerDeadlineAfterWriteOfPOSTRequiresReconcile(t *testing.T) {
 	for _, key := range []string{"", "pay-4"} {
 		t.Run("key="+key, func(t *testing.T) {
-			srv := newTestServer(t, stallUntilGone)
-			clk := newFakeClock()
-			tr := newTransport(t, clk, &Transport{})
+			synctest.Test(t, func(t *testing.T) {
+				api := retryfusetest.NewTransport(nil, retryfusetest.StallBeforeApply())
+				tr := newTransport(t, nil, &Transport{Base: api})
 
-			ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)
-			defer cancel()
-			req := newRequest(t, ctx, http.MethodPost, srv.URL, `{"amount":10}`)
-			if key != "" {
-				req.Header.Set(headerIdempotencyKey, key)
-			}
-			_, _, err := do(tr, req)
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("errors.Is(err, context.DeadlineExceeded): got false for %v, want true", err)
-			}
-			wantReconcile(t, err, http.MethodPost, srv.URL, key)
-			if got := srv.count(); got != 1 {
-				t.Errorf("requests seen by the server: got %d, want 1", got)
-			}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				req := newRequest(t, ctx, http.MethodPost, "http://payments.test/", `{"amount":10}`)
+				if key != "" {
+					req.Header.Set(headerIdempotencyKey, key)
+				}
+				_, _, err := do(tr, req)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("errors.Is(err, context.DeadlineExceeded): got false for %v, want true", err)
+				}
+				wantReconcile(t, err, http.MethodPost, "http://payments.test/", key)
+				if got := api.Requests(); got != 1 {
+					t.Errorf("requests seen by the server: got %d, want 1", got)
+				}
+			})
 		})
 	}
 }
 
 func TestPUTAfterPostWriteTimeoutIsRetried(t *testing.T) {
-	srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
-		if n == 1 {
-			stallUntilGone(n, w, r)
-			return
-		}
-		_, _ = io.WriteString(w, "stored")
-	})
-	clk := newFakeClock()
-	var log hookLog
-	tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}, Hooks: log.hooks()})
+	synctest.Test(t, func(t *testing.T) {
+		docs := retryfusetest.NewRecorder()
+		api := retryfusetest.NewTransport(docs.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "stored")
+		})), retryfusetest.StallBeforeApply())
+		var log hookLog
+		tr := newTransport(t, nil, &Transport{Base: api, Retry: RetryPolicy{AttemptTimeout: 10 * time.Second}, Hooks: log.hooks()})
 
-	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodPut, srv.URL+"/doc/1", "v2"))
-	if err != nil {
-		t.Fatalf("Do: got error %v, want nil", err)
-	}
-	if resp.StatusCode != 200 || string(body) != "stored" {
-		t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "stored")
-	}
-	reqs := srv.requests()
-	if len(reqs) != 2 || reqs[1].Body != "v2" {
-		t.Errorf("requests seen by the server: got %+v, want 2 with body v2", reqs)
-	}
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	if len(log.dones) != 2 || log.dones[0].Outcome != decide.OutcomeTimeout || log.dones[0].Phase != decide.PhasePostWrite {
-		t.Errorf("AttemptDone events: got %+v, want the first a timeout in post_write", log.dones)
-	}
+		resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodPut, "http://docs.test/doc/1", "v2"))
+		if err != nil {
+			t.Fatalf("Do: got error %v, want nil", err)
+		}
+		if resp.StatusCode != 200 || string(body) != "stored" {
+			t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "stored")
+		}
+		if got := api.Requests(); got != 2 {
+			t.Errorf("requests seen by the server: got %d, want 2", got)
+		}
+		if got := docs.Bodies(""); len(got) != 1 || got[0] != "v2" {
+			t.Errorf("bodies applied: got %q, want the retry's v2 alone", got)
+		}
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if len(log.dones) != 2 || log.dones[0].Outcome != decide.OutcomeTimeout || log.dones[0].Phase != decide.PhasePostWrite {
+			t.Errorf("AttemptDone events: got %+v, want the first a timeout in post_write", log.dones)
+		}
+	})
 }
 
 func TestGETAfterResetIsRetried(t *testing.T) {
-	srv := newRawServer(t, func(s *rawServer, connNo int, c net.Conn, br *bufio.Reader) {
-		if connNo == 0 {
-			resetAfterRequest(s, connNo, c, br)
-			return
-		}
-		if _, err := s.readRequest(br); err == nil {
-			_ = writeResponse(c, 200, "fine")
-		}
-	})
+	srv := retryfusetest.NewServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "fine")
+	}), retryfusetest.ResetBeforeRead())
 	clk := newFakeClock()
 	tr := newTransport(t, clk, &Transport{})
-	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL(), ""))
+	resp, body, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
 	if err != nil {
 		t.Fatalf("Do: got error %v, want nil", err)
 	}
 	if resp.StatusCode != 200 || string(body) != "fine" {
 		t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "fine")
 	}
-	if got := len(srv.requests()); got != 2 {
+	if got := srv.Requests(); got != 2 {
 		t.Errorf("requests seen by the server: got %d, want 2", got)
 	}
 	if got := len(clk.Sleeps()); got != 1 {
