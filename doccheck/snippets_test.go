@@ -143,7 +143,13 @@ func source(b block, pkg string) ([]byte, error) {
 		if b.in != "" {
 			sig = b.in
 		}
-		body = "\nfunc _" + strings.TrimPrefix(sig, "func") + " {" + directive + code + "\n}\n"
+		// A block in a function with results may end before its return,
+		// as a snippet does: the function ends for it.
+		end := "\n}\n"
+		if !strings.HasSuffix(strings.TrimSpace(sig), ")") || strings.Count(sig, "(") > 1 {
+			end = "\npanic(\"the block ends here\")\n}\n"
+		}
+		body = "\nfunc _" + strings.TrimPrefix(sig, "func") + " {" + directive + code + end
 	}
 	src := "package " + pkg + "\n\n" + decls + "\n" + body
 	fset := token.NewFileSet()
