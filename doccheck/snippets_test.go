@@ -122,6 +122,8 @@ var packages = map[string]string{
 	"math":           "math",
 	"json":           "encoding/json",
 	"url":            "net/url",
+	"atomic":         "sync/atomic",
+	"sync":           "sync",
 }
 
 // source returns the Go file that compiles b: the declarations, then the
