@@ -14,6 +14,10 @@
 //	in: func() (*Order, error)
 //	-->
 //
+// or, for declarations alone, on one line:
+//
+//	<!-- doccheck: var ctx context.Context; var url string -->
+//
 // The comment's lines are Go declarations placed beside the block; a line
 // "in: func(...) ..." gives the signature of the function the block is the
 // body of (func() when none). A block that is itself declarations (a func,

@@ -96,3 +96,23 @@ func TestDeclarationsAndSignaturesOfBlocks(t *testing.T) {
 		t.Fatalf("the two forms do not compile: %v\n%s", err, out)
 	}
 }
+
+// TestOneLineDeclarations pins the one-line form of a block's declarations.
+func TestOneLineDeclarations(t *testing.T) {
+	md := filepath.Join(t.TempDir(), "one.md")
+	text := "<!-- doccheck: var ctx context.Context; var url string -->\n```go\nreq, err := http.NewRequestWithContext(ctx, \"GET\", url, nil)\n```\n"
+	if err := os.WriteFile(md, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := extract(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 1 || blocks[0].pre != "var ctx context.Context; var url string" {
+		t.Fatalf("extract: got %+v, want one block with the one-line declarations", blocks)
+	}
+	wd, _ := os.Getwd()
+	if out, err := build(wd, blocks); err != nil {
+		t.Fatalf("a block with one-line declarations does not compile: %v\n%s", err, out)
+	}
+}

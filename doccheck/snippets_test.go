@@ -71,6 +71,10 @@ func extract(path string) ([]block, error) {
 			code = append(code, line)
 		case trimmed == "<!-- doccheck":
 			inPre, pre, in = true, nil, ""
+		case strings.HasPrefix(trimmed, "<!-- doccheck:") && strings.HasSuffix(trimmed, "-->"):
+			// The one-line form: declarations alone.
+			pre = []string{strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(trimmed, "<!-- doccheck:"), "-->"))}
+			in, pending = "", true
 		case strings.HasPrefix(trimmed, "```"):
 			info := strings.Fields(strings.TrimPrefix(trimmed, "```"))
 			inCode, skip = true, true
