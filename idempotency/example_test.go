@@ -33,7 +33,7 @@ func Example() {
 	post := func(body string) {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", "order-42")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := srv.Client().Do(req)
 		if err != nil {
 			fmt.Println(err)
 			return
