@@ -28,6 +28,30 @@
 //		Brake: retryfuse.BrakePolicy{Breaker: br},
 //	}
 //
+// # The names, by what you look for
+//
+//   - A client: Transport (its zero value is ready), Transport.Validate.
+//   - Its settings, one group per policy: RetryPolicy (attempts, backoff,
+//     Retry-After, budgets; Classifier and Class), KeyPolicy (keys, the
+//     ledger, Reconciler), BrakePolicy (the breaker), HedgePolicy,
+//     LoadPolicy and ThrottlePolicy (the load controls), ReadPolicy (shared
+//     reads) and ScopePolicy (what one dependency is).
+//   - A request's keys and needs: WithIdempotencyKey, IdempotencyKeyOf,
+//     WithCurrentData.
+//   - What went wrong: ReconcileRequiredError (and its Resolve),
+//     RetryError, StatusError, BulkheadFullError, RateLimitError, the
+//     sentinels (ErrDeclined, ErrReconcileRequired, ErrBudgetExhausted, …),
+//     MayRetry for a retry layer above, and ReasonName.
+//   - What it decided: Hooks and JoinHooks, each hook's Info type
+//     (AttemptStartInfo, AttemptDoneInfo, DecisionInfo, RetryInfo,
+//     ReconcileInfo, GiveUpInfo, EvidenceUnavailableInfo, PolicyInfo, all
+//     holding a CallInfo).
+//
+// The guides in the repository's docs/ folder take one concern each:
+// reconcile.md, retries-and-deadlines.md, budgets-and-breaker.md,
+// load.md, hedging-and-reads.md, ledgers.md, server.md, observability.md
+// and errors.md.
+//
 // # What is repeated
 //
 // Every attempt is classified (see Classifier): the statuses 408, 425,
