@@ -181,16 +181,17 @@
 // github.com/retryfuse/retryfuse/sloghooks logs every event to a log/slog
 // logger with stable attribute names (sloghooks.New); the module
 // github.com/retryfuse/retryfuse/otel records OpenTelemetry metrics and
-// span events. JoinHooks combines several.
+// span events, and traces calls. JoinHooks combines several.
 //
 // # Composing with other transports
 //
 // A RoundTripper outside retryfuse sees each call once; one inside (its
 // Base) sees every attempt:
 //
-//   - a tracing transport such as otelhttp.NewTransport: outside for one
-//     span per call carrying retryfuse's events (recommended), inside for
-//     one span per attempt;
+//   - a tracing transport such as otelhttp.NewTransport: inside (the
+//     Base), wrapped in retryfuseotel.NewTransport, for a CLIENT span per
+//     request sent under a call span by the HTTP semantic conventions
+//     (recommended); outside alone for one span per call;
 //   - an auth transport (oauth2.Transport, a request signer): inside, so
 //     that each attempt carries a fresh token or signature — and a token
 //     refresh failure is an error of the attempt, not a retry of it;
@@ -201,4 +202,13 @@
 // net/http's Transport; one that does not gives no phase, so a failed
 // write behind it counts as possibly written. Read the idempotency key
 // there with IdempotencyKeyOf, not Header.Get.
+//
+// # Testing
+//
+// Package github.com/retryfuse/retryfuse/retryfusetest scripts the
+// failures this Transport exists for (a response lost after the write, a
+// reset, a stall, a Retry-After, a cut body) under it as its Base, and
+// counts the effects a handler applied per idempotency key. Its in-memory
+// Transport runs inside a testing/synctest bubble, where the waits take
+// no wall time.
 package retryfuse

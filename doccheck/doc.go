@@ -23,9 +23,9 @@
 // body of (func() when none). A block that is itself declarations (a func,
 // a type) is placed at the top level. Imports are added for the packages a
 // block names (retryfuse, budget, breaker, ledger, idempotency, sloghooks,
-// decide, retryfuseredis, retryfusesql, retryfuseotel, redis, the standard
-// library's), and a variable a block declares and leaves unused is used
-// for it. Errors are reported at the block's line in its Markdown file.
+// decide, retryfusetest, retryfuseredis, retryfusesql, retryfuseotel,
+// otelhttp, redis, the standard library's, testing and synctest among
+// them), and a variable a block declares and leaves unused is used for it. Errors are reported at the block's line in its Markdown file.
 //
 // A block whose opening fence is "```go nocheck" is not compiled (output,
 // a signature quoted as text); there should be few.

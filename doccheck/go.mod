@@ -8,10 +8,12 @@ require (
 	github.com/retryfuse/retryfuse/otel v0.1.0
 	github.com/retryfuse/retryfuse/redis v0.1.0
 	github.com/retryfuse/retryfuse/sql v0.1.0
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect

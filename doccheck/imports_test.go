@@ -12,6 +12,8 @@ import (
 	_ "github.com/retryfuse/retryfuse/ledger"
 	_ "github.com/retryfuse/retryfuse/otel"
 	_ "github.com/retryfuse/retryfuse/redis"
+	_ "github.com/retryfuse/retryfuse/retryfusetest"
 	_ "github.com/retryfuse/retryfuse/sloghooks"
 	_ "github.com/retryfuse/retryfuse/sql"
+	_ "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )

@@ -109,6 +109,7 @@ var packages = map[string]string{
 	"retryfuseredis": "github.com/retryfuse/retryfuse/redis",
 	"retryfusesql":   "github.com/retryfuse/retryfuse/sql",
 	"retryfuseotel":  "github.com/retryfuse/retryfuse/otel",
+	"retryfusetest":  "github.com/retryfuse/retryfuse/retryfusetest",
 	"redis":          "github.com/redis/go-redis/v9",
 	"sql":            "database/sql",
 	"http":           "net/http",
@@ -128,6 +129,9 @@ var packages = map[string]string{
 	"url":            "net/url",
 	"atomic":         "sync/atomic",
 	"sync":           "sync",
+	"testing":        "testing",
+	"synctest":       "testing/synctest",
+	"otelhttp":       "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp",
 }
 
 // source returns the Go file that compiles b: the declarations, then the
