@@ -1,0 +1,191 @@
+package fingerprint
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/retryfuse/retryfuse/internal/sentinel"
+)
+
+// This file is the credentials a request carries, as both halves of the
+// key bind them into the fingerprint a key is stored with: a repeat under
+// a key matches only when it carries the same credentials, so that one
+// principal's stored response is never another's.
+
+// CredentialsPrefix separates the domain of fingerprints bound to
+// credentials from every other use of the keyed hash.
+const CredentialsPrefix = "retryfuse fingerprint v1 credentials\x00"
+
+// PublicCredentialsKey is the key of the hash when none is given: public,
+// the same in every process, so that a fleet sharing a ledger binds
+// credentials alike, and a restart changes nothing. Under it the bound
+// fingerprint is a domain-separated SHA-256 (HMAC under a known key):
+// inverting it needs the request (its body included) and a guess of the
+// credentials, which a bearer token or an API key (128 bits and more)
+// defeats; a low-entropy secret (a Basic password) wants a secret key.
+const PublicCredentialsKey = "retryfuse credentials v1 public key"
+
+// MinCredentialsKey is the shortest secret key accepted, in bytes.
+const MinCredentialsKey = 16
+
+// Credentials is the rule that names a request's credentials (header
+// fields and cookies) and the keys of the hash that binds them. It is
+// safe for concurrent use. A nil *Credentials binds nothing.
+type Credentials struct {
+	headers []string     // canonical names, in the order given
+	cookies []string     // cookie names, in the order given
+	pools   []*sync.Pool // of HMAC hashes, one per key: the current key first
+}
+
+// NewCredentials returns the rule for the header fields and cookies
+// named, hashed under key (PublicCredentialsKey when nil), with the
+// previous keys whose fingerprints still match (see Bind). field names
+// the setting in errors: a name that is not a header or cookie name, or a
+// key shorter than MinCredentialsKey, is an error wrapping
+// sentinel.ErrInvalidPolicy. With no header and no cookie, it returns nil:
+// nothing is bound.
+func NewCredentials(field string, headers, cookies []string, key []byte, previous [][]byte) (*Credentials, error) {
+	c := &Credentials{}
+	for _, name := range headers {
+		if !token(name) {
+			return nil, sentinel.InvalidPolicy(field+".Headers", strconv.Quote(name)+" is not a header field name")
+		}
+		c.headers = append(c.headers, http.CanonicalHeaderKey(name))
+	}
+	for _, name := range cookies {
+		if !token(name) {
+			return nil, sentinel.InvalidPolicy(field+".Cookies", strconv.Quote(name)+" is not a cookie name")
+		}
+		c.cookies = append(c.cookies, name)
+	}
+	if key != nil && len(key) < MinCredentialsKey {
+		return nil, sentinel.InvalidPolicy(field+".Key", "must hold at least "+strconv.Itoa(MinCredentialsKey)+" bytes")
+	}
+	for _, k := range previous {
+		if len(k) < MinCredentialsKey {
+			return nil, sentinel.InvalidPolicy(field+".PreviousKeys", "must each hold at least "+strconv.Itoa(MinCredentialsKey)+" bytes")
+		}
+	}
+	if len(c.headers) == 0 && len(c.cookies) == 0 {
+		return nil, nil
+	}
+	if key == nil {
+		key = []byte(PublicCredentialsKey)
+	}
+	for _, k := range append([][]byte{key}, previous...) {
+		k := append([]byte(nil), k...) // the caller's slice may change
+		c.pools = append(c.pools, &sync.Pool{New: func() any { return hmac.New(sha256.New, k) }})
+	}
+	return c, nil
+}
+
+// token reports whether s is an RFC 9110 token: the form of a header
+// field name, and of a cookie name (RFC 6265).
+func token(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Keys returns the number of keys a fingerprint may be bound under: the
+// current one and the previous ones. Zero for a nil c.
+func (c *Credentials) Keys() int {
+	if c == nil {
+		return 0
+	}
+	return len(c.pools)
+}
+
+// Carried reports whether h carries any of the credentials c names: a
+// named header field, or a named cookie in a Cookie field.
+func (c *Credentials) Carried(h http.Header) bool {
+	if c == nil {
+		return false
+	}
+	for _, name := range c.headers {
+		if _, ok := h[name]; ok {
+			return true
+		}
+	}
+	if len(c.cookies) == 0 {
+		return false
+	}
+	for _, name := range c.cookies {
+		found := false
+		eachCookie(h, name, func(string) { found = true })
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// Bind returns fp bound to the credentials h carries, under the key i
+// (0, the current key; then the previous ones, as given): an HMAC-SHA-256
+// of CredentialsPrefix, fp, and each named header field (its name, its
+// number of values, each value) and each named cookie (its name, the
+// number of its occurrences, each value), every string preceded by its
+// length. A request that carries none of them keeps fp as it is: the
+// fingerprint it had before credentials were bound, which no bound one
+// equals. Only this digest is ever stored; the credentials are not.
+func (c *Credentials) Bind(fp [32]byte, h http.Header, i int) [32]byte {
+	if !c.Carried(h) {
+		return fp
+	}
+	mac := c.pools[i].Get().(hash.Hash)
+	var buf [256]byte
+	b := append(buf[:0], CredentialsPrefix...)
+	b = append(b, fp[:]...)
+	for _, name := range c.headers {
+		vs := h[name]
+		b = appendField(b, name)
+		b = binary.BigEndian.AppendUint64(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendField(b, v)
+		}
+	}
+	for _, name := range c.cookies {
+		b = appendField(b, name)
+		n := 0
+		eachCookie(h, name, func(string) { n++ })
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+		eachCookie(h, name, func(v string) { b = appendField(b, v) })
+	}
+	mac.Write(b)
+	var out [32]byte
+	mac.Sum(out[:0])
+	mac.Reset()
+	c.pools[i].Put(mac)
+	return out
+}
+
+// eachCookie calls f with the value of each cookie called name in h's
+// Cookie fields, in order, as net/http's Request.Cookies reads them
+// (pairs split at ";", spaces trimmed, a quoted value unquoted).
+func eachCookie(h http.Header, name string, f func(value string)) {
+	for _, line := range h["Cookie"] {
+		for part := range strings.SplitSeq(line, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+			if !ok || k != name {
+				continue
+			}
+			if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			f(v)
+		}
+	}
+}
