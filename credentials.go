@@ -73,3 +73,8 @@ func (c Credentials) binding(field string) (*fingerprint.Credentials, error) {
 	}
 	return fingerprint.NewCredentials(field, headers, c.Cookies, c.Key, c.PreviousKeys)
 }
+
+// set reports whether any field of c is set.
+func (c Credentials) set() bool {
+	return c.Headers != nil || c.Cookies != nil || c.Key != nil || c.PreviousKeys != nil
+}
