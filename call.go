@@ -61,7 +61,7 @@ type call struct {
 	heldToken        string              // with earlierUncertain, the token that may end that claim
 	memoKey          string              // without a ledger, the key in the Transport's memory; see memo
 	memoized         bool                // the key is the Transport's memory's to keep
-	credsBound       bool                // the fingerprint at the ledger holds the request's credentials
+	credsBound       bool                // the ledger's fingerprints hold the credentials requests carry
 	earlierUncertain bool                // an earlier call under the key ended uncertain
 	earlier          keymemory.Uncertain // what is known of it
 	confirmed        bool                // the call ends with a confirmed result

@@ -35,10 +35,12 @@ type KeyConflictError struct {
 	// nothing was sent.
 	ByServer bool
 
-	// Credentials: the request carried credentials that were part of what
-	// had to match at the Ledger, so that the earlier request under the
-	// key may have been another principal's, or this one's under other
-	// credentials, rather than another payload. Never true with ByServer.
+	// Credentials: the credentials requests carry (KeyPolicy.Credentials)
+	// are part of what had to match at the Ledger, so that the earlier
+	// request under the key may have been another principal's (or carried
+	// none, or this one did not), or this principal's under credentials
+	// since refreshed or rotated, rather than another payload. Never true
+	// with ByServer.
 	Credentials bool
 
 	// Attempts is the number of attempts made: 0 when the Ledger refused

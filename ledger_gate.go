@@ -78,9 +78,9 @@ func (c *call) claim() (decide.KeyState, *ledger.StoredResponse, error) {
 // the key's state under its own.
 func (c *call) begin(l ledger.Ledger, fp ledger.Fingerprint) (ledger.Claim, error) {
 	creds, h := c.p.creds, c.req.Header
-	c.credsBound = creds.Carried(h)
+	c.credsBound = creds != nil
 	cl, err := l.Begin(c.req.Context(), c.ledgerKey, creds.Bind(fp, h, 0))
-	if err != nil || cl.State != decide.KeyConflict || !c.credsBound {
+	if err != nil || cl.State != decide.KeyConflict || !creds.Carried(h) {
 		return cl, err
 	}
 	for i := 1; i < creds.Keys(); i++ {
