@@ -80,7 +80,7 @@ func NewCredentials(field string, headers, cookies []string, key []byte, previou
 	}
 	for _, k := range append([][]byte{key}, previous...) {
 		k := append([]byte(nil), k...) // the caller's slice may change
-		c.pools = append(c.pools, &sync.Pool{New: func() any { return hmac.New(sha256.New, k) }})
+		c.pools = append(c.pools, &sync.Pool{New: func() any { return &binder{mac: hmac.New(sha256.New, k)} }})
 	}
 	return c, nil
 }
@@ -120,17 +120,20 @@ func (c *Credentials) Carried(h http.Header) bool {
 			return true
 		}
 	}
-	if len(c.cookies) == 0 {
-		return false
-	}
 	for _, name := range c.cookies {
-		found := false
-		eachCookie(h, name, func(string) { found = true })
-		if found {
+		if countCookies(h, name) > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// binder is the state of one Bind, kept in a pool: the keyed hash and
+// the buffers its input and output are written to.
+type binder struct {
+	mac hash.Hash
+	buf [512]byte
+	out [32]byte
 }
 
 // Bind returns fp bound to the credentials h carries, under the key i
@@ -145,9 +148,8 @@ func (c *Credentials) Bind(fp [32]byte, h http.Header, i int) [32]byte {
 	if !c.Carried(h) {
 		return fp
 	}
-	mac := c.pools[i].Get().(hash.Hash)
-	var buf [256]byte
-	b := append(buf[:0], CredentialsPrefix...)
+	st := c.pools[i].Get().(*binder)
+	b := append(st.buf[:0], CredentialsPrefix...)
 	b = append(b, fp[:]...)
 	for _, name := range c.headers {
 		vs := h[name]
@@ -159,33 +161,48 @@ func (c *Credentials) Bind(fp [32]byte, h http.Header, i int) [32]byte {
 	}
 	for _, name := range c.cookies {
 		b = appendField(b, name)
-		n := 0
-		eachCookie(h, name, func(string) { n++ })
-		b = binary.BigEndian.AppendUint64(b, uint64(n))
-		eachCookie(h, name, func(v string) { b = appendField(b, v) })
+		b = binary.BigEndian.AppendUint64(b, uint64(countCookies(h, name)))
+		for _, line := range h["Cookie"] {
+			for v, rest, ok := nextCookie(line, name); ok; v, rest, ok = nextCookie(rest, name) {
+				b = appendField(b, v)
+			}
+		}
 	}
-	mac.Write(b)
-	var out [32]byte
-	mac.Sum(out[:0])
-	mac.Reset()
-	c.pools[i].Put(mac)
+	st.mac.Write(b)
+	out := [32]byte(st.mac.Sum(st.out[:0]))
+	st.mac.Reset()
+	c.pools[i].Put(st)
 	return out
 }
 
-// eachCookie calls f with the value of each cookie called name in h's
-// Cookie fields, in order, as net/http's Request.Cookies reads them
-// (pairs split at ";", spaces trimmed, a quoted value unquoted).
-func eachCookie(h http.Header, name string, f func(value string)) {
+// countCookies returns the number of cookies called name in h's Cookie
+// fields.
+func countCookies(h http.Header, name string) int {
+	n := 0
 	for _, line := range h["Cookie"] {
-		for part := range strings.SplitSeq(line, ";") {
-			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-			if !ok || k != name {
-				continue
-			}
-			if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
-				v = v[1 : len(v)-1]
-			}
-			f(v)
+		for _, rest, ok := nextCookie(line, name); ok; _, rest, ok = nextCookie(rest, name) {
+			n++
 		}
 	}
+	return n
+}
+
+// nextCookie returns the value of the first cookie called name in line (a
+// Cookie field's value, or what is left of it) and the rest of the line
+// after it, read as net/http's Request.Cookies reads them: pairs split at
+// ";", spaces trimmed, a quoted value unquoted.
+func nextCookie(line, name string) (value, rest string, ok bool) {
+	for line != "" {
+		var part string
+		part, line, _ = strings.Cut(line, ";")
+		k, v, found := strings.Cut(strings.TrimSpace(part), "=")
+		if !found || k != name {
+			continue
+		}
+		if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+			v = v[1 : len(v)-1]
+		}
+		return v, line, true
+	}
+	return "", "", false
 }

@@ -1,0 +1,160 @@
+package fingerprint
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/retryfuse/retryfuse/internal/sentinel"
+)
+
+func count(n int) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(n))
+	return string(b[:])
+}
+
+func mustCredentials(t *testing.T, headers, cookies []string, key []byte, previous ...[]byte) *Credentials {
+	t.Helper()
+	c, err := NewCredentials("Credentials", headers, cookies, key, previous)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestBindFormat pins the value: ledgers keep it across releases, and a
+// fleet's processes of two releases must agree on it.
+func TestBindFormat(t *testing.T) {
+	fp := Of("POST", "/refunds", "", []byte(`{}`))
+	h := http.Header{"Authorization": {"Bearer A"}, "Cookie": {`theme=dark; sid="s1"`, "sid=s2"}}
+	for _, tt := range []struct {
+		name string
+		key  []byte
+		want string // the MAC's key
+	}{
+		{"the public key", nil, PublicCredentialsKey},
+		{"a secret key", []byte("0123456789abcdef"), "0123456789abcdef"},
+	} {
+		c := mustCredentials(t, []string{"authorization", "X-Tenant"}, []string{"sid"}, tt.key)
+		mac := hmac.New(sha256.New, []byte(tt.want))
+		mac.Write([]byte(CredentialsPrefix + string(fp[:]) +
+			field("Authorization") + count(1) + field("Bearer A") +
+			field("X-Tenant") + count(0) +
+			field("sid") + count(2) + field("s1") + field("s2")))
+		var want [32]byte
+		mac.Sum(want[:0])
+		if got := c.Bind(fp, h, 0); got != want {
+			t.Errorf("%s: got %x, want %x", tt.name, got, want)
+		}
+	}
+}
+
+func TestBindWithoutCredentialsKeepsTheFingerprint(t *testing.T) {
+	fp := Of("POST", "/refunds", "", []byte(`{}`))
+	c := mustCredentials(t, []string{"Authorization"}, []string{"sid"}, nil)
+	for _, h := range []http.Header{nil, {}, {"Cookie": {"theme=dark; sidx=1"}}, {"X-Other": {"v"}}} {
+		if got := c.Bind(fp, h, 0); got != fp {
+			t.Errorf("%v: got %x, want the fingerprint itself", h, got)
+		}
+	}
+	var none *Credentials
+	if got := none.Bind(fp, http.Header{"Authorization": {"Bearer A"}}, 0); got != fp || none.Keys() != 0 {
+		t.Errorf("nil Credentials: got %x and %d keys, want the fingerprint and none", got, none.Keys())
+	}
+}
+
+func TestBindTellsCredentialsApart(t *testing.T) {
+	fp := Of("POST", "/refunds", "", nil)
+	c := mustCredentials(t, []string{"Authorization", "Stripe-Account"}, []string{"sid"}, nil)
+	seen := map[[32]byte]string{}
+	for name, h := range map[string]http.Header{
+		"A":                   {"Authorization": {"Bearer A"}},
+		"B":                   {"Authorization": {"Bearer B"}},
+		"A twice":             {"Authorization": {"Bearer A", "Bearer A"}},
+		"A, account 1":        {"Authorization": {"Bearer A"}, "Stripe-Account": {"acct_1"}},
+		"A, account 2":        {"Authorization": {"Bearer A"}, "Stripe-Account": {"acct_2"}},
+		"account split":       {"Authorization": {"Bearer Aacct_1"}},
+		"session only":        {"Cookie": {"sid=s1"}},
+		"other session":       {"Cookie": {"sid=s2"}},
+		"empty Authorization": {"Authorization": {""}},
+	} {
+		got := c.Bind(fp, h, 0)
+		if other, ok := seen[got]; ok {
+			t.Errorf("%s and %s share a bound fingerprint", name, other)
+		}
+		seen[got] = name
+		if got == fp {
+			t.Errorf("%s: bound fingerprint equals the unbound one", name)
+		}
+	}
+}
+
+func TestBindUnderEachKeyDiffers(t *testing.T) {
+	fp := Of("POST", "/refunds", "", nil)
+	h := http.Header{"Authorization": {"Bearer A"}}
+	c := mustCredentials(t, []string{"Authorization"}, nil, []byte("0123456789abcdef-new"), []byte("0123456789abcdef-old"))
+	old := mustCredentials(t, []string{"Authorization"}, nil, []byte("0123456789abcdef-old"))
+	if c.Keys() != 2 {
+		t.Fatalf("%d keys, want 2", c.Keys())
+	}
+	if c.Bind(fp, h, 0) == c.Bind(fp, h, 1) || c.Bind(fp, h, 1) != old.Bind(fp, h, 0) {
+		t.Error("the previous key does not give the fingerprint it gave as the current one")
+	}
+}
+
+func TestNewCredentialsRefusesBadSettings(t *testing.T) {
+	for name, tt := range map[string]struct {
+		headers, cookies []string
+		key              []byte
+		previous         [][]byte
+	}{
+		"empty header":   {headers: []string{""}},
+		"header, space":  {headers: []string{"X Tenant"}},
+		"header, colon":  {headers: []string{"X-Tenant:"}},
+		"cookie, =":      {cookies: []string{"a=b"}},
+		"short key":      {headers: []string{"Authorization"}, key: []byte("15 bytes, short")},
+		"short previous": {headers: []string{"Authorization"}, previous: [][]byte{{}}},
+	} {
+		if _, err := NewCredentials("Credentials", tt.headers, tt.cookies, tt.key, tt.previous); !errors.Is(err, sentinel.ErrInvalidPolicy) {
+			t.Errorf("%s: %v, want ErrInvalidPolicy", name, err)
+		}
+	}
+	if c, err := NewCredentials("Credentials", []string{}, nil, nil, nil); c != nil || err != nil {
+		t.Errorf("nothing named: %v, %v; want nil, nil", c, err)
+	}
+}
+
+// The caller's key may change after the rule is made: the rule keeps its
+// own copy.
+func TestNewCredentialsCopiesTheKey(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	c := mustCredentials(t, []string{"Authorization"}, nil, key)
+	h := http.Header{"Authorization": {"Bearer A"}}
+	before := c.Bind([32]byte{}, h, 0)
+	key[0] = 'X'
+	if c.Bind([32]byte{}, h, 0) != before {
+		t.Error("changing the caller's key changed the bound fingerprint")
+	}
+}
+
+func TestBindIsSafeForConcurrentUse(t *testing.T) {
+	c := mustCredentials(t, []string{"Authorization"}, nil, nil)
+	want := c.Bind([32]byte{}, http.Header{"Authorization": {"Bearer A"}}, 0)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if c.Bind([32]byte{}, http.Header{"Authorization": {"Bearer A"}}, 0) != want {
+					t.Error("a concurrent Bind gave another value")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
