@@ -158,3 +158,36 @@ func TestBindIsSafeForConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkBind: binding a request's Authorization into its fingerprint,
+// the middleware's and the client Ledger's cost per keyed request, beside
+// Of, the fingerprint it binds, in the same run.
+func BenchmarkBind(b *testing.B) {
+	c, err := NewCredentials("Credentials", []string{"Authorization"}, nil, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := http.Header{"Authorization": {"Bearer sk_test_4eC39HqLyjWDarjtT1zdp7dc"}}
+	body := []byte(`{"amount":4200,"currency":"EUR","customer":"cus_123"}`)
+	b.Run("fingerprint", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			Of("POST", "/v1/charges", "", body)
+		}
+	})
+	b.Run("bind", func(b *testing.B) {
+		b.ReportAllocs()
+		fp := Of("POST", "/v1/charges", "", body)
+		for b.Loop() {
+			c.Bind(fp, h, 0)
+		}
+	})
+	b.Run("bind_nothing_carried", func(b *testing.B) {
+		b.ReportAllocs()
+		fp := Of("POST", "/v1/charges", "", body)
+		none := http.Header{"Content-Type": {"application/json"}}
+		for b.Loop() {
+			c.Bind(fp, none, 0)
+		}
+	})
+}
