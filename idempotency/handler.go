@@ -79,10 +79,13 @@ type Config struct {
 	KeyOptional bool
 	// Scope returns the scope of r's key: keys are one only within a
 	// scope, so that two clients who chose the same key never see each
-	// other's response. Nil means one scope for every request. Where
-	// several tenants or principals call, scope keys by the authenticated
-	// principal (the subject of the verified Authorization credentials,
-	// never an unverified header), as the draft advises (Section 5). It
+	// other's response. Where several tenants or principals call, scope
+	// keys by the authenticated principal (the subject of the verified
+	// Authorization credentials, never an unverified header), as the
+	// draft advises (Section 5): a principal whose token is refreshed
+	// then keeps its keys. Nil means one scope for every request, in
+	// which the credentials a request carries (Credentials) tell
+	// principals apart: a repeat with other credentials is refused. It
 	// must be safe for concurrent use; its result may be any string.
 	Scope func(r *http.Request) string
 	// Credentials names the credentials a request carries (see
