@@ -189,8 +189,9 @@ func countCookies(h http.Header, name string) int {
 
 // nextCookie returns the value of the first cookie called name in line (a
 // Cookie field's value, or what is left of it) and the rest of the line
-// after it, read as net/http's Request.Cookies reads them: pairs split at
-// ";", spaces trimmed, a quoted value unquoted.
+// after it: pairs split at ";", spaces trimmed, the name matched exactly,
+// a quoted value unquoted. Whatever the bytes, it reads them the same way
+// every time: the binding needs no more.
 func nextCookie(line, name string) (value, rest string, ok bool) {
 	for line != "" {
 		var part string

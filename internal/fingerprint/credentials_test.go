@@ -191,3 +191,25 @@ func BenchmarkBind(b *testing.B) {
 		}
 	})
 }
+
+// FuzzBind: any header, cookies included, binds without a panic, the same
+// way twice, and the named cookies found are those of the Cookie fields.
+func FuzzBind(f *testing.F) {
+	f.Add("Bearer A", `sid=s1; theme=dark`, `sid="s2"`)
+	f.Add("", ";;=;sid;sid=", "")
+	c, err := NewCredentials("Credentials", []string{"Authorization"}, []string{"sid"}, nil, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, auth, cookie1, cookie2 string) {
+		h := http.Header{"Authorization": {auth}, "Cookie": {cookie1, cookie2}}
+		fp := [32]byte{1}
+		got := c.Bind(fp, h, 0)
+		if got != c.Bind(fp, h.Clone(), 0) {
+			t.Fatal("Bind gave two values for one header")
+		}
+		if got == fp {
+			t.Fatal("a header carrying Authorization kept the unbound fingerprint")
+		}
+	})
+}
