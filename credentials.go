@@ -26,6 +26,13 @@ import (
 // public key. Concurrent identical reads (ReadPolicy) never share a call
 // across credentials under the default ShareKey, which keys on every
 // header these name.
+//
+// The Transport sees the request as it reaches it: credentials that a
+// Base adds below it (an oauth2.Transport set as Base) are not seen, nor
+// bound. Set such a Transport above retryfuse's, or name a header the
+// request carries that tells principals apart; a client may also keep
+// principals' keys apart by its scope (ScopePolicy.Of), which prefixes
+// every key at the Ledger.
 type Credentials struct {
 	// Headers are the request header fields that carry credentials, each
 	// value hashed in order. Nil means Authorization. An empty, non-nil
