@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
@@ -38,9 +37,40 @@ const MinCredentialsKey = 16
 // fields and cookies) and the keys of the hash that binds them. It is
 // safe for concurrent use. A nil *Credentials binds nothing.
 type Credentials struct {
-	headers []string     // canonical names, in the order given
-	cookies []string     // cookie names, in the order given
-	pools   []*sync.Pool // of HMAC hashes, one per key: the current key first
+	headers []string  // canonical names, in the order given
+	cookies []string  // cookie names, in the order given
+	keys    []*macKey // the current key first
+}
+
+// macKey is a key of the hash and the states of HMAC-SHA-256 under it
+// that no Bind is using: a bounded free list rather than a sync.Pool,
+// which a collection empties, so that a warm Bind never allocates. A
+// Bind that finds none makes one; one returned to a full list is
+// dropped.
+type macKey struct {
+	key  []byte
+	free chan *binder
+}
+
+// maxFreeBinders bounds a key's free list: the Binds that run at once
+// and then allocate nothing.
+const maxFreeBinders = 32
+
+func (k *macKey) get() *binder {
+	select {
+	case b := <-k.free:
+		return b
+	default:
+		return &binder{mac: hmac.New(sha256.New, k.key)}
+	}
+}
+
+func (k *macKey) put(b *binder) {
+	b.mac.Reset()
+	select {
+	case k.free <- b:
+	default:
+	}
 }
 
 // NewCredentials returns the rule for the header fields and cookies
@@ -79,8 +109,8 @@ func NewCredentials(field string, headers, cookies []string, key []byte, previou
 		key = []byte(PublicCredentialsKey)
 	}
 	for _, k := range append([][]byte{key}, previous...) {
-		k := append([]byte(nil), k...) // the caller's slice may change
-		c.pools = append(c.pools, &sync.Pool{New: func() any { return &binder{mac: hmac.New(sha256.New, k)} }})
+		// A copy: the caller's slice may change.
+		c.keys = append(c.keys, &macKey{key: append([]byte(nil), k...), free: make(chan *binder, maxFreeBinders)})
 	}
 	return c, nil
 }
@@ -106,7 +136,7 @@ func (c *Credentials) Keys() int {
 	if c == nil {
 		return 0
 	}
-	return len(c.pools)
+	return len(c.keys)
 }
 
 // Carried reports whether h carries any of the credentials c names: a
@@ -128,8 +158,8 @@ func (c *Credentials) Carried(h http.Header) bool {
 	return false
 }
 
-// binder is the state of one Bind, kept in a pool: the keyed hash and
-// the buffers its input and output are written to.
+// binder is the state of one Bind, kept in its key's free list: the keyed
+// hash and the buffers its input and output are written to.
 type binder struct {
 	mac hash.Hash
 	buf [512]byte
@@ -148,7 +178,8 @@ func (c *Credentials) Bind(fp [32]byte, h http.Header, i int) [32]byte {
 	if !c.Carried(h) {
 		return fp
 	}
-	st := c.pools[i].Get().(*binder)
+	k := c.keys[i]
+	st := k.get()
 	b := append(st.buf[:0], CredentialsPrefix...)
 	b = append(b, fp[:]...)
 	for _, name := range c.headers {
@@ -170,8 +201,7 @@ func (c *Credentials) Bind(fp [32]byte, h http.Header, i int) [32]byte {
 	}
 	st.mac.Write(b)
 	out := [32]byte(st.mac.Sum(st.out[:0]))
-	st.mac.Reset()
-	c.pools[i].Put(st)
+	k.put(st)
 	return out
 }
 
