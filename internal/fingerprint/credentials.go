@@ -110,7 +110,7 @@ func NewCredentials(field string, headers, cookies []string, key []byte, previou
 	}
 	for _, k := range append([][]byte{key}, previous...) {
 		// A copy: the caller's slice may change.
-		c.keys = append(c.keys, &macKey{key: append([]byte(nil), k...), free: make(chan *binder, maxFreeBinders)})
+		c.keys = append(c.keys, &macKey{key: c.derive(k), free: make(chan *binder, maxFreeBinders)})
 	}
 	return c, nil
 }
@@ -128,6 +128,30 @@ func token(s string) bool {
 		}
 	}
 	return true
+}
+
+// derive returns the key of c's hash under key: HMAC-SHA-256 under key of
+// CredentialsPrefix and the names c binds (each header field's canonical
+// name, then each cookie's, each preceded by its length, the two lists
+// by their numbers), so that the domain and the rule are in the key and
+// each Bind hashes the values alone.
+func (c *Credentials) derive(key []byte) []byte {
+	b := binary.AppendUvarint([]byte(CredentialsPrefix), uint64(len(c.headers)))
+	for _, name := range c.headers {
+		b = appendUvarintField(b, name)
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.cookies)))
+	for _, name := range c.cookies {
+		b = appendUvarintField(b, name)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(b)
+	return mac.Sum(nil)
+}
+
+// appendUvarintField appends s to b, preceded by its length as a uvarint.
+func appendUvarintField(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
 // Keys returns the number of keys a fingerprint may be bound under: the
@@ -167,35 +191,33 @@ type binder struct {
 }
 
 // Bind returns fp bound to the credentials h carries, under the key i
-// (0, the current key; then the previous ones, as given): an HMAC-SHA-256
-// of CredentialsPrefix, fp, and each named header field (its name, its
-// number of values, each value) and each named cookie (its name, the
-// number of its occurrences, each value), every string preceded by its
-// length. A request that carries none of them keeps fp as it is: the
-// fingerprint it had before credentials were bound, which no bound one
-// equals. Only this digest is ever stored; the credentials are not.
+// (0, the current key; then the previous ones, as given): HMAC-SHA-256,
+// under the key derived for c (see derive), of fp, then of each named
+// header field its number of values and each value, then of each named
+// cookie the number of its occurrences and each value, every value
+// preceded by its length (uvarints). A request that carries none of them
+// keeps fp as it is: the fingerprint it had before credentials were
+// bound, which no bound one equals. Only this digest is ever stored; the
+// credentials are not.
 func (c *Credentials) Bind(fp [32]byte, h http.Header, i int) [32]byte {
 	if !c.Carried(h) {
 		return fp
 	}
 	k := c.keys[i]
 	st := k.get()
-	b := append(st.buf[:0], CredentialsPrefix...)
-	b = append(b, fp[:]...)
+	b := append(st.buf[:0], fp[:]...)
 	for _, name := range c.headers {
 		vs := h[name]
-		b = appendField(b, name)
-		b = binary.BigEndian.AppendUint64(b, uint64(len(vs)))
+		b = binary.AppendUvarint(b, uint64(len(vs)))
 		for _, v := range vs {
-			b = appendField(b, v)
+			b = appendUvarintField(b, v)
 		}
 	}
 	for _, name := range c.cookies {
-		b = appendField(b, name)
-		b = binary.BigEndian.AppendUint64(b, uint64(countCookies(h, name)))
+		b = binary.AppendUvarint(b, uint64(countCookies(h, name)))
 		for _, line := range h["Cookie"] {
 			for v, rest, ok := nextCookie(line, name); ok; v, rest, ok = nextCookie(rest, name) {
-				b = appendField(b, v)
+				b = appendUvarintField(b, v)
 			}
 		}
 	}

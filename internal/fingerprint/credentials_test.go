@@ -27,6 +27,15 @@ func mustCredentials(t *testing.T, headers, cookies []string, key []byte, previo
 	return c
 }
 
+// uv is s preceded by its length as a uvarint.
+func uv(s string) string { return string(binary.AppendUvarint(nil, uint64(len(s)))) + s }
+
+func hmacSHA256(key []byte, msg string) []byte {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(msg))
+	return mac.Sum(nil)
+}
+
 // TestBindFormat pins the value: ledgers keep it across releases, and a
 // fleet's processes of two releases must agree on it.
 func TestBindFormat(t *testing.T) {
@@ -35,22 +44,31 @@ func TestBindFormat(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		key  []byte
-		want string // the MAC's key
+		want string // the key given to the derivation
 	}{
 		{"the public key", nil, PublicCredentialsKey},
 		{"a secret key", []byte("0123456789abcdef"), "0123456789abcdef"},
 	} {
 		c := mustCredentials(t, []string{"authorization", "X-Tenant"}, []string{"sid"}, tt.key)
-		mac := hmac.New(sha256.New, []byte(tt.want))
-		mac.Write([]byte(CredentialsPrefix + string(fp[:]) +
-			field("Authorization") + count(1) + field("Bearer A") +
-			field("X-Tenant") + count(0) +
-			field("sid") + count(2) + field("s1") + field("s2")))
-		var want [32]byte
-		mac.Sum(want[:0])
+		derived := hmacSHA256([]byte(tt.want), CredentialsPrefix+"\x02"+uv("Authorization")+uv("X-Tenant")+"\x01"+uv("sid"))
+		want := [32]byte(hmacSHA256(derived, string(fp[:])+
+			"\x01"+uv("Bearer A")+ // Authorization: one value
+			"\x00"+ // X-Tenant: none
+			"\x02"+uv("s1")+uv("s2"))) // sid: two cookies
 		if got := c.Bind(fp, h, 0); got != want {
 			t.Errorf("%s: got %x, want %x", tt.name, got, want)
 		}
+	}
+}
+
+// The names bound are part of the key: the same values under another
+// rule give another fingerprint.
+func TestBindTellsRulesApart(t *testing.T) {
+	h := http.Header{"Authorization": {"v"}, "X-Token": {"v"}}
+	a := mustCredentials(t, []string{"Authorization"}, nil, nil)
+	b := mustCredentials(t, []string{"X-Token"}, nil, nil)
+	if a.Bind([32]byte{}, h, 0) == b.Bind([32]byte{}, h, 0) {
+		t.Error("two rules give one fingerprint for the same value")
 	}
 }
 
