@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/retryfuse/retryfuse/internal/sentinel"
 )
@@ -49,6 +50,7 @@ type Credentials struct {
 // dropped.
 type macKey struct {
 	key  []byte
+	last atomic.Pointer[binder] // the one returned last, taken without the channel
 	free chan *binder
 }
 
@@ -57,6 +59,9 @@ type macKey struct {
 const maxFreeBinders = 32
 
 func (k *macKey) get() *binder {
+	if b := k.last.Swap(nil); b != nil {
+		return b
+	}
 	select {
 	case b := <-k.free:
 		return b
@@ -67,6 +72,9 @@ func (k *macKey) get() *binder {
 
 func (k *macKey) put(b *binder) {
 	b.mac.Reset()
+	if k.last.CompareAndSwap(nil, b) {
+		return
+	}
 	select {
 	case k.free <- b:
 	default:
