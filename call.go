@@ -61,6 +61,7 @@ type call struct {
 	heldToken        string              // with earlierUncertain, the token that may end that claim
 	memoKey          string              // without a ledger, the key in the Transport's memory; see memo
 	memoized         bool                // the key is the Transport's memory's to keep
+	credsBound       bool                // the ledger's fingerprints hold the credentials requests carry
 	earlierUncertain bool                // an earlier call under the key ended uncertain
 	earlier          keymemory.Uncertain // what is known of it
 	confirmed        bool                // the call ends with a confirmed result
@@ -198,8 +199,7 @@ func (c *call) loop() (*http.Response, error) {
 			// The server refused the key, used before with another payload:
 			// nothing was run, and nothing will be under this key.
 			drain(a.resp, 0)
-			c.giveUp(ErrIdempotencyConflict, decide.Verdict{})
-			return nil, &RetryError{Reason: ErrIdempotencyConflict, Attempts: c.attempt, about: c.about()}
+			return nil, c.refuseConflict(decide.Verdict{}, true)
 		case a.outcome == decide.OutcomeSuccess:
 			// A confirmed result ends the call: nothing to ask the decision
 			// core (it would answer replay_stored, rule 2).
@@ -280,6 +280,9 @@ func (c *call) refuse(v decide.Verdict, stored *ledger.StoredResponse) (*http.Re
 	}
 	if v.Rule == decide.RuleInFlight && c.earlierUncertain {
 		return nil, c.refuseUncertain()
+	}
+	if v.Rule == decide.RuleConflict {
+		return nil, c.refuseConflict(v, false)
 	}
 	reason := brakeReason(v)
 	c.giveUp(reason, v)

@@ -105,7 +105,7 @@
 //		errors.Is(err, retryfuse.ErrCallCost): // the decision core braked the call
 //	case errors.Is(err, retryfuse.ErrDeadline): // no time left for another wait or attempt
 //	case errors.Is(err, retryfuse.ErrDuplicateInFlight): // another call holds the key: wait for it
-//	case errors.Is(err, retryfuse.ErrIdempotencyConflict): // the key was used with another body
+//	case errors.Is(err, retryfuse.ErrIdempotencyConflict): // the key was used for another request or credentials (*KeyConflictError)
 //	case errors.Is(err, retryfuse.ErrLedgerUnavailable): // the ledger could not answer; nothing was sent
 //	case errors.Is(err, retryfuse.ErrInvalidIdempotencyKey),
 //		errors.Is(err, retryfuse.ErrInvalidPolicy): // bad input or settings; nothing was sent
@@ -164,8 +164,10 @@
 //
 // A ledger.Ledger (a ledger.Memory, or a store a fleet shares), when set
 // as Keys.Ledger, remembers idempotency keys: a concurrent duplicate is
-// braked (ErrDuplicateInFlight), a key reused with another body is refused
-// (ErrIdempotencyConflict), a completed key gets its stored result back
+// braked (ErrDuplicateInFlight), a key reused with another body, or by a
+// request carrying other credentials (Keys.Credentials: Authorization by
+// default), is refused (*KeyConflictError, matching
+// ErrIdempotencyConflict), a completed key gets its stored result back
 // without sending, and a key whose write is uncertain stays held. A
 // Reconciler, when set as Keys.Reconciler, is asked whether an uncertain
 // write took effect before the *ReconcileRequiredError is returned.

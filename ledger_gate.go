@@ -49,7 +49,7 @@ func (c *call) claim() (decide.KeyState, *ledger.StoredResponse, error) {
 		return decide.KeyNone, nil, err
 	}
 	c.ledgerKey = c.scopedKey()
-	cl, err := l.Begin(c.req.Context(), c.ledgerKey, fp)
+	cl, err := c.begin(l, fp)
 	c.step() // a ledger may be remote: time has passed
 	if err != nil {
 		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "ledger", Err: err})
@@ -68,6 +68,27 @@ func (c *call) claim() (decide.KeyState, *ledger.StoredResponse, error) {
 		}
 	}
 	return cl.State, cl.Stored, nil
+}
+
+// begin claims the call's key for fp bound to the credentials the request
+// carries (KeyPolicy.Credentials), so that a key held for a request that
+// carried other ones is a conflict. A conflict under the current key of
+// the hash is looked up again under each previous one: a Begin that meets
+// a key stored under another fingerprint claims nothing, it only finds
+// the key's state under its own.
+func (c *call) begin(l ledger.Ledger, fp ledger.Fingerprint) (ledger.Claim, error) {
+	creds, h := c.p.creds, c.req.Header
+	c.credsBound = creds != nil
+	cl, err := l.Begin(c.req.Context(), c.ledgerKey, creds.Bind(fp, h, 0))
+	if err != nil || cl.State != decide.KeyConflict || !creds.Carried(h) {
+		return cl, err
+	}
+	for i := 1; i < creds.Keys(); i++ {
+		if again, err := l.Begin(c.req.Context(), c.ledgerKey, creds.Bind(fp, h, i)); err != nil || again.State != decide.KeyConflict {
+			return again, err
+		}
+	}
+	return cl, nil
 }
 
 // recall looks the call's key up in the Transport's memory, when it has no
@@ -224,6 +245,9 @@ func (cp *completion) complete(resp *http.Response, body []byte, whole bool) {
 	var res *ledger.StoredResponse // nil: completed, but without a result to replay
 	if whole && !cp.notStored && stored.HeaderFits(resp.Header) {
 		res = &ledger.StoredResponse{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: body}
+		// A session the server gave this caller is not the Ledger's to
+		// keep, nor a later call's to receive.
+		delete(res.Header, "Set-Cookie")
 	}
 	ctx, cancel := ledgerStepContext(cp.ctx)
 	defer cancel()

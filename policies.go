@@ -125,6 +125,19 @@ type KeyPolicy struct {
 	// Transport's clock; the modules redis and sql keep them for a fleet.
 	Ledger ledger.Ledger
 
+	// Credentials names the credentials a request carries (see
+	// Credentials): a keyed hash of them is bound into the fingerprint
+	// the Ledger keeps, so that a call under a key that the Ledger holds
+	// for a request that carried other credentials (another principal,
+	// such as another merchant of a platform sharing one Ledger; or the
+	// same one whose token was refreshed since) is refused with a
+	// *KeyConflictError before anything is sent: never answered with the
+	// other's stored response, never told that its write was done, and
+	// never sent again toward a server that may not honour keys. The
+	// zero value names the Authorization header field. It is refused
+	// without a Ledger: only the Ledger keeps fingerprints.
+	Credentials Credentials
+
 	// MaxFingerprintBytes bounds the body hashed for the Ledger; a longer
 	// body is refused with ErrFingerprintLimit. Zero means 1 MiB. It is
 	// refused without a Ledger: nothing else hashes bodies.

@@ -15,6 +15,7 @@ import (
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/bulkhead"
+	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/internal/redact"
 	"github.com/retryfuse/retryfuse/internal/share"
@@ -84,6 +85,7 @@ type policy struct {
 	maxDrain       int64
 	maxDrainTime   time.Duration
 	maxFP          int64
+	creds          *fingerprint.Credentials // with a ledger, the credentials bound into its fingerprints
 	maxStored      int64
 	maxQueued      int
 	rateBurst      int
@@ -255,6 +257,12 @@ func (t *Transport) resolve() (policy, error) {
 	}
 	if ml, ok := t.Keys.Ledger.(*ledger.Memory); ok {
 		if err := ml.Validate(); err != nil {
+			return p, err
+		}
+	}
+	if t.Keys.Ledger != nil {
+		var err error
+		if p.creds, err = t.Keys.Credentials.binding("Keys.Credentials"); err != nil {
 			return p, err
 		}
 	}

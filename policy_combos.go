@@ -25,8 +25,9 @@ import "fmt"
 //   - Retry.NewBudget beside a Retry.Budget: it is never called.
 //   - Retry.TimeoutCost (other than 1) when no call can reach
 //     Retry.MaxCallCost: the brake it weighs never stops a call.
-//   - Keys.MaxStoredBody or Keys.MaxFingerprintBytes without a
-//     Keys.Ledger: only the Ledger fingerprints bodies and stores results.
+//   - Keys.MaxStoredBody, Keys.MaxFingerprintBytes or Keys.Credentials
+//     without a Keys.Ledger: only the Ledger fingerprints bodies, binds
+//     credentials and stores results.
 //   - Load.MaxQueued without a bulkhead (Load.MaxInFlight or a learnt
 //     limit) to queue for; Load.RateBurst without a Load.RateLimit.
 //   - Load.MaxWait without a rate limit, a queue, a learnt limit or the
@@ -106,6 +107,8 @@ func (k KeyPolicy) check() error {
 		return invalidPolicy(fmt.Sprint("Keys.MaxStoredBody ", k.MaxStoredBody), "needs a Keys.Ledger: only a Ledger stores results")
 	case k.MaxFingerprintBytes != 0 && k.Ledger == nil:
 		return invalidPolicy(fmt.Sprint("Keys.MaxFingerprintBytes ", k.MaxFingerprintBytes), "needs a Keys.Ledger: only a Ledger fingerprints bodies")
+	case k.Credentials.set() && k.Ledger == nil:
+		return invalidPolicy("Keys.Credentials", "needs a Keys.Ledger: only a Ledger binds credentials into the fingerprints it keeps")
 	}
 	return nil
 }

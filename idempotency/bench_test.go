@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/ledger"
 )
@@ -135,4 +137,73 @@ func BenchmarkUnkeyedGET(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkKeyedPOSTWithAuthorization: BenchmarkKeyedPOST's requests
+// carrying Authorization, which the middleware binds into the key's
+// fingerprint by default (Config.Credentials), against the bare handler.
+func BenchmarkKeyedPOSTWithAuthorization(b *testing.B) {
+	tmpl := httptest.NewRequest(http.MethodPost, "/v1/charges", nil)
+	handlers := benchHandlers(b)
+	for _, name := range []string{"bare", "middleware"} {
+		h := handlers[name]
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				w := httptest.NewRecorder()
+				r := benchRequest(tmpl, "key-"+strconv.Itoa(i))
+				r.Header["Authorization"] = []string{"Bearer sk_test_4eC39HqLyjWDarjtT1zdp7dc"}
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusCreated {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCredentialsBound: the cost of binding Authorization into the
+// fingerprint, measured paired: each iteration sends one keyed POST with
+// Authorization through a middleware that binds it (the default) and one
+// through a middleware that binds nothing (Credentials.Headers empty, the
+// path before credentials were bound), in alternating order, each timed
+// on its own, so that a machine's load falls on both alike. It reports
+// each one's ns per request and the difference in percent.
+func BenchmarkCredentialsBound(b *testing.B) {
+	tmpl := httptest.NewRequest(http.MethodPost, "/v1/charges", nil)
+	bound, err := New(small, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	unbound, err := New(small, Config{Credentials: retryfuse.Credentials{Headers: []string{}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var spent [2]time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		for j := range 2 {
+			which := (i + j) % 2
+			h := http.Handler(bound)
+			if which == 1 {
+				h = unbound
+			}
+			r := benchRequest(tmpl, "key-"+strconv.Itoa(i))
+			r.Header["Authorization"] = []string{"Bearer sk_test_4eC39HqLyjWDarjtT1zdp7dc"}
+			w := httptest.NewRecorder()
+			start := time.Now()
+			h.ServeHTTP(w, r)
+			spent[which] += time.Since(start)
+			if w.Code != http.StatusCreated {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	}
+	on, off := float64(spent[0])/float64(i), float64(spent[1])/float64(i)
+	b.ReportMetric(on, "ns/bound")
+	b.ReportMetric(off, "ns/unbound")
+	b.ReportMetric(100*(on-off)/off, "%cost")
 }

@@ -10,7 +10,12 @@
 // Idempotency Enforcement, 2.7 Error Handling, 5 Security
 // Considerations).
 //
-//	h, err := idempotency.New(mux, idempotency.Config{Ledger: ledger, Scope: tenantOf})
+//	h, err := idempotency.New(mux, idempotency.Config{
+//		Ledger: ledger,
+//		// The principal your authentication verified: keys are one per
+//		// principal, and a principal's refreshed token gets its replay.
+//		Scope: func(r *http.Request) string { return auth.Subject(r.Context()) },
+//	})
 //	if err != nil { ... }
 //	srv := &http.Server{Handler: h}
 //
@@ -39,8 +44,10 @@
 //   - a repeat after the first completed: the stored response, marked
 //     HeaderReplayed (Section 2.6, retry); a 4xx or 5xx the handler
 //     wrote is a result too, and is replayed;
-//   - a repeat with another fingerprint (another body, method, path or query):
-//     422, ProblemKeyReused (Sections 2.2, 2.7);
+//   - a repeat with another fingerprint (another body, method, path or
+//     query), or with other credentials (see "Keys and principals"):
+//     422, ProblemKeyReused (Sections 2.2, 2.7, 5), whatever the state of
+//     the first;
 //   - a repeat after a first whose outcome is unknown: 409,
 //     ProblemOutcomeUnknown (see below);
 //   - a repeat after a first whose response was not stored: 409,
@@ -63,11 +70,45 @@
 // bytes of visible ASCII and spaces; X-Idempotency-Key is read as well
 // (sent with Idempotency-Key, the two must agree).
 //
-// A key is one within its scope (Config.Scope): by default every request
-// shares one scope, which is right only where every client is trusted
-// alike. Where tenants or principals call, scope keys by the
-// authenticated principal, so that one client can neither read another's
-// stored response nor block its key (Section 5).
+// # Keys and principals
+//
+// A stored response belongs to the principal whose request made it: it
+// may hold their data, and replaying it to another is a leak (draft
+// Section 5). The middleware tells principals apart in two ways:
+//
+//   - Config.Scope, the principal the application verified (the subject
+//     of its Authorization, a tenant): keys are one only within a scope,
+//     so that two principals who chose the same key each run their own
+//     request. This is the way to set: with it, a principal whose token
+//     was refreshed, or whose API key was rotated, keeps its key and gets
+//     its replay.
+//   - Without a Scope (every request in one scope), the credentials a
+//     request carries (Config.Credentials: Authorization by default, and
+//     the cookies or headers named) are part of its fingerprint, as a
+//     keyed hash. A repeat that carries other credentials (another
+//     principal's, none, or this principal's refreshed token) is refused
+//     with 422 (ProblemKeyReused), whatever the state of the first
+//     request: nothing is replayed and the handler does not run, so that
+//     a rotated token costs a visible refusal, never a second effect nor
+//     another's response. A caller then checks the resource and sends the
+//     write under a key of its own if it was not done.
+//
+// Only a keyed hash (HMAC-SHA-256) of the credentials is stored, folded
+// into the fingerprint with the request, never the credentials. Its key
+// is public unless Credentials.Key is set: see retryfuse.Credentials for
+// what that hides, and for the rotation of the key (PreviousKeys). A
+// request that carries none of the credentials named keeps the
+// fingerprint it had before credentials were bound, so keys stored by
+// an earlier release keep their answers for such requests; keys stored by
+// one for requests with Authorization are refused (422) until the
+// Ledger's TTL, safely.
+//
+// Set-Cookie is never stored, nor any header named in
+// Config.UnstoredHeaders: the first response carries them, a replay does
+// not. A session the server gave the first caller is not the Ledger's to
+// keep (the Ledger holds no secret), and a replay, to whoever it goes,
+// never grants one; a client that needs the session after a replay gets
+// it the way it got it first (signing in), not from a key.
 //
 // # The fingerprint
 //
@@ -78,7 +119,7 @@
 // request: POST /transfer?to=bob under the key of POST /transfer?to=alice
 // is refused (422), not given alice's response. The host and the header
 // are left out: they carry per-attempt values (signatures, timestamps,
-// trace ids). Where the query does too, Config.Fingerprint narrows it.
+// trace ids); only the credentials named are bound into it (see above). Where the query does too, Config.Fingerprint narrows it.
 // The body is read whole before the handler runs, at most
 // Config.MaxBodyBytes, and the handler reads that copy.
 //
@@ -146,6 +187,10 @@
 //     rather than a site of the server's, and no Link header is sent.
 //   - Keys expire after the Ledger's TTL (24h by default), which the
 //     resource should publish (Section 2.3).
+//   - Without a Scope, a repeat must carry the credentials of the first
+//     request (Section 5 asks that keys be kept per client; the draft
+//     says nothing of a principal's changed credentials), and
+//     Set-Cookie is never replayed.
 //
 // # Streaming and protocols
 //

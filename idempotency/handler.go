@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/internal/fingerprint"
 	"github.com/retryfuse/retryfuse/internal/honour"
 	"github.com/retryfuse/retryfuse/ledger"
 )
@@ -78,12 +79,37 @@ type Config struct {
 	KeyOptional bool
 	// Scope returns the scope of r's key: keys are one only within a
 	// scope, so that two clients who chose the same key never see each
-	// other's response. Nil means one scope for every request. Where
-	// several tenants or principals call, scope keys by the authenticated
-	// principal (the subject of the verified Authorization credentials,
-	// never an unverified header), as the draft advises (Section 5). It
+	// other's response. Where several tenants or principals call, scope
+	// keys by the authenticated principal (the subject of the verified
+	// Authorization credentials, never an unverified header), as the
+	// draft advises (Section 5): a principal whose token is refreshed
+	// then keeps its keys. Nil means one scope for every request, in
+	// which the credentials a request carries (Credentials) tell
+	// principals apart: a repeat with other credentials is refused. It
 	// must be safe for concurrent use; its result may be any string.
 	Scope func(r *http.Request) string
+	// Credentials names the credentials a request carries (see
+	// retryfuse.Credentials): a repeat under a key is answered with the
+	// stored response only when it carries the same credentials as the
+	// request that first used the key. One that carries others is refused
+	// (422, ProblemKeyReused): the handler does not run for it and
+	// nothing stored is sent, whether the first request is in flight,
+	// completed or uncertain. A keyed hash of them is bound into the
+	// fingerprint; the credentials are never stored. The zero value names
+	// the Authorization header field, under a public key, when Scope is
+	// nil. With a Scope, which names the principal the application
+	// verified, the zero value names nothing, so that a principal whose
+	// token was refreshed or key rotated gets its stored response; set
+	// Headers or Cookies to bind them as well. Headers set to an empty,
+	// non-nil slice, without Cookies, binds nothing (the behaviour before
+	// credentials were bound; every caller is then trusted alike).
+	Credentials retryfuse.Credentials
+	// UnstoredHeaders are response header fields never stored under a key,
+	// and so never replayed: Set-Cookie always (a session issued to the
+	// first caller is not the ledger's to keep, nor any repeat's to
+	// receive), and those listed (a header that carries a secret or a
+	// per-caller value). The first response is sent whole.
+	UnstoredHeaders []string
 	// Fingerprint, when not nil, computes the fingerprint a key is stored
 	// with, from the request and its body (read whole, at most
 	// MaxBodyBytes), instead of the default: the method, the escaped URL
@@ -145,8 +171,10 @@ type Handler struct {
 	retryAfter string
 	rerun      bool
 	log        *log.Logger
-	memory     bool     // ledger is a *ledger.Memory
-	tx         TxLedger // ledger, when it is one: the transactional mode (tx.go)
+	creds      *fingerprint.Credentials // nil: credentials not bound
+	unstored   []string                 // canonical names of the header fields not stored
+	memory     bool                     // ledger is a *ledger.Memory
+	tx         TxLedger                 // ledger, when it is one: the transactional mode (tx.go)
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -181,6 +209,9 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 		maxStored: orDefault(cfg.MaxStoredBody, defaultMaxStoredBody),
 		rerun:     cfg.RerunUncertain,
 		log:       cfg.ErrorLog,
+	}
+	if err := h.credentials(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Methods != nil {
 		h.methods = append([]string{}, cfg.Methods...)

@@ -31,7 +31,8 @@ type recorder struct {
 	stored   *ledger.StoredResponse // where result puts the response
 	over     bool                   // the body outgrew max: it is not kept
 	hijacked bool
-	released bool // the handler called Release: the key is freed, nothing stored
+	released bool     // the handler called Release: the key is freed, nothing stored
+	unstored []string // the header fields never stored (Set-Cookie, Config.UnstoredHeaders)
 }
 
 func (rec *recorder) Header() http.Header { return rec.w.Header() }
@@ -104,7 +105,7 @@ func (rec *recorder) result() *ledger.StoredResponse {
 	if rec.over || rec.hijacked || hasTrailers(rec.w.Header()) || !stored.HeaderFits(rec.header) {
 		return nil
 	}
-	*rec.stored = ledger.StoredResponse{StatusCode: rec.status, Header: rec.header, Body: rec.body}
+	*rec.stored = ledger.StoredResponse{StatusCode: rec.status, Header: without(rec.header, rec.unstored), Body: rec.body}
 	return rec.stored
 }
 

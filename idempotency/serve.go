@@ -55,7 +55,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveTx(w, r, body, path, lkey, fp) // the transactional mode: tx.go
 		return
 	}
-	cl, err := h.ledger.Begin(r.Context(), lkey, fp)
+	cl, err := h.claimKey(r.Context(), r, lkey, fp)
 	if err == nil && cl.State == decide.KeyInFlight && cl.Uncertain && h.rerun {
 		cl, err = h.rerunClaim(r, lkey, fp, cl)
 	}
@@ -82,7 +82,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) answer(w http.ResponseWriter, r *http.Request, path string, cl ledger.Claim) {
 	switch cl.State {
 	case decide.KeyConflict:
-		keyReused.write(w, "")
+		keyReused.write(w, h.credentialsDetail())
 	case decide.KeyCompleted:
 		if cl.Stored == nil {
 			notStored.write(w, "")
@@ -197,7 +197,7 @@ func (h *Handler) rerunClaim(r *http.Request, lkey string, fp ledger.Fingerprint
 	if err := h.ledger.Release(r.Context(), lkey, cl.Token); err != nil && !errors.Is(err, ledger.ErrToken) {
 		return cl, err // ledger.ErrToken: another request settled it meanwhile; look again
 	}
-	return h.ledger.Begin(r.Context(), lkey, fp)
+	return h.claimKey(r.Context(), r, lkey, fp)
 }
 
 // run runs the next handler for the key it claimed, and ends the claim
@@ -206,7 +206,7 @@ func (h *Handler) rerunClaim(r *http.Request, lkey string, fp ledger.Fingerprint
 // uncertain (its effect may have happened) and the panic goes on.
 func (h *Handler) run(w http.ResponseWriter, r *http.Request, c *claim, lkey, token string) {
 	rec := &c.rec
-	rec.w, rec.max, rec.body, rec.stored = w, h.maxStored, c.respBuf[:0], &c.stored
+	rec.w, rec.max, rec.body, rec.stored, rec.unstored = w, h.maxStored, c.respBuf[:0], &c.stored, h.unstored
 	returned := false
 	defer func() {
 		if returned {

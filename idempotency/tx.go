@@ -103,11 +103,12 @@ func Tx(ctx context.Context) *sql.Tx {
 // serveTx is ServeHTTP's way for a key in the transactional mode, from
 // the claim on.
 func (h *Handler) serveTx(w http.ResponseWriter, r *http.Request, body []byte, path, lkey string, fp ledger.Fingerprint) {
-	cl, ctx, err := h.tx.BeginTx(r.Context(), lkey, fp)
+	beginTx := func(fp ledger.Fingerprint) (ledger.Claim, ClaimTx, error) { return h.tx.BeginTx(r.Context(), lkey, fp) }
+	cl, ctx, err := begin(h, r, fp, beginTx)
 	if err == nil && cl.State == decide.KeyInFlight && cl.Uncertain && h.rerun {
 		// A key left uncertain by the ordinary mode: free it, claim afresh.
 		if err = h.ledger.Release(r.Context(), lkey, cl.Token); err == nil || errors.Is(err, ledger.ErrToken) {
-			cl, ctx, err = h.tx.BeginTx(r.Context(), lkey, fp)
+			cl, ctx, err = begin(h, r, fp, beginTx)
 		}
 	}
 	if err != nil {
@@ -143,7 +144,7 @@ func (h *Handler) serveTx(w http.ResponseWriter, r *http.Request, body []byte, p
 func (h *Handler) runTx(w http.ResponseWriter, r *http.Request, c *claim, path string, ctx ClaimTx) {
 	rec := &c.rec
 	hd := &held{h: w.Header().Clone()}
-	rec.w, rec.max, rec.body, rec.stored = hd, h.maxStored, c.respBuf[:0], &c.stored
+	rec.w, rec.max, rec.body, rec.stored, rec.unstored = hd, h.maxStored, c.respBuf[:0], &c.stored, h.unstored
 	returned := false
 	defer func() {
 		if !returned { // a panic or runtime.Goexit: nothing commits, and it goes on
