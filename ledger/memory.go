@@ -107,8 +107,8 @@ type ledgerEntry struct {
 	token   string // the owner's, while in flight or uncertain
 	lapsed  bool   // uncertain because its claim expired: the owner may still report Uncertain
 	expires time.Time
-	since   time.Time // when it entered its state (see KeyInfo.Since)
-	ver     uint64    // changes with its state (see KeyInfo.Version)
+	since   time.Time       // when it entered its state (see KeyInfo.Since)
+	ver     uint64          // changes with its state (see KeyInfo.Version)
 	stored  *StoredResponse // never changed once set: it is copied on the way out without the lock
 	prev    *ledgerEntry    // LRU links, only for completed and uncertain entries
 	next    *ledgerEntry
