@@ -153,7 +153,7 @@ func (s *suite) claimExpires(t testing.TB) {
 		toks[k] = claim(t, l, k)
 		want(t, begin(t, l, k, fpA), decide.KeyInFlight, false, "a claim within its InFlightTTL")
 	}
-	s.wait(s.cfg.InFlightTTL + s.margin)
+	s.waitUntil(s.now().Add(s.cfg.InFlightTTL + s.margin)) // from after the claims
 	for _, k := range []string{completed, released, reported} {
 		want(t, begin(t, l, k, fpA), decide.KeyInFlight, true, "a claim past its InFlightTTL, never ended")
 		want(t, begin(t, l, k, fpA), decide.KeyInFlight, true, "Begin again on an expired claim")
@@ -170,16 +170,19 @@ func (s *suite) keyExpires(t testing.TB) {
 	l := s.ledger(t)
 	c := ctx(t)
 	completed, uncertain, lapsed := s.key("ttl-complete"), s.key("ttl-uncertain"), s.key("ttl-lapsed")
+	beforeEnds := s.now()
 	ok(t, l.Complete(c, completed, claim(t, l, completed), &ledger.StoredResponse{StatusCode: 200}), "Complete")
 	ok(t, l.Uncertain(c, uncertain, claim(t, l, uncertain)), "Uncertain")
+	afterEnds := s.now()
 	claim(t, l, lapsed) // never ended: uncertain after InFlightTTL, for TTL
-	s.wait(s.cfg.TTL - s.margin)
+	afterClaim := s.now()
+	s.waitUntil(beforeEnds.Add(s.cfg.TTL - s.margin))
 	want(t, begin(t, l, completed, fpA), decide.KeyCompleted, false, "a completed key within its TTL")
 	want(t, begin(t, l, uncertain, fpA), decide.KeyInFlight, true, "an uncertain key within its TTL")
-	s.wait(2 * s.margin)
+	s.waitUntil(afterEnds.Add(s.cfg.TTL + s.margin))
 	claim(t, l, completed) // free: the claim fails the check when it is not
 	claim(t, l, uncertain)
 	want(t, begin(t, l, lapsed, fpA), decide.KeyInFlight, true, "an expired claim within InFlightTTL + TTL of its Begin")
-	s.wait(s.cfg.InFlightTTL)
+	s.waitUntil(afterClaim.Add(s.cfg.InFlightTTL + s.cfg.TTL + s.margin))
 	claim(t, l, lapsed)
 }

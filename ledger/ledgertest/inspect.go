@@ -120,7 +120,7 @@ func (s *suite) lookup(t testing.TB) {
 	lapsed := s.key("lookup-lapsed")
 	claim(t, l, lapsed)
 	before := lookup(t, in, lapsed)
-	s.wait(s.cfg.InFlightTTL + s.margin)
+	s.waitUntil(s.now().Add(s.cfg.InFlightTTL + s.margin))
 	after := lookup(t, in, lapsed)
 	s.wantInfo(t, after, ledger.StateUncertain, s.cfg.TTL, "a claim past its InFlightTTL")
 	if !after.Lapsed || after.Version == before.Version {
@@ -171,11 +171,21 @@ func (s *suite) list(t testing.TB) {
 		t.Fatalf("List with a negative MinAge: got error %v, want one wrapping ErrInvalidPolicy", err)
 	}
 	want := map[string]ledger.State{}
+	// Ages first: one key uncertain for age, one just now.
 	old := s.key("list-old-uncertain")
 	ok(t, l.Uncertain(c, old, claim(t, l, old)), "Uncertain")
 	want[old] = ledger.StateUncertain
 	age := s.cfg.InFlightTTL / 2
-	s.wait(age)
+	s.waitUntil(s.now().Add(age))
+	young := s.key("list-young-uncertain")
+	ok(t, l.Uncertain(c, young, claim(t, l, young)), "Uncertain")
+	want[young] = ledger.StateUncertain
+	minAge := age - s.margin/2
+	stuck := listAll(t, in, ledger.Query{State: ledger.StateUncertain, MinAge: minAge})
+	if _, found := stuck[old]; len(stuck) != 1 || !found {
+		t.Fatalf("List of keys uncertain for at least %v: got %d keys, want only %q", minAge, len(stuck), old)
+	}
+
 	for i := range 3 {
 		k := s.key("list-in-flight")
 		claim(t, l, k)
@@ -186,9 +196,6 @@ func (s *suite) list(t testing.TB) {
 			want[k] = ledger.StateCompleted
 		}
 	}
-	young := s.key("list-young-uncertain")
-	ok(t, l.Uncertain(c, young, claim(t, l, young)), "Uncertain")
-	want[young] = ledger.StateUncertain
 	released := s.key("list-released")
 	ok(t, l.Release(c, released, claim(t, l, released)), "Release")
 
@@ -217,9 +224,5 @@ func (s *suite) list(t testing.TB) {
 		if len(got) != n {
 			t.Fatalf("List of %v keys: got %d, want %d", st, len(got), n)
 		}
-	}
-	stuck := listAll(t, in, ledger.Query{State: ledger.StateUncertain, MinAge: age - s.margin/2})
-	if _, found := stuck[old]; len(stuck) != 1 || !found {
-		t.Fatalf("List of keys uncertain for at least %v: got %d keys, want only %q", age-s.margin/2, len(stuck), old)
 	}
 }

@@ -176,7 +176,7 @@ func (s *suite) reap(t testing.TB) {
 	gone, held := s.key("reap-completed"), s.key("reap-lapsed")
 	ok(t, l.Complete(c, gone, claim(t, l, gone), nil), "Complete")
 	claim(t, l, held) // uncertain after InFlightTTL, for TTL
-	s.wait(s.cfg.TTL + s.margin)
+	s.waitUntil(s.now().Add(s.cfg.TTL + s.margin))
 	n, err := st.Reap(c, 0)
 	ok(t, err, "Reap")
 	if n < 0 || n > 1 {

@@ -26,7 +26,7 @@
 //	}
 //
 // The store's own clock measures the TTLs: the suite waits for them in
-// real time (a few seconds in all), unless Options.Advance moves a clock
+// real time (about ten seconds in all), unless Options.Advance moves a clock
 // the ledger takes its time from. When the ledger implements
 // ledger.Inspector or ledger.Settler, the suite checks those too. A
 // broken promise fails the test with a message that names it.
@@ -67,8 +67,8 @@ type Options struct {
 	// ledger.ErrUnavailable, never a claim. Nil skips that promise.
 	Unavailable func(t testing.TB, cfg Config) ledger.Ledger
 	// InFlightTTL and TTL are the TTLs asked for when Advance is nil;
-	// zero means 300ms and 600ms. Raise them for a store whose steps
-	// take longer than a tenth of them.
+	// zero means 1s and 2s. Raise them for a store whose steps take
+	// longer than a tenth of them.
 	InFlightTTL, TTL time.Duration
 }
 
@@ -82,6 +82,7 @@ type suite struct {
 	cfg       Config
 	margin    time.Duration // waited beyond an expiry, and the slack of a time read
 	keys      atomic.Int64
+	advanced  atomic.Int64 // what Advance moved the clock on, in ns
 }
 
 // promise is one promise of the contract and its check.
@@ -103,7 +104,7 @@ func Run(t testing.TB, newLedger func(t testing.TB, cfg Config) ledger.Ledger, o
 	case opts.Advance != nil:
 		s.cfg.InFlightTTL, s.cfg.TTL, s.margin = time.Minute, 10*time.Minute, time.Second
 	default:
-		s.cfg.InFlightTTL, s.cfg.TTL = orDefault(opts.InFlightTTL, 300*time.Millisecond), orDefault(opts.TTL, 600*time.Millisecond)
+		s.cfg.InFlightTTL, s.cfg.TTL = orDefault(opts.InFlightTTL, time.Second), orDefault(opts.TTL, 2*time.Second)
 		s.margin = min(s.cfg.InFlightTTL, s.cfg.TTL) / 3
 	}
 	for _, p := range promises() {
@@ -191,9 +192,26 @@ func (s *suite) key(name string) string {
 	return "ledgertest-" + name + "-" + strconv.FormatInt(s.keys.Add(1), 10)
 }
 
-// wait lets d pass on the ledgers' clock.
-func (s *suite) wait(d time.Duration) {
+// now returns the suite's time: the wall clock's, or with Advance the
+// time that Advance has moved on since the run began (the steps of a
+// ledger on a virtual clock take no time).
+func (s *suite) now() time.Time {
 	if s.opts.Advance != nil {
+		return time.Unix(0, 0).Add(time.Duration(s.advanced.Load()))
+	}
+	return time.Now()
+}
+
+// waitUntil lets the ledgers' clock pass t, as read by now; a check
+// waits from a time read after the steps whose expiry it awaits, so
+// that slow steps never shorten a wait.
+func (s *suite) waitUntil(t time.Time) {
+	d := t.Sub(s.now())
+	if d <= 0 {
+		return
+	}
+	if s.opts.Advance != nil {
+		s.advanced.Add(int64(d))
 		s.opts.Advance(d)
 		return
 	}
