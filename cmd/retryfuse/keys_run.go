@@ -124,6 +124,9 @@ func runList(ctx context.Context, st store, f *keysFlags, stdout io.Writer) erro
 		return err
 	}
 	what := f.state + " keys"
+	if f.state == "any" {
+		what = "keys"
+	}
 	if f.olderThan > 0 {
 		what += " older than " + f.olderThan.String()
 	}
