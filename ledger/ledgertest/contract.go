@@ -157,6 +157,7 @@ func (s *suite) claimExpires(t testing.TB) {
 	for _, k := range []string{completed, released, reported} {
 		want(t, begin(t, l, k, fpA), decide.KeyInFlight, true, "a claim past its InFlightTTL, never ended")
 		want(t, begin(t, l, k, fpA), decide.KeyInFlight, true, "Begin again on an expired claim")
+		want(t, begin(t, l, k, fpB), decide.KeyConflict, false, "an expired claim, under another fingerprint")
 	}
 	ok(t, l.Complete(c, completed, toks[completed], nil), "the owner's Complete of its expired claim")
 	want(t, begin(t, l, completed, fpA), decide.KeyCompleted, false, "an expired claim completed by its owner")
