@@ -46,3 +46,16 @@ func TestLedgerConforms(t *testing.T) {
 		return l
 	}})
 }
+
+// TestLedgerConformsOnACluster runs the suite on the shared 3-master
+// Redis Cluster: List scans every master.
+func TestLedgerConformsOnACluster(t *testing.T) {
+	ledgertest.Run(t, func(t testing.TB, cfg ledgertest.Config) ledger.Ledger {
+		l, err := NewLedger(clusterClient(t), suiteConfig(t, cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeLedger(t, l)
+		return l
+	}, ledgertest.Options{})
+}

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -149,29 +151,36 @@ func (l *Ledger) Lookup(ctx context.Context, key string) (ledger.KeyInfo, error)
 // COUNT q.Limit over the ledger's keys (Prefix, a hash tag, ":"), then
 // one read of each record found, in one pipeline. Its order is SCAN's,
 // and a page may hold no keys yet have a Cursor. On a Redis Cluster it
-// returns an error: scan each master with a Ledger on a client of its
-// own.
+// scans each master in turn (those that hold the ledger's 64 hash tags,
+// in the order of their addresses).
 func (l *Ledger) List(ctx context.Context, q ledger.Query) (ledger.Page, error) {
 	q, err := ledger.CheckQuery(q)
 	if err != nil {
 		return ledger.Page{}, err
 	}
-	if _, cluster := l.client.(*redis.ClusterClient); cluster {
-		return ledger.Page{}, fmt.Errorf("retryfuseredis: List cannot scan a Redis Cluster through one client: use a client of each master")
+	c, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	nodes, err := l.scanNodes(c)
+	if err != nil {
+		return ledger.Page{}, err
 	}
-	var cursor uint64
+	node, cursor := 0, uint64(0)
 	if q.Cursor != "" {
-		if cursor, err = strconv.ParseUint(q.Cursor, 10, 64); err != nil {
+		n, cur, ok := strings.Cut(q.Cursor, ":")
+		node, err = strconv.Atoi(n)
+		if err == nil {
+			cursor, err = strconv.ParseUint(cur, 10, 64)
+		}
+		if !ok || err != nil || node < 0 || node >= len(nodes) {
 			return ledger.Page{}, invalid("Query.Cursor", "is not a cursor of this ledger")
 		}
 	}
-	c, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	found, next, err := l.client.Scan(c, cursor, globEscape(l.prefix)+"{??}:*", int64(q.Limit)).Result()
+	client := nodes[node]
+	found, next, err := client.Scan(c, cursor, globEscape(l.prefix)+"{??}:*", int64(q.Limit)).Result()
 	if err != nil {
 		return ledger.Page{}, asLedgerUnavailable(unavailable(l.client, "SCAN", err))
 	}
-	pipe := l.client.Pipeline()
+	pipe := client.Pipeline()
 	cmds := make([]*redis.Cmd, len(found))
 	for i, k := range found {
 		cmds[i] = ledgerInspectScript.Eval(c, pipe, []string{k})
@@ -182,8 +191,11 @@ func (l *Ledger) List(ctx context.Context, q ledger.Query) (ledger.Page, error) 
 		}
 	}
 	var p ledger.Page
-	if next != 0 {
-		p.Cursor = strconv.FormatUint(next, 10)
+	switch {
+	case next != 0:
+		p.Cursor = strconv.Itoa(node) + ":" + strconv.FormatUint(next, 10)
+	case node+1 < len(nodes):
+		p.Cursor = strconv.Itoa(node+1) + ":0"
 	}
 	skip := len(l.prefix) + len("{00}:")
 	for i, k := range found {
@@ -196,6 +208,30 @@ func (l *Ledger) List(ctx context.Context, q ledger.Query) (ledger.Page, error) 
 		}
 	}
 	return p, nil
+}
+
+// scanNodes returns the servers List scans: the client's one, or the
+// masters of a Redis Cluster that hold the ledger's hash tags, ordered by
+// address.
+func (l *Ledger) scanNodes(ctx context.Context) ([]redis.Cmdable, error) {
+	cc, cluster := l.client.(*redis.ClusterClient)
+	if !cluster {
+		return []redis.Cmdable{l.client}, nil
+	}
+	byAddr := map[string]*redis.Client{}
+	for b := range ledgerBuckets {
+		m, err := cc.MasterForKey(ctx, l.markerKey(b))
+		if err != nil {
+			return nil, asLedgerUnavailable(unavailable(l.client, "List", err))
+		}
+		byAddr[m.Options().Addr] = m
+	}
+	addrs := slices.Sorted(maps.Keys(byAddr))
+	nodes := make([]redis.Cmdable, len(addrs))
+	for i, a := range addrs {
+		nodes[i] = byAddr[a]
+	}
+	return nodes, nil
 }
 
 // globEscape escapes the characters special to a SCAN MATCH pattern.
