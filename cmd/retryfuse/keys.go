@@ -40,7 +40,7 @@ Commands:
            it the version read just before is settled. --any-state settles
            whatever in_flight or uncertain state the key is in (no --expect).
   reap     delete records whose time has passed (they read as free already):
-           --limit N at most N [1000]
+           --limit N at most N [1000]. Redis deletes its own: nothing to reap.
 
 Store (one of):
   --redis ADDR [--prefix P]           a Redis ledger (prefix [retryfuse:ledger:])
