@@ -11,6 +11,14 @@
 // github.com/retryfuse/retryfuse/redis and github.com/retryfuse/retryfuse/sql
 // keep one shared by a fleet.
 //
+// An operator reads a key without changing it (Inspector: Lookup, and
+// List, a bounded page of keys by state and age) and settles a key whose
+// call's outcome was learnt elsewhere (Settler: Settle, a compare-and-set
+// on the KeyInfo.Version seen; Reap). Memory and the Ledgers of the redis
+// and sql modules implement both; the command "retryfuse keys" drives
+// them against Redis or SQL. Package ledgertest is the conformance suite
+// every ledger runs, a ledger of your own store included.
+//
 // Memory follows golang.org/x/time/rate: one mutex, no goroutine; keys
 // expire lazily, from the time passed in. Its methods ending in At take
 // that time as an argument, as rate.Limiter's AllowN does (a Transport

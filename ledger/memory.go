@@ -107,6 +107,8 @@ type ledgerEntry struct {
 	token   string // the owner's, while in flight or uncertain
 	lapsed  bool   // uncertain because its claim expired: the owner may still report Uncertain
 	expires time.Time
+	since   time.Time       // when it entered its state (see KeyInfo.Since)
+	ver     uint64          // changes with its state (see KeyInfo.Version)
 	stored  *StoredResponse // never changed once set: it is copied on the way out without the lock
 	prev    *ledgerEntry    // LRU links, only for completed and uncertain entries
 	next    *ledgerEntry
@@ -182,7 +184,7 @@ func (l *Memory) BeginAt(key string, fp Fingerprint, now time.Time) (Claim, erro
 	}
 	l.seq++
 	token := strconv.FormatUint(l.seq, 36)
-	e = &ledgerEntry{key: key, fp: fp, state: entryInFlight, token: token}
+	e = &ledgerEntry{key: key, fp: fp, state: entryInFlight, token: token, since: now, ver: l.seq}
 	l.setExpiry(e, now.Add(l.inFlightTTL()))
 	l.m[key] = e
 	l.mu.Unlock()
@@ -229,6 +231,7 @@ func (l *Memory) storable(res *StoredResponse) bool {
 func (l *Memory) store(key, token string, stored *StoredResponse, now time.Time) error {
 	return l.end(key, token, now, true, func(e *ledgerEntry) {
 		e.state, e.token, e.stored = entryCompleted, "", stored
+		l.mark(e, now)
 		l.setExpiry(e, now.Add(l.ttl()))
 		l.moveToFront(e)
 	})
@@ -253,6 +256,7 @@ func (l *Memory) Uncertain(_ context.Context, key, token string) error {
 // now.
 func (l *Memory) UncertainAt(key, token string, now time.Time) error {
 	return l.end(key, token, now, false, func(e *ledgerEntry) {
+		l.mark(e, now)
 		if e.state == entryUncertain { // its claim expired before this call: held for TTL from now
 			l.setExpiry(e, now.Add(l.ttl()))
 			l.moveToFront(e)
@@ -316,7 +320,7 @@ func (l *Memory) lapse(e *ledgerEntry, now time.Time) bool {
 	if !now.Before(until) {
 		return false
 	}
-	e.state, e.lapsed = entryUncertain, true
+	e.state, e.lapsed, e.since = entryUncertain, true, e.expires
 	l.setExpiry(e, until)
 	l.pushFront(e)
 	return true

@@ -25,6 +25,13 @@
 // refreshes its expiry (SET PX, PEXPIRE), so that idle keys disappear by
 // themselves; budget keys are hash-tagged, for Redis Cluster.
 //
+// The Ledger is a ledger.Inspector and a ledger.Settler, for operators:
+// Lookup reads a key's record (a read-only script), List pages through
+// the ledger's keys with SCAN (COUNT and a cursor, never KEYS), Settle
+// records a stuck key's outcome with a script that first checks the
+// record is as the operator saw it. The command
+// "retryfuse keys --redis ADDR" drives them.
+//
 // # When Redis cannot answer
 //
 // Every Redis call is bounded by a timeout (50ms unless configured), and

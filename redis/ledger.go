@@ -174,7 +174,7 @@ func (l *Ledger) Key(key string) string { return l.prefix + bucketTag(bucketOf(k
 // one wrapping ErrContextEnded (nothing is sent); a Redis failure, one
 // wrapping ErrUnavailable; during a quarantine after lost data, one
 // wrapping ErrDataLost; after Close, one wrapping ErrClosed (each of the
-// last two wraps ledger.ErrUnavailable too).
+// last three wraps ledger.ErrUnavailable too).
 func (l *Ledger) Begin(ctx context.Context, key string, fp ledger.Fingerprint) (ledger.Claim, error) {
 	if key == "" {
 		return ledger.Claim{}, fmt.Errorf("%w: empty key", retryfuse.ErrInvalidIdempotencyKey)
@@ -186,7 +186,7 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp ledger.Fingerprint) (
 		return ledger.Claim{}, contextEnded(ctx, "Begin") // nothing sent, nothing to cancel
 	}
 	if err := l.guard.ready(ctx, l); err != nil {
-		return ledger.Claim{}, err
+		return ledger.Claim{}, asLedgerUnavailable(err)
 	}
 	b := bucketOf(key)
 	token := rand.Text()
@@ -198,7 +198,7 @@ func (l *Ledger) Begin(ctx context.Context, key string, fp ledger.Fingerprint) (
 			// since the caller, told of the failure, sends nothing.
 			l.pending.add(key, token, opCancel, nil, err, false)
 		}
-		return ledger.Claim{}, err
+		return ledger.Claim{}, asLedgerUnavailable(err)
 	}
 	code, _ := reply[0].(int64)
 	switch code {

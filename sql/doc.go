@@ -19,6 +19,14 @@
 // modernc.org/sqlite, or another) and say which SQL it speaks in
 // LedgerConfig.Dialect.
 //
+// # Operating it
+//
+// The Ledger is a ledger.Inspector and a ledger.Settler: Lookup reads a
+// key, List pages through the keys by state and age (a keyset page of the
+// primary key, LIMITed), Settle records a stuck key's outcome on the
+// version an operator saw, Reap deletes expired rows. The command
+// "retryfuse keys --sql DSN --driver postgres|sqlite" drives them.
+//
 // # Schema
 //
 // NewLedger creates the table of keys (LedgerConfig.Table, "retryfuse_keys"

@@ -312,23 +312,27 @@ func (l *Ledger) Complete(ctx context.Context, key, token string, res *ledger.St
 }
 
 func (l *Ledger) complete(ctx context.Context, ex execer, key, token string, res *ledger.StoredResponse) error {
-	var (
-		has    int64
-		status any
-		header any
-		body   any
-	)
+	has, status, header, body, err := l.encodeStored(key, res)
+	if err != nil {
+		return err
+	}
+	return l.end(ctx, ex, "Complete", key, token, l.q.complete, l.ttlMillis, has, status, header, body)
+}
+
+// encodeStored returns the columns of res: has_result 0 and NULLs when
+// res is nil or beyond the bounds.
+func (l *Ledger) encodeStored(key string, res *ledger.StoredResponse) (has int64, status, header, body any, err error) {
 	if res != nil && len(res.Body) <= l.maxStoredBody && stored.HeaderFits(res.Header) {
 		h, err := json.Marshal(res.Header)
 		if err != nil {
-			return fmt.Errorf("retryfusesql: Complete %q: encode header: %w", key, err)
+			return 0, nil, nil, nil, fmt.Errorf("retryfusesql: Complete %q: encode header: %w", key, err)
 		}
 		has, status, header, body = 1, int64(res.StatusCode), string(h), res.Body
 		if res.Body == nil {
 			body = []byte{}
 		}
 	}
-	return l.end(ctx, ex, "Complete", key, token, l.q.complete, l.ttlMillis, has, status, header, body)
+	return has, status, header, body, nil
 }
 
 // Release ends a claim that took no effect: the key is free again.

@@ -14,6 +14,9 @@ import (
 // queries are a Ledger's statements, for its dialect and table.
 type queries struct {
 	claim, look, complete, release, uncertain, sweep string
+	// inspect, list, settleComplete and settleRelease are an operator's
+	// (inspect.go).
+	inspect, list, settleComplete, settleRelease string
 	// claimLocked is claim in the transactional mode on PostgreSQL; empty
 	// on SQLite.
 	claimLocked string
@@ -74,6 +77,32 @@ WHERE idem_key = $2 AND token = $3 AND state = 0 AND gone_ms > {{now}}`
 	// row made live again is never deleted; and PostgreSQL skips rows
 	// locked by an open transaction (a key claimed in the transactional
 	// mode) rather than wait for it.
+	// inspect reads a key's live row for an operator, with the
+	// statement's time; a key without one gives a row of NULLs but the
+	// time.
+	inspectSQL = `SELECT n.now, t.fp, t.state, t.token, t.flight_ms, t.gone_ms, t.has_result, t.status,
+	CASE WHEN t.flight_ms <= n.now THEN 1 ELSE 0 END
+FROM (SELECT {{now}} AS now) n LEFT JOIN {{table}} t ON t.idem_key = $2 AND t.gone_ms > n.now`
+
+	// list reads at most $3 rows whose keys follow $2, in the order of
+	// the keys: a range of the primary key, whose time has passed or not.
+	listSQL = `SELECT n.now, t.idem_key, t.fp, t.state, t.token, t.flight_ms, t.gone_ms, t.has_result, t.status,
+	CASE WHEN t.flight_ms <= n.now THEN 1 ELSE 0 END
+FROM (SELECT {{now}} AS now) n JOIN {{table}} t ON t.idem_key > $2
+ORDER BY t.idem_key LIMIT $3`
+
+	// settleComplete completes a key as an operator found it: token $3,
+	// state $9, expiry $10 and lapsed $11 unchanged. $4..$8 as complete's.
+	settleCompleteSQL = `UPDATE {{table}} SET state = 2, token = '', flight_ms = 0, gone_ms = {{now}} + $4,
+	has_result = $5, status = $6, header = $7, body = $8
+WHERE idem_key = $2 AND token = $3 AND state = $9 AND gone_ms = $10 AND gone_ms > {{now}}
+	AND (CASE WHEN flight_ms <= {{now}} THEN 1 ELSE 0 END) = $11`
+
+	// settleRelease frees a key as an operator found it: token $3, state
+	// $4, expiry $5 and lapsed $6 unchanged.
+	settleReleaseSQL = `DELETE FROM {{table}} WHERE idem_key = $2 AND token = $3 AND state = $4 AND gone_ms = $5 AND gone_ms > {{now}}
+	AND (CASE WHEN flight_ms <= {{now}} THEN 1 ELSE 0 END) = $6`
+
 	sweepSQL = `DELETE FROM {{table}} WHERE idem_key IN (SELECT idem_key FROM {{table}} WHERE gone_ms <= {{now}} LIMIT $2{{skiplocked}})
 AND gone_ms <= {{now}}`
 )
@@ -107,6 +136,11 @@ func newQueries(d Dialect, table string) queries {
 		release:     q(releaseSQL),
 		uncertain:   q(uncertainSQL),
 		sweep:       q(sweepSQL),
+
+		inspect:        q(inspectSQL),
+		list:           q(listSQL),
+		settleComplete: q(settleCompleteSQL),
+		settleRelease:  q(settleReleaseSQL),
 	}
 }
 

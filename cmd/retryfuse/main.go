@@ -2,6 +2,7 @@
 //
 //	retryfuse decide [FILE]   the verdict of contract v1 for one JSON input
 //	retryfuse demo            a demonstration of the transport
+//	retryfuse keys            a ledger's keys, read and settled (Redis, SQL)
 //	retryfuse help            usage
 package main
 
@@ -16,6 +17,8 @@ const usage = `Usage:
                             for one JSON input read from FILE (stdin when FILE
                             is absent or "-")
   retryfuse demo            run the demonstration of the transport
+  retryfuse keys COMMAND    list, show, settle or reap the keys of a ledger in
+                            Redis or SQL ("retryfuse keys -h")
   retryfuse help            print this help
 
 Exit status: 0 success; 1 the input could not be read or the output written;
@@ -43,6 +46,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// demo lives in demo.go.
 	case "demo":
 		return runDemo(args[1:], stdout, stderr)
+	case "keys":
+		return runKeys(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "retryfuse: unknown command %q\n", args[0])
 	fmt.Fprint(stderr, usage)

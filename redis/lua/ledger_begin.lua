@@ -12,6 +12,8 @@
 --            e   when the claim expires, in milliseconds of the server's
 --                clock: from then on it is uncertain, never free
 --            r   the stored result, encoded, when completed with one
+--            at  when the claim ended (completed or uncertain), in
+--                milliseconds of the server's clock
 -- ARGV[5]  the caller's fingerprint
 -- ARGV[6]  a new random owner token
 -- ARGV[7]  in-flight time, in milliseconds

@@ -49,6 +49,7 @@ if op == 'complete' then
 else
   redis.call('HSET', KEYS[1], 's', 'u')
 end
+redis.call('HSET', KEYS[1], 'at', ms) -- when the claim ended: what an operator reads (ledger_inspect.lua)
 redis.call('HDEL', KEYS[1], 'e')
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 return {1, seq}
