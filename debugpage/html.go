@@ -63,32 +63,32 @@ func htmlOf(s state, refresh int, u *url.URL) htmlPage {
 	for _, ts := range s.Transports {
 		ht := htmlTransport{Name: ts.Name, Scopes: len(ts.Scopes), GiveUps: ts.GiveUps, Reconciles: ts.Reconciles,
 			HasFilter: h.Filter != "", EventsOnly: ts.Scopes == nil}
-		rows := make([]htmlRow, len(ts.Scopes))
 		ranks := make([]int, len(ts.Scopes))
 		for i := range ts.Scopes {
-			rows[i], ranks[i] = rowOf(&ts.Scopes[i], s.At)
-			switch rows[i].Breaker {
+			sc := &ts.Scopes[i]
+			ranks[i] = rankOf(sc)
+			switch worstBreaker(sc).State {
 			case "open":
 				ht.Open++
 			case "half_open":
 				ht.HalfOpen++
 			}
-			if th := ts.Scopes[i].Throttle; th != nil && th.Refusing > 0 {
+			if sc.Throttle != nil && sc.Throttle.Refusing > 0 {
 				ht.Refusing++
 			}
-			if b := ts.Scopes[i].Bulkhead; b != nil && b.Queued > 0 {
+			if sc.Bulkhead != nil && sc.Bulkhead.Queued > 0 {
 				ht.Queued++
 			}
 		}
-		order := make([]int, len(rows))
+		order := make([]int, len(ranks))
 		for i := range order {
 			order[i] = i
 		}
 		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ranks[b], ranks[a]) }) // the troubled first, then by name
 		for _, i := range order[:min(len(order), maxRows)] {
-			ht.Rows = append(ht.Rows, rows[i])
+			ht.Rows = append(ht.Rows, rowOf(&ts.Scopes[i], ranks[i], s.At)) // the text of the rows shown alone
 		}
-		ht.Hidden = len(rows) - len(ht.Rows)
+		ht.Hidden = len(ranks) - len(ht.Rows)
 		h.Transports = append(h.Transports, ht)
 	}
 	for _, e := range s.Events {
@@ -106,18 +106,35 @@ func htmlOf(s state, refresh int, u *url.URL) htmlPage {
 	return h
 }
 
-// rowOf is the row of scope s at now, and its rank: how troubled it is.
-func rowOf(s *scopeState, now time.Time) (htmlRow, int) {
-	r := htmlRow{Scope: s.Scope, Breaker: "off", Cells: [6]cell{off, off, off, off, off, off}}
-	rank := 0
-	if len(s.Breaker) > 0 {
-		worst := s.Breaker[0]
-		for _, b := range s.Breaker[1:] {
-			if stateRank(b.State) > stateRank(worst.State) {
-				worst = b
-			}
+// worstBreaker is the most troubled of s's breaker scopes; the zero
+// breakerState (State empty) when it has none.
+func worstBreaker(s *scopeState) breakerState {
+	var worst breakerState
+	for i, b := range s.Breaker {
+		if i == 0 || stateRank(b.State) > stateRank(worst.State) {
+			worst = b
 		}
-		r.Breaker, rank = worst.State, stateRank(worst.State)
+	}
+	return worst
+}
+
+// rankOf is how troubled scope s is: 3 with an open breaker, 2 half-open,
+// 1 with its throttle refusing, its calls paced or attempts queued, else 0.
+func rankOf(s *scopeState) int {
+	rank := stateRank(worstBreaker(s).State)
+	if th := s.Throttle; th != nil && (th.Refusing > 0 || th.Pace > 0) || s.Bulkhead != nil && s.Bulkhead.Queued > 0 {
+		rank = max(rank, 1)
+	}
+	return rank
+}
+
+// rowOf is the row of scope s, of rank (rankOf), at now.
+func rowOf(s *scopeState, rank int, now time.Time) htmlRow {
+	r := htmlRow{Scope: s.Scope, Breaker: "off", Class: []string{"", "warn", "warn", "bad"}[rank],
+		Cells: [6]cell{off, off, off, off, off, off}}
+	if len(s.Breaker) > 0 {
+		worst := worstBreaker(s)
+		r.Breaker = worst.State
 		c := cell{Text: fmt.Sprintf("%s %s · v%d", worst.State, short(now.Sub(worst.Since)), worst.Version), Class: "ok"}
 		if len(s.Breaker) > 1 {
 			c.Text += fmt.Sprintf(" · %d routes", len(s.Breaker))
@@ -160,7 +177,7 @@ func rowOf(s *scopeState, now time.Time) (htmlRow, int) {
 		}
 		if b.Queued > 0 {
 			c.Text += fmt.Sprintf(", %d queued", b.Queued)
-			c.Class, rank = "warn", max(rank, 1)
+			c.Class = "warn"
 		}
 		r.Cells[2] = c
 	}
@@ -176,13 +193,12 @@ func rowOf(s *scopeState, now time.Time) (htmlRow, int) {
 		c := cell{Text: fmt.Sprintf("refusing %.0f%%", 100*th.Refusing), Class: "ok",
 			Title: fmt.Sprintf("window: %d requests, %d accepted, %d rejected", th.Requests, th.Accepted, th.Rejected)}
 		if th.Refusing > 0 {
-			c.Class, rank = "bad", max(rank, 1)
+			c.Class = "bad"
 		}
 		r.Cells[4] = c
 		p := cell{Text: "idle", Class: "ok", Title: "no 429 lately"}
 		if th.Pace > 0 {
 			p = cell{Text: strconv.FormatFloat(th.Pace, 'f', 1, 64) + "/s", Class: "warn", Title: "new calls paced after 429s"}
-			rank = max(rank, 1)
 		}
 		if th.HeldUntil != nil {
 			p.Text += " held " + short(th.HeldUntil.Sub(now))
@@ -190,8 +206,7 @@ func rowOf(s *scopeState, now time.Time) (htmlRow, int) {
 		}
 		r.Cells[5] = p
 	}
-	r.Class = []string{"", "warn", "warn", "bad"}[rank]
-	return r, rank
+	return r
 }
 
 // stateRank orders a breaker's states by trouble.

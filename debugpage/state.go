@@ -183,9 +183,7 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
 			return
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", " ")
-		_ = enc.Encode(s) // an error is the client's: it went away
+		_ = json.NewEncoder(w).Encode(s) // an error is the client's: it went away
 		return
 	}
 	h.Set("Content-Type", "text/html; charset=utf-8")
