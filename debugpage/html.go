@@ -130,7 +130,7 @@ func rankOf(s *scopeState) int {
 
 // rowOf is the row of scope s, of rank (rankOf), at now.
 func rowOf(s *scopeState, rank int, now time.Time) htmlRow {
-	r := htmlRow{Scope: s.Scope, Breaker: "off", Class: []string{"", "warn", "warn", "bad"}[rank],
+	r := htmlRow{Scope: s.Scope, Breaker: "off", Class: []string{"ok", "warn", "warn", "bad"}[rank],
 		Cells: [6]cell{off, off, off, off, off, off}}
 	if len(s.Breaker) > 0 {
 		worst := worstBreaker(s)
