@@ -82,25 +82,28 @@ type ThrottleState struct {
 
 // Snapshot returns every scope whose record the Transport keeps, sorted
 // by name (at most Scope.Max of them, more only while all are busy). A
-// Transport that has made no call, or keeps no record per scope (a
-// RetryPolicy.Budget shared by every scope and no control per scope),
-// gives none; one whose settings are invalid gives none either.
+// Transport that has made no call gives none, and Snapshot resolves no
+// setting (the first RoundTrip does); nor does one that keeps no record
+// per scope (a RetryPolicy.Budget shared by every scope and no control
+// per scope), or whose settings are invalid.
 //
 // Snapshot is safe to call concurrently with calls: it takes the scopes'
 // lock for reading while it copies their list, then each control's own
 // lock in turn, for a time that grows with the number of scopes.
 func (t *Transport) Snapshot() []ScopeState {
-	t.setup()
-	if t.initErr != nil {
+	t.scopes.mu.RLock()
+	if len(t.scopes.m) == 0 {
+		t.scopes.mu.RUnlock()
 		return nil
 	}
-	p := &t.p
-	t.scopes.mu.RLock()
 	recs := make([]*scopeRecord, 0, len(t.scopes.m))
 	for _, st := range t.scopes.m {
 		recs = append(recs, st)
 	}
 	t.scopes.mu.RUnlock()
+	// A record is made by a call, after the settings were resolved: the
+	// lock orders their resolution before this read.
+	p := &t.p
 	slices.SortFunc(recs, func(a, b *scopeRecord) int { return strings.Compare(a.name, b.name) })
 
 	now := p.clock.Now()

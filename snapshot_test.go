@@ -88,7 +88,19 @@ func TestSnapshotShowsControlsOffAsNil(t *testing.T) {
 
 func TestSnapshotOfInvalidSettingsIsEmpty(t *testing.T) {
 	tr := &Transport{Retry: RetryPolicy{MaxAttempts: -1}}
+	_, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, "http://127.0.0.1:1/", ""))
+	require.ErrorIs(t, err, ErrInvalidPolicy)
 	assert.Nil(t, tr.Snapshot())
+}
+
+// A page asked for before the Transport's first call must not freeze its
+// settings: they are read at the first call, as documented.
+func TestSnapshotBeforeTheFirstCallResolvesNoSetting(t *testing.T) {
+	tr := &Transport{}
+	assert.Nil(t, tr.Snapshot())
+	tr.Retry.MaxAttempts = -1 // set after the Snapshot, before the first call
+	_, err := tr.RoundTrip(newRequest(t, testCtx(t), http.MethodGet, "http://127.0.0.1:1/", ""))
+	assert.ErrorIs(t, err, ErrInvalidPolicy, "the setting made after Snapshot was read")
 }
 
 // The learnt limit shows its bounds, and an attempt held by the server
