@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -238,4 +240,44 @@ func TestAPanickingErrorTextBreaksNothing(t *testing.T) {
 	h.GiveUp(retryfuse.GiveUpInfo{Reason: errors.Join(context.Canceled), Err: panicErr{}})
 	require.Len(t, p.events(), 1)
 	assert.Equal(t, "(the error's text panicked)", p.events()[0].Error)
+}
+
+// The page reads every control while calls run, give up and open
+// breakers (run with -race).
+func TestPageReadsWhileCallsRun(t *testing.T) {
+	p := newPage()
+	tr := watchedTransport(t, p, "busy")
+	tr.Load = retryfuse.LoadPolicy{MaxInFlight: 8, RateLimit: 1e6}
+	tr.Scope.Of = func(r *http.Request) string { return r.URL.Path }
+	srv, code := backend(t, http.StatusOK)
+	client := &http.Client{Transport: tr}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if g == 0 && i%10 == 0 {
+					code.Store(int64([]int{http.StatusOK, http.StatusServiceUnavailable}[i/10%2]))
+				}
+				get(t, client, srv.URL+"/"+strconv.Itoa((g+i)%16))
+			}
+		})
+	}
+	pages := 0
+	for deadline := time.Now().Add(5 * time.Second); pages < 30 && time.Now().Before(deadline); pages++ {
+		for _, target := range []string{"/", "/?format=json"} {
+			rec := serve(p, target, "")
+			require.Equal(t, http.StatusOK, rec.Code)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	assert.Positive(t, pages)
+	s := readJSON(t, p, "/?format=json")
+	assert.NotEmpty(t, s.Transports[0].Scopes)
 }
