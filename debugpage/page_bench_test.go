@@ -84,3 +84,32 @@ func (d *discard) Write(p []byte) (int, error) {
 	d.n += len(p)
 	return len(p), nil
 }
+
+// BenchmarkCallWatched is a successful call's cost over an instant base
+// with the page's Hooks installed and without: what mounting the page adds
+// to a call (its hooks fire only when a call gives up or leaves a write
+// uncertain).
+func BenchmarkCallWatched(b *testing.B) {
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:1/x", nil)
+	req.RequestURI = ""
+	watched := &retryfuse.Transport{Base: okBase{}}
+	watched.Hooks = New().Watch("bench", watched)
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"unwatched", &retryfuse.Transport{Base: okBase{}}},
+		{"watched", watched},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := c.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+}
