@@ -20,7 +20,7 @@ import (
 type htmlPage struct {
 	At         string
 	Refresh    int
-	JSON       string // the same page as JSON
+	JSON       string // the same page as JSON: a link relative to the page, wherever it is mounted
 	Filter     string
 	Transports []htmlTransport
 	Events     []htmlEvent
@@ -59,7 +59,7 @@ func htmlOf(s state, refresh int, u *url.URL) htmlPage {
 	q := u.Query()
 	q.Set("format", "json")
 	h := htmlPage{At: s.At.UTC().Format("2006-01-02 15:04:05 MST"), Refresh: refresh,
-		JSON: (&url.URL{Path: u.Path, RawQuery: q.Encode()}).String(), Filter: u.Query().Get("scope")}
+		JSON: "?" + q.Encode(), Filter: u.Query().Get("scope")}
 	for _, ts := range s.Transports {
 		ht := htmlTransport{Name: ts.Name, Scopes: len(ts.Scopes), GiveUps: ts.GiveUps, Reconciles: ts.Reconciles,
 			HasFilter: h.Filter != "", EventsOnly: ts.Scopes == nil}

@@ -58,7 +58,8 @@ const (
 // Page is the live page of the Transports it watches: an http.Handler.
 // Make it with New. This type is concurrency safe.
 type Page struct {
-	now func() time.Time // the wall clock; a test's in the tests
+	now  func() time.Time // the wall clock; a test's in the tests
+	turn chan struct{}    // held while a page is read and made: one at a time
 
 	mu      sync.Mutex // guards watched and the ring
 	watched []*watched
@@ -77,7 +78,7 @@ type watched struct {
 }
 
 // New returns a page that watches no Transport yet.
-func New() *Page { return &Page{now: time.Now} }
+func New() *Page { return &Page{now: time.Now, turn: make(chan struct{}, 1)} }
 
 // Watch shows t's scopes on the page under name, and returns the Hooks
 // that record its give-ups and reconcile errors: join them to t's own

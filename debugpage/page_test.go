@@ -269,7 +269,7 @@ func TestPageReadsWhileCallsRun(t *testing.T) {
 		})
 	}
 	pages := 0
-	for deadline := time.Now().Add(5 * time.Second); pages < 30 && time.Now().Before(deadline); pages++ {
+	for deadline := time.Now().Add(5 * time.Second); pages < 10 && time.Now().Before(deadline); pages++ {
 		for _, target := range []string{"/", "/?format=json"} {
 			rec := serve(p, target, "")
 			require.Equal(t, http.StatusOK, rec.Code)
@@ -280,4 +280,53 @@ func TestPageReadsWhileCallsRun(t *testing.T) {
 	assert.Positive(t, pages)
 	s := readJSON(t, p, "/?format=json")
 	assert.NotEmpty(t, s.Transports[0].Scopes)
+}
+
+// Beyond maxRows scopes, the HTML shows the troubled first (an open
+// breaker before every closed one, whatever its name), says how many it
+// leaves out, and ?scope= finds any; the JSON has them all.
+func TestHTMLShowsTheTroubledScopesFirstWithinItsRows(t *testing.T) {
+	p := newPage()
+	b, err := breaker.New(breaker.Settings{FailureThreshold: 1, MaxScopes: 2 * maxRows})
+	require.NoError(t, err)
+	tr := &retryfuse.Transport{
+		Base:  failing{path: "/zzz"},
+		Brake: retryfuse.BrakePolicy{Breaker: b},
+		Retry: retryfuse.RetryPolicy{MaxAttempts: 1},
+		Scope: retryfuse.ScopePolicy{Max: 2 * maxRows, Of: func(r *http.Request) string { return "s" + r.URL.Path }},
+	}
+	tr.Hooks = p.Watch("many", tr)
+	client := &http.Client{Transport: tr}
+	for i := range maxRows + 10 {
+		get(t, client, "http://many.test/"+strconv.Itoa(1000+i))
+	}
+	get(t, client, "http://many.test/zzz")
+
+	body := serve(p, "/debug/retryfuse", "").Body.String()
+	assert.Equal(t, maxRows, strings.Count(body, "<tr class=\"row-"), "rows shown")
+	first := strings.Index(body, `data-scope="`)
+	require.Positive(t, first)
+	assert.True(t, strings.HasPrefix(body[first:], `data-scope="s/zzz" data-breaker="open"`), "the open scope first, though its name sorts last")
+	assert.Contains(t, body, "11 more scopes, less troubled")
+	assert.Contains(t, body, `href="?format=json"`, "the JSON link is relative to wherever the page is mounted")
+
+	filtered := serve(p, "/debug/retryfuse?scope=1509", "").Body.String()
+	assert.Equal(t, 1, strings.Count(filtered, "<tr class=\"row-"), "?scope= keeps the scopes whose name holds it")
+	assert.Contains(t, filtered, `data-scope="s/1509"`)
+	none := serve(p, "/debug/retryfuse?scope=nothing-holds-this", "").Body.String()
+	assert.Contains(t, none, "No scope's name holds the text asked for.")
+
+	s := readJSON(t, p, "/debug/retryfuse?format=json")
+	assert.Len(t, s.Transports[0].Scopes, maxRows+11, "the JSON has every scope")
+}
+
+// failing answers 503 to path, 200 to any other.
+type failing struct{ path string }
+
+func (f failing) RoundTrip(r *http.Request) (*http.Response, error) {
+	code := http.StatusOK
+	if r.URL.Path == f.path {
+		code = http.StatusServiceUnavailable
+	}
+	return &http.Response{StatusCode: code, Body: http.NoBody, Request: r, Header: http.Header{}}, nil
 }

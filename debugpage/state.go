@@ -1,6 +1,7 @@
 package debugpage
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -177,21 +178,33 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	s := p.read(p.now(), q.Get("scope"))
-	if wantsJSON(format, r.Header.Get("Accept")) {
+	asJSON := wantsJSON(format, r.Header.Get("Accept"))
+	if asJSON {
 		h.Set("Content-Type", "application/json")
-		if r.Method == http.MethodHead {
-			return
-		}
-		_ = json.NewEncoder(w).Encode(s) // an error is the client's: it went away
-		return
+	} else {
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	}
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	if r.Method == http.MethodHead {
 		return
 	}
-	_ = pageTemplate.Execute(w, htmlOf(s, refresh, r.URL))
+	// One page is read and made at a time, into memory, and written out
+	// after: open tabs refreshing together cost one page's work at once,
+	// and a slow reader holds nobody up.
+	select {
+	case p.turn <- struct{}{}:
+	case <-r.Context().Done():
+		return
+	}
+	var buf bytes.Buffer
+	s := p.read(p.now(), q.Get("scope"))
+	if asJSON {
+		_ = json.NewEncoder(&buf).Encode(s) // the page's own types: it cannot fail
+	} else {
+		_ = pageTemplate.Execute(&buf, htmlOf(s, refresh, r.URL)) // nor can the template, on them
+	}
+	<-p.turn
+	_, _ = buf.WriteTo(w) // an error is the client's: it went away
 }
 
 // wantsJSON reports whether the page is asked for as JSON: by the query's

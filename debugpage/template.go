@@ -48,7 +48,7 @@ a { color: #0b57d0; }
 {{end}}</tbody>
 </table>
 {{if .Hidden}}<p class="meta">{{.Hidden}} more scopes, less troubled: the JSON has them all{{if not .HasFilter}}, and ?scope=TEXT keeps those whose name holds TEXT{{end}}.</p>{{end}}
-{{else}}<p class="none">No scope yet: the Transport keeps a scope's state from its first call.</p>{{end}}{{end}}
+{{else if .HasFilter}}<p class="none">No scope's name holds the text asked for.</p>{{else}}<p class="none">No scope yet: the Transport keeps a scope's state from its first call.</p>{{end}}{{end}}
 {{end}}
 <h2>Last give-ups and reconcile errors</h2>
 {{if .Events}}<table id="events">
