@@ -10,7 +10,7 @@ const pageHTML = `<!DOCTYPE html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 {{if .Refresh}}<meta http-equiv="refresh" content="{{.Refresh}}">{{end}}
-<title>retryfuse{{if .Transports}} · {{(index .Transports 0).Name}}{{end}}</title>
+<title>retryfuse · live page</title>
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1d2125; background: #fff; }
 h1 { font-size: 1.4em; margin: 0 0 .2em; }
