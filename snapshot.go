@@ -23,8 +23,9 @@ type ScopeState struct {
 	// Breaker is the scope at the Breaker (see breaker.Breaker.Snapshot:
 	// To is its state, At since when, Settings.Version the settings in
 	// force): one Change, or, with BrakePolicy.Route, one for each of its
-	// divisions the Breaker remembers, sorted by name. Empty without a
-	// Breaker, or before the Breaker has heard of the scope.
+	// divisions the Breaker remembers, sorted by name. Nil without a
+	// Breaker; empty, not nil, when the Breaker does not remember the
+	// scope (it has not heard of it yet, or forgot it past its MaxScopes).
 	Breaker []breaker.Change
 	// Budget is the retry budget the scope spends (the one every scope
 	// shares when RetryPolicy.Budget is set); nil when it tells nothing
@@ -119,7 +120,9 @@ func (t *Transport) Snapshot() []ScopeState {
 	for i, st := range recs {
 		s := &out[i]
 		s.Scope = st.name
-		s.Breaker = breakerScopes(brakes, st.name)
+		if p.breaker != nil {
+			s.Breaker = breakerScopes(brakes, st.name)
+		}
 		if s.Budget = shared; st.budget != nil {
 			s.Budget = budgetSnapshot(st.budget, now)
 		}
@@ -139,12 +142,12 @@ func (t *Transport) Snapshot() []ScopeState {
 }
 
 // breakerScopes returns the changes of brakes (sorted by scope) that are
-// scope name's: its own, and its divisions by Brake.Route (the name, a
+// scope name's, none but not nil when there are none: its own, and its divisions by Brake.Route (the name, a
 // space and the value). They are together in sorted order, from the
 // first at or after name.
 func breakerScopes(brakes []breaker.Change, name string) []breaker.Change {
 	i, _ := slices.BinarySearchFunc(brakes, name, func(c breaker.Change, n string) int { return strings.Compare(c.Scope, n) })
-	var out []breaker.Change
+	out := []breaker.Change{} // not nil: the scope has a Breaker
 	for ; i < len(brakes) && strings.HasPrefix(brakes[i].Scope, name); i++ {
 		if s := brakes[i].Scope; len(s) == len(name) || s[len(name)] == ' ' {
 			out = append(out, brakes[i])

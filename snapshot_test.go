@@ -78,7 +78,7 @@ func TestSnapshotShowsControlsOffAsNil(t *testing.T) {
 	got := tr.Snapshot()
 	require.Len(t, got, 1)
 	s := got[0]
-	assert.Empty(t, s.Breaker, "no Breaker")
+	assert.Nil(t, s.Breaker, "no Breaker")
 	assert.Nil(t, s.Bulkhead, "no MaxInFlight, Adaptive or Breaker")
 	assert.Nil(t, s.RateLimit, "no RateLimit")
 	assert.Nil(t, s.Throttle, "Throttle.Disable")
@@ -167,4 +167,26 @@ func TestSnapshotWhileCallsRun(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	assert.Positive(t, seen, "the scopes of the calls running")
+}
+
+// A scope the Breaker forgot (past its MaxScopes) has a Breaker, but no
+// state there: empty, not nil as without a Breaker.
+func TestSnapshotTellsAScopeTheBreakerForgot(t *testing.T) {
+	srv := newSettableServer(t, http.StatusOK)
+	b, err := breaker.New(breaker.Settings{MaxScopes: 1})
+	require.NoError(t, err)
+	tr := newTransport(t, nil, &Transport{Brake: BrakePolicy{Breaker: b},
+		Scope: ScopePolicy{Of: func(r *http.Request) string { return r.URL.Path }}})
+	client := &http.Client{Transport: tr}
+	for _, path := range []string{"/a", "/b"} {
+		_, err := getStatus(t, client, srv.URL+path)
+		require.NoError(t, err)
+	}
+	got := tr.Snapshot()
+	require.Len(t, got, 2)
+	assert.Equal(t, "/a", got[0].Scope)
+	assert.NotNil(t, got[0].Breaker, "/a has a Breaker")
+	assert.Empty(t, got[0].Breaker, "the Breaker of one scope forgot /a for /b")
+	require.Len(t, got[1].Breaker, 1)
+	assert.Equal(t, breaker.Closed, got[1].Breaker[0].To)
 }

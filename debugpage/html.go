@@ -132,7 +132,11 @@ func rankOf(s *scopeState) int {
 func rowOf(s *scopeState, rank int, now time.Time) htmlRow {
 	r := htmlRow{Scope: s.Scope, Breaker: "off", Class: []string{"ok", "warn", "warn", "bad"}[rank],
 		Cells: [6]cell{off, off, off, off, off, off}}
-	if len(s.Breaker) > 0 {
+	switch {
+	case s.Breaker != nil && len(s.Breaker) == 0:
+		r.Breaker = "unknown"
+		r.Cells[0] = cell{Text: "not remembered", Class: "off", Title: "the Breaker has not heard of this scope yet, or forgot it past its MaxScopes"}
+	case len(s.Breaker) > 0:
 		worst := worstBreaker(s)
 		r.Breaker = worst.State
 		c := cell{Text: fmt.Sprintf("%s %s · v%d", worst.State, short(now.Sub(worst.Since)), worst.Version), Class: "ok"}

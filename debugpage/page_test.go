@@ -330,3 +330,30 @@ func (f failing) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return &http.Response{StatusCode: code, Body: http.NoBody, Request: r, Header: http.Header{}}, nil
 }
+
+// A scope its Breaker does not remember reads so, not "off"; a long
+// error's text is bounded.
+func TestPageTellsAForgottenBreakerScopeAndBoundsErrorText(t *testing.T) {
+	p := newPage()
+	b, err := breaker.New(breaker.Settings{MaxScopes: 1})
+	require.NoError(t, err)
+	tr := &retryfuse.Transport{Base: failing{}, Brake: retryfuse.BrakePolicy{Breaker: b},
+		Scope: retryfuse.ScopePolicy{Of: func(r *http.Request) string { return r.URL.Path }}}
+	tr.Hooks = p.Watch("forgetful", tr)
+	client := &http.Client{Transport: tr}
+	get(t, client, "http://x.test/a")
+	get(t, client, "http://x.test/b")
+	body := serve(p, "/", "").Body.String()
+	assert.Contains(t, body, `data-scope="/a" data-breaker="unknown"`)
+	assert.Contains(t, body, "not remembered")
+	s := readJSON(t, p, "/?format=json")
+	require.Len(t, s.Transports[0].Scopes, 2)
+	assert.NotNil(t, s.Transports[0].Scopes[0].Breaker, `"breaker": [], not null`)
+	assert.Empty(t, s.Transports[0].Scopes[0].Breaker)
+
+	h := p.Watch("long", nil)
+	h.GiveUp(retryfuse.GiveUpInfo{Reason: retryfuse.ErrAttemptsExhausted, Err: errors.New(strings.Repeat("é", 10000))})
+	e := p.events()[0]
+	assert.LessOrEqual(t, len(e.Error), maxErrText)
+	assert.True(t, strings.HasSuffix(e.Error, "…"), "a cut text says so")
+}

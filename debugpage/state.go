@@ -37,7 +37,7 @@ type transportState struct {
 // scopeState is one scope; a control that is off is null.
 type scopeState struct {
 	Scope     string          `json:"scope"`
-	Breaker   []breakerState  `json:"breaker"`
+	Breaker   []breakerState  `json:"breaker"` // null: no Breaker; []: it does not remember the scope
 	Budget    *budgetState    `json:"budget"`
 	Bulkhead  *bulkheadState  `json:"bulkhead"`
 	RateLimit *rateLimitState `json:"rateLimit"`
@@ -118,6 +118,9 @@ func (p *Page) read(now time.Time, filter string) state {
 // scopeOf is the page's form of one scope's state at now.
 func (w *watched) scopeOf(ss *retryfuse.ScopeState, now time.Time) scopeState {
 	s := scopeState{Scope: ss.Scope}
+	if ss.Breaker != nil {
+		s.Breaker = make([]breakerState, 0, len(ss.Breaker))
+	}
 	for _, c := range ss.Breaker {
 		b := breakerState{Scope: c.Scope, State: c.To.String(), Since: c.At, InState: max(0, now.Sub(c.At).Seconds()),
 			Version: c.Settings.Version, Failures: c.Failures, Successes: c.Successes, Probes: c.Probes, InFlight: c.InFlight}
