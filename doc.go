@@ -185,6 +185,12 @@
 // github.com/retryfuse/retryfuse/otel records OpenTelemetry metrics and
 // span events, and traces calls. JoinHooks combines several.
 //
+// Transport.Snapshot reads each scope's controls as they stand (the
+// breaker, the budget, the attempts in flight against their limit, the
+// throttle and its pace); package github.com/retryfuse/retryfuse/debugpage
+// shows them, with the last give-ups and reconcile errors, on a page a
+// service mounts (under /debug/retryfuse, say), as HTML and JSON.
+//
 // # Composing with other transports
 //
 // A RoundTripper outside retryfuse sees each call once; one inside (its
