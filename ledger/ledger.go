@@ -129,7 +129,10 @@ type Claim struct {
 //
 // A Complete, Release or Uncertain call whose token does not own the key (a
 // wrong token, a claim already ended, or a key since freed) changes nothing
-// and returns an error wrapping ErrToken.
+// and returns an error wrapping ErrToken. One exception: a Complete repeated
+// by the token that completed the key (the same step sent again after its
+// reply was lost, as over a network) may return nil instead; it still
+// changes nothing, and the first result stays stored.
 type Ledger interface {
 	// Begin looks key up. A fingerprint other than the one stored for the key
 	// gives KeyConflict whatever the key's state; a free key is claimed for
