@@ -33,24 +33,37 @@
 //   - A client: Transport (its zero value is ready), Transport.Validate.
 //   - Its settings, one group per policy: RetryPolicy (attempts, backoff,
 //     Retry-After, budgets; Classifier and Class), KeyPolicy (keys, the
-//     ledger, Reconciler), BrakePolicy (the breaker), HedgePolicy,
+//     ledger, Credentials, Reconciler), BrakePolicy (the breaker), HedgePolicy,
 //     LoadPolicy and ThrottlePolicy (the load controls), ReadPolicy (shared
 //     reads) and ScopePolicy (what one dependency is).
 //   - A request's keys and needs: WithIdempotencyKey, IdempotencyKeyOf,
 //     WithCurrentData.
 //   - What went wrong: ReconcileRequiredError (and its Resolve),
-//     RetryError, StatusError, BulkheadFullError, RateLimitError, the
+//     KeyConflictError, RetryError, StatusError, BulkheadFullError, RateLimitError, the
 //     sentinels (ErrDeclined, ErrReconcileRequired, ErrBudgetExhausted, …),
 //     MayRetry for a retry layer above, and ReasonName.
 //   - What it decided: Hooks and JoinHooks, each hook's Info type
 //     (AttemptStartInfo, AttemptDoneInfo, DecisionInfo, RetryInfo,
 //     ReconcileInfo, GiveUpInfo, EvidenceUnavailableInfo, PolicyInfo, all
 //     holding a CallInfo).
+//   - How each scope stands: Transport.Snapshot and ScopeState
+//     (BulkheadState, RateLimitState, ThrottleState), shown live by
+//     package debugpage.
+//   - Whose keys they are: Credentials, the credentials bound into a
+//     key's fingerprint on both halves (KeyPolicy.Credentials, and
+//     idempotency.Config.Credentials on the server).
+//
+// Related packages: budget, breaker, ledger (and ledger/ledgertest, the
+// conformance suite a ledger of one's own store runs), idempotency (the
+// server half), sloghooks, debugpage (the live page), retryfusetest (the
+// test kit) and decide (the decision core); the command
+// cmd/retryfuse (decide, demo, and keys, which reads and settles a shared
+// ledger's keys).
 //
 // The guides in the repository's docs/ folder take one concern each:
 // reconcile.md, retries-and-deadlines.md, budgets-and-breaker.md,
-// load.md, hedging-and-reads.md, ledgers.md, server.md, observability.md
-// and errors.md.
+// load.md, hedging-and-reads.md, ledgers.md, server.md, observability.md,
+// operating.md (stuck keys during an incident), testing.md and errors.md.
 //
 // # What is repeated
 //
@@ -202,7 +215,9 @@
 //     (recommended); outside alone for one span per call;
 //   - an auth transport (oauth2.Transport, a request signer): inside, so
 //     that each attempt carries a fresh token or signature — and a token
-//     refresh failure is an error of the attempt, not a retry of it;
+//     refresh failure is an error of the attempt, not a retry of it (the
+//     credentials it adds are then not bound to a Ledger's keys: see
+//     Credentials);
 //   - a logging transport: inside to log every attempt, outside to log
 //     calls.
 //

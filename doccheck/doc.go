@@ -23,7 +23,7 @@
 // body of (func() when none). A block that is itself declarations (a func,
 // a type) is placed at the top level. Imports are added for the packages a
 // block names (retryfuse, budget, breaker, ledger, idempotency, sloghooks,
-// decide, retryfusetest, retryfuseredis, retryfusesql, retryfuseotel,
+// decide, retryfusetest, debugpage, ledgertest, retryfuseredis, retryfusesql, retryfuseotel,
 // otelhttp, redis, the standard library's, testing and synctest among
 // them), and a variable a block declares and leaves unused is used for it. Errors are reported at the block's line in its Markdown file.
 //

@@ -110,6 +110,8 @@ var packages = map[string]string{
 	"retryfusesql":   "github.com/retryfuse/retryfuse/sql",
 	"retryfuseotel":  "github.com/retryfuse/retryfuse/otel",
 	"retryfusetest":  "github.com/retryfuse/retryfuse/retryfusetest",
+	"debugpage":      "github.com/retryfuse/retryfuse/debugpage",
+	"ledgertest":     "github.com/retryfuse/retryfuse/ledger/ledgertest",
 	"redis":          "github.com/redis/go-redis/v9",
 	"sql":            "database/sql",
 	"http":           "net/http",

@@ -63,6 +63,15 @@ var (
 // often carry per-attempt values (signatures, timestamps, trace ids) that
 // would make an honest repeat look like a conflict. To keep the keys of
 // different servers apart, prefix the ledger key with the host.
+//
+// The credentials a request carries are the exception
+// (retryfuse.Credentials: the Authorization header field by default, on
+// the Transport with a Ledger and in the idempotency middleware without a
+// Scope). When a request carries any of them, its fingerprint is an
+// HMAC-SHA-256, under Credentials.Key, of the digest above and their
+// values: a repeat under other credentials is then a conflict, and
+// neither the credentials nor a hash of them alone is stored. A request
+// that carries none keeps the digest above.
 type Fingerprint [32]byte
 
 // StoredResponse is the result stored for a completed key and replayed for a
