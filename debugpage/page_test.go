@@ -251,7 +251,9 @@ func TestPageReadsWhileCallsRun(t *testing.T) {
 	tr.Scope.Of = func(r *http.Request) string { return r.URL.Path }
 	srv, code := backend(t, http.StatusOK)
 	client := &http.Client{Transport: tr}
+	get(t, client, srv.URL+"/0") // a scope exists before the first page is read
 	stop := make(chan struct{})
+	var calls atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -265,11 +267,13 @@ func TestPageReadsWhileCallsRun(t *testing.T) {
 					code.Store(int64([]int{http.StatusOK, http.StatusServiceUnavailable}[i/10%2]))
 				}
 				get(t, client, srv.URL+"/"+strconv.Itoa((g+i)%16))
+				calls.Add(1)
 			}
 		})
 	}
 	pages := 0
-	for deadline := time.Now().Add(5 * time.Second); pages < 10 && time.Now().Before(deadline); pages++ {
+	// Pages are read until enough calls ran beside them, not for a time.
+	for deadline := time.Now().Add(5 * time.Second); (pages < 10 || calls.Load() < 40) && time.Now().Before(deadline); pages++ {
 		for _, target := range []string{"/", "/?format=json"} {
 			rec := serve(p, target, "")
 			require.Equal(t, http.StatusOK, rec.Code)
@@ -278,6 +282,7 @@ func TestPageReadsWhileCallsRun(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	assert.Positive(t, pages)
+	assert.Positive(t, calls.Load(), "no call ran beside the pages")
 	s := readJSON(t, p, "/?format=json")
 	assert.NotEmpty(t, s.Transports[0].Scopes)
 }
