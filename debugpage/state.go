@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -199,15 +200,23 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
+	buf := p.make(r.URL, asJSON, refresh)
+	_, _ = buf.WriteTo(w) // an error is the client's: it went away
+}
+
+// make reads and makes the page asked for at u, in p's turn, which it
+// gives back however it returns: a panic while reading (in a user's
+// Budget, say) goes up to the server, and leaves the page answering.
+func (p *Page) make(u *url.URL, asJSON bool, refresh int) *bytes.Buffer {
+	defer func() { <-p.turn }()
 	var buf bytes.Buffer
-	s := p.read(p.now(), q.Get("scope"))
+	s := p.read(p.now(), u.Query().Get("scope"))
 	if asJSON {
 		_ = json.NewEncoder(&buf).Encode(s) // the page's own types: it cannot fail
 	} else {
-		_ = pageTemplate.Execute(&buf, htmlOf(s, refresh, r.URL)) // nor can the template, on them
+		_ = pageTemplate.Execute(&buf, htmlOf(s, refresh, u)) // nor can the template, on them
 	}
-	<-p.turn
-	_, _ = buf.WriteTo(w) // an error is the client's: it went away
+	return &buf
 }
 
 // wantsJSON reports whether the page is asked for as JSON: by the query's
