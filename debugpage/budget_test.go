@@ -2,6 +2,7 @@ package debugpage
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -53,4 +54,14 @@ func TestPageAnswersAgainAfterAReadThatPanicked(t *testing.T) {
 	require.NoError(t, ctx.Err(), "the page waited for a turn never given back")
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Contains(t, rec.Body.String(), `"available":2`)
+}
+
+// A value JSON cannot hold (a user's Budget reporting NaN) is no empty
+// 200: the page answers 500 with the reason.
+func TestPageThatCannotBeEncodedIsAnErrorNotAnEmptyAnswer(t *testing.T) {
+	p := newPage()
+	calledTransport(t, p, userBudget{snap: func() budget.Snapshot { return budget.Snapshot{Available: math.NaN()} }})
+	rec := serve(p, "/?format=json", "")
+	assert.Equal(t, http.StatusInternalServerError, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), "NaN")
 }
