@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -199,15 +200,36 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	var buf bytes.Buffer
-	s := p.read(p.now(), q.Get("scope"))
-	if asJSON {
-		_ = json.NewEncoder(&buf).Encode(s) // the page's own types: it cannot fail
-	} else {
-		_ = pageTemplate.Execute(&buf, htmlOf(s, refresh, r.URL)) // nor can the template, on them
+	buf, err := p.make(r.URL, asJSON, refresh)
+	if err != nil {
+		// A value of a user's own (a Budget's Snapshot) that the page
+		// cannot write: said, rather than an empty page.
+		h.Del("Content-Security-Policy")
+		http.Error(w, "retryfuse debug page: "+err.Error(), http.StatusInternalServerError)
+		return
 	}
-	<-p.turn
 	_, _ = buf.WriteTo(w) // an error is the client's: it went away
+}
+
+// make reads and makes the page asked for at u, in p's turn, which it
+// gives back however it returns: a panic while reading (in a user's
+// Budget, say) goes up to the server, and leaves the page answering.
+func (p *Page) make(u *url.URL, asJSON bool, refresh int) (*bytes.Buffer, error) {
+	defer func() { <-p.turn }()
+	var buf bytes.Buffer
+	s := p.read(p.now(), u.Query().Get("scope"))
+	if asJSON {
+		// The page's own types; but a float of a user's Budget may be
+		// one JSON cannot hold (NaN).
+		if err := json.NewEncoder(&buf).Encode(s); err != nil {
+			return nil, err
+		}
+		return &buf, nil
+	}
+	if err := pageTemplate.Execute(&buf, htmlOf(s, refresh, u)); err != nil {
+		return nil, err
+	}
+	return &buf, nil
 }
 
 // wantsJSON reports whether the page is asked for as JSON: by the query's

@@ -291,15 +291,11 @@ func equalInts(a, b []int64) bool {
 // cancelled, carries its result too.
 func TestConventionsHedgeIsAResend(t *testing.T) {
 	h := newHarness(t)
-	var mu sync.Mutex
-	arrived := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		arrived++
-		first := arrived == 1
-		mu.Unlock()
-		if first {
-			<-r.Context().Done() // slow: the hedge answers first
+		// The request sent first hangs, whichever reaches the server
+		// first (on a loaded machine the hedge may): the hedge answers.
+		if sentFirst(t, h, r) {
+			<-r.Context().Done()
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -332,6 +328,25 @@ func TestConventionsHedgeIsAResend(t *testing.T) {
 		t.Fatalf("INTERNAL spans: got %d, want 1", len(calls))
 	}
 	assertEvents(t, eventNames(calls[0]), []string{"retryfuse.policy"})
+}
+
+// sentFirst reports whether r is the request of its call's first CLIENT
+// span (the one without a resend count), found among the spans started
+// by the span id its traceparent carries.
+func sentFirst(t *testing.T, h *harness, r *http.Request) bool {
+	parts := strings.Split(r.Header.Get("Traceparent"), "-")
+	if len(parts) != 4 {
+		t.Errorf("request without a traceparent: %q", r.Header.Get("Traceparent"))
+		return false
+	}
+	for _, s := range h.spans.Started() {
+		if s.SpanContext().SpanID().String() == parts[2] {
+			_, resent := resendCount(s)
+			return !resent
+		}
+	}
+	t.Errorf("traceparent %q: no span started with its id", r.Header.Get("Traceparent"))
+	return false
 }
 
 // A call the open breaker refuses sends nothing: no CLIENT span, and the

@@ -54,7 +54,7 @@ type record struct {
 func (l *Ledger) parseRecord(key string, v any) (record, error) {
 	reply, _ := v.([]any)
 	if len(reply) != 8 {
-		return record{}, unexpected(v)
+		return record{}, asLedgerUnavailable(unexpected(v)) // as Inspector says
 	}
 	r := record{key: key, ttl: l.ttlMillis, flightMillis: l.flightMillis}
 	r.now, _ = reply[0].(int64)

@@ -102,11 +102,18 @@ func ExampleApplyThenClose() {
 	// requests: 2
 }
 
+// stallTimeout ends the attempts of the stall examples. It runs from
+// before the attempt reaches the fault Transport, which sends nothing once
+// it has struck: it must outlast any pause of a loaded machine (a shorter
+// one, struck before the request was written, turns the post_write
+// reconcile shown into an unknown phase, or into no effect at all).
+const stallTimeout = time.Second
+
 // A stalled write times out after it was written: reconcile.
 func ExampleStallBeforeApply() {
 	rec := retryfusetest.NewRecorder()
 	api := retryfusetest.NewTransport(rec.Wrap(charges), retryfusetest.StallBeforeApply())
-	call(api, http.MethodPost, retryfuse.RetryPolicy{AttemptTimeout: 10 * time.Millisecond})
+	call(api, http.MethodPost, retryfuse.RetryPolicy{AttemptTimeout: stallTimeout})
 	fmt.Println("applied:", rec.Applied("order-1"))
 	// Output:
 	// reconcile required, phase post_write, attempts 1
@@ -116,7 +123,7 @@ func ExampleStallBeforeApply() {
 func ExampleApplyThenStall() {
 	rec := retryfusetest.NewRecorder()
 	api := retryfusetest.NewTransport(rec.Wrap(charges), retryfusetest.ApplyThenStall())
-	call(api, http.MethodPost, retryfuse.RetryPolicy{AttemptTimeout: 10 * time.Millisecond})
+	call(api, http.MethodPost, retryfuse.RetryPolicy{AttemptTimeout: stallTimeout})
 	fmt.Println("applied:", rec.Applied("order-1"))
 	// Output:
 	// reconcile required, phase post_write, attempts 1
@@ -137,11 +144,14 @@ func ExampleRetryAfter() {
 }
 
 func ExampleRetryAfterDate() {
-	now := time.Now()
+	before := time.Now()
 	resp, _ := retryfusetest.NewTransport(nil, retryfusetest.RetryAfterDate(http.StatusServiceUnavailable, 10*time.Second)).
 		RoundTrip(httpGet())
+	after := time.Now()
 	at, err := http.ParseTime(resp.Header.Get("Retry-After"))
-	fmt.Println(resp.StatusCode, err, at.Sub(now) >= 10*time.Second && at.Sub(now) <= 11*time.Second)
+	// 10s after the answer, rounded up to a whole second: the answer came
+	// between before and after.
+	fmt.Println(resp.StatusCode, err, !at.Before(before.Add(10*time.Second)) && at.Before(after.Add(11*time.Second)))
 	// Output:
 	// 503 <nil> true
 }

@@ -53,7 +53,8 @@ Store (one of):
 
 Output: a table; --json prints JSON instead (one object, or one per line for
 list). Exit status: 0 done; 1 a key not found (show), a settle refused (the key
-is not as expected: what was found is printed), or the store failed; 2 usage.
+is not as expected: what was found is printed), or the store failed or holds no
+ledger (the command never makes one); 2 usage.
 `
 
 // keysFlags are the flags of every keys command.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"regexp"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // --driver postgres
@@ -61,6 +62,10 @@ type store interface {
 func (s *storeFlags) open(ctx context.Context) (st store, closeFn func(), err error) {
 	if s.redisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: s.redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		if err := s.redisLedgerExists(ctx, client); err != nil {
+			_ = client.Close()
+			return nil, nil, err
+		}
 		l, err := retryfuseredis.NewLedger(client, retryfuseredis.LedgerConfig{
 			Prefix:      s.prefix,
 			TTL:         s.ttl,
@@ -89,6 +94,10 @@ func (s *storeFlags) open(ctx context.Context) (st store, closeFn func(), err er
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", s.driver, err)
 	}
+	if err := s.sqlLedgerExists(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
 	l, err := retryfusesql.NewLedger(ctx, db, retryfusesql.LedgerConfig{
 		Dialect:     dialect,
 		Table:       s.table,
@@ -100,4 +109,56 @@ func (s *storeFlags) open(ctx context.Context) (st store, closeFn func(), err er
 		return nil, nil, fmt.Errorf("%s: %w", s.driver, err)
 	}
 	return l, func() { _ = db.Close() }, nil
+}
+
+// The command reads a ledger that services made; it never makes one. A
+// ledger's constructor makes what it misses (a SQL table and its schema,
+// a Redis prefix's markers), so that a mistyped --table, --prefix or
+// database file would be answered with an empty ledger made on the spot
+// ("0 stuck keys"): the store is checked first.
+
+// redisLedgerExists reports an error unless Redis holds a marker of the
+// ledger under the prefix (a Ledger writes its 64 markers when it starts).
+func (s *storeFlags) redisLedgerExists(ctx context.Context, client *redis.Client) error {
+	prefix := s.prefix
+	if prefix == "" {
+		prefix = retryfuseredis.DefaultLedgerPrefix
+	}
+	markers := make([]string, ledgerBuckets)
+	for b := range markers {
+		markers[b] = fmt.Sprintf("%s{%02x}", prefix, b)
+	}
+	n, err := client.Exists(ctx, markers...).Result()
+	if err != nil {
+		return fmt.Errorf("redis %s: %w", s.redisAddr, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redis %s: no ledger under prefix %q (no Ledger has used it, or Redis lost its data): check --redis and --prefix", s.redisAddr, prefix)
+	}
+	return nil
+}
+
+// ledgerBuckets is the number of hash tags a Redis ledger spreads its
+// keys over, each with a marker: prefix, "{", two hex digits, "}".
+const ledgerBuckets = 64
+
+// sqlTable is the form of a table name the SQL ledger accepts (it is
+// written into statements as it is).
+var sqlTable = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,49}$`)
+
+// sqlLedgerExists reports an error unless db holds the ledger's schema
+// version table for the table named.
+func (s *storeFlags) sqlLedgerExists(ctx context.Context, db *sql.DB) error {
+	table := s.table
+	if table == "" {
+		table = retryfusesql.DefaultTable
+	}
+	if !sqlTable.MatchString(table) {
+		return nil // NewLedger refuses it, and says why
+	}
+	var version int64
+	if err := db.QueryRowContext(ctx, "SELECT version FROM "+table+"_schema WHERE id = 1").Scan(&version); err != nil {
+		return fmt.Errorf("%s: no ledger table %q could be read in this database (%v): check --sql and --table", s.driver, table, err)
+	}
+	return nil
 }
