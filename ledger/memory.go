@@ -84,6 +84,9 @@ type Memory struct {
 	m   map[string]*ledgerEntry
 	lru ledgerEntry // sentinel of the list of completed and uncertain entries, most recently used first
 	seq uint64      // last token issued
+	// vseq is the last Version issued: a counter of its own, so that a
+	// Version says nothing of a token.
+	vseq uint64
 	// soonest is a lower bound of every entry's expiry (valid when
 	// haveSoonest): before it, a sweep for expired entries finds none.
 	soonest     time.Time
@@ -184,7 +187,8 @@ func (l *Memory) BeginAt(key string, fp Fingerprint, now time.Time) (Claim, erro
 	}
 	l.seq++
 	token := strconv.FormatUint(l.seq, 36)
-	e = &ledgerEntry{key: key, fp: fp, state: entryInFlight, token: token, since: now, ver: l.seq}
+	l.vseq++
+	e = &ledgerEntry{key: key, fp: fp, state: entryInFlight, token: token, since: now, ver: l.vseq}
 	l.setExpiry(e, now.Add(l.inFlightTTL()))
 	l.m[key] = e
 	l.mu.Unlock()

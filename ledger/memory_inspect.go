@@ -25,8 +25,8 @@ func invalidf(field, format string, args ...any) error {
 
 // mark records that e entered a new state at now: a new Version.
 func (l *Memory) mark(e *ledgerEntry, now time.Time) {
-	l.seq++
-	e.ver, e.since = l.seq, now
+	l.vseq++
+	e.ver, e.since = l.vseq, now
 }
 
 // info returns what e says of its key at now (e nil: free); l.mu must
