@@ -26,7 +26,7 @@
 // The script runs in one of three places:
 //
 //   - Transport, an http.RoundTripper in memory: the handler runs on the
-//     caller's goroutine, no socket, no goroutine. Give it to a
+//     caller's goroutine, no socket, no goroutine that outlives the call. Give it to a
 //     retryfuse.Transport as its Base. It shows the facts a real wire shows
 //     (httptrace's GetConn, GotConn, WroteRequest; net/http's errors), so
 //     the retryfuse Transport above judges each attempt as it would on a

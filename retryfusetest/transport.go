@@ -15,9 +15,10 @@ import (
 
 // Transport is an in-memory http.RoundTripper that hands each request to
 // a handler, as a server would, and makes it meet the next fault of its
-// script. It needs no socket and starts no goroutine, so it runs inside a
-// testing/synctest bubble, where stalls and slow bodies wait on the
-// bubble's clock.
+// script. It needs no socket and starts no goroutine of its own (only
+// context.AfterFunc's, briefly, when a request's context ends, which ends
+// with the call), so it runs inside a testing/synctest bubble, where
+// stalls and slow bodies wait on the bubble's clock.
 //
 // It shows its client what a real wire shows: httptrace's GetConn and
 // GotConn (once per request: a Transport never re-sends), WroteHeaders
