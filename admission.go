@@ -88,8 +88,8 @@ func (c *call) freeSlot(ps pass, a attempt) (now time.Time, counts, accepted boo
 		ps.slot.ReleaseAt(now, counts && accepted)
 	}
 	st := c.st
-	if !counts || st == nil || st.adaptive == nil || ps.slot == nil {
-		return now, counts, accepted
+	if !counts || st == nil || st.adaptive == nil || ps.slot == nil || a.keyed == honour.AnswerReplayed {
+		return now, counts, accepted // a stored answer's latency says nothing of the load now
 	}
 	change, ok := st.adaptive.Observe(now, ps.sent, ps.load, !accepted)
 	if !ok {
@@ -109,12 +109,13 @@ func (c *call) freeSlot(ps pass, a attempt) (now time.Time, counts, accepted boo
 // loadVerdict says what an attempt showed of the dependency's load:
 // whether it counts at all, and whether the dependency accepted it. A 429
 // or 503 and an attempt without an answer (a timeout, a connection
-// refused or lost) are rejected; any other answer is accepted. What the
-// caller cancelled, a local error ended, or a server replayed from its
-// store does not count.
+// refused or lost) are rejected; any other answer is accepted, a replayed
+// one (Idempotent-Replayed) too: the dependency took the request and
+// answered it. What the caller cancelled or a local error ended does not
+// count.
 func loadVerdict(a attempt) (counts, accepted bool) {
 	switch {
-	case a.ignored, a.keyed == honour.AnswerReplayed: // a stored answer says nothing of the load now
+	case a.ignored:
 		return false, false
 	case a.resp != nil:
 		code := a.resp.StatusCode
@@ -137,10 +138,10 @@ func (c *call) limits() *scopeRecord {
 	return st
 }
 
-// usesLimits reports whether attempts pass per-scope limits at all (a
-// Breaker's closes start a scope's slow start).
+// usesLimits reports whether attempts pass per-scope limits at all (with
+// SlowStart, a Breaker's closes start a scope's slow start).
 func (p *policy) usesLimits() bool {
-	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0 || p.adaptive || p.breaker != nil
+	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0 || p.adaptive || p.breaker != nil && p.slowStart > 0
 }
 
 // rateLimit takes a token from the scope's limiter, waiting for it when

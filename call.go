@@ -129,7 +129,7 @@ func (c *call) run() (*http.Response, error) {
 	if !c.passThrough {
 		// The scope's record, found once, for the gates that read it: the
 		// throttle, and the budget when each scope has its own.
-		if c.p.throttle || c.p.budget == nil {
+		if c.p.throttle || c.p.pace || c.p.budget == nil {
 			if _, err := c.scopeRecord(); err != nil {
 				closeRequestBody(req)
 				return c.settle(nil, err)

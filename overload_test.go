@@ -264,7 +264,7 @@ func TestSlowStartAfterTheBreakerCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ev events
-	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Hooks: Hooks{Policy: ev.hook}})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{SlowStart: time.Second}, Hooks: Hooks{Policy: ev.hook}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
 		t.Fatal(err) // the 503, which opens the scope
 	}
@@ -274,7 +274,7 @@ func TestSlowStartAfterTheBreakerCloses(t *testing.T) {
 		t.Fatal(err) // the probe, which closes it
 	}
 	started := ev.of(policySlowStart, actionStarted)
-	if len(started) != 1 || started[0].Why != whyBreakerClosed || started[0].Limit != 1 || started[0].Wait != defaultSlowStart || started[0].CallID == 0 {
+	if len(started) != 1 || started[0].Why != whyBreakerClosed || started[0].Limit != 1 || started[0].Wait != time.Second || started[0].CallID == 0 {
 		t.Fatalf("slow start events: got %+v, want one, from 1 attempt over 1s, after the breaker closed", started)
 	}
 	// One attempt at a time, until one succeeds and a tenth of the window

@@ -40,7 +40,6 @@ const (
 	defaultMaxScopes           = 1024
 	defaultMaxDrainBytes       = 64 << 10
 	defaultMaxLimitWait        = time.Second
-	defaultSlowStart           = time.Second
 	defaultHedgeQuantile       = 0.95
 	// defaultMaxDrainTime bounds how long a discarded response body is read
 	// before it is closed. No field sets it.
@@ -66,7 +65,8 @@ type policy struct {
 	hedge          hedgePolicy
 	maxInFlight    int  // with adaptive, the ceiling of the learnt limit, resolved
 	adaptive       bool // the bulkhead's limit is learnt
-	throttle       bool
+	throttle       bool // the throttle of new calls (Load.Throttle)
+	pace           bool // the pace learnt from 429s (Load.Pace)
 	rateLimit      float64
 	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
 	clock          clock
@@ -171,10 +171,11 @@ func (t *Transport) resolve() (policy, error) {
 		adaptive:       t.Load.Adaptive || t.Load.MinInFlight > 0,
 		minInFlight:    t.Load.MinInFlight,
 		learntWait:     t.Load.MaxWait,
-		throttle:       !t.Load.Throttle.Disable,
+		throttle:       t.Load.Throttle.on() && !t.Load.Throttle.Disable,
+		pace:           t.Load.Pace && !t.Load.Throttle.Disable,
 		throttleRatio:  orDefault(t.Load.Throttle.Ratio, throttle.DefaultRatio),
 		throttleWindow: orDefault(t.Load.Throttle.Window, throttle.DefaultWindow),
-		slowStart:      orDefault(t.Load.SlowStart, defaultSlowStart),
+		slowStart:      t.Load.SlowStart, // zero: none
 	}
 	if p.adaptive {
 		p.maxInFlight = orDefault(p.maxInFlight, bulkhead.DefaultCeiling)

@@ -34,6 +34,9 @@ import (
 // carries no retry ownership, but keep lookups idempotent: a GET). A type
 // with a method of this shape is passed as a method value.
 //
+// Its ctx is marked Reconciling: the throttle of new calls does not
+// refuse the lookups it sends with it.
+//
 // It answers one of three ways:
 //
 //   - applied true, with resp the authoritative result (for example the
@@ -175,7 +178,7 @@ type reconciliation struct {
 func (c *call) reconcile(e *ReconcileRequiredError) reconciliation {
 	res := reconciliation{resolution: resolutionUnknown}
 	if c.p.reconciler != nil {
-		res = askReconciler(c.req.Context(), c.p.reconciler, e)
+		res = askReconciler(Reconciling(c.req.Context()), c.p.reconciler, e)
 	}
 	if h := c.t.Hooks.Reconcile; h != nil {
 		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.resolution})
@@ -344,4 +347,24 @@ func (c *call) reachedBefore() bool {
 		}
 	}
 	return false
+}
+
+// reconcilingKey marks a context as Reconciling's.
+type reconcilingKey struct{}
+
+// Reconciling returns a copy of ctx that marks the requests sent with it
+// as settling an uncertain write: the lookup of its effect after a
+// *ReconcileRequiredError, or its repeat under the same key. The throttle
+// of new calls (LoadPolicy.Throttle) never refuses such a request: it
+// sheds new work, and a refused lookup leaves the write uncertain for
+// longer. Every other gate applies as usual. A Reconciler's ctx is so
+// marked already.
+func Reconciling(ctx context.Context) context.Context {
+	return context.WithValue(ctx, reconcilingKey{}, true)
+}
+
+// reconciling reports whether ctx is marked by Reconciling.
+func reconciling(ctx context.Context) bool {
+	v, _ := ctx.Value(reconcilingKey{}).(bool)
+	return v
 }
