@@ -321,9 +321,12 @@ func (c *call) breakerChanged(change breaker.Change) {
 }
 
 // The sentinels behind *BulkheadFullError and *RateLimitError, so that
-// ReasonName names them.
+// ReasonName names each refusal for what refused it: the fixed bulkhead,
+// slow start, the learnt limit, the rate limiter or the pace.
 var (
 	errBulkheadFull = declined("retryfuse: bulkhead full")
+	errSlowStart    = declined("retryfuse: slow start")
+	errLearntLimit  = declined("retryfuse: learnt limit")
 	errRateLimited  = declined("retryfuse: rate limited")
 )
 
@@ -360,8 +363,18 @@ func (e *BulkheadFullError) Error() string {
 	return s
 }
 
-// Unwrap makes errors.Is match ErrDeclined.
-func (e *BulkheadFullError) Unwrap() error { return errBulkheadFull }
+// Unwrap makes errors.Is match ErrDeclined, through the sentinel that
+// names what refused (ReasonName: slow_start, learnt_limit or
+// bulkhead_full).
+func (e *BulkheadFullError) Unwrap() error {
+	switch {
+	case e.SlowStart:
+		return errSlowStart
+	case e.Learnt:
+		return errLearntLimit
+	}
+	return errBulkheadFull
+}
 
 // RateLimitError is returned when the rate limiter of the request's scope
 // (Transport.RateLimit), or the pace learnt from its 429s (Learnt), would

@@ -349,8 +349,8 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("got %v, %v; want the 503 back: the retry found the limit full", resp, err)
 		}
-		if n := gave.matching(errBulkheadFull); n != 1 {
-			t.Errorf("GiveUp with bulkhead_full: got %d, want 1", n)
+		if n := gave.matching(errLearntLimit); n != 1 {
+			t.Errorf("GiveUp with learnt_limit: got %d, want 1", n)
 		}
 		release()
 	})
