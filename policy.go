@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -190,6 +191,9 @@ func (t *Transport) resolve() (policy, error) {
 	if p.newBudget == nil {
 		p.newBudget = newDefaultBudget
 	}
+	if err := t.checkCollaborators(); err != nil {
+		return p, err
+	}
 	switch {
 	case t.Retry.MaxAttempts < 0:
 		return p, invalidPolicy("Retry.MaxAttempts", "must not be negative")
@@ -272,6 +276,37 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("Base", "must not lead back to the Transport itself")
 	}
 	return p, nil
+}
+
+// checkCollaborators refuses a typed nil in an interface field: a nil
+// pointer (or func) that is not the nil interface, which would panic at
+// its first use. The nil interface means the field's default.
+func (t *Transport) checkCollaborators() error {
+	for _, f := range [...]struct {
+		name string
+		v    any
+	}{
+		{"Base", t.Base},
+		{"Retry.Budget", t.Retry.Budget},
+		{"Keys.Ledger", t.Keys.Ledger},
+	} {
+		if typedNil(f.v) {
+			return invalidPolicy(f.name, fmt.Sprintf("is a nil %T: leave the field nil for its default, or set a usable one", f.v))
+		}
+	}
+	return nil
+}
+
+// typedNil reports whether v, not nil itself, holds a nil pointer or func.
+func typedNil(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // resolve returns the hedging h sets. A HedgePolicy with any field set

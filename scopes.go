@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -111,6 +112,9 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 		b, err := p.newBudget(name)
 		if err != nil {
 			return nil, err
+		}
+		if typedNil(b) {
+			return nil, invalidPolicy("Retry.NewBudget", fmt.Sprintf("returned a nil %T for scope %s: return nil for no budget, or a usable one", b, name))
 		}
 		if b == nil {
 			b = budget.Unlimited()
