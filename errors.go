@@ -77,8 +77,8 @@ var (
 	// be replayed). Decision rule 5.
 	ErrNotRepeatable = sentinel.ErrNotRepeatable
 
-	// ErrFailureStreak: the trailing streak of failed attempts reached the
-	// policy's FailureThreshold. Decision rule 6.
+	// ErrFailureStreak: the trailing streak of failed attempts reached
+	// RetryPolicy.MaxFailureStreak. Decision rule 6.
 	ErrFailureStreak = errors.New("retryfuse: failure threshold reached")
 
 	// ErrCallCost: the total cost of the attempts reached the policy's

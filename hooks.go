@@ -37,8 +37,13 @@ type Hooks struct {
 	Reconcile func(ReconcileInfo)
 	// GiveUp is called when a call stops with a failure it does not
 	// repeat, with the reason. It is not called for a confirmed result
-	// (any response that is not retryable) nor for an uncertain write
-	// (see Reconcile).
+	// (any response that is not retryable), nor for a write left
+	// uncertain by its attempt and never repeated (see Reconcile). A
+	// keyed write repeated toward a server that honours keys is: when its
+	// repeats stop (attempts, budget, deadline or a brake ran out) or the
+	// server answers that an earlier request under the key ended without a
+	// result, GiveUp reports why, and Reconcile follows with the
+	// *ReconcileRequiredError the call ends with.
 	GiveUp func(GiveUpInfo)
 	// HiddenResend is called, before AttemptDone, when the base transport
 	// obtained more than one connection within one attempt (Connections):
