@@ -186,14 +186,14 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 
 // bulkhead takes a slot of the scope's bulkhead, waiting in its queue
 // unless the attempt is a hedge, and returns the attempts then in flight.
-// With a learnt limit, the wait is at most a quarter of the scope's
-// unloaded latency (unless MaxLimitWait says otherwise): with a quarter of
-// the limit waiting at most, as many slots free up in that time, so that a
-// slot that does not come by then is not coming soon, and a longer wait
-// would only add to the latency; and it leaves the attempt that latency
-// before the caller's deadline. While the limit doubles, before it first
-// meets a queue, the queue is wide (see Bulkhead.Acquire) and the wait an
-// unloaded latency (before that is known, MaxLimitWait's): a burst then
+// With a learnt limit that has met a queue, the wait is at most a quarter
+// of the scope's unloaded latency (unless MaxLimitWait is set): with a
+// quarter of the limit waiting at most, as many slots free up in that
+// time, so that a slot that does not come by then is not coming soon, and
+// a longer wait would only add to the latency; and it leaves the attempt
+// that latency before the caller's deadline. While the limit doubles,
+// before it first meets a queue (a cold limit), the queue is wide (see
+// Bulkhead.queueBoundLocked) and the wait MaxLimitWait's: a healthy burst
 // waits for the limit to rise to it rather than being refused.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.now()
@@ -207,17 +207,14 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	case l.adaptive != nil && maxWait > 0:
 		unloaded, doubling := l.adaptive.UnloadedLatency()
 		wide = doubling
-		switch {
-		case c.p.learntWait != 0 || unloaded == 0:
-		case doubling:
-			maxWait = unloaded
-		default:
+		if c.p.learntWait == 0 && unloaded > 0 && !doubling {
 			maxWait = unloaded / 4
 		}
 		if dl, ok := c.deadline(); ok {
 			maxWait = min(maxWait, dl.Sub(now)-unloaded)
 		}
 	}
+	allowed, limit := l.bulkhead.Limits(now) // what the attempt met, should it be refused
 	waited, load, ok := l.bulkhead.Acquire(c.ctx, c.p.clock, maxWait, wide)
 	if waited > 0 {
 		c.step() // time has passed
@@ -231,7 +228,8 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	if err := c.ctx.Err(); err != nil {
 		return 0, time.Time{}, err
 	}
-	err := l.bulkheadFull(now.Add(waited), waited)
+	err := &BulkheadFullError{Scope: l.name, MaxInFlight: allowed, QueueWait: waited,
+		Learnt: l.adaptive != nil, SlowStart: allowed < limit}
 	if !hedge {
 		c.policyEvent(policyBulkhead, actionRejected, waited, err)
 	}

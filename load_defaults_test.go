@@ -1,10 +1,15 @@
 package retryfuse
 
 import (
+	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/retryfuse/retryfuse/breaker"
@@ -89,4 +94,110 @@ func TestOpenBreakerFailsFastBeforeThePace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// healthyBase answers 200 after latency, counting what it received; the
+// status of the first answers may be set otherwise (failFirst of them
+// 503).
+type healthyBase struct {
+	latency   time.Duration
+	failFirst int64
+	received  atomic.Int64
+}
+
+func (b *healthyBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	n := b.received.Add(1)
+	code := http.StatusOK
+	if n <= b.failFirst {
+		code = http.StatusServiceUnavailable
+	}
+	select {
+	case <-time.After(b.latency):
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: http.Header{},
+		Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+}
+
+// burst sends n concurrent GETs through tr, each with a deadline of
+// deadline, and returns the errors and the statuses.
+func burst(t *testing.T, tr *Transport, n int, deadline time.Duration) (errs []error, codes []int) {
+	t.Helper()
+	errs, codes = make([]error, n), make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://dep.test/", nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			codes[i] = resp.StatusCode
+			_ = resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	return errs, codes
+}
+
+// A cold learnt limit queues a healthy burst rather than refusing it: 32
+// callers at once, each with a deadline of 1s, to a dependency that
+// answers in 10ms, are all served (the limit starts at 4).
+func TestColdLearntLimitQueuesAHealthyBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &healthyBase{latency: 10 * time.Millisecond}
+		tr := &Transport{Base: base, Load: LoadPolicy{Adaptive: true}}
+		errs, codes := burst(t, tr, 32, time.Second)
+		for i := range errs {
+			if errs[i] != nil || codes[i] != http.StatusOK {
+				t.Errorf("caller %d: got %d, %v; want 200", i, codes[i], errs[i])
+			}
+		}
+		if got := base.received.Load(); got != 32 {
+			t.Errorf("received: got %d, want 32", got)
+		}
+	})
+}
+
+// Slow start after a breaker closes queues a healthy burst within MaxWait:
+// 50 callers at once, each with a deadline of 1s, are all served while
+// admission ramps up from the breaker's one probe.
+func TestSlowStartQueuesAHealthyBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &healthyBase{latency: 10 * time.Millisecond, failFirst: 1}
+		brk, err := breaker.New(breaker.Settings{FailureThreshold: 1, OpenTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var started atomic.Int32
+		tr := &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk},
+			Load: LoadPolicy{SlowStart: time.Second},
+			Hooks: Hooks{Policy: func(i PolicyInfo) {
+				if i.Policy == policySlowStart && i.Action == actionStarted {
+					started.Add(1)
+				}
+			}}}
+		burst(t, tr, 1, time.Second) // the 503 that opens the scope
+		time.Sleep(time.Second)
+		if errs, codes := burst(t, tr, 1, time.Second); errs[0] != nil || codes[0] != http.StatusOK {
+			t.Fatalf("the probe: got %d, %v; want 200, closing the breaker", codes[0], errs[0])
+		}
+		if started.Load() != 1 {
+			t.Fatalf("slow start: started %d times, want once", started.Load())
+		}
+		errs, codes := burst(t, tr, 50, time.Second)
+		for i := range errs {
+			if errs[i] != nil || codes[i] != http.StatusOK {
+				t.Errorf("caller %d: got %d, %v; want 200", i, codes[i], errs[i])
+			}
+		}
+	})
 }

@@ -286,7 +286,8 @@ func TestSlowStartAfterTheBreakerCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ev events
-	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{SlowStart: time.Second}, Hooks: Hooks{Policy: ev.hook}})
+	// No waiting: what slow start does not admit at once, it refuses.
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{SlowStart: time.Second, MaxWait: -1}, Hooks: Hooks{Policy: ev.hook}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
 		t.Fatal(err) // the 503, which opens the scope
 	}

@@ -135,7 +135,7 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 	case p.maxInFlight > 0:
 		st.bulkhead = bulkhead.New(p.maxInFlight, p.maxQueued)
 	case p.breaker != nil && p.slowStart > 0:
-		st.bulkhead = bulkhead.New(bulkhead.NoLimit, 0) // bounds attempts only during slow start
+		st.bulkhead = bulkhead.New(bulkhead.NoLimit, -1) // bounds attempts only during slow start, which queues them
 	}
 	if p.throttle || p.pace {
 		st.throttle = throttle.New(p.throttleRatio, p.throttleWindow)

@@ -78,15 +78,16 @@ func (b *Bulkhead) allowedLocked(now time.Time) int {
 
 // queueBoundLocked is the number of attempts that may wait. With a learnt
 // limit (maxQueue negative), a quarter of it; wide, while it doubles (at
-// the start, when the first attempts also dial), four times as many as it
-// admits, so that a burst meets a queue and not a refusal while the limit
-// rises to it. b.mu is held.
+// the start, when the first attempts also dial), any number: a cold limit
+// has no evidence against a burst, which waits in the queue (each attempt
+// for at most its wait, MaxWait) while the limit rises to it, rather than
+// being refused. b.mu is held.
 func (b *Bulkhead) queueBoundLocked(wide bool) int {
 	switch {
 	case b.maxQueue >= 0:
 		return b.maxQueue
 	case wide:
-		return 4 * max(1, b.limit)
+		return math.MaxInt
 	}
 	return max(1, b.limit/4)
 }
@@ -236,10 +237,16 @@ func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Du
 	case <-timeout.C:
 	case <-ctx.Done():
 	}
-	waited := clk.Now().Sub(now)
+	end := clk.Now()
+	waited := end.Sub(now)
+	b.mu.Lock()
+	b.admitLocked(end) // slow start's ramp may have grown during the wait
+	b.mu.Unlock()
 	if !b.abandon(ch) {
-		// The slot came as the wait ended: give it on.
-		b.ReleaseAt(clk.Now(), false)
+		if ctx.Err() == nil {
+			return waited, int(b.inFlight.Load()), true // the slot came as the wait ended
+		}
+		b.ReleaseAt(end, false) // the caller is gone: give it on
 	}
 	return waited, 0, false
 }
