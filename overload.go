@@ -6,7 +6,6 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
-	"github.com/retryfuse/retryfuse/internal/backoff"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
@@ -121,8 +120,8 @@ func (c *call) feedThrottle(ps pass, a attempt, now time.Time, accepted bool) {
 	if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
 		// A rate, not a failure: the pace learns it, and its Retry-After
 		// holds new calls unless a retry would not wait for it.
-		ra, ok := backoff.RetryAfter(a.resp, now)
-		th.Pace().Throttled(now, ra, ok && ra <= c.p.maxRetryAfter, func() float64 { return th.AcceptedRate(now) })
+		ra, hold := c.paceHold(a.resp, now)
+		th.Pace().Throttled(now, ra, hold, func() float64 { return th.AcceptedRate(now) })
 		return
 	}
 	th.Record(now, ps.first, accepted)
