@@ -117,6 +117,8 @@ func loadVerdict(a attempt) (counts, accepted bool) {
 	switch {
 	case a.ignored:
 		return false, false
+	case a.keyed == honour.AnswerReplayed: // whatever its status: the stored answer of a request the dependency took
+		return true, true
 	case a.resp != nil:
 		code := a.resp.StatusCode
 		return true, code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable

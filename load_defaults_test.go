@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -200,4 +201,66 @@ func TestSlowStartQueuesAHealthyBurst(t *testing.T) {
 			}
 		}
 	})
+}
+
+// With the throttle on, a replayed answer (Idempotent-Replayed) counts as
+// accepted: a restarted client that sends again 300 keys its server has
+// completed, through a proxy that answers one request in ten 503, has
+// none refused before sending.
+func TestThrottleCountsReplayedAnswersAsAccepted(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	var received atomic.Int64
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		n := received.Add(1)
+		h := http.Header{}
+		code := http.StatusOK
+		if n%10 == 0 {
+			code = http.StatusServiceUnavailable // the proxy in front
+		} else {
+			h.Set("Idempotent-Replayed", "true")
+			h.Set("Idempotency-Key-Honoured", "?1")
+		}
+		return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: h,
+			Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	})
+	tr := newTransport(t, clk, &Transport{Base: base, Keys: KeyPolicy{ServerHonours: true}, Load: throttleOn})
+	setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
+	for i := range 300 {
+		ctx := WithIdempotencyKey(testCtx(t), "order-"+strconv.Itoa(i))
+		resp, _, err := do(tr, newRequest(t, ctx, http.MethodPost, "http://dep.test/orders", "{}"))
+		if err != nil {
+			t.Fatalf("call %d: %v, want the replayed answer (or the proxy's 503)", i, err)
+		}
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("call %d: got %d, want 200 or 503", i, resp.StatusCode)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+}
+
+// The throttle never refuses a call that settles an uncertain write: one
+// marked Reconciling goes out while the throttle refuses every new call.
+func TestThrottleNeverRefusesACallMarkedReconciling(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	base := newLoadBase()
+	base.status.Store(http.StatusServiceUnavailable)
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Load: throttleOn})
+	setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
+	for range throttleMinRejects {
+		if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
+			t.Fatalf("a call the dependency rejects: %v", err)
+		}
+	}
+	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); ReasonName(err) != "throttled" {
+		t.Fatalf("a new call: got %v, want it throttled", err)
+	}
+	base.status.Store(http.StatusOK)
+	sent := base.sent.Load()
+	resp, _, err := do(tr, newRequest(t, Reconciling(testCtx(t)), http.MethodGet, "http://dep.test/orders?key=k-1", ""))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a lookup marked Reconciling: got %v, %v; want it sent and answered", resp, err)
+	}
+	if got := base.sent.Load(); got != sent+1 {
+		t.Errorf("sent: got %d more, want 1", got-sent)
+	}
 }
