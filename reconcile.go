@@ -72,6 +72,7 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		Phase:          c.phase,
 		At:             c.now(),
 		Cause:          cause,
+		honoured:       c.key.present && !c.key.generated && c.serverHonoursKeys(),
 		resolve:        c.resolver(),
 	}
 }
@@ -347,24 +348,4 @@ func (c *call) reachedBefore() bool {
 		}
 	}
 	return false
-}
-
-// reconcilingKey marks a context as Reconciling's.
-type reconcilingKey struct{}
-
-// Reconciling returns a copy of ctx that marks the requests sent with it
-// as settling an uncertain write: the lookup of its effect after a
-// *ReconcileRequiredError, or its repeat under the same key. The throttle
-// of new calls (LoadPolicy.Throttle) never refuses such a request: it
-// sheds new work, and a refused lookup leaves the write uncertain for
-// longer. Every other gate applies as usual. A Reconciler's ctx is so
-// marked already.
-func Reconciling(ctx context.Context) context.Context {
-	return context.WithValue(ctx, reconcilingKey{}, true)
-}
-
-// reconciling reports whether ctx is marked by Reconciling.
-func reconciling(ctx context.Context) bool {
-	v, _ := ctx.Value(reconcilingKey{}).(bool)
-	return v
 }
