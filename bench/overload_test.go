@@ -105,10 +105,14 @@ var (
 		base := newBase()
 		return loadClient{"plain", &plainRT{base: base}, base, func(error) bool { return false }}
 	}
-	// retryfuseBudgets is retryfuse before its controls of load: the
-	// retry budget alone.
+	// retryfuseBudgets is retryfuse with the throttle of new calls and
+	// the pace learnt from 429s switched on (what its defaults were before
+	// the controls of load became opt-in); retryfuseDefault is its
+	// defaults: the retry budget alone.
 	retryfuseBudgets = func() loadClient {
-		return retryfuseLoad("retryfuse-budgets", func(t *retryfuse.Transport) { t.Load.Throttle.Disable = true })
+		return retryfuseLoad("retryfuse-throttle", func(t *retryfuse.Transport) {
+			t.Load.Throttle.On, t.Load.Pace = true, true
+		})
 	}
 	retryfuseDefault = func() loadClient { return retryfuseLoad("retryfuse", nil) }
 	// retryfuseStatic is a bulkhead set to the right guess: the
@@ -116,8 +120,12 @@ var (
 	retryfuseStatic = func() loadClient {
 		return retryfuseLoad("retryfuse-static", func(t *retryfuse.Transport) { t.Load.MaxInFlight = 16 })
 	}
+	// retryfuseAdaptive switches every adaptive control on: the learnt
+	// limit, the throttle and the pace.
 	retryfuseAdaptive = func() loadClient {
-		return retryfuseLoad("retryfuse-adaptive", func(t *retryfuse.Transport) { t.Load.Adaptive = true })
+		return retryfuseLoad("retryfuse-adaptive", func(t *retryfuse.Transport) {
+			t.Load.Adaptive, t.Load.Throttle.On, t.Load.Pace = true, true, true
+		})
 	}
 	failsafeLimiter = func() loadClient {
 		return failsafeLoad("failsafe-limiter", adaptivelimiter.NewWithDefaults[*http.Response]())
