@@ -316,7 +316,7 @@ func (c *call) breakerChanged(change breaker.Change) {
 		if change.To == breaker.Closed {
 			c.rampAfterClose(change)
 		}
-		emit(c.t.Hooks.BreakerChange, change)
+		c.hookPanicked("Hooks.BreakerChange", emit(c.t.Hooks.BreakerChange, change))
 	}
 }
 

@@ -53,7 +53,7 @@ func (c *call) allowRetry() bool {
 	}
 	ok, err := c.budget.AllowRetry(c.budgetContext())
 	if err != nil {
-		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err})
+		c.hookPanicked("Hooks.EvidenceUnavailable", emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err}))
 	}
 	return ok
 }
@@ -77,7 +77,7 @@ func (c *call) chargeResends(a attempt) {
 // its declared fail-safe answered instead.
 func (c *call) budgetUnavailable(errs *budgetError) {
 	for _, err := range errs.all() {
-		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err})
+		c.hookPanicked("Hooks.EvidenceUnavailable", emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err}))
 	}
 }
 

@@ -335,7 +335,7 @@ func (c *call) giveUp(reason error, v decide.Verdict) {
 	if c.lastResp != nil {
 		info.StatusCode = c.lastResp.StatusCode
 	}
-	emit(h, info)
+	c.hookPanicked("Hooks.GiveUp", emit(h, info))
 }
 
 // scopeName returns the call's scope, computed on first use.

@@ -128,7 +128,7 @@ func (c *call) refuseUncertain() *ReconcileRequiredError {
 	e.Earlier, e.scope = true, boundedScope(c.scopeName())
 	e.Attempts, e.Phase, e.At = c.earlier.Attempts, c.earlier.Phase, c.earlier.At // zero: unknown
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
+		c.hookPanicked("Hooks.Reconcile", emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown}))
 	}
 	return e
 }
@@ -182,7 +182,7 @@ func (c *call) reconcile(e *ReconcileRequiredError) reconciliation {
 		res = askReconciler(Reconciling(c.req.Context()), c.p.reconciler, e)
 	}
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.resolution})
+		c.hookPanicked("Hooks.Reconcile", emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.resolution}))
 	}
 	return res
 }
@@ -317,7 +317,7 @@ func (c *call) answeredUnknown() (*http.Response, error) {
 	e.Earlier, e.answered, e.scope = true, true, boundedScope(c.scopeName())
 	e.Attempts, e.Phase, e.At = 0, decide.PhaseUnknown, time.Time{} // the server's, not known here
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
+		c.hookPanicked("Hooks.Reconcile", emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown}))
 	}
 	c.uncertain = true
 	return nil, e

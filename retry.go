@@ -55,7 +55,7 @@ func (c *call) decide(ks decide.KeyState) decide.Verdict {
 	if h := c.t.Hooks.Decision; h != nil && (c.attempt > 0 || v.Decision != decide.ReplaySafe) {
 		// Before the first attempt, replay_safe only means that nothing
 		// stops the call: nothing is replayed, and it is not reported.
-		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
+		c.hookPanicked("Hooks.Decision", emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks}))
 	}
 	return v
 }
@@ -119,7 +119,7 @@ func (c *call) schedule() (retryPlan, error) {
 		if hasRA {
 			info.RetryAfter = ra
 		}
-		emit(h, info)
+		c.hookPanicked("Hooks.Retry", emit(h, info))
 	}
 	return plan, nil
 }

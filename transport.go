@@ -115,6 +115,8 @@ type Transport struct {
 	keys    keymemory.Memory // without a Ledger, the keys left uncertain
 	flights share.Flights    // with Reads, the shared calls in flight
 	calls   atomic.Uint64    // the calls numbered (CallInfo.CallID), while there are hooks
+
+	hookPanic atomic.Bool // a panic of a hook or the Classifier was reported (hookPanicked)
 }
 
 // Below is where a call begins and ends: RoundTrip, the settings resolved
