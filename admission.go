@@ -195,8 +195,10 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 // a longer wait would only add to the latency; and it leaves the attempt
 // that latency before the caller's deadline. While the limit doubles,
 // before it first meets a queue (a cold limit), the queue is wide (see
-// Bulkhead.queueBoundLocked) and the wait MaxLimitWait's: a healthy burst
-// waits for the limit to rise to it rather than being refused.
+// Bulkhead.queueBoundLocked) and the wait an unloaded latency (before
+// that is known, MaxLimitWait's): a healthy burst waits for the limit to
+// rise to it rather than being refused, and the wait stays short once the
+// dependency's latency is known.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.now()
 	if load, ok := l.bulkhead.TryAcquireAt(now); ok {
@@ -209,7 +211,11 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	case l.adaptive != nil && maxWait > 0:
 		unloaded, doubling := l.adaptive.UnloadedLatency()
 		wide = doubling
-		if c.p.learntWait == 0 && unloaded > 0 && !doubling {
+		switch {
+		case c.p.learntWait != 0 || unloaded == 0:
+		case doubling:
+			maxWait = unloaded
+		default:
 			maxWait = unloaded / 4
 		}
 		if dl, ok := c.deadline(); ok {
