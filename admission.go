@@ -15,8 +15,9 @@ import (
 // in the order of the stack (see Transport) — the breaker, the rate
 // limiter, the bulkhead — the pass an admitted attempt holds until it is
 // over, its leaving (the bulkhead's slot freed and the learnt limit told
-// first, then the breaker, then the throttle), and the refusals. The state
-// they read is the scope's record (scopes.go), found once per call.
+// first, then the breaker, then the throttle); the refusals are
+// refusals.go's. The state they read is the scope's record (scopes.go),
+// found once per call.
 
 // pass is what an admitted attempt holds until it is over: the breaker's
 // ticket and the bulkhead's slot, with what the learnt limit and the
@@ -325,86 +326,3 @@ func (c *call) breakerChanged(change breaker.Change) {
 		c.hookPanicked("Hooks.BreakerChange", emit(c.t.Hooks.BreakerChange, change))
 	}
 }
-
-// The sentinels behind *BulkheadFullError and *RateLimitError, so that
-// ReasonName names each refusal for what refused it: the fixed bulkhead,
-// slow start, the learnt limit, the rate limiter or the pace.
-var (
-	errBulkheadFull = declined("retryfuse: bulkhead full")
-	errSlowStart    = declined("retryfuse: slow start")
-	errLearntLimit  = declined("retryfuse: learnt limit")
-	errRateLimited  = declined("retryfuse: rate limited")
-)
-
-// BulkheadFullError is returned when the bulkhead of the request's scope
-// (LoadPolicy.MaxInFlight, or the limit LoadPolicy.Adaptive learns, or slow
-// start's ramp) had no slot for an attempt, and its queue (MaxQueued) no
-// room or no time: the attempt was not sent. errors.Is(err, ErrDeclined)
-// holds.
-type BulkheadFullError struct {
-	Scope string
-	// MaxInFlight is the limit the attempt met: MaxInFlight, the learnt
-	// limit (Learnt), or less during slow start (SlowStart).
-	MaxInFlight int
-	// QueueWait is how long the attempt waited in the queue before it gave
-	// up; zero when the queue was full too.
-	QueueWait time.Duration
-	// Learnt says that the limit was learnt (LoadPolicy.Adaptive).
-	Learnt bool
-	// SlowStart says that slow start admitted fewer than the limit.
-	SlowStart bool
-}
-
-func (e *BulkheadFullError) Error() string {
-	s := "retryfuse: bulkhead full: " + counted(e.MaxInFlight, "attempt") + " in flight to " + e.Scope
-	switch {
-	case e.SlowStart:
-		s += " (slow start)"
-	case e.Learnt:
-		s += " (the learnt limit)"
-	}
-	if e.QueueWait > 0 {
-		s += " (waited " + e.QueueWait.String() + " in the queue)"
-	}
-	return s
-}
-
-// Unwrap makes errors.Is match ErrDeclined, through the sentinel that
-// names what refused (ReasonName: slow_start, learnt_limit or
-// bulkhead_full).
-func (e *BulkheadFullError) Unwrap() error {
-	switch {
-	case e.SlowStart:
-		return errSlowStart
-	case e.Learnt:
-		return errLearntLimit
-	}
-	return errBulkheadFull
-}
-
-// RateLimitError is returned when the rate limiter of the request's scope
-// (Transport.RateLimit), or the pace learnt from its 429s (Learnt), would
-// have made an attempt wait past MaxLimitWait or the caller's deadline:
-// the attempt was not sent, and no token was taken. errors.Is(err,
-// ErrDeclined) holds.
-type RateLimitError struct {
-	Scope string
-	// Learnt says that the rate was learnt from the dependency's 429s (the
-	// pace of new calls, on with the throttle), not set by RateLimit: the
-	// call's place came too late for MaxLimitWait or its deadline.
-	Learnt bool
-	// RetryAfter is how long until the limiter would admit the attempt,
-	// as it stood when the attempt was refused.
-	RetryAfter time.Duration
-}
-
-func (e *RateLimitError) Error() string {
-	s := "retryfuse: rate limited: " + e.Scope + " admits the next attempt in " + e.RetryAfter.String()
-	if e.Learnt {
-		s += " (the rate learnt from its 429s)"
-	}
-	return s
-}
-
-// Unwrap makes errors.Is match ErrDeclined.
-func (e *RateLimitError) Unwrap() error { return errRateLimited }
