@@ -264,3 +264,38 @@ func TestThrottleNeverRefusesACallMarkedReconciling(t *testing.T) {
 		t.Errorf("sent: got %d more, want 1", got-sent)
 	}
 }
+
+// downBudget is a shared budget whose store is down: it cannot establish
+// its answer, and gives its fail-safe one (refuse), with the error.
+type downBudget struct{}
+
+func (downBudget) RecordRequest(context.Context) {}
+func (downBudget) AllowRetry(context.Context) (bool, error) {
+	return false, errors.New("budget store down")
+}
+
+// An app's own loop over an always-503 endpoint, through the zero
+// LoadPolicy, with a budget whose store is down: every call gets the 503
+// back, as a plain client does, and none is refused before sending.
+func TestAlways503WithABudgetDownGetsThe503(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	base := newLoadBase()
+	base.status.Store(http.StatusServiceUnavailable)
+	var unavailable atomic.Int32
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{Budget: downBudget{}},
+		Hooks: Hooks{EvidenceUnavailable: func(EvidenceUnavailableInfo) { unavailable.Add(1) }}})
+	setRandN(tr, func(int64) int64 { return 0 }) // a throttle, were there one, would refuse whenever it may
+	for i := range 200 {
+		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("call %d: got %v, %v; want the 503 back", i, resp, err)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if got := base.sent.Load(); got != 200 {
+		t.Errorf("sent: got %d, want 200: one attempt a call, the budget refusing every retry", got)
+	}
+	if unavailable.Load() != 200 {
+		t.Errorf("EvidenceUnavailable: got %d, want 200, one per refused retry", unavailable.Load())
+	}
+}
