@@ -197,8 +197,9 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 // that latency before the caller's deadline. While the limit doubles,
 // before it first meets a queue (a cold limit), the queue is wide (see
 // Bulkhead.queueBoundLocked) and the wait an unloaded latency (before
-// that is known, MaxLimitWait's): a healthy burst waits for the limit to
-// rise to it rather than being refused, and the wait stays short once the
+// that is known, MaxLimitWait's, and at most half of what is left of the
+// caller's deadline): a healthy burst waits for the limit to rise to it
+// rather than being refused, and the wait stays short once the
 // dependency's latency is known.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.now()
@@ -220,7 +221,11 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 			maxWait = unloaded / 4
 		}
 		if dl, ok := c.deadline(); ok {
-			maxWait = min(maxWait, dl.Sub(now)-unloaded)
+			left := dl.Sub(now)
+			if unloaded == 0 {
+				left /= 2 // the attempt's own latency not known yet: half is left for it
+			}
+			maxWait = min(maxWait, left-unloaded)
 		}
 	}
 	allowed, limit := l.bulkhead.Limits(now) // what the attempt met, should it be refused
