@@ -67,10 +67,10 @@ func (c *call) admitCall() error {
 }
 
 // keepPace waits for the call's place in the scope's pace, when the
-// dependency has been answering 429, within the one bound of admission's
-// waits (LoadPolicy.MaxWait): at most MaxLimitWait (negative: no wait),
-// and ending before the caller's deadline. A 429's Retry-After that holds
-// new calls is waited for within the same bound. A call whose place comes
+// dependency has been answering 429, within the bound of LoadPolicy.MaxWait:
+// at most MaxLimitWait (negative: no wait), and less than half of what is
+// left of the caller's deadline. A 429's Retry-After that holds new calls
+// is waited for within the same bound. A call whose place comes
 // later is refused with a *RateLimitError (Learnt), having sent nothing:
 // sent, it would have met a 429. A scope whose breaker is not closed is
 // not paced: the breaker decides first (an open one fails fast, a
@@ -90,8 +90,11 @@ func (c *call) keepPace(st *scopeRecord) error {
 		return nil
 	}
 	tooLong := d > c.p.maxLimitWait
-	if dl, ok := c.deadline(); ok && d >= dl.Sub(now) {
-		tooLong = true // the wait would leave the attempt no time
+	if dl, ok := c.deadline(); ok && d >= dl.Sub(now)/2 {
+		// A call sent with little of its deadline left is one the
+		// dependency serves too late: it spends a place of the quota for
+		// nothing. Half of what is left stays for the call.
+		tooLong = true
 	}
 	if tooLong {
 		cancel()

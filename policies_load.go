@@ -75,10 +75,13 @@ type LoadPolicy struct {
 	RateBurst int
 
 	// MaxWait bounds the wait of an attempt for the bulkhead's queue, the
-	// rate limiter, slow start or the pace (Pace). One rule for every such
-	// wait: at most MaxWait, and never past the caller's deadline (the
-	// pace and the rate limiter refuse at once an attempt whose wait would
-	// reach it). Zero means one second (with Adaptive, once the learnt
+	// rate limiter, slow start or the pace (Pace): at most MaxWait, and
+	// never past the caller's deadline. The rate limiter refuses at once
+	// an attempt whose wait would reach the deadline; the pace, and a
+	// learnt limit whose latency is not known yet, one whose wait would
+	// take half of what is left of it, leaving the other half to the call
+	// (a call sent late is served too late). A 429's Retry-After held by
+	// the pace is waited for within the same bound. Zero means one second (with Adaptive, once the learnt
 	// limit has met a queue, a quarter of the scope's unloaded latency in
 	// the queue); a negative value means no waiting: an attempt is
 	// admitted at once or refused. A queued attempt whose caller's context
@@ -104,8 +107,8 @@ type LoadPolicy struct {
 	// Pace, when true, spaces new calls to a scope that answers 429 at the
 	// rate it accepts (learnt from its 429s), and holds them for a 429's
 	// Retry-After, rather than sending what would be answered 429. A new
-	// call waits for its place within the one bound of every wait of
-	// admission (see MaxWait); a call whose place comes later is refused
+	// call waits for its place within MaxWait's bound (see MaxWait); a
+	// call whose place comes later is refused
 	// with a *RateLimitError (Learnt), having sent nothing. A scope whose
 	// Breaker is open or half-open is not paced: the breaker decides first,
 	// and an open one fails fast. The pace falls idle once 429s stop. Off
