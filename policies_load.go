@@ -81,10 +81,10 @@ type LoadPolicy struct {
 	// learnt limit whose latency is not known yet, one whose wait would
 	// take half of what is left of it, leaving the other half to the call
 	// (a call sent late is served too late). A 429's Retry-After held by
-	// the pace is waited for within the same bound. Zero means one second (with Adaptive, once the learnt
-	// limit has met a queue, a quarter of the scope's unloaded latency in
-	// the queue); a negative value means no waiting: an attempt is
-	// admitted at once or refused. A queued attempt whose caller's context
+	// the pace is waited for within the same bound. Zero means one second
+	// (with Adaptive, once the learnt limit has met a queue, a quarter of
+	// the scope's unloaded latency in the queue); a negative value means
+	// no waiting: an attempt is admitted at once or refused. A queued attempt whose caller's context
 	// ends first gets that context's error, as any wait of the call does.
 	// It is refused when nothing waits: without a RateLimit, a MaxQueued,
 	// Adaptive, SlowStart or Pace.
