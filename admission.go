@@ -195,24 +195,30 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 // time, so that a slot that does not come by then is not coming soon, and
 // a longer wait would only add to the latency; and it leaves the attempt
 // that latency before the caller's deadline. While the limit doubles,
-// before it first meets a queue (a cold limit), the queue is wide (see
-// Bulkhead.queueBoundLocked) and the wait an unloaded latency (before
-// that is known, MaxLimitWait's, and at most half of what is left of the
-// caller's deadline): a healthy burst waits for the limit to rise to it
-// rather than being refused, and the wait stays short once the
-// dependency's latency is known.
+// before it first meets a queue, the queue is wide (see
+// Bulkhead.queueBoundLocked) and the wait an unloaded latency. Before that
+// latency is known (a cold limit), the queue takes any number, for
+// MaxLimitWait's wait, at most half of what is left of the caller's
+// deadline: a healthy burst waits for the limit to rise to it rather than
+// being refused, and the wait stays short once the dependency's latency
+// is known.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.now()
 	if load, ok := l.bulkhead.TryAcquireAt(now); ok {
 		return load, now, nil
 	}
-	maxWait, wide := c.p.maxLimitWait, false
+	maxWait, room := c.p.maxLimitWait, bulkhead.Narrow
 	switch {
 	case hedge:
 		maxWait = -1
 	case l.adaptive != nil && maxWait > 0:
 		unloaded, doubling := l.adaptive.UnloadedLatency()
-		wide = doubling
+		switch {
+		case unloaded == 0:
+			room = bulkhead.Cold
+		case doubling:
+			room = bulkhead.Wide
+		}
 		switch {
 		case c.p.learntWait != 0 || unloaded == 0:
 		case doubling:
@@ -229,7 +235,7 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 		}
 	}
 	allowed, limit := l.bulkhead.Limits(now) // what the attempt met, should it be refused
-	waited, load, ok := l.bulkhead.Acquire(c.ctx, c.p.clock, maxWait, wide)
+	waited, load, ok := l.bulkhead.Acquire(c.ctx, c.p.clock, maxWait, room)
 	if waited > 0 {
 		c.step() // time has passed
 	}

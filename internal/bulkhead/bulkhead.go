@@ -76,18 +76,32 @@ func (b *Bulkhead) allowedLocked(now time.Time) int {
 	return min(b.limit, c)
 }
 
+// Room is how many attempts a learnt limit's queue takes (see
+// queueBoundLocked).
+type Room int
+
+const (
+	Narrow Room = iota // a quarter of the limit
+	Wide               // four times the limit: it doubles
+	Cold               // any number: nothing is known of the scope yet
+)
+
 // queueBoundLocked is the number of attempts that may wait. With a learnt
-// limit (maxQueue negative), a quarter of it; wide, while it doubles (at
-// the start, when the first attempts also dial), any number: a cold limit
-// has no evidence against a burst, which waits in the queue (each attempt
-// for at most its wait, MaxWait) while the limit rises to it, rather than
-// being refused. b.mu is held.
-func (b *Bulkhead) queueBoundLocked(wide bool) int {
+// limit (maxQueue negative), a quarter of it; Wide, while it doubles (at
+// the start, when the first attempts also dial), four times as many as it
+// admits, so that a burst meets a queue and not a refusal while the limit
+// rises to it; Cold, before any latency of the scope is known, any number:
+// a cold limit has no evidence against a burst, which waits in the queue
+// (each attempt for at most its wait) while the limit rises to it. b.mu is
+// held.
+func (b *Bulkhead) queueBoundLocked(room Room) int {
 	switch {
 	case b.maxQueue >= 0:
 		return b.maxQueue
-	case wide:
+	case room == Cold:
 		return math.MaxInt
+	case room == Wide:
+		return 4 * max(1, b.limit)
 	}
 	return max(1, b.limit/4)
 }
@@ -133,10 +147,10 @@ func (b *Bulkhead) Idle() bool {
 
 // enqueue joins the queue, when it has room, and returns the channel
 // closed when a slot is handed over. With a learnt limit, the queue also
-// refuses while it stands (unless wide): when it has not been empty for
+// refuses while it stands (unless Wide or Cold): when it has not been empty for
 // standing, the attempts in it are not a burst that the slots will absorb,
 // and a wait would only add to every attempt's latency (CoDel's rule).
-func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (chan struct{}, bool) {
+func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, room Room) (chan struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if int(b.inFlight.Load()) < b.allowedLocked(now) && len(b.queue) == 0 {
@@ -145,13 +159,13 @@ func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (ch
 		close(ch)
 		return ch, true
 	}
-	if len(b.queue) >= b.queueBoundLocked(wide) {
+	if len(b.queue) >= b.queueBoundLocked(room) {
 		return nil, false
 	}
 	switch {
 	case len(b.queue) == 0:
 		b.drained = now
-	case b.maxQueue < 0 && !wide && now.Sub(b.drained) > standing:
+	case b.maxQueue < 0 && room == Narrow && now.Sub(b.drained) > standing:
 		return nil, false
 	}
 	ch := make(chan struct{})
@@ -213,11 +227,11 @@ func (b *Bulkhead) admitLocked(now time.Time) {
 	b.quietenLocked()
 }
 
-// Acquire takes a slot, waiting in the queue (wide, see
+// Acquire takes a slot, waiting in the queue (room, see
 // queueBoundLocked) for at most maxWait (timed on clk) and never after ctx
 // is done. It returns how long it waited, the
 // attempts in flight once it took its slot, and false when it got none.
-func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Duration, wide bool) (time.Duration, int, bool) {
+func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Duration, room Room) (time.Duration, int, bool) {
 	now := clk.Now()
 	if n, ok := b.TryAcquireAt(now); ok {
 		return 0, n, true
@@ -225,7 +239,7 @@ func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Du
 	if maxWait <= 0 || ctx.Err() != nil {
 		return 0, 0, false
 	}
-	ch, ok := b.enqueue(now, maxWait, wide)
+	ch, ok := b.enqueue(now, maxWait, room)
 	if !ok {
 		return 0, 0, false
 	}
