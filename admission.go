@@ -197,8 +197,8 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 // that latency before the caller's deadline. While the limit doubles,
 // before it first meets a queue, the queue is wide (see
 // Bulkhead.queueBoundLocked) and the wait an unloaded latency. Before that
-// latency is known (a cold limit), the queue takes any number, for
-// MaxLimitWait's wait, at most half of what is left of the caller's
+// latency is known (a cold limit), the queue takes eight times the limit,
+// for MaxLimitWait's wait, at most half of what is left of the caller's
 // deadline: a healthy burst waits for the limit to rise to it rather than
 // being refused, and the wait stays short once the dependency's latency
 // is known.

@@ -121,10 +121,10 @@ var (
 		return retryfuseLoad("retryfuse-static", func(t *retryfuse.Transport) { t.Load.MaxInFlight = 16 })
 	}
 	// retryfuseAdaptive switches every adaptive control on: the learnt
-	// limit, the throttle and the pace.
+	// limit with its slow start, the throttle and the pace.
 	retryfuseAdaptive = func() loadClient {
 		return retryfuseLoad("retryfuse-adaptive", func(t *retryfuse.Transport) {
-			t.Load.Adaptive, t.Load.Throttle.On, t.Load.Pace = true, true, true
+			t.Load.Adaptive, t.Load.SlowStart, t.Load.Throttle.On, t.Load.Pace = true, time.Second, true, true
 		})
 	}
 	failsafeLimiter = func() loadClient {

@@ -83,23 +83,25 @@ type Room int
 const (
 	Narrow Room = iota // a quarter of the limit
 	Wide               // four times the limit: it doubles
-	Cold               // any number: nothing is known of the scope yet
+	Cold               // eight times the limit: nothing is known of the scope yet
 )
 
 // queueBoundLocked is the number of attempts that may wait. With a learnt
 // limit (maxQueue negative), a quarter of it; Wide, while it doubles (at
 // the start, when the first attempts also dial), four times as many as it
 // admits, so that a burst meets a queue and not a refusal while the limit
-// rises to it; Cold, before any latency of the scope is known, any number:
-// a cold limit has no evidence against a burst, which waits in the queue
-// (each attempt for at most its wait) while the limit rises to it. b.mu is
-// held.
+// rises to it; Cold, before any latency of the scope is known, eight
+// times: a cold limit has no evidence against a burst, which waits in the
+// queue (each attempt for at most its wait) while the limit doubles to it
+// (32 callers at the first limit of 4, within three doublings), and a
+// larger crowd at the start of an overload is refused at once rather than
+// kept waiting. b.mu is held.
 func (b *Bulkhead) queueBoundLocked(room Room) int {
 	switch {
 	case b.maxQueue >= 0:
 		return b.maxQueue
 	case room == Cold:
-		return math.MaxInt
+		return 8 * max(1, b.limit)
 	case room == Wide:
 		return 4 * max(1, b.limit)
 	}
