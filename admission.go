@@ -15,8 +15,9 @@ import (
 // in the order of the stack (see Transport) — the breaker, the rate
 // limiter, the bulkhead — the pass an admitted attempt holds until it is
 // over, its leaving (the bulkhead's slot freed and the learnt limit told
-// first, then the breaker, then the throttle), and the refusals. The state
-// they read is the scope's record (scopes.go), found once per call.
+// first, then the breaker, then the throttle); the refusals are
+// refusals.go's. The state they read is the scope's record (scopes.go),
+// found once per call.
 
 // pass is what an admitted attempt holds until it is over: the breaker's
 // ticket and the bulkhead's slot, with what the learnt limit and the
@@ -88,8 +89,8 @@ func (c *call) freeSlot(ps pass, a attempt) (now time.Time, counts, accepted boo
 		ps.slot.ReleaseAt(now, counts && accepted)
 	}
 	st := c.st
-	if !counts || st == nil || st.adaptive == nil || ps.slot == nil {
-		return now, counts, accepted
+	if !counts || st == nil || st.adaptive == nil || ps.slot == nil || a.keyed == honour.AnswerReplayed {
+		return now, counts, accepted // a stored answer's latency says nothing of the load now
 	}
 	change, ok := st.adaptive.Observe(now, ps.sent, ps.load, !accepted)
 	if !ok {
@@ -109,13 +110,16 @@ func (c *call) freeSlot(ps pass, a attempt) (now time.Time, counts, accepted boo
 // loadVerdict says what an attempt showed of the dependency's load:
 // whether it counts at all, and whether the dependency accepted it. A 429
 // or 503 and an attempt without an answer (a timeout, a connection
-// refused or lost) are rejected; any other answer is accepted. What the
-// caller cancelled, a local error ended, or a server replayed from its
-// store does not count.
+// refused or lost) are rejected; any other answer is accepted, a replayed
+// one (Idempotent-Replayed) too: the dependency took the request and
+// answered it. What the caller cancelled or a local error ended does not
+// count.
 func loadVerdict(a attempt) (counts, accepted bool) {
 	switch {
-	case a.ignored, a.keyed == honour.AnswerReplayed: // a stored answer says nothing of the load now
+	case a.ignored:
 		return false, false
+	case a.keyed == honour.AnswerReplayed: // whatever its status: the stored answer of a request the dependency took
+		return true, true
 	case a.resp != nil:
 		code := a.resp.StatusCode
 		return true, code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable
@@ -137,10 +141,10 @@ func (c *call) limits() *scopeRecord {
 	return st
 }
 
-// usesLimits reports whether attempts pass per-scope limits at all (a
-// Breaker's closes start a scope's slow start).
+// usesLimits reports whether attempts pass per-scope limits at all (with
+// SlowStart, a Breaker's closes start a scope's slow start).
 func (p *policy) usesLimits() bool {
-	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0 || p.adaptive || p.breaker != nil
+	return p.rateLimit > 0 || p.maxInFlight > 0 || p.hedge.max > 0 || p.adaptive || p.breaker != nil && p.slowStart > 0
 }
 
 // rateLimit takes a token from the scope's limiter, waiting for it when
@@ -185,27 +189,36 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 
 // bulkhead takes a slot of the scope's bulkhead, waiting in its queue
 // unless the attempt is a hedge, and returns the attempts then in flight.
-// With a learnt limit, the wait is at most a quarter of the scope's
-// unloaded latency (unless MaxLimitWait says otherwise): with a quarter of
-// the limit waiting at most, as many slots free up in that time, so that a
-// slot that does not come by then is not coming soon, and a longer wait
-// would only add to the latency; and it leaves the attempt that latency
-// before the caller's deadline. While the limit doubles, before it first
-// meets a queue, the queue is wide (see Bulkhead.Acquire) and the wait an
-// unloaded latency (before that is known, MaxLimitWait's): a burst then
-// waits for the limit to rise to it rather than being refused.
+// With a learnt limit that has met a queue, the wait is at most a quarter
+// of the scope's unloaded latency (unless MaxLimitWait is set): with a
+// quarter of the limit waiting at most, as many slots free up in that
+// time, so that a slot that does not come by then is not coming soon, and
+// a longer wait would only add to the latency; and it leaves the attempt
+// that latency before the caller's deadline. While the limit doubles,
+// before it first meets a queue, the queue is wide (see
+// Bulkhead.queueBoundLocked) and the wait an unloaded latency. Before that
+// latency is known (a cold limit), the queue takes eight times the limit,
+// for MaxLimitWait's wait, at most half of what is left of the caller's
+// deadline: a healthy burst waits for the limit to rise to it rather than
+// being refused, and the wait stays short once the dependency's latency
+// is known.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.now()
 	if load, ok := l.bulkhead.TryAcquireAt(now); ok {
 		return load, now, nil
 	}
-	maxWait, wide := c.p.maxLimitWait, false
+	maxWait, room := c.p.maxLimitWait, bulkhead.Narrow
 	switch {
 	case hedge:
 		maxWait = -1
 	case l.adaptive != nil && maxWait > 0:
 		unloaded, doubling := l.adaptive.UnloadedLatency()
-		wide = doubling
+		switch {
+		case unloaded == 0:
+			room = bulkhead.Cold
+		case doubling:
+			room = bulkhead.Wide
+		}
 		switch {
 		case c.p.learntWait != 0 || unloaded == 0:
 		case doubling:
@@ -214,10 +227,15 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 			maxWait = unloaded / 4
 		}
 		if dl, ok := c.deadline(); ok {
-			maxWait = min(maxWait, dl.Sub(now)-unloaded)
+			left := dl.Sub(now)
+			if unloaded == 0 {
+				left /= 2 // the attempt's own latency not known yet: half is left for it
+			}
+			maxWait = min(maxWait, left-unloaded)
 		}
 	}
-	waited, load, ok := l.bulkhead.Acquire(c.ctx, c.p.clock, maxWait, wide)
+	allowed, limit := l.bulkhead.Limits(now) // what the attempt met, should it be refused
+	waited, load, ok := l.bulkhead.Acquire(c.ctx, c.p.clock, maxWait, room)
 	if waited > 0 {
 		c.step() // time has passed
 	}
@@ -230,7 +248,8 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	if err := c.ctx.Err(); err != nil {
 		return 0, time.Time{}, err
 	}
-	err := l.bulkheadFull(now.Add(waited), waited)
+	err := &BulkheadFullError{Scope: l.name, MaxInFlight: allowed, QueueWait: waited,
+		Learnt: l.adaptive != nil, SlowStart: allowed < limit}
 	if !hedge {
 		c.policyEvent(policyBulkhead, actionRejected, waited, err)
 	}
@@ -315,76 +334,6 @@ func (c *call) breakerChanged(change breaker.Change) {
 		if change.To == breaker.Closed {
 			c.rampAfterClose(change)
 		}
-		emit(c.t.Hooks.BreakerChange, change)
+		c.hookPanicked("Hooks.BreakerChange", emit(c.t.Hooks.BreakerChange, change))
 	}
 }
-
-// The sentinels behind *BulkheadFullError and *RateLimitError, so that
-// ReasonName names them.
-var (
-	errBulkheadFull = declined("retryfuse: bulkhead full")
-	errRateLimited  = declined("retryfuse: rate limited")
-)
-
-// BulkheadFullError is returned when the bulkhead of the request's scope
-// (LoadPolicy.MaxInFlight, or the limit LoadPolicy.Adaptive learns, or slow
-// start's ramp) had no slot for an attempt, and its queue (MaxQueued) no
-// room or no time: the attempt was not sent. errors.Is(err, ErrDeclined)
-// holds.
-type BulkheadFullError struct {
-	Scope string
-	// MaxInFlight is the limit the attempt met: MaxInFlight, the learnt
-	// limit (Learnt), or less during slow start (SlowStart).
-	MaxInFlight int
-	// QueueWait is how long the attempt waited in the queue before it gave
-	// up; zero when the queue was full too.
-	QueueWait time.Duration
-	// Learnt says that the limit was learnt (LoadPolicy.Adaptive).
-	Learnt bool
-	// SlowStart says that slow start admitted fewer than the limit.
-	SlowStart bool
-}
-
-func (e *BulkheadFullError) Error() string {
-	s := "retryfuse: bulkhead full: " + counted(e.MaxInFlight, "attempt") + " in flight to " + e.Scope
-	switch {
-	case e.SlowStart:
-		s += " (slow start)"
-	case e.Learnt:
-		s += " (the learnt limit)"
-	}
-	if e.QueueWait > 0 {
-		s += " (waited " + e.QueueWait.String() + " in the queue)"
-	}
-	return s
-}
-
-// Unwrap makes errors.Is match ErrDeclined.
-func (e *BulkheadFullError) Unwrap() error { return errBulkheadFull }
-
-// RateLimitError is returned when the rate limiter of the request's scope
-// (Transport.RateLimit), or the pace learnt from its 429s (Learnt), would
-// have made an attempt wait past MaxLimitWait or the caller's deadline:
-// the attempt was not sent, and no token was taken. errors.Is(err,
-// ErrDeclined) holds.
-type RateLimitError struct {
-	Scope string
-	// Learnt says that the rate was learnt from the dependency's 429s (the
-	// pace of new calls, on with the throttle), not set by RateLimit: the
-	// call's place came too late for MaxLimitWait or its deadline.
-	Learnt bool
-	// RetryAfter is how long until the limiter would admit the attempt,
-	// as it stood when the attempt was refused.
-	RetryAfter time.Duration
-}
-
-func (e *RateLimitError) Error() string {
-	s := "retryfuse: rate limited: " + e.Scope + " admits the next attempt in " + e.RetryAfter.String()
-	if e.Learnt {
-		s += " (the rate learnt from its 429s)"
-	}
-	return s
-}
-
-// Unwrap makes errors.Is match ErrDeclined.
-func (e *RateLimitError) Unwrap() error { return errRateLimited }

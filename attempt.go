@@ -131,7 +131,7 @@ func (c *call) started(f *flight) {
 	t := c.t
 	if h := t.Hooks.AttemptStart; h != nil {
 		c.phase = decide.PhaseUnknown
-		emit(h, AttemptStartInfo{CallInfo: c.infoOf(f, decide.PhaseUnknown), Timeout: f.timeout})
+		c.hookPanicked("Hooks.AttemptStart", emit(h, AttemptStartInfo{CallInfo: c.infoOf(f, decide.PhaseUnknown), Timeout: f.timeout}))
 	}
 	if t.Hooks.AttemptDone != nil || t.Hooks.HiddenResend != nil {
 		f.began = c.now()
@@ -182,6 +182,7 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 		err = errResendStopped
 	}
 	a := attempt{resp: resp, err: err, result: classify(p.classifier, resp, err, f.trace.phase(resp, p.tracing), callerDone, bodyErr)}
+	c.hookPanicked("Retry.Classifier", a.panicked)
 	if stopped != nil && !a.ignored {
 		c.stoppedResend(&a, stopped)
 	}
@@ -216,9 +217,9 @@ func (c *call) finish(f *flight, resp *http.Response, err error) attempt {
 		}
 	}
 	if a.resends > 0 {
-		emit(t.Hooks.HiddenResend, info)
+		c.hookPanicked("Hooks.HiddenResend", emit(t.Hooks.HiddenResend, info))
 	}
-	emit(t.Hooks.AttemptDone, info)
+	c.hookPanicked("Hooks.AttemptDone", emit(t.Hooks.AttemptDone, info))
 	return a
 }
 

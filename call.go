@@ -130,7 +130,7 @@ func (c *call) run() (*http.Response, error) {
 	if !c.passThrough {
 		// The scope's record, found once, for the gates that read it: the
 		// throttle, and the budget when each scope has its own.
-		if c.p.throttle || c.p.budget == nil {
+		if c.p.throttle || c.p.pace || c.p.budget == nil {
 			if _, err := c.scopeRecord(); err != nil {
 				closeRequestBody(req)
 				return c.settle(nil, err)
@@ -338,7 +338,7 @@ func (c *call) giveUp(reason error, v decide.Verdict) {
 	if c.lastResp != nil {
 		info.StatusCode = c.lastResp.StatusCode
 	}
-	emit(h, info)
+	c.hookPanicked("Hooks.GiveUp", emit(h, info))
 }
 
 // scopeName returns the call's scope, computed on first use.

@@ -112,6 +112,7 @@ type result struct {
 	phase     decide.Phase
 	retryable bool // worth another attempt, before the safety rules
 	ignored   bool // not evidence about the dependency (the caller's own doing)
+	panicked  any  // what a user's Classifier panicked with, for the call to report
 }
 
 // classify turns one attempt into a result. callerDone reports whether the
@@ -127,7 +128,7 @@ func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, 
 		}
 		class := ClassDefault
 		if c != nil {
-			class = safeClassify(c, resp, nil)
+			class, r.panicked = safeClassify(c, resp, nil)
 		}
 		if class == ClassDefault {
 			class = ClassFinal
@@ -166,7 +167,7 @@ func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, 
 	}
 	class := ClassDefault
 	if c != nil {
-		class = safeClassify(c, nil, err)
+		class, r.panicked = safeClassify(c, nil, err)
 	}
 	if class == ClassDefault {
 		class = defaultClassify(nil, err)
@@ -185,14 +186,15 @@ func classify(c Classifier, resp *http.Response, err error, phase decide.Phase, 
 	return r
 }
 
-// safeClassify calls a user's Classifier; a panic counts as ClassDefault.
-func safeClassify(c Classifier, resp *http.Response, err error) (class Class) {
+// safeClassify calls a user's Classifier; a panic counts as ClassDefault,
+// and is returned for the call to report (hookPanicked).
+func safeClassify(c Classifier, resp *http.Response, err error) (class Class, panicked any) {
 	defer func() {
-		if recover() != nil {
-			class = ClassDefault
+		if v := recover(); v != nil {
+			class, panicked = ClassDefault, v
 		}
 	}()
-	return c(resp, err)
+	return c(resp, err), nil
 }
 
 // MayRetry reports whether a retry layer above the Transport (an SDK's

@@ -196,3 +196,20 @@ func TestCallerDeadlineIsTheGiveUpReason(t *testing.T) {
 	assert.ErrorIs(t, reasons[0], context.DeadlineExceeded)
 	assert.Equal(t, "deadline_exceeded", ReasonName(reasons[0]))
 }
+
+// A keyed write cut by its own AttemptTimeout, under no deadline of the
+// caller's, is named for what it is: a write left uncertain, whose cause
+// is the attempt's timeout, never the caller's deadline.
+func TestAttemptTimeoutOfAKeyedWriteIsNotTheCallersDeadline(t *testing.T) {
+	srv := newTestServer(t, stallUntilGone)
+	var reasons []error
+	tr := newTransport(t, newFakeClock(), &Transport{
+		Retry: RetryPolicy{AttemptTimeout: 30 * time.Millisecond},
+		Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, i.Reason) }},
+	})
+	_, _, err := do(tr, newRequest(t, WithIdempotencyKey(testCtx(t), "k-1"), http.MethodPost, srv.URL, "order"))
+	require.ErrorIs(t, err, ErrReconcileRequired)
+	assert.ErrorIs(t, err, ErrAttemptTimeout)
+	assert.Equal(t, "reconcile_required", ReasonName(err))
+	assert.Empty(t, reasons, "GiveUp is not called for a write left uncertain (Hooks.Reconcile is)")
+}

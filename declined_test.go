@@ -95,7 +95,7 @@ func TestDeclinedErrorsMatchErrDeclined(t *testing.T) {
 
 		{"throttled", func(t *testing.T) (error, int) {
 			srv := statusServer(t, http.StatusServiceUnavailable, "busy")
-			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{MaxAttempts: 1}})
+			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{MaxAttempts: 1}, Load: LoadPolicy{Throttle: ThrottlePolicy{On: true}}})
 			setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
 			for range throttleMinRejects {
 				if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")); err != nil {

@@ -77,8 +77,8 @@ var (
 	// be replayed). Decision rule 5.
 	ErrNotRepeatable = sentinel.ErrNotRepeatable
 
-	// ErrFailureStreak: the trailing streak of failed attempts reached the
-	// policy's FailureThreshold. Decision rule 6.
+	// ErrFailureStreak: the trailing streak of failed attempts reached
+	// RetryPolicy.MaxFailureStreak. Decision rule 6.
 	ErrFailureStreak = errors.New("retryfuse: failure threshold reached")
 
 	// ErrCallCost: the total cost of the attempts reached the policy's
@@ -214,6 +214,7 @@ type ReconcileRequiredError struct {
 
 	scope    string                                        // with Earlier, the key's scope
 	answered bool                                          // with Earlier, the server refused it (409 outcome unknown)
+	honoured bool                                          // the key's server is known to honour it: see Repeat
 	resolve  func(ctx context.Context, applied bool) error // see Resolve
 }
 
@@ -339,6 +340,8 @@ var reasonNames = [...]struct {
 	{errRetryAfterTooLong, "retry_after_too_long"},
 	{ErrDeadline, "deadline"},
 	{ErrCircuitOpen, "circuit_open"},
+	{errSlowStart, "slow_start"},
+	{errLearntLimit, "learnt_limit"},
 	{errBulkheadFull, "bulkhead_full"},
 	{errRateLimited, "rate_limited"},
 	{throttle.ErrThrottled, "throttled"},
@@ -346,19 +349,28 @@ var reasonNames = [...]struct {
 	{ErrDuplicateInFlight, "duplicate_in_flight"},
 	{ErrIdempotencyConflict, "idempotency_conflict"},
 	{ErrAlreadyApplied, "already_applied"},
+	{ErrReconcileRequired, "reconcile_required"},
+	{ErrAttemptTimeout, "attempt_timeout"},
 	{errFinal, "final"},
 	{context.Canceled, "canceled"},
 	{context.DeadlineExceeded, "deadline_exceeded"},
 }
 
 // ReasonName returns a stable snake_case name for a GiveUpInfo.Reason,
-// for logs and metrics: attempts_exhausted, budget_exhausted,
+// or an error a call returned, for logs and metrics, matched with
+// errors.Is in this order: attempts_exhausted, budget_exhausted,
 // not_repeatable, failure_streak, call_cost, retry_after_too_long,
-// deadline, circuit_open, bulkhead_full, rate_limited, throttled,
-// ledger_unavailable, duplicate_in_flight, idempotency_conflict,
-// already_applied, final, canceled or deadline_exceeded, matched with errors.Is; "other"
-// for any other error, which keeps the set of names bounded; "" for nil.
-// The names are a compatibility promise; names may be added.
+// deadline, circuit_open, slow_start (the ramp after a breaker closed or
+// a learnt limit recovered), learnt_limit (the limit LoadPolicy.Adaptive
+// learnt), bulkhead_full (LoadPolicy.MaxInFlight), rate_limited (the rate
+// limiter, or the pace learnt from 429s), throttled, ledger_unavailable,
+// duplicate_in_flight, idempotency_conflict, already_applied,
+// reconcile_required (a write left uncertain, or a repeat of a key whose
+// write is: a *ReconcileRequiredError), attempt_timeout (an attempt's own
+// RetryPolicy.AttemptTimeout, not the caller's deadline), final, canceled
+// or deadline_exceeded (the caller's context); "other" for any other
+// error, which keeps the set of names bounded; "" for nil. The names are
+// a compatibility promise; names may be added.
 func ReasonName(err error) string {
 	if err == nil {
 		return ""

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 )
 
 func TestReasonName(t *testing.T) {
@@ -27,7 +28,15 @@ func TestReasonName(t *testing.T) {
 		{context.DeadlineExceeded, "deadline_exceeded"},
 		{fmt.Errorf("scope api:443: %w", ErrCircuitOpen), "circuit_open"},
 		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), "deadline_exceeded"},
-		{ErrAttemptTimeout, "other"},                           // a sentinel, but never a give-up reason
+		{&BulkheadFullError{MaxInFlight: 4}, "bulkhead_full"},
+		{&BulkheadFullError{MaxInFlight: 4, Learnt: true}, "learnt_limit"},
+		{&BulkheadFullError{MaxInFlight: 1, SlowStart: true}, "slow_start"},
+		{&BulkheadFullError{MaxInFlight: 1, Learnt: true, SlowStart: true}, "slow_start"},
+		{&RateLimitError{Learnt: true}, "rate_limited"},
+		{&ReconcileRequiredError{Cause: context.DeadlineExceeded}, "reconcile_required"},
+		{&ReconcileRequiredError{Earlier: true}, "reconcile_required"},
+		{&attemptTimeoutError{after: time.Second, err: context.Canceled}, "attempt_timeout"},
+		{ErrAttemptTimeout, "attempt_timeout"},
 		{errors.New("retryfuse: attempts exhausted"), "other"}, // same text, not the sentinel
 		{nil, ""},
 	} {

@@ -188,6 +188,10 @@ func FuzzClassify(f *testing.F) {
 
 		r = classify(nil, nil, err, phase, callerDone, bodyErr)
 		panicky := classify(func(*http.Response, error) Class { panic("classifier") }, nil, err, phase, callerDone, bodyErr)
+		if (callerDone || bodyErr) != (panicky.panicked == nil) {
+			t.Fatalf("classify with a panicking Classifier: panicked %v, want it carried for the call to report whenever the Classifier is asked", panicky.panicked)
+		}
+		panicky.panicked = nil
 		if panicky != r {
 			t.Fatalf("classify with a panicking Classifier = %+v, want the default %+v", panicky, r)
 		}

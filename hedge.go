@@ -245,7 +245,7 @@ func (c *call) lose(b *branch) {
 	if b.resp != nil {
 		info.StatusCode = b.resp.StatusCode
 	}
-	emit(c.t.Hooks.AttemptDone, info)
+	c.hookPanicked("Hooks.AttemptDone", emit(c.t.Hooks.AttemptDone, info))
 }
 
 // policyEventBranch reports a hedge of branch n, sent or refused after

@@ -13,8 +13,10 @@ import (
 // ReadPolicy.Share shares runs on a goroutine of its own), never
 // while the transport holds a lock, and may be called concurrently by
 // concurrent calls. A hook must not keep the Info's fields that are documented as
-// borrowed. A panicking hook is recovered and ignored: it never breaks the
-// call. Combine several Hooks values with JoinHooks.
+// borrowed. A panicking hook is recovered: it never breaks the call. The
+// first panic of a Transport's hooks (or its Classifier's) is reported
+// through Policy ("hook", "panicked"), unless Policy is what panicked.
+// Combine several Hooks values with JoinHooks.
 //
 // The Info types may gain fields in later versions.
 type Hooks struct {
@@ -37,8 +39,13 @@ type Hooks struct {
 	Reconcile func(ReconcileInfo)
 	// GiveUp is called when a call stops with a failure it does not
 	// repeat, with the reason. It is not called for a confirmed result
-	// (any response that is not retryable) nor for an uncertain write
-	// (see Reconcile).
+	// (any response that is not retryable), nor for a write left
+	// uncertain by its attempt and never repeated (see Reconcile). A
+	// keyed write repeated toward a server that honours keys is: when its
+	// repeats stop (attempts, budget, deadline or a brake ran out) or the
+	// server answers that an earlier request under the key ended without a
+	// result, GiveUp reports why, and Reconcile follows with the
+	// *ReconcileRequiredError the call ends with.
 	GiveUp func(GiveUpInfo)
 	// HiddenResend is called, before AttemptDone, when the base transport
 	// obtained more than one connection within one attempt (Connections):
@@ -226,6 +233,9 @@ type GiveUpInfo struct {
 //	                  "unshared": the call makes its own: ShareKey panicked
 //	                  (Err), or the shared response's body was over
 //	                  MaxSharedBody (Err; SharedCallID names the call)
+//	"hook"            "panicked": a hook or the Classifier panicked (Err names
+//	                  it and the value); recovered, the call went on.
+//	                  Reported once per Transport
 //
 // A limit's change and slow start are about a scope, not one call: they
 // are reported with the CallInfo of the call whose attempt moved them.
@@ -326,13 +336,15 @@ func join[T any](hs []Hooks, field func(Hooks) func(T)) func(T) {
 	}
 }
 
-// emit calls hook f with v, recovering a panic.
-func emit[T any](f func(T), v T) {
+// emit calls hook f with v, recovering a panic, and returns what it
+// panicked with (nil when it did not), for hookPanicked.
+func emit[T any](f func(T), v T) (panicked any) {
 	if f == nil {
-		return
+		return nil
 	}
-	defer func() { _ = recover() }()
+	defer func() { panicked = recover() }()
 	f(v)
+	return nil
 }
 
 // info returns the CallInfo of the call's current attempt.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/retryfuse/retryfuse/breaker"
 	"github.com/retryfuse/retryfuse/decide"
-	"github.com/retryfuse/retryfuse/internal/backoff"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
@@ -33,23 +32,23 @@ const (
 	whyLimitRecovered = "limit_recovered"
 )
 
-// admitCall asks the scope's throttle, if any, to admit the call: the gate
-// of new work, before the budget counts the call. The pace learnt from
-// 429s (internal/throttle's Pace) may make it wait for its place, within
-// MaxLimitWait and the caller's deadline; the throttle may refuse it. A refusal is
-// reported and ends the call before anything is sent. With a Breaker,
-// the throttle refuses nothing until the scope's breaker has heard
+// admitCall asks the scope's pace and throttle, when asked for, to admit
+// the call: the gates of new work, before the budget counts the call. The
+// pace learnt from 429s (internal/throttle's Pace) may make it wait for its
+// place (keepPace); the throttle may refuse it. A refusal is reported and
+// ends the call before anything is sent. The throttle never refuses a call
+// that settles an uncertain write (reconciling). With a Breaker, the
+// throttle refuses nothing until the scope's breaker has heard
 // MinObservations outcomes since it last closed: the user's brake decides
 // first.
 func (c *call) admitCall() error {
-	if !c.p.throttle {
-		return nil
-	}
 	st := c.st // found by run, before the gates
-	if err := c.keepPace(st); err != nil {
-		return err
+	if c.p.pace {
+		if err := c.keepPace(st); err != nil {
+			return err
+		}
 	}
-	if !st.throttle.Active() {
+	if !c.p.throttle || !st.throttle.Active() || reconciling(c.ctx) {
 		return nil // nothing rejected lately: no reading of the clock
 	}
 	var waive func() bool
@@ -68,28 +67,29 @@ func (c *call) admitCall() error {
 }
 
 // keepPace waits for the call's place in the scope's pace, when the
-// dependency has been answering 429: at most MaxLimitWait (one second by
-// default; negative: no wait) — or, while a 429's Retry-After holds new
-// calls, as long as it asks (it is capped by MaxRetryAfter, as a retry's
-// wait is) — and never for more than half of what is left of the
-// caller's deadline. A call whose place
-// comes later is refused with a *RateLimitError (Learnt), having sent
-// nothing: sent, it would have met a 429.
+// dependency has been answering 429, within the bound of LoadPolicy.MaxWait:
+// at most MaxLimitWait (negative: no wait), and less than half of what is
+// left of the caller's deadline. A 429's Retry-After that holds new calls
+// is waited for within the same bound. A call whose place comes
+// later is refused with a *RateLimitError (Learnt), having sent nothing:
+// sent, it would have met a 429. A scope whose breaker is not closed is
+// not paced: the breaker decides first (an open one fails fast, a
+// half-open one lets its probes through), and nothing waits for a place
+// the breaker would refuse.
 func (c *call) keepPace(st *scopeRecord) error {
 	pace := st.throttle.Pace()
 	if !pace.Active() {
 		return nil // idle: no reading of the clock
 	}
 	now := c.now()
-	d, held, cancel := pace.Delay(now)
+	if b := c.p.breaker; b != nil && b.StateAt(c.breakerScopeName(), now) != breaker.Closed {
+		return nil
+	}
+	d, _, cancel := pace.Delay(now)
 	if d == 0 {
 		return nil
 	}
-	limit := c.p.maxLimitWait
-	if held && limit >= 0 { // negative: never wait, not even for a Retry-After
-		limit = max(limit, c.p.maxRetryAfter)
-	}
-	tooLong := d > limit
+	tooLong := d > c.p.maxLimitWait
 	if dl, ok := c.deadline(); ok && d >= dl.Sub(now)/2 {
 		// A call sent with little of its deadline left is one the
 		// dependency serves too late: it spends a place of the quota for
@@ -123,18 +123,21 @@ func (c *call) feedThrottle(ps pass, a attempt, now time.Time, accepted bool) {
 	if a.resp != nil && a.resp.StatusCode == http.StatusTooManyRequests {
 		// A rate, not a failure: the pace learns it, and its Retry-After
 		// holds new calls unless a retry would not wait for it.
-		ra, ok := backoff.RetryAfter(a.resp, now)
-		th.Pace().Throttled(now, ra, ok && ra <= c.p.maxRetryAfter, func() float64 { return th.AcceptedRate(now) })
+		ra, hold := c.paceHold(a.resp, now)
+		th.Pace().Throttled(now, ra, hold, func() float64 { return th.AcceptedRate(now) })
 		return
 	}
 	th.Record(now, ps.first, accepted)
 	th.Pace().Answered(now)
 }
 
-// rampAfterClose starts the slow start of the call's scope after its
-// breaker closed, from the breaker's probes (or the learnt limit's floor,
+// rampAfterClose starts the slow start of the call's scope, when
+// SlowStart asks for one, after its breaker closed, from the breaker's probes (or the learnt limit's floor,
 // when higher).
 func (c *call) rampAfterClose(change breaker.Change) {
+	if c.p.slowStart <= 0 {
+		return
+	}
 	st := c.limits()
 	if st == nil || st.bulkhead == nil {
 		return
@@ -145,7 +148,7 @@ func (c *call) rampAfterClose(change breaker.Change) {
 // startRamp starts the slow start of st at now from attempts from, and
 // reports it.
 func (c *call) startRamp(st *scopeRecord, now time.Time, from int, why string) {
-	if !st.bulkhead.StartRamp(now, from, c.p.slowStart) {
+	if c.p.slowStart <= 0 || !st.bulkhead.StartRamp(now, from, c.p.slowStart) {
 		return
 	}
 	if c.t.Hooks.Policy != nil {

@@ -105,6 +105,7 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 		Brake: BrakePolicy{
 			Breaker: brk,
 		},
+		Load:  LoadPolicy{Throttle: ThrottlePolicy{On: true}},
 		Hooks: Hooks{Policy: ev.hook, GiveUp: gave.hook},
 	})
 	setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
@@ -155,10 +156,31 @@ func TestThrottleRefusesNewCallsToADependencyThatRejectsThem(t *testing.T) {
 	}
 }
 
-func TestThrottleIsOnByDefaultAndNeverRefusesAHealthyDependency(t *testing.T) {
+func TestThrottleIsOffByDefault(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	base := newLoadBase()
-	tr := newTransport(t, clk, &Transport{Base: base})
+	base.status.Store(http.StatusServiceUnavailable)
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}})
+	setRandN(tr, func(int64) int64 { return 0 }) // refuse whenever it may
+	for i := range 200 {
+		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("call %d to an always-503 dependency: got %v, %v; want the 503 back, as a plain client gets it", i, resp, err)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if got := base.sent.Load(); got != 200 {
+		t.Errorf("requests sent: got %d, want 200", got)
+	}
+	if st := tr.scopes.last.Load(); st != nil && st.throttle != nil {
+		t.Error("the zero Transport keeps a throttle for the scope")
+	}
+}
+
+func TestThrottleOnNeverRefusesAHealthyDependency(t *testing.T) {
+	clk := newFakeClockAt(fixedStart)
+	base := newLoadBase()
+	tr := newTransport(t, clk, &Transport{Base: base, Load: LoadPolicy{Throttle: ThrottlePolicy{On: true}}})
 	setRandN(tr, func(int64) int64 { return 0 })
 	for i := range 2000 {
 		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
@@ -168,7 +190,7 @@ func TestThrottleIsOnByDefaultAndNeverRefusesAHealthyDependency(t *testing.T) {
 		clk.Advance(time.Millisecond)
 	}
 	if st := tr.scopes.last.Load(); st == nil || st.throttle == nil {
-		t.Fatal("the zero Transport keeps no throttle for the scope")
+		t.Fatal("Throttle.On keeps no throttle for the scope")
 	}
 }
 
@@ -264,7 +286,8 @@ func TestSlowStartAfterTheBreakerCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ev events
-	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Hooks: Hooks{Policy: ev.hook}})
+	// No waiting: what slow start does not admit at once, it refuses.
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{SlowStart: time.Second, MaxWait: -1}, Hooks: Hooks{Policy: ev.hook}})
 	if _, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")); err != nil {
 		t.Fatal(err) // the 503, which opens the scope
 	}
@@ -274,7 +297,7 @@ func TestSlowStartAfterTheBreakerCloses(t *testing.T) {
 		t.Fatal(err) // the probe, which closes it
 	}
 	started := ev.of(policySlowStart, actionStarted)
-	if len(started) != 1 || started[0].Why != whyBreakerClosed || started[0].Limit != 1 || started[0].Wait != defaultSlowStart || started[0].CallID == 0 {
+	if len(started) != 1 || started[0].Why != whyBreakerClosed || started[0].Limit != 1 || started[0].Wait != time.Second || started[0].CallID == 0 {
 		t.Fatalf("slow start events: got %+v, want one, from 1 attempt over 1s, after the breaker closed", started)
 	}
 	// One attempt at a time, until one succeeds and a tenth of the window
@@ -327,8 +350,8 @@ func TestHedgesAndRetriesPassTheLearntLimit(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("got %v, %v; want the 503 back: the retry found the limit full", resp, err)
 		}
-		if n := gave.matching(errBulkheadFull); n != 1 {
-			t.Errorf("GiveUp with bulkhead_full: got %d, want 1", n)
+		if n := gave.matching(errLearntLimit); n != 1 {
+			t.Errorf("GiveUp with learnt_limit: got %d, want 1", n)
 		}
 		release()
 	})

@@ -38,7 +38,7 @@ func TestPaceKeepsToAQuota(t *testing.T) {
 	const quota = 200.0
 	base := &quotaBase{clk: clk, lim: rate.NewLimiter(quota, int(quota/10))}
 	var waited int
-	tr := newTransport(t, clk, &Transport{Base: base, Hooks: Hooks{Policy: func(i PolicyInfo) {
+	tr := newTransport(t, clk, &Transport{Base: base, Load: LoadPolicy{Pace: true}, Hooks: Hooks{Policy: func(i PolicyInfo) {
 		if i.Policy == policyThrottle && i.Action == actionWaited {
 			waited++
 		}
@@ -80,7 +80,7 @@ func TestPaceKeepsToAQuota(t *testing.T) {
 }
 
 // A 429's Retry-After holds new calls until it has passed: the next call
-// waits for it (within MaxRetryAfter) rather than being sent to meet
+// waits for it (within MaxWait) rather than being sent to meet
 // another 429, and the pace falls idle once the quiet has passed.
 func TestPaceHoldsNewCallsForRetryAfter(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
@@ -102,6 +102,7 @@ func TestPaceHoldsNewCallsForRetryAfter(t *testing.T) {
 		Retry: RetryPolicy{
 			MaxAttempts: 1,
 		},
+		Load: LoadPolicy{Pace: true, MaxWait: 3 * time.Second},
 		Hooks: Hooks{Policy: func(i PolicyInfo) {
 			if i.Policy == policyThrottle && i.Action == actionWaited {
 				waits = append(waits, i.Wait)
@@ -127,18 +128,22 @@ func TestPaceHoldsNewCallsForRetryAfter(t *testing.T) {
 
 // A 429's Retry-After holds new calls only up to MaxRetryAfter: one above
 // it is not waited for, as a retry does not wait for it, and the next call
-// goes at once (the pace, just learnt, has its first place free); one at
-// or under it holds the next call for as long as it asks.
+// goes at once (the pace, just learnt, has its first place free). One at
+// or under it holds the next call for as long as it asks when that is
+// within MaxWait, the one bound of admission's waits; beyond MaxWait the
+// next call is refused at once, having sent nothing.
 func TestPaceHoldsNoCallForARetryAfterAboveMaxRetryAfter(t *testing.T) {
-	const maxRetryAfter = 5 * time.Second
+	const maxRetryAfter, maxWait = 5 * time.Second, 4 * time.Second
 	for _, tt := range []struct {
 		retryAfter string
 		wantHold   time.Duration // 0: the next call is not held
+		refused    bool          // the next call is refused, not held
 	}{
-		{"6", 0},             // above the cap
-		{"3600", 0},          // far above it
-		{"5", maxRetryAfter}, // at the cap
-		{"3", 3 * time.Second},
+		{"6", 0, false},    // above the cap
+		{"3600", 0, false}, // far above it
+		{"5", 0, true},     // at the cap, above MaxWait
+		{"4", maxWait, false},
+		{"3", 3 * time.Second, false},
 	} {
 		t.Run("Retry-After "+tt.retryAfter, func(t *testing.T) {
 			clk := newFakeClockAt(fixedStart)
@@ -156,6 +161,7 @@ func TestPaceHoldsNoCallForARetryAfterAboveMaxRetryAfter(t *testing.T) {
 			tr := newTransport(t, clk, &Transport{
 				Base:  base,
 				Retry: RetryPolicy{MaxAttempts: 1, MaxRetryAfter: maxRetryAfter},
+				Load:  LoadPolicy{Pace: true, MaxWait: maxWait},
 				Hooks: Hooks{Policy: func(i PolicyInfo) {
 					if i.Policy == policyThrottle {
 						events = append(events, i)
@@ -167,6 +173,16 @@ func TestPaceHoldsNoCallForARetryAfterAboveMaxRetryAfter(t *testing.T) {
 				t.Fatalf("the first call: got %v, %v; want its 429", resp, err)
 			}
 			resp, _, err = do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+			if tt.refused {
+				var rl *RateLimitError
+				if !errors.As(err, &rl) || !rl.Learnt || rl.RetryAfter != maxRetryAfter {
+					t.Fatalf("the next call: got %v, %v; want a *RateLimitError (Learnt) of 5s", resp, err)
+				}
+				if len(sentAt) != 1 || clk.Now() != sentAt[0] {
+					t.Errorf("sent at %v, now %v; want nothing more sent and no wait", sentAt, clk.Now())
+				}
+				return
+			}
 			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("the next call: got %v, %v; want it sent and answered 200", resp, err)
 			}

@@ -316,7 +316,7 @@ type ScopePolicy struct {
 	// returns. A scope with attempts in flight or queued is never dropped,
 	// so while every scope is busy the records may exceed the bound by as
 	// many scopes. Zero means 1024. It is refused when nothing is kept per
-	// scope: with a shared Budget and the throttle disabled, without a
+	// scope: with a shared Budget, without the throttle or the pace, a
 	// bulkhead, a rate limit, hedges or a Breaker, and with a negative
 	// HonourMemory.
 	Max int

@@ -9,8 +9,10 @@ import "time"
 // LoadPolicy bounds the load a Transport puts on each scope: the attempts
 // in flight (a fixed or a learnt limit, with a queue), their rate, the
 // throttle of new calls to a dependency that rejects most of them, and
-// the ramp after recovery. The zero value has no bulkhead and no rate
-// limit, and the throttle on with its defaults.
+// the ramp after recovery. The zero value refuses nothing and delays
+// nothing: no bulkhead, no rate limit, no throttle, no pace, no slow
+// start. Each control is turned on by its own setting: MaxInFlight,
+// Adaptive, RateLimit, Throttle.On, Pace, SlowStart.
 type LoadPolicy struct {
 	// MaxInFlight, when above zero, is the bulkhead of each scope: at most
 	// this many attempts of this Transport to one scope are in flight (from
@@ -73,51 +75,81 @@ type LoadPolicy struct {
 	RateBurst int
 
 	// MaxWait bounds the wait of an attempt for the bulkhead's queue, the
-	// rate limiter or the throttle's pace. Zero means one second (with
-	// Adaptive, a quarter of the scope's unloaded latency in the queue); a
-	// negative value means no waiting: an attempt is admitted at once or
-	// refused. The rate limiter refuses at once an attempt that would have
-	// to wait past the caller's deadline; a queued attempt whose caller's
-	// context ends first gets that context's error, as any wait of the
-	// call does. It is refused when nothing waits: without a RateLimit, a
-	// MaxQueued, Adaptive, and with the throttle disabled.
+	// rate limiter, slow start or the pace (Pace): at most MaxWait, and
+	// never past the caller's deadline. The rate limiter refuses at once
+	// an attempt whose wait would reach the deadline; the pace, and a
+	// learnt limit whose latency is not known yet, one whose wait would
+	// take half of what is left of it, leaving the other half to the call
+	// (a call sent late is served too late). A 429's Retry-After held by
+	// the pace is waited for within the same bound. Zero means one second
+	// (with Adaptive, once the learnt limit has met a queue, a quarter of
+	// the scope's unloaded latency in the queue); a negative value means
+	// no waiting: an attempt is admitted at once or refused. A queued attempt whose caller's context
+	// ends first gets that context's error, as any wait of the call does.
+	// It is refused when nothing waits: without a RateLimit, a MaxQueued,
+	// Adaptive, SlowStart or Pace.
 	MaxWait time.Duration
 
-	// SlowStart is the window over which admission ramps up after a
-	// scope's Breaker closes (one this Transport's calls saw close), and
-	// after its learnt limit rises from its floor: the attempts admitted
-	// at once start from the Breaker's MaxProbes (or the floor), double
-	// every tenth of the window and grow by one per success, whichever is
-	// lower, under the bulkhead's limit; the rest wait or are refused as
-	// for the bulkhead (a *BulkheadFullError with SlowStart set). Reported
-	// through Hooks.Policy ("slow_start"). Zero means one second;
-	// negative, or set without a Breaker or a learnt limit, is refused.
+	// SlowStart, when above zero, is the window over which admission
+	// ramps up after a scope's Breaker closes (one this Transport's calls
+	// saw close), and after its learnt limit rises from its floor: the
+	// attempts admitted at once start from the Breaker's MaxProbes (or the
+	// floor), double every tenth of the window and grow by one per
+	// success, whichever is lower, under the bulkhead's limit; the rest
+	// wait in the queue (for MaxWait, as for the bulkhead) and are then
+	// refused with a *BulkheadFullError (SlowStart; ReasonName
+	// slow_start). Reported through Hooks.Policy ("slow_start"). Zero
+	// means no slow start: a Breaker that closes admits every call at
+	// once. Negative, or set without a Breaker or a learnt limit, is
+	// refused.
 	SlowStart time.Duration
 
+	// Pace, when true, spaces new calls to a scope that answers 429 at the
+	// rate it accepts (learnt from its 429s), and holds them for a 429's
+	// Retry-After, rather than sending what would be answered 429. A new
+	// call waits for its place within MaxWait's bound (see MaxWait); a
+	// call whose place comes later is refused
+	// with a *RateLimitError (Learnt), having sent nothing. A scope whose
+	// Breaker is open or half-open is not paced: the breaker decides first,
+	// and an open one fails fast. The pace falls idle once 429s stop. Off
+	// by default.
+	Pace bool
+
 	// Throttle refuses a share of new calls to a dependency that rejects
-	// most of what it is sent. It is on unless disabled.
+	// most of what it is sent. Off unless Throttle.On (or another of its
+	// fields) is set.
 	Throttle ThrottlePolicy
 }
 
-// ThrottlePolicy is the throttle of new calls, and the pace it learns
-// from 429s. The zero value is on, with K = 2 over 2 seconds.
+// ThrottlePolicy is the throttle of new calls. The zero value is off; a
+// ThrottlePolicy with On, Ratio or Window set is on, with K = 2 over 2
+// seconds for what is left zero.
 type ThrottlePolicy struct {
+	// On turns the throttle on with its defaults.
+	On bool
+
 	// Ratio is K: while a scope's dependency rejects most of what it is
-	// sent (503s, no answer), a share of new calls is refused before
-	// anything is sent (ErrDeclined, ReasonName throttled), so that what
-	// reaches it stays about K times what it accepts. A 429 is no
-	// rejection: it teaches the scope's pace, which spaces new calls
-	// (waiting within LoadPolicy.MaxWait and half of what is left of the
-	// deadline, else a *RateLimitError with Learnt). What it refuses and
-	// when: see the README. Zero means 2; below 1, NaN or infinite is
-	// refused, as is any value with Disable.
+	// sent (503s, no answer), a share of new calls is refused
+	// before anything is sent (ErrDeclined, ReasonName throttled), so that
+	// what reaches it stays about K times what it accepts. Any other
+	// answer the dependency gave is accepted, a replayed one
+	// (Idempotent-Replayed) too; a 429 is the pace's (Pace), not a
+	// rejection. A call that settles an uncertain write
+	// (Reconciling, and a Reconciler's lookups) is never refused. Zero
+	// means 2; below 1, NaN or infinite is refused.
 	Ratio float64
 
 	// Window is how long the throttle remembers requests, in twenty
 	// buckets. Zero means 2s; a negative or shorter than 20ns window is
-	// refused, as is any with Disable.
+	// refused.
 	Window time.Duration
 
-	// Disable turns the throttle of new calls and its pace off.
+	// Disable keeps the throttle and the pace off.
+	//
+	// Deprecated: both are off unless asked for (On, LoadPolicy.Pace);
+	// Disable is refused beside either.
 	Disable bool
 }
+
+// on reports whether th asks for the throttle: any field but Disable set.
+func (th ThrottlePolicy) on() bool { return th.On || th.Ratio != 0 || th.Window != 0 }

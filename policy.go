@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -41,7 +42,6 @@ const (
 	defaultMaxScopes           = 1024
 	defaultMaxDrainBytes       = 64 << 10
 	defaultMaxLimitWait        = time.Second
-	defaultSlowStart           = time.Second
 	defaultHedgeQuantile       = 0.95
 	// defaultMaxDrainTime bounds how long a discarded response body is read
 	// before it is closed. No field sets it.
@@ -67,7 +67,8 @@ type policy struct {
 	hedge          hedgePolicy
 	maxInFlight    int  // with adaptive, the ceiling of the learnt limit, resolved
 	adaptive       bool // the bulkhead's limit is learnt
-	throttle       bool
+	throttle       bool // the throttle of new calls (Load.Throttle)
+	pace           bool // the pace learnt from 429s (Load.Pace)
 	rateLimit      float64
 	fallback       func(*http.Request, *http.Response, error) (*http.Response, error)
 	clock          clock
@@ -173,10 +174,11 @@ func (t *Transport) resolve() (policy, error) {
 		adaptive:       t.Load.Adaptive || t.Load.MinInFlight > 0,
 		minInFlight:    t.Load.MinInFlight,
 		learntWait:     t.Load.MaxWait,
-		throttle:       !t.Load.Throttle.Disable,
+		throttle:       t.Load.Throttle.on() && !t.Load.Throttle.Disable,
+		pace:           t.Load.Pace && !t.Load.Throttle.Disable,
 		throttleRatio:  orDefault(t.Load.Throttle.Ratio, throttle.DefaultRatio),
 		throttleWindow: orDefault(t.Load.Throttle.Window, throttle.DefaultWindow),
-		slowStart:      orDefault(t.Load.SlowStart, defaultSlowStart),
+		slowStart:      t.Load.SlowStart, // zero: none
 	}
 	if p.adaptive {
 		p.maxInFlight = orDefault(p.maxInFlight, bulkhead.DefaultCeiling)
@@ -190,6 +192,9 @@ func (t *Transport) resolve() (policy, error) {
 	}
 	if p.newBudget == nil {
 		p.newBudget = newDefaultBudget
+	}
+	if err := t.checkCollaborators(); err != nil {
+		return p, err
 	}
 	switch {
 	case t.Retry.MaxAttempts < 0:
@@ -279,6 +284,37 @@ func (t *Transport) resolve() (policy, error) {
 		return p, invalidPolicy("Base", "must not lead back to the Transport itself")
 	}
 	return p, nil
+}
+
+// checkCollaborators refuses a typed nil in an interface field: a nil
+// pointer (or func) that is not the nil interface, which would panic at
+// its first use. The nil interface means the field's default.
+func (t *Transport) checkCollaborators() error {
+	for _, f := range [...]struct {
+		name string
+		v    any
+	}{
+		{"Base", t.Base},
+		{"Retry.Budget", t.Retry.Budget},
+		{"Keys.Ledger", t.Keys.Ledger},
+	} {
+		if typedNil(f.v) {
+			return invalidPolicy(f.name, fmt.Sprintf("is a nil %T: leave the field nil for its default, or set a usable one", f.v))
+		}
+	}
+	return nil
+}
+
+// typedNil reports whether v, not nil itself, holds a nil pointer or func.
+func typedNil(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // resolve returns the hedging h sets. A HedgePolicy with any field set

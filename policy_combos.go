@@ -30,9 +30,9 @@ import "fmt"
 //     credentials and stores results.
 //   - Load.MaxQueued without a bulkhead (Load.MaxInFlight or a learnt
 //     limit) to queue for; Load.RateBurst without a Load.RateLimit.
-//   - Load.MaxWait without a rate limit, a queue, a learnt limit or the
-//     throttle (whose pace makes new calls wait): no attempt waits (a
-//     bulkhead without a queue refuses at once); Load.MaxQueued with a
+//   - Load.MaxWait without a rate limit, a queue, a learnt limit, slow
+//     start or the pace: no attempt waits (a bulkhead without a queue
+//     refuses at once); Load.MaxQueued with a
 //     negative Load.MaxWait: no attempt waits in the queue; the floor of
 //     the learnt limit above its ceiling.
 //
@@ -46,8 +46,8 @@ import "fmt"
 //     out before its hedge is due (with Hedge.Quantile too: Delay is then
 //     both the delay before an estimate and its cap).
 //   - Scope.Max beside a Retry.Budget when nothing is kept per scope: no
-//     in-flight limit, rate limit, hedging or breaker (whose closes start
-//     a scope's slow start), Load.Throttle.Disable, and a negative
+//     in-flight limit, rate limit, hedging or breaker, no throttle or
+//     pace, and a negative
 //     Keys.HonourMemory (see keepsScopes).
 //   - Load.SlowStart with neither a Brake nor a learnt limit: nothing
 //     ramps.
@@ -60,8 +60,9 @@ import "fmt"
 //     documented way to turn retries off, often from configuration or in
 //     a test; the settings stay idle in plain sight and apply again when
 //     retries do. Refusing them would turn one switch into an edit of six
-//     fields. Load.Throttle.Ratio and Window beside Load.Throttle.Disable
-//     are let be for the same reason.
+//     fields. Load.Throttle.Ratio and Window beside the deprecated
+//     Load.Throttle.Disable are let be for the same reason (Disable
+//     beside Load.Throttle.On or Load.Pace is refused: they contradict).
 //   - A MaxFailureStreak or MaxCallCost that a call cannot reach before
 //     MaxAttempts stops it (or a MaxAttempts beyond MaxFailureStreak):
 //     each is a ceiling, and the lowest binds, as the defaults do (a
@@ -121,9 +122,13 @@ func (l LoadPolicy) check(p *policy) error {
 		return invalidPolicy("Load.MaxQueued", "needs a Load.MaxInFlight or Load.Adaptive to queue for")
 	case l.RateBurst > 0 && l.RateLimit == 0:
 		return invalidPolicy("Load.RateBurst", "needs a Load.RateLimit")
-	case l.MaxWait != 0 && l.RateLimit == 0 && l.MaxQueued == 0 && !p.adaptive && !p.throttle:
+	case l.Throttle.Disable && l.Throttle.On:
+		return invalidPolicy("Load.Throttle.Disable", "contradicts Load.Throttle.On: the throttle is off unless On is set")
+	case l.Throttle.Disable && l.Pace:
+		return invalidPolicy("Load.Throttle.Disable", "contradicts Load.Pace: the pace is off unless Pace is set")
+	case l.MaxWait != 0 && l.RateLimit == 0 && l.MaxQueued == 0 && !p.adaptive && !p.pace && l.SlowStart == 0:
 		return invalidPolicy("Load.MaxWait "+l.MaxWait.String(),
-			"needs a Load.RateLimit, a Load.MaxQueued, a learnt limit or the throttle (Load.Throttle.Disable is set): without them no attempt waits (a bulkhead without a queue refuses at once)")
+			"needs a Load.RateLimit, a Load.MaxQueued, a learnt limit, Load.SlowStart or Load.Pace: without them no attempt waits (a bulkhead without a queue refuses at once)")
 	case l.MaxQueued > 0 && l.MaxWait < 0:
 		return invalidPolicy(fmt.Sprint("Load.MaxQueued ", l.MaxQueued),
 			"needs a Load.MaxWait that lets an attempt wait: with Load.MaxWait "+l.MaxWait.String()+" none waits in the queue")
@@ -149,7 +154,7 @@ func (t *Transport) checkAcross(p *policy) error {
 			"must be below Retry.AttemptTimeout "+t.Retry.AttemptTimeout.String()+": an attempt times out before its hedge is due")
 	case t.Scope.Max != 0 && t.Retry.Budget != nil && !p.keepsScopes():
 		return invalidPolicy(fmt.Sprint("Scope.Max ", t.Scope.Max),
-			"has nothing to bound: with a Retry.Budget and Load.Throttle.Disable, without an in-flight limit, a rate limit, hedging or a breaker, and with a negative Keys.HonourMemory, nothing is kept per scope")
+			"has nothing to bound: with a Retry.Budget, without an in-flight limit, a rate limit, hedging, a breaker, the throttle or the pace, and with a negative Keys.HonourMemory, nothing is kept per scope")
 	case t.Load.SlowStart != 0 && p.breaker == nil && !p.adaptive:
 		return invalidPolicy("Load.SlowStart "+t.Load.SlowStart.String(),
 			"needs a Brake or a learnt limit (Load.Adaptive): it ramps admission up after a breaker closes or a learnt limit rises from its floor")

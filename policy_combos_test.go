@@ -40,13 +40,19 @@ func TestSettingsLeftWithoutEffectAreRefused(t *testing.T) {
 		{"Budget and Retry.NewBudget: Retry.NewBudget is never called",
 			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited(), NewBudget: newBudget}}, []string{"Retry.NewBudget", "Budget"}},
 		{"Scope.Max beside a budget.Budget, with nothing kept per scope: nothing to bound",
-			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 64}}, []string{"Scope.Max 64", "Budget", "Load.Throttle.Disable", "Keys.HonourMemory"}},
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 64}}, []string{"Scope.Max 64", "Budget", "the throttle or the pace", "Keys.HonourMemory"}},
 		{"Keys.MaxStoredBody without a Ledger: nothing stores results",
 			&Transport{Keys: KeyPolicy{MaxStoredBody: 1 << 20}}, []string{"Keys.MaxStoredBody 1048576", "Ledger"}},
 		{"Keys.MaxFingerprintBytes without a Ledger: nothing fingerprints bodies",
 			&Transport{Keys: KeyPolicy{MaxFingerprintBytes: 4 << 20}}, []string{"Keys.MaxFingerprintBytes 4194304", "Ledger"}},
 		{"Load.MaxWait without a limiter or a bulkhead: nothing waits",
-			&Transport{Load: LoadPolicy{MaxWait: 2 * time.Second, Throttle: ThrottlePolicy{Disable: true}}}, []string{"Load.MaxWait 2s", "Load.RateLimit", "Load.MaxQueued", "Load.Throttle.Disable"}},
+			&Transport{Load: LoadPolicy{MaxWait: 2 * time.Second}}, []string{"Load.MaxWait 2s", "Load.RateLimit", "Load.MaxQueued", "Load.Pace"}},
+		{"Load.MaxWait beside the throttle alone: the throttle refuses, it never waits",
+			&Transport{Load: LoadPolicy{MaxWait: 2 * time.Second, Throttle: ThrottlePolicy{On: true}}}, []string{"Load.MaxWait 2s", "Load.Pace"}},
+		{"Load.Throttle.Disable beside Load.Throttle.On: a contradiction",
+			&Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{On: true, Disable: true}}}, []string{"Load.Throttle.Disable", "Load.Throttle.On"}},
+		{"Load.Throttle.Disable beside Load.Pace: a contradiction",
+			&Transport{Load: LoadPolicy{Pace: true, Throttle: ThrottlePolicy{Disable: true}}}, []string{"Load.Throttle.Disable", "Load.Pace"}},
 		{"Load.MaxWait beside a bulkhead without a queue: a full bulkhead refuses at once",
 			&Transport{Load: LoadPolicy{MaxInFlight: 4, MaxWait: 2 * time.Second, Throttle: ThrottlePolicy{Disable: true}}}, []string{"Load.MaxWait 2s", "Load.MaxQueued"}},
 		{"negative Load.MaxWait without a limiter or a queue: there is no wait to forbid",
@@ -173,7 +179,9 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 		{"Scope.Max beside a budget.Budget bounds the limits kept per scope",
 			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Scope: ScopePolicy{Max: 8}, Load: LoadPolicy{MaxInFlight: 4}}, nil, nil},
 		{"Scope.Max beside a budget.Budget bounds the throttles kept per scope",
-			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Load: LoadPolicy{Throttle: ThrottlePolicy{On: true}}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
+		{"Scope.Max beside a budget.Budget bounds the paces kept per scope",
+			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Load: LoadPolicy{Pace: true}, Keys: KeyPolicy{HonourMemory: -1}, Scope: ScopePolicy{Max: 8}}, nil, nil},
 		{"Scope.Max beside a budget.Budget bounds the records that learn whether a server honours keys",
 			&Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true}}, Scope: ScopePolicy{Max: 8}}, nil, nil},
 		{"Scope.Max beside a budget.Budget and a breaker.Breaker bounds the records of the breaker's scopes (their names, their slow starts)",
@@ -222,12 +230,19 @@ func TestSettingsAcceptedTogetherDoWhatTheySay(t *testing.T) {
 	}
 }
 
-// MaxLimitWait bounds the wait for the throttle's pace: beside the
-// throttle (on by default) it has an effect, and is accepted alone.
-func TestMaxLimitWaitAcceptedBesideTheThrottle(t *testing.T) {
+// MaxLimitWait bounds the wait for the pace and for slow start: beside
+// either it has an effect, and is accepted.
+func TestMaxLimitWaitAcceptedBesideThePaceAndSlowStart(t *testing.T) {
+	brk, err := breaker.New(breaker.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range []time.Duration{-1, 2 * time.Second} {
-		if err := (&Transport{Load: LoadPolicy{MaxWait: d}}).Validate(); err != nil {
-			t.Errorf("Load.MaxWait %v beside the throttle: %v, want accepted", d, err)
+		if err := (&Transport{Load: LoadPolicy{MaxWait: d, Pace: true}}).Validate(); err != nil {
+			t.Errorf("Load.MaxWait %v beside Load.Pace: %v, want accepted", d, err)
+		}
+		if err := (&Transport{Brake: BrakePolicy{Breaker: brk}, Load: LoadPolicy{MaxWait: d, SlowStart: time.Second}}).Validate(); err != nil {
+			t.Errorf("Load.MaxWait %v beside Load.SlowStart: %v, want accepted", d, err)
 		}
 	}
 }

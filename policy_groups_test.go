@@ -73,6 +73,25 @@ func TestPolicyGroupFieldAloneTurnsItsPolicyOn(t *testing.T) {
 	t.Run("Load.Throttle settings beside Disable stay idle", func(t *testing.T) {
 		p := resolved(t, &Transport{Load: LoadPolicy{Throttle: ThrottlePolicy{Disable: true, Ratio: 3, Window: time.Second}}})
 		assert.False(t, p.throttle)
+		assert.False(t, p.pace)
+	})
+	t.Run("the zero LoadPolicy: no throttle, no pace, no slow start", func(t *testing.T) {
+		p := resolved(t, &Transport{})
+		assert.False(t, p.throttle)
+		assert.False(t, p.pace)
+		assert.Zero(t, p.slowStart)
+	})
+	t.Run("a Load.Throttle.Ratio or Window alone turns the throttle on, not the pace", func(t *testing.T) {
+		for _, th := range []ThrottlePolicy{{On: true}, {Ratio: 3}, {Window: time.Second}} {
+			p := resolved(t, &Transport{Load: LoadPolicy{Throttle: th}})
+			assert.True(t, p.throttle, "%+v", th)
+			assert.False(t, p.pace, "%+v", th)
+		}
+	})
+	t.Run("Load.Pace alone turns the pace on, not the throttle", func(t *testing.T) {
+		p := resolved(t, &Transport{Load: LoadPolicy{Pace: true}})
+		assert.True(t, p.pace)
+		assert.False(t, p.throttle)
 	})
 }
 

@@ -34,6 +34,9 @@ import (
 // carries no retry ownership, but keep lookups idempotent: a GET). A type
 // with a method of this shape is passed as a method value.
 //
+// Its ctx is marked Reconciling: the throttle of new calls does not
+// refuse the lookups it sends with it.
+//
 // It answers one of three ways:
 //
 //   - applied true, with resp the authoritative result (for example the
@@ -69,6 +72,7 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		Phase:          c.phase,
 		At:             c.now(),
 		Cause:          cause,
+		honoured:       c.key.present && !c.key.generated && c.serverHonoursKeys(),
 		resolve:        c.resolver(),
 	}
 }
@@ -124,7 +128,7 @@ func (c *call) refuseUncertain() *ReconcileRequiredError {
 	e.Earlier, e.scope = true, boundedScope(c.scopeName())
 	e.Attempts, e.Phase, e.At = c.earlier.Attempts, c.earlier.Phase, c.earlier.At // zero: unknown
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
+		c.hookPanicked("Hooks.Reconcile", emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown}))
 	}
 	return e
 }
@@ -175,10 +179,10 @@ type reconciliation struct {
 func (c *call) reconcile(e *ReconcileRequiredError) reconciliation {
 	res := reconciliation{resolution: resolutionUnknown}
 	if c.p.reconciler != nil {
-		res = askReconciler(c.req.Context(), c.p.reconciler, e)
+		res = askReconciler(Reconciling(c.req.Context()), c.p.reconciler, e)
 	}
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.resolution})
+		c.hookPanicked("Hooks.Reconcile", emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: res.resolution}))
 	}
 	return res
 }
@@ -313,7 +317,7 @@ func (c *call) answeredUnknown() (*http.Response, error) {
 	e.Earlier, e.answered, e.scope = true, true, boundedScope(c.scopeName())
 	e.Attempts, e.Phase, e.At = 0, decide.PhaseUnknown, time.Time{} // the server's, not known here
 	if h := c.t.Hooks.Reconcile; h != nil {
-		emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown})
+		c.hookPanicked("Hooks.Reconcile", emit(h, ReconcileInfo{CallInfo: c.info(), Err: e, Resolution: resolutionUnknown}))
 	}
 	c.uncertain = true
 	return nil, e

@@ -357,3 +357,25 @@ func TestReconcileHookOnEarlierUncertainRefusal(t *testing.T) {
 	assert.Truef(t, hooks.seen[1].Err.Earlier, "second event: got %v, want a refusal because of the earlier call", hooks.seen[1].Err)
 	assert.Equalf(t, int32(1), srv.posts.Load(), "got %d POSTs, want 1", srv.posts.Load())
 }
+
+// The Reconciler's context is marked Reconciling, so that the throttle of
+// new calls never refuses the lookups it sends with it.
+func TestReconcilerContextIsMarkedReconciling(t *testing.T) {
+	t.Parallel()
+	ledger, _ := newLedgerOnFakeClock(t, &ledger.Memory{})
+	srv := newOrdersServer(t, always(orderApplyThenStall))
+	var marked, asked atomic.Bool
+	client, _ := newLedgerClient(t, ledger, func(tr *Transport) {
+		tr.Retry.AttemptTimeout = heldAttemptTimeout
+		tr.Keys.Reconciler = func(ctx context.Context, e *ReconcileRequiredError) (*http.Response, bool, error) {
+			asked.Store(true)
+			marked.Store(reconciling(ctx))
+			return nil, false, errors.New("cannot tell")
+		}
+	})
+	_, _, err := postKeyed(t, client, srv.url(), "order-30", `{"item":"book"}`)
+	require.ErrorIs(t, err, ErrReconcileRequired)
+	require.True(t, asked.Load(), "the Reconciler was not asked")
+	assert.True(t, marked.Load(), "the Reconciler's context is not marked Reconciling")
+	assert.False(t, reconciling(context.Background()), "an unmarked context reads as Reconciling")
+}

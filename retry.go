@@ -2,25 +2,20 @@ package retryfuse
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"math"
 	"net/http"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
-	"github.com/retryfuse/retryfuse/internal/backoff"
 )
 
 // This file is the retry stage as a call meets it: the decision core's
-// verdict on the call's history; the retry budget (the first attempt is
-// counted, and every retry, and every re-send of the base, takes a token;
-// a refusal is reported as itself, never relabelled as evidence about the
-// dependency); and the wait before a retry: its delay (backoff or the
-// server's Retry-After, within the caller's deadline), the gates that must
-// agree before it starts (the breaker, the budget), and the wait itself.
-// The other gates an attempt passes are admission's (admission.go) and the
-// key ledger's (ledger_gate.go).
+// verdict on the call's history, and the wait before a retry: its delay
+// (backoff, or the server's Retry-After: retry_after.go), the gates that
+// must agree before it starts (the breaker, the retry budget: budget.go),
+// and the wait itself. The other gates an attempt passes are admission's
+// (admission.go) and the key ledger's (ledger_gate.go).
 
 // record adds an attempt's result to the history the decision core reads.
 func (c *call) record(a attempt) {
@@ -60,7 +55,7 @@ func (c *call) decide(ks decide.KeyState) decide.Verdict {
 	if h := c.t.Hooks.Decision; h != nil && (c.attempt > 0 || v.Decision != decide.ReplaySafe) {
 		// Before the first attempt, replay_safe only means that nothing
 		// stops the call: nothing is replayed, and it is not reported.
-		emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks})
+		c.hookPanicked("Hooks.Decision", emit(h, DecisionInfo{CallInfo: c.info(), Verdict: v, KeyState: ks}))
 	}
 	return v
 }
@@ -82,79 +77,6 @@ func brakeReason(v decide.Verdict) error {
 	return ErrNotRepeatable
 }
 
-// recordRequest finds the call's budget — the Transport's shared one, or
-// its scope's — and tells it of the call's first attempt. A budget of this
-// package is told when the first attempt is over, on the reading of the
-// clock that its end takes anyway (depositRequest), unless the call may
-// hedge, which draws on the budget while the first attempt runs.
-func (c *call) recordRequest() {
-	b := c.p.budget
-	if b == nil {
-		b = c.st.budget // found by run, before the gates
-	}
-	c.budget = b
-	if cb, ok := b.(clockedBudget); ok {
-		if c.p.hedge.max == 0 {
-			c.deposit = cb.b
-			return
-		}
-		cb.b.RecordRequestAt(c.now()) // the call's start: the step's reading
-	} else {
-		b.RecordRequest(c.budgetContext())
-		c.step() // a budget of another package may be remote: time has passed
-	}
-}
-
-// depositRequest tells the call's budget of its first attempt when
-// recordRequest left that for later: once the first attempt is over, before
-// any retry asks the budget, or once the call ends without one (a
-// refusal, the caller's deadline).
-func (c *call) depositRequest() {
-	if c.deposit != nil {
-		c.deposit.RecordRequestAt(c.now())
-		c.deposit = nil
-	}
-}
-
-// allowRetry asks the budget for one retry. When the budget cannot
-// establish its answer, its declared fail-safe applies and is reported.
-func (c *call) allowRetry() bool {
-	if cb, ok := c.budget.(clockedBudget); ok {
-		return cb.b.AllowRetryAt(c.now()) // the step's reading
-	}
-	ok, err := c.budget.AllowRetry(c.budgetContext())
-	if err != nil {
-		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err})
-	}
-	return ok
-}
-
-// chargeResends counts the requests that the base re-sent by itself within
-// attempt a (net/http does so for a GET whose reused connection had died)
-// against MaxAttempts: they load the dependency as retries do. Each took a
-// retry from the budget as it happened, or was stopped (resend.go); the
-// budget's errors then are reported now, on the call's goroutine.
-func (c *call) chargeResends(a attempt) {
-	if c.passThrough {
-		return
-	}
-	c.resent += a.resends
-	if a.evidence != nil {
-		c.budgetUnavailable(a.evidence)
-	}
-}
-
-// budgetUnavailable reports the errors of the budget asked for re-sends:
-// its declared fail-safe answered instead.
-func (c *call) budgetUnavailable(errs *budgetError) {
-	for _, err := range errs.all() {
-		emit(c.t.Hooks.EvidenceUnavailable, EvidenceUnavailableInfo{CallInfo: c.info(), Source: "budget", Err: err})
-	}
-}
-
-// budgetContext is the caller's context without the retry-ownership mark.
-func (c *call) budgetContext() context.Context { return c.req.Context() }
-
 // retryPlan is a scheduled retry.
 type retryPlan struct {
 	delay time.Duration
@@ -172,25 +94,9 @@ func (c *call) schedule() (retryPlan, error) {
 	p := c.p
 	c.step()
 	now := c.now()
-	retryNo := c.attempt // the coming attempt is retry number c.attempt
-	d := backoff.FullJitter(backoff.Ceiling(p.initialBackoff, p.maxBackoff, retryNo), p.randN)
-	src := "backoff"
-	ra, hasRA := backoff.RetryAfter(c.lastResp, now)
-	remaining, hasDeadline := time.Duration(0), false
-	if dl, ok := c.deadline(); ok {
-		remaining, hasDeadline = dl.Sub(now), true
-	}
-	if hasRA {
-		if ra > p.maxRetryAfter || (hasDeadline && ra >= remaining) {
-			return retryPlan{}, errRetryAfterTooLong
-		}
-		d, src = backoff.RetryAfterDelay(ra, d, p.maxRetryAfter), "retry_after"
-		if hasDeadline && d >= remaining {
-			d = ra
-		}
-	}
-	if hasDeadline && d >= remaining {
-		return retryPlan{}, ErrDeadline
+	d, src, ra, hasRA, err := c.retryDelay(now, c.attempt) // the coming attempt is retry number c.attempt
+	if err != nil {
+		return retryPlan{}, err
 	}
 	if err := c.openThrough(now.Add(d)); err != nil {
 		return retryPlan{}, err // neither wait nor spend a retry token for a refused attempt
@@ -213,7 +119,7 @@ func (c *call) schedule() (retryPlan, error) {
 		if hasRA {
 			info.RetryAfter = ra
 		}
-		emit(h, info)
+		c.hookPanicked("Hooks.Retry", emit(h, info))
 	}
 	return plan, nil
 }

@@ -1,6 +1,7 @@
 package retryfuse
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -32,7 +33,7 @@ type scopeRecord struct {
 	rate     *rate.Limiter      // nil without a RateLimit
 	bulkhead *bulkhead.Bulkhead // nil without MaxInFlight, Adaptive or a breaker.Breaker (slow start)
 	adaptive *bulkhead.Learnt   // nil without a learnt limit
-	throttle *throttle.Throttle // nil with Throttle.Disable
+	throttle *throttle.Throttle // nil without the throttle or the pace
 	latency  latency.Histogram
 	honour   honour.State // whether its server honours Idempotency-Key, learnt
 }
@@ -112,6 +113,9 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 		if err != nil {
 			return nil, err
 		}
+		if typedNil(b) {
+			return nil, invalidPolicy("Retry.NewBudget", fmt.Sprintf("returned a nil %T for scope %s: return nil for no budget, or a usable one", b, name))
+		}
 		if b == nil {
 			b = budget.Unlimited()
 		}
@@ -130,10 +134,10 @@ func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 		st.bulkhead = bulkhead.New(st.adaptive.Current(), maxQueue)
 	case p.maxInFlight > 0:
 		st.bulkhead = bulkhead.New(p.maxInFlight, p.maxQueued)
-	case p.breaker != nil:
-		st.bulkhead = bulkhead.New(bulkhead.NoLimit, 0) // bounds attempts only during slow start
+	case p.breaker != nil && p.slowStart > 0:
+		st.bulkhead = bulkhead.New(bulkhead.NoLimit, -1) // bounds attempts only during slow start, which queues them
 	}
-	if p.throttle {
+	if p.throttle || p.pace {
 		st.throttle = throttle.New(p.throttleRatio, p.throttleWindow)
 	}
 	return st, nil
@@ -194,11 +198,11 @@ func (s *scopes) dropLocked(k hostKey) {
 
 // keepsScopes reports whether the Transport keeps records per scope: for
 // a budget per scope, for limits per scope, for the throttle of new
-// calls, to learn whether a scope's
+// calls or the pace, to learn whether a scope's
 // server honours Idempotency-Key, or to name the scope for a Breaker
 // without building the name on every call.
 func (p *policy) keepsScopes() bool {
-	return p.budget == nil || p.throttle || p.usesLimits() || p.breaker != nil || p.honourMemory > 0 || p.honoursKeys
+	return p.budget == nil || p.throttle || p.pace || p.usesLimits() || p.breaker != nil || p.honourMemory > 0 || p.honoursKeys
 }
 
 // hostScope is the default scope of a request: its scheme, host and port,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,10 +17,11 @@ import (
 	"github.com/retryfuse/retryfuse/internal/throttle"
 )
 
-// What the defaults' throttle refuses: nothing that a plain client with a
-// retry loop would have completed. Each test draws the throttle's coin as
-// refusing whenever its share is above zero (randN 0), so that a share
-// above zero at any moment shows.
+// What the defaults refuse: nothing, the throttle being off unless asked
+// for; and what the throttle, when on, refuses: nothing that a plain
+// client with a retry loop would have completed. Each test draws the
+// throttle's coin as refusing whenever its share is above zero (randN 0),
+// so that a share above zero at any moment shows.
 
 // statusBase answers each request with the status code returns for its
 // number (from 0), counting them.
@@ -55,7 +57,48 @@ func countOutcomes(t *testing.T, tr *Transport, clk *fakeClock, calls int, gap t
 	return ok, throttled
 }
 
-func TestDefaultsServeADependencyThatServesEveryCallOnItsRetry(t *testing.T) {
+// throttleOn is the throttle of new calls with its defaults.
+var throttleOn = LoadPolicy{Throttle: ThrottlePolicy{On: true}}
+
+// The zero Transport refuses nothing before sending: 30 sequential calls,
+// each answered 503 and then 200, end 200 while the default retry budget
+// lets them retry and with the 503 once it stops retrying, never with an
+// error, whatever the draws of the jitter (20 runs).
+func TestZeroTransportRefusesNoneOfCallsServedOnTheirRetry(t *testing.T) {
+	for run := range 20 {
+		clk := newFakeClockAt(fixedStart)
+		var seen sync.Map // the calls whose first attempt was answered 503
+		tr := newTransport(t, clk, &Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			code := http.StatusOK
+			if _, again := seen.LoadOrStore(req.Header.Get("X-Call"), true); !again {
+				code = http.StatusServiceUnavailable
+			}
+			return &http.Response{StatusCode: code, Status: strconv.Itoa(code), Header: http.Header{},
+				Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+		})})
+		setRandN(tr, rand.New(rand.NewPCG(uint64(run), 7)).Int64N)
+		var served, gotBack int
+		for i := range 30 {
+			req := newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", "")
+			req.Header.Set("X-Call", strconv.Itoa(i))
+			resp, _, err := do(tr, req)
+			switch {
+			case err != nil:
+				t.Fatalf("run %d, call %d: got %v, want the 200 or the 503, as a plain client gets it", run, i, err)
+			case resp.StatusCode == http.StatusOK:
+				served++
+			default:
+				gotBack++
+			}
+			clk.Advance(10 * time.Millisecond)
+		}
+		if served+gotBack != 30 || served == 0 {
+			t.Fatalf("run %d: %d served on their retry, %d given their 503; want 30 answered, some served", run, served, gotBack)
+		}
+	}
+}
+
+func TestThrottleServesADependencyThatServesEveryCallOnItsRetry(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	base := &statusBase{code: func(n int64) int {
 		if n%2 == 0 {
@@ -67,7 +110,7 @@ func TestDefaultsServeADependencyThatServesEveryCallOnItsRetry(t *testing.T) {
 	// throttle's share alone (the default budget grants retries to 10%
 	// of requests and 1 a second, and hands back the 503 of a call it
 	// stops).
-	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{NewBudget: func(string) (budget.Budget, error) { return budget.Unlimited(), nil }}})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{NewBudget: func(string) (budget.Budget, error) { return budget.Unlimited(), nil }}, Load: throttleOn})
 	setRandN(tr, func(int64) int64 { return 0 })
 	ok, throttled := countOutcomes(t, tr, clk, 30, 10*time.Millisecond)
 	if ok != 30 || throttled != 0 {
@@ -75,7 +118,7 @@ func TestDefaultsServeADependencyThatServesEveryCallOnItsRetry(t *testing.T) {
 	}
 }
 
-func TestDefaultsRefuseNothingOfADependencyRejectingOneRequestInFive(t *testing.T) {
+func TestThrottleRefusesNothingOfADependencyRejectingOneRequestInFive(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	base := &statusBase{code: func(int64) int {
@@ -84,7 +127,7 @@ func TestDefaultsRefuseNothingOfADependencyRejectingOneRequestInFive(t *testing.
 		}
 		return http.StatusOK
 	}}
-	tr := newTransport(t, clk, &Transport{Base: base})
+	tr := newTransport(t, clk, &Transport{Base: base, Load: throttleOn})
 	setRandN(tr, func(int64) int64 { return 0 })
 	_, throttled := countOutcomes(t, tr, clk, 400, 5*time.Millisecond)
 	if throttled != 0 {
@@ -110,6 +153,7 @@ func TestThrottleLeavesTheBreakerItsMinObservations(t *testing.T) {
 		Brake: BrakePolicy{
 			Breaker: br,
 		},
+		Load: throttleOn,
 		Hooks: Hooks{BreakerChange: func(i breaker.Change) {
 			if i.To == breaker.Open {
 				opened = append(opened, base.sent.Load())
@@ -149,7 +193,7 @@ func TestThrottleLetsWorkFlowSoonAfterAnOutage(t *testing.T) {
 		}
 		return http.StatusOK
 	}}
-	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}})
+	tr := newTransport(t, clk, &Transport{Base: base, Retry: RetryPolicy{MaxAttempts: 1}, Load: throttleOn})
 	setRandN(tr, rand.New(rand.NewPCG(3, 4)).Int64N)
 	var first time.Time
 	served, after := 0, 0

@@ -36,9 +36,13 @@ import (
 // Besides retrying, a Transport can hedge requests, limit the attempts in
 // flight (bulkhead, a number or a learnt limit) and their rate per
 // dependency, throttle new calls to a dependency that rejects most of
-// them, ramp admission up after recovery, share identical reads, and fall
-// back to an answer of the caller's. The order of these policies is fixed,
-// outermost first: Fallback, single flight, throttle, retry, hedge,
+// them, pace new calls to the rate a dependency's 429s teach, ramp
+// admission up after recovery, share identical reads, and fall back to an
+// answer of the caller's. Each is off until its setting asks for it: the
+// zero Transport refuses nothing before sending and delays nothing but a
+// retry. The order of these policies is fixed, outermost first: Fallback,
+// single flight, pace and throttle (the pace holds no call to a scope whose
+// breaker is open or half-open: the breaker decides), retry, hedge,
 // circuit breaker, rate limiter, bulkhead (slow start within it),
 // per-attempt timeout. Each refusal matches ErrDeclined.
 //
@@ -115,6 +119,8 @@ type Transport struct {
 	keys    keymemory.Memory // without a Ledger, the keys left uncertain
 	flights share.Flights    // with Reads, the shared calls in flight
 	calls   atomic.Uint64    // the calls numbered (CallInfo.CallID), while there are hooks
+
+	hookPanic atomic.Bool // a panic of a hook or the Classifier was reported (hookPanicked)
 }
 
 // Below is where a call begins and ends: RoundTrip, the settings resolved

@@ -299,9 +299,9 @@ func BenchmarkGET(b *testing.B) {
 }
 
 // BenchmarkGETLoadControls compares what the controls of load cost a GET
-// that succeeds: retryfuse without them (DisableThrottle), with its
-// defaults (the throttle) and with AdaptiveInFlight, interleaved, beside
-// bare net/http.
+// that succeeds: retryfuse with its defaults (none of them), with the
+// throttle and the pace, and with every adaptive control (the learnt
+// limit too), interleaved, beside bare net/http.
 func BenchmarkGETLoadControls(b *testing.B) {
 	srv := newServer(b)
 	mk := func(name string, tr *retryfuse.Transport) client {
@@ -310,9 +310,9 @@ func BenchmarkGETLoadControls(b *testing.B) {
 		return client{name, &http.Client{Transport: tr}, base}
 	}
 	cs := []client{bareClient(),
-		mk("retryfuse-nothrottle", &retryfuse.Transport{Load: retryfuse.LoadPolicy{Throttle: retryfuse.ThrottlePolicy{Disable: true}}}),
 		mk("retryfuse", &retryfuse.Transport{}),
-		mk("retryfuse-adaptive", &retryfuse.Transport{Load: retryfuse.LoadPolicy{Adaptive: true}})}
+		mk("retryfuse-throttle", &retryfuse.Transport{Load: retryfuse.LoadPolicy{Throttle: retryfuse.ThrottlePolicy{On: true}, Pace: true}}),
+		mk("retryfuse-adaptive", &retryfuse.Transport{Load: retryfuse.LoadPolicy{Adaptive: true, Throttle: retryfuse.ThrottlePolicy{On: true}, Pace: true}})}
 	reqs := make([]*http.Request, len(cs))
 	for i := range reqs {
 		reqs[i], _ = http.NewRequest(http.MethodGet, srv.URL, nil)

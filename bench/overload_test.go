@@ -105,10 +105,14 @@ var (
 		base := newBase()
 		return loadClient{"plain", &plainRT{base: base}, base, func(error) bool { return false }}
 	}
-	// retryfuseBudgets is retryfuse before its controls of load: the
-	// retry budget alone.
+	// retryfuseBudgets is retryfuse with the throttle of new calls and
+	// the pace learnt from 429s switched on (what its defaults were before
+	// the controls of load became opt-in); retryfuseDefault is its
+	// defaults: the retry budget alone.
 	retryfuseBudgets = func() loadClient {
-		return retryfuseLoad("retryfuse-budgets", func(t *retryfuse.Transport) { t.Load.Throttle.Disable = true })
+		return retryfuseLoad("retryfuse-throttle", func(t *retryfuse.Transport) {
+			t.Load.Throttle.On, t.Load.Pace = true, true
+		})
 	}
 	retryfuseDefault = func() loadClient { return retryfuseLoad("retryfuse", nil) }
 	// retryfuseStatic is a bulkhead set to the right guess: the
@@ -116,8 +120,12 @@ var (
 	retryfuseStatic = func() loadClient {
 		return retryfuseLoad("retryfuse-static", func(t *retryfuse.Transport) { t.Load.MaxInFlight = 16 })
 	}
+	// retryfuseAdaptive switches every adaptive control on: the learnt
+	// limit with its slow start, the throttle and the pace.
 	retryfuseAdaptive = func() loadClient {
-		return retryfuseLoad("retryfuse-adaptive", func(t *retryfuse.Transport) { t.Load.Adaptive = true })
+		return retryfuseLoad("retryfuse-adaptive", func(t *retryfuse.Transport) {
+			t.Load.Adaptive, t.Load.SlowStart, t.Load.Throttle.On, t.Load.Pace = true, time.Second, true, true
+		})
 	}
 	failsafeLimiter = func() loadClient {
 		return failsafeLoad("failsafe-limiter", adaptivelimiter.NewWithDefaults[*http.Response]())
@@ -322,7 +330,9 @@ func BenchmarkOverloadBurst(b *testing.B) {
 // offered 2× that for 5 s, then 0.5× for 5 s. Per client: what reached it
 // during the 2×, as a multiple of what it accepts (reach-x), the goodput
 // then as a share of it (goodput-x), the calls refused locally after the
-// overload, and how long after it the calls arriving succeed.
+// overload, and how long after it the calls arriving succeed; what it
+// received per request it served during the 2× (received-per-accepted),
+// and the p99 of the calls served during the 2× and after it.
 func BenchmarkOverloadQuota(b *testing.B) {
 	const (
 		quota   = 400.0
@@ -342,6 +352,9 @@ func BenchmarkOverloadQuota(b *testing.B) {
 			b.Run(c.name, func(b *testing.B) {
 				b.ReportMetric(float64(dep.received.sum(0, over))/(quota*over.Seconds()), "reach-x")
 				b.ReportMetric(float64(rec.completedOK(0, over))/(quota*over.Seconds()), "goodput-x")
+				b.ReportMetric(float64(dep.received.sum(0, over))/float64(max(1, dep.done.sum(0, over))), "received-per-accepted")
+				b.ReportMetric(ms(p99OK(rec.in(0, over))), "p99-2x-ms")
+				b.ReportMetric(ms(p99OK(rec.in(over, end))), "p99-after-ms")
 				b.ReportMetric(100*refusedShare(rec.in(over, end)), "refused-after-%")
 				b.ReportMetric(100*refusedShare(rec.in(over+time.Second, end)), "refused-late-%")
 				b.ReportMetric(ms(rec.recovery(over, end, 0.97)), "recovery-ms")

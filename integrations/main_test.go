@@ -137,9 +137,8 @@ func fast(t *testing.T, tr *retryfuse.Transport) *retryfuse.Transport {
 	t.Helper()
 	// The tests count what each layer sends to a dependency that rejects
 	// everything: the throttle of new calls, which would refuse a share of
-	// them once the dependency has rejected five, is off, so that the
-	// figures are the retry layers' own.
-	tr.Load.Throttle.Disable = true
+	// them once the dependency has rejected five, is left off (the
+	// default), so that the figures are the retry layers' own.
 	tr.Retry.InitialBackoff = time.Millisecond
 	tr.Retry.MaxBackoff = 5 * time.Millisecond
 	t.Cleanup(tr.CloseIdleConnections)

@@ -190,8 +190,7 @@ func TestStripeOwnRetriesOnTopMultiply(t *testing.T) {
 		}
 	})
 
-	// The same with the throttle of new calls on (the Transport's
-	// default): once the API has rejected five requests, stripe-go's own
+	// The same with the throttle of new calls switched on: once the API has rejected five requests, stripe-go's own
 	// tries that reach the Transport are refused before they are sent, a
 	// share that grows as the rejections do. Over 20 creates, what reaches
 	// the API stays well below the 9 per create of the retries on top.
@@ -199,7 +198,7 @@ func TestStripeOwnRetriesOnTopMultiply(t *testing.T) {
 		var fx effects
 		base := stripeServer(t, &fx, stripeBalancer503)
 		tr := fast(t, &retryfuse.Transport{})
-		tr.Load.Throttle.Disable = false
+		tr.Load.Throttle.On = true
 		sc := stripeClient(base, tr, stripe.DefaultMaxNetworkRetries)
 		const creates = 20
 		for range creates {

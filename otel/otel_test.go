@@ -287,7 +287,8 @@ func TestHooksWithoutRecordingSpan(t *testing.T) {
 // refused: the dependency (a base that answers 503) rejected every call.
 func throttledError(t *testing.T) error {
 	t.Helper()
-	tr := &retryfuse.Transport{Base: unavailable{}, Retry: retryfuse.RetryPolicy{MaxAttempts: 1, Budget: budget.Unlimited()}}
+	tr := &retryfuse.Transport{Base: unavailable{}, Retry: retryfuse.RetryPolicy{MaxAttempts: 1, Budget: budget.Unlimited()},
+		Load: retryfuse.LoadPolicy{Throttle: retryfuse.ThrottlePolicy{On: true}}}
 	for range 1000 {
 		req, err := http.NewRequest(http.MethodGet, "http://x/", nil)
 		if err != nil {

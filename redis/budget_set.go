@@ -9,7 +9,7 @@ import (
 	"github.com/retryfuse/retryfuse/budget"
 )
 
-// Budgets makes one Redis budget per scope, for retryfuse.Transport's
+// Budgets makes one Redis budget per scope, for retryfuse.RetryPolicy's
 // NewBudget, and closes them all. Create it with RatioBudgets or
 // TokenBuckets. This type is concurrency safe.
 type Budgets struct {
@@ -30,7 +30,7 @@ type closingBudget interface {
 var errBudgetsClosed = errors.New("retryfuseredis: Budgets closed")
 
 // New returns the budget of scope, named after it: pass it as
-// retryfuse.Transport.NewBudget (the transport calls it once per scope),
+// retryfuse.RetryPolicy.NewBudget (the transport calls it once per scope),
 // so that every process using the same Redis shares one budget per
 // dependency. After Close it returns an error.
 func (f *Budgets) New(scope string) (budget.Budget, error) {

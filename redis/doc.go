@@ -15,7 +15,10 @@
 //	defer budgets.Close(ctx)
 //	ledger, _ := retryfuseredis.NewLedger(rdb, retryfuseredis.LedgerConfig{})
 //	defer ledger.Close(ctx)
-//	client := &http.Client{Transport: &retryfuse.Transport{NewBudget: budgets.New, Ledger: ledger}}
+//	client := &http.Client{Transport: &retryfuse.Transport{
+//		Retry: retryfuse.RetryPolicy{NewBudget: budgets.New},
+//		Keys:  retryfuse.KeyPolicy{Ledger: ledger},
+//	}}
 //
 // The budgets answer every call from local state: a goroutine per budget
 // deposits the requests and leases retries from Redis in batches, with one

@@ -33,17 +33,26 @@ import (
 //   - Info: a retry being scheduled; a breaker scope closing or turning
 //     half open, or coming under settings of a new version ("retryfuse:
 //     breaker settings").
-//   - Warn: a reconcile error; a verdict that stops a call on evidence of
-//     failure (brake or reject_conflict with evidence fail, rules 1, 6 and
-//     7); a call giving up; a hidden re-send by the base of a method that
-//     is not idempotent (of an idempotent one: Debug); a breaker scope
-//     opening; a budget or ledger applying its fail-safe.
+//   - Warn: what an operator must act on: a reconcile error; a verdict
+//     that stops a call on evidence of failure (brake or reject_conflict
+//     with evidence fail, rules 1, 6 and 7); a call giving up on the
+//     dependency's failures (its attempts, streak or cost ran out); a
+//     hidden re-send by the base of a method that is not idempotent (of
+//     an idempotent one: Debug); a breaker scope opening; a budget or
+//     ledger applying its fail-safe.
+//   - A call refused by a limit that passes (its reason matches
+//     retryfuse.ErrDeclined: an open breaker, the budget, a bulkhead, the
+//     rate limiter or pace, the throttle, slow start, a learnt limit, the
+//     deadline): Debug. It is the policy working, once per refused call;
+//     the events that change the policy (a breaker opening, a limit cut)
+//     are logged at their own levels.
 //   - Policy events (hedge, bulkhead, rate limiter, throttle, learnt
-//     limit, slow start, fallback, single flight): Info for a refusal or a
-//     rejection, a learnt limit cut, slow start beginning, a fallback
-//     answering, handing on, withheld or failing, or a read left unshared;
-//     Debug for a hedge sent, an attempt that waited, a learnt limit that
-//     grew, or a read that led or followed a shared call.
+//     limit, slow start, fallback, single flight): Info for a learnt limit
+//     cut, slow start beginning, a fallback answering, handing on,
+//     withheld or failing, or a read left unshared; Debug for a refusal or
+//     a rejection of one call, a hedge sent, an attempt that waited, a
+//     learnt limit that grew, or a read that led or followed a shared
+//     call.
 //
 // Messages ("retryfuse: retry", ...) and attribute names are a
 // compatibility promise; new attributes may be added. Attributes, each
@@ -266,7 +275,11 @@ func (h slogHooks) reconcile(i retryfuse.ReconcileInfo) {
 }
 
 func (h slogHooks) giveUp(i retryfuse.GiveUpInfo) {
-	if !h.enabled(i.Context, slog.LevelWarn) {
+	level := slog.LevelWarn
+	if errors.Is(i.Reason, retryfuse.ErrDeclined) {
+		level = slog.LevelDebug // a refusal: the policy working
+	}
+	if !h.enabled(i.Context, level) {
 		return
 	}
 	var a slogAttrs
@@ -281,7 +294,7 @@ func (h slogHooks) giveUp(i retryfuse.GiveUpInfo) {
 		a.add(slog.Int("status", i.StatusCode))
 	}
 	a.err(i.Err)
-	h.log(i.Context, slog.LevelWarn, "retryfuse: give up", &a)
+	h.log(i.Context, level, "retryfuse: give up", &a)
 }
 
 // hiddenResend warns of a re-send that may have applied a write twice: one
@@ -336,13 +349,13 @@ func (h slogHooks) evidenceUnavailable(i retryfuse.EvidenceUnavailableInfo) {
 
 // policy logs an action of the hedge, the bulkhead, the rate limiter,
 // the throttle, the learnt limit, slow start, the fallback or single
-// flight: a refusal, a cut or a ramp, the fallback's doing and a read left
-// unshared at Info, the rest at Debug. The actions are named by the
+// flight: a cut or a ramp, the fallback's doing and a read left unshared
+// at Info, the rest at Debug (a refusal of one call among them). The actions are named by the
 // strings retryfuse.PolicyInfo documents, a compatibility promise.
 func (h slogHooks) policy(i retryfuse.PolicyInfo) {
 	level := slog.LevelDebug
 	switch {
-	case i.Action == "refused", i.Action == "rejected", i.Action == "answered", i.Action == "failed",
+	case i.Action == "answered", i.Action == "failed",
 		i.Action == "handed_on", i.Action == "withheld", i.Action == "unshared",
 		i.Action == "started", i.Action == "changed" && i.Limit < i.PrevLimit:
 		level = slog.LevelInfo

@@ -172,14 +172,15 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 	post.Method = "POST"
 	h.HiddenResend(retryfuse.AttemptDoneInfo{CallInfo: post, Connections: 2}) // a write that may have gone twice: warn
 	h.EvidenceUnavailable(retryfuse.EvidenceUnavailableInfo{CallInfo: ci, Source: "budget", Err: errors.New("store down")})
-	h.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrBudgetExhausted, Err: errors.New("boom")})
+	h.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrBudgetExhausted, Err: errors.New("boom")}) // a refusal, the policy working: debug, dropped
+	h.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrAttemptsExhausted, Err: errors.New("boom")})
 	h.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidenceFail, Rule: decide.RuleFailureThreshold, Reason: "streak"}})
 	h.Decision(retryfuse.DecisionInfo{CallInfo: ci, Verdict: decide.Verdict{Decision: decide.Brake, Evidence: decide.EvidencePass, Rule: decide.RuleInFlight, Reason: "in flight"}, KeyState: decide.KeyInFlight}) // debug: dropped
 	hedge := ci
 	hedge.Branch = 1
-	h.Policy(retryfuse.PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "sent", Wait: 20 * time.Millisecond}) // debug: dropped
-	h.Policy(retryfuse.PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "refused", Wait: 20 * time.Millisecond, Err: retryfuse.ErrBudgetExhausted})
-	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Policy: "bulkhead", Action: "rejected", Err: &retryfuse.BulkheadFullError{Scope: "http://x:80", MaxInFlight: 8}})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "sent", Wait: 20 * time.Millisecond})                                                 // debug: dropped
+	h.Policy(retryfuse.PolicyInfo{CallInfo: hedge, Policy: "hedge", Action: "refused", Wait: 20 * time.Millisecond, Err: retryfuse.ErrBudgetExhausted})           // one call's refusal: debug, dropped
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Policy: "bulkhead", Action: "rejected", Err: &retryfuse.BulkheadFullError{Scope: "http://x:80", MaxInFlight: 8}}) // debug, dropped
 
 	call := []any{"call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y", "phase", "post_write",
 		"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}
@@ -188,14 +189,8 @@ func TestSlogHooksDirectEvents(t *testing.T) {
 		rec("WARN", "retryfuse: hidden resend", append([]any{"call_id", 7, "attempt", 2, "method", "POST", "url", "http://x/y", "phase", "post_write",
 			"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second}, "connections", 2)...),
 		rec("WARN", "retryfuse: evidence unavailable", with("source", "budget", "error", "store down")...),
-		rec("WARN", "retryfuse: give up", with("reason", "budget_exhausted", "error", "boom")...),
+		rec("WARN", "retryfuse: give up", with("reason", "attempts_exhausted", "error", "boom")...),
 		rec("WARN", "retryfuse: decision", with("decision", "brake", "evidence", "fail", "rule", 6, "reason", "streak")...),
-		rec("INFO", "retryfuse: hedge refused", "call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y",
-			"idempotency_key", "k1", "key_generated", true, "branch", 1, "elapsed", time.Second,
-			"policy", "hedge", "action", "refused", "wait", 20*time.Millisecond, "error", retryfuse.ErrBudgetExhausted.Error()),
-		rec("INFO", "retryfuse: bulkhead rejected", "call_id", 7, "attempt", 2, "method", "PUT", "url", "http://x/y",
-			"idempotency_key", "k1", "key_generated", true, "elapsed", time.Second,
-			"policy", "bulkhead", "action", "rejected", "error", "retryfuse: bulkhead full: 8 attempts in flight to http://x:80"),
 	}
 	assertRecords(t, slogRecords(t, &buf), want)
 }
@@ -205,15 +200,13 @@ func TestSlogHooksLoadEvents(t *testing.T) {
 	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, nil))) // info
 	ci := retryfuse.CallInfo{CallID: 9, Attempt: 1, Method: "GET", URL: "http://x/", Elapsed: time.Millisecond}
 	throttled := &throttle.Error{Scope: "http://x:80", Share: 0.42}
-	h.Policy(retryfuse.PolicyInfo{CallInfo: retryfuse.CallInfo{CallID: 9, Method: "GET", URL: "http://x/"}, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttled})
-	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 12, PrevLimit: 9, Why: "growth"}) // debug: dropped
+	h.Policy(retryfuse.PolicyInfo{CallInfo: retryfuse.CallInfo{CallID: 9, Method: "GET", URL: "http://x/"}, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttled}) // one call's refusal: debug, dropped
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 12, PrevLimit: 9, Why: "growth"})                                // debug: dropped
 	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "adaptive_limit", Action: "changed", Limit: 9, PrevLimit: 13, Why: "latency"})
 	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "slow_start", Action: "started", Wait: time.Second, Limit: 1, Why: "breaker_closed"})
 	call := []any{"call_id", 9, "attempt", 1, "method", "GET", "url", "http://x/", "elapsed", time.Millisecond, "scope", "http://x:80"}
 	with := func(kv ...any) []any { return append(append([]any{}, call...), kv...) }
 	want := []map[string]any{
-		rec("INFO", "retryfuse: throttle rejected", "call_id", 9, "attempt", 0, "method", "GET", "url", "http://x/", "elapsed", 0, "scope", "http://x:80",
-			"policy", "throttle", "action", "rejected", "error", throttled.Error()),
 		rec("INFO", "retryfuse: adaptive_limit changed", with("policy", "adaptive_limit", "action", "changed", "limit", 9, "prev_limit", 13, "why", "latency")...),
 		rec("INFO", "retryfuse: slow_start started", with("policy", "slow_start", "action", "started", "wait", time.Second, "limit", 1, "why", "breaker_closed")...),
 	}
@@ -353,5 +346,26 @@ func BenchmarkSlogHooksDisabled(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.AttemptDone(info)
+	}
+}
+
+// A refusal of one call is the policy working: logged at Debug, the give
+// up and the policy event alike, never at Warn or Info.
+func TestSlogHooksLogRefusalsAtDebug(t *testing.T) {
+	var buf bytes.Buffer
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	ci := retryfuse.CallInfo{CallID: 3, Method: "GET", URL: "http://x/"}
+	throttled := &throttle.Error{Scope: "http://x:80", Share: 0.5}
+	h.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: retryfuse.ErrCircuitOpen})
+	h.GiveUp(retryfuse.GiveUpInfo{CallInfo: ci, Reason: throttled})
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "throttle", Action: "rejected", Err: throttled})
+	recs := slogRecords(t, &buf)
+	if len(recs) != 3 {
+		t.Fatalf("got %d records, want 3: %v", len(recs), recs)
+	}
+	for i, r := range recs {
+		if r[slog.LevelKey] != "DEBUG" {
+			t.Errorf("record %d: level %v, want DEBUG: %v", i, r[slog.LevelKey], r)
+		}
 	}
 }

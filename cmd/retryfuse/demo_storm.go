@@ -18,9 +18,9 @@ type stormResults struct {
 	FuseSent    int64 // ... and from retryfuse
 	PlainGot503 int64 // callers that got the 503 back (the others, an error)
 	FuseGot503  int64
-	// FuseThrottled are the callers the throttle refused before anything
-	// was sent (ReasonName "throttled"): the dependency had rejected most of what
-	// it was sent. Callers that start after the first rejections meet it.
+	// FuseThrottled are the callers refused before anything was sent
+	// (ReasonName "throttled"): none with the defaults, whose throttle is
+	// off unless LoadPolicy.Throttle asks for it.
 	FuseThrottled int64
 	PlainElapsed  time.Duration
 	FuseElapsed   time.Duration

@@ -5,6 +5,9 @@
 // many the dependency takes without a queue, and refuses the rest at
 // once, before sending, with a *BulkheadFullError that matches
 // ErrDeclined: a caller can try elsewhere, or later, instead of waiting.
+// While the limit is cold (before it first meets a queue), the first
+// burst waits for it (for at most half of each caller's deadline) rather
+// than being refused.
 //
 // The Transport's Policy hook prints each change of the limit, with why.
 //

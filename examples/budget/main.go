@@ -59,14 +59,6 @@ func run(w io.Writer) error {
 			InitialBackoff: 5 * time.Millisecond,
 			MaxBackoff:     20 * time.Millisecond,
 		},
-		Load: retryfuse.LoadPolicy{
-			Throttle: retryfuse.ThrottlePolicy{
-				// The throttle, on by default, would refuse some of the callers that
-				// start after the first 503s (how many depends on their timing):
-				// off here, to show the budget alone.
-				Disable: true,
-			},
-		},
 		Hooks: retryfuse.Hooks{
 			GiveUp: func(i retryfuse.GiveUpInfo) {
 				switch {

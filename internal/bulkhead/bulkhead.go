@@ -76,16 +76,33 @@ func (b *Bulkhead) allowedLocked(now time.Time) int {
 	return min(b.limit, c)
 }
 
+// Room is how many attempts a learnt limit's queue takes (see
+// queueBoundLocked).
+type Room int
+
+const (
+	Narrow Room = iota // a quarter of the limit
+	Wide               // four times the limit: it doubles
+	Cold               // eight times the limit: nothing is known of the scope yet
+)
+
 // queueBoundLocked is the number of attempts that may wait. With a learnt
-// limit (maxQueue negative), a quarter of it; wide, while it doubles (at
+// limit (maxQueue negative), a quarter of it; Wide, while it doubles (at
 // the start, when the first attempts also dial), four times as many as it
 // admits, so that a burst meets a queue and not a refusal while the limit
-// rises to it. b.mu is held.
-func (b *Bulkhead) queueBoundLocked(wide bool) int {
+// rises to it; Cold, before any latency of the scope is known, eight
+// times: a cold limit has no evidence against a burst, which waits in the
+// queue (each attempt for at most its wait) while the limit doubles to it
+// (32 callers at the first limit of 4, within three doublings), and a
+// larger crowd at the start of an overload is refused at once rather than
+// kept waiting. b.mu is held.
+func (b *Bulkhead) queueBoundLocked(room Room) int {
 	switch {
 	case b.maxQueue >= 0:
 		return b.maxQueue
-	case wide:
+	case room == Cold:
+		return 8 * max(1, b.limit)
+	case room == Wide:
 		return 4 * max(1, b.limit)
 	}
 	return max(1, b.limit/4)
@@ -132,10 +149,10 @@ func (b *Bulkhead) Idle() bool {
 
 // enqueue joins the queue, when it has room, and returns the channel
 // closed when a slot is handed over. With a learnt limit, the queue also
-// refuses while it stands (unless wide): when it has not been empty for
+// refuses while it stands (unless Wide or Cold): when it has not been empty for
 // standing, the attempts in it are not a burst that the slots will absorb,
 // and a wait would only add to every attempt's latency (CoDel's rule).
-func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (chan struct{}, bool) {
+func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, room Room) (chan struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if int(b.inFlight.Load()) < b.allowedLocked(now) && len(b.queue) == 0 {
@@ -144,13 +161,13 @@ func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, wide bool) (ch
 		close(ch)
 		return ch, true
 	}
-	if len(b.queue) >= b.queueBoundLocked(wide) {
+	if len(b.queue) >= b.queueBoundLocked(room) {
 		return nil, false
 	}
 	switch {
 	case len(b.queue) == 0:
 		b.drained = now
-	case b.maxQueue < 0 && !wide && now.Sub(b.drained) > standing:
+	case b.maxQueue < 0 && room == Narrow && now.Sub(b.drained) > standing:
 		return nil, false
 	}
 	ch := make(chan struct{})
@@ -212,11 +229,11 @@ func (b *Bulkhead) admitLocked(now time.Time) {
 	b.quietenLocked()
 }
 
-// Acquire takes a slot, waiting in the queue (wide, see
+// Acquire takes a slot, waiting in the queue (room, see
 // queueBoundLocked) for at most maxWait (timed on clk) and never after ctx
 // is done. It returns how long it waited, the
 // attempts in flight once it took its slot, and false when it got none.
-func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Duration, wide bool) (time.Duration, int, bool) {
+func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Duration, room Room) (time.Duration, int, bool) {
 	now := clk.Now()
 	if n, ok := b.TryAcquireAt(now); ok {
 		return 0, n, true
@@ -224,7 +241,7 @@ func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Du
 	if maxWait <= 0 || ctx.Err() != nil {
 		return 0, 0, false
 	}
-	ch, ok := b.enqueue(now, maxWait, wide)
+	ch, ok := b.enqueue(now, maxWait, room)
 	if !ok {
 		return 0, 0, false
 	}
@@ -236,10 +253,16 @@ func (b *Bulkhead) Acquire(ctx context.Context, clk alarm.Clock, maxWait time.Du
 	case <-timeout.C:
 	case <-ctx.Done():
 	}
-	waited := clk.Now().Sub(now)
+	end := clk.Now()
+	waited := end.Sub(now)
+	b.mu.Lock()
+	b.admitLocked(end) // slow start's ramp may have grown during the wait
+	b.mu.Unlock()
 	if !b.abandon(ch) {
-		// The slot came as the wait ended: give it on.
-		b.ReleaseAt(clk.Now(), false)
+		if ctx.Err() == nil {
+			return waited, int(b.inFlight.Load()), true // the slot came as the wait ended
+		}
+		b.ReleaseAt(end, false) // the caller is gone: give it on
 	}
 	return waited, 0, false
 }

@@ -15,11 +15,11 @@ func TestBulkheadLearntLimitRefusesAStandingQueue(t *testing.T) {
 	for range 4 {
 		b.TryAcquireAt(clk.Now())
 	}
-	ch, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false)
+	ch, ok := b.enqueue(clk.Now(), 10*time.Millisecond, Narrow)
 	if !ok {
 		t.Fatal("the first waiter found no room")
 	}
-	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false); ok {
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, Narrow); ok {
 		t.Error("a second waiter joined a queue of one for a limit of 4")
 	}
 	// A slot frees: the waiter gets it, and the queue is empty again.
@@ -29,18 +29,18 @@ func TestBulkheadLearntLimitRefusesAStandingQueue(t *testing.T) {
 	for range 40 {
 		b.TryAcquireAt(clk.Now())
 	}
-	ch, ok = b.enqueue(clk.Now(), 10*time.Millisecond, false)
+	ch, ok = b.enqueue(clk.Now(), 10*time.Millisecond, Narrow)
 	if !ok {
 		t.Fatal("a waiter found no room in an empty queue")
 	}
 	clk.Advance(20 * time.Millisecond)
-	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false); ok {
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, Narrow); ok {
 		t.Error("a waiter joined a queue that has not been empty for twice the wait: it stands")
 	}
 	if !b.abandon(ch) {
 		t.Fatal("the first waiter had a slot")
 	}
-	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, false); !ok {
+	if _, ok := b.enqueue(clk.Now(), 10*time.Millisecond, Narrow); !ok {
 		t.Error("a waiter found no room in a queue that has just emptied")
 	}
 }
@@ -49,11 +49,11 @@ func TestBulkheadWaitNeverExceedsItsBound(t *testing.T) {
 	clk := newFakeClockAt(fixedStart)
 	b := &Bulkhead{limit: 1, maxQueue: 1}
 	b.TryAcquireAt(clk.Now())
-	waited, _, ok := b.Acquire(context.Background(), clk, 30*time.Millisecond, false)
+	waited, _, ok := b.Acquire(context.Background(), clk, 30*time.Millisecond, Narrow)
 	if ok || waited != 30*time.Millisecond {
 		t.Errorf("acquire: waited %v, got a slot %v; want 30ms and none", waited, ok)
 	}
-	if _, _, ok := b.Acquire(context.Background(), clk, 0, false); ok {
+	if _, _, ok := b.Acquire(context.Background(), clk, 0, Narrow); ok {
 		t.Error("acquire without a wait: got a slot from a full bulkhead")
 	}
 }

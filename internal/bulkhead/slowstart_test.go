@@ -62,7 +62,7 @@ func TestBulkheadRampAdmitsWaitersAsAttemptsSucceed(t *testing.T) {
 	if _, ok := b.TryAcquireAt(now); ok {
 		t.Fatal("a second attempt admitted at once: the ramp starts from one")
 	}
-	ch, ok := b.enqueue(now, time.Second, false)
+	ch, ok := b.enqueue(now, time.Second, Narrow)
 	if !ok {
 		t.Fatal("no room in the queue")
 	}

@@ -27,7 +27,8 @@ import (
 //
 // The pace is idle until a 429 (admission then costs one atomic load)
 // and falls idle again once no 429 has come, and no Retry-After held, for
-// a quarter of the throttle's window (half a second by default); a clock
+// two of the throttle's buckets (a tenth of its window: 200 ms by default),
+// twice the spacing of its cuts (paceCutEvery); a clock
 // that went back by more than that makes it idle too: a call of a client whose
 // load has fallen is never held for a rate it learnt under load, and a
 // client still above the quota meets a 429 soon and paces again.

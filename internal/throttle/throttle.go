@@ -144,7 +144,7 @@ func packed(first, accepted bool) uint64 {
 // into Buckets.
 func New(ratio float64, window time.Duration) *Throttle {
 	t := &Throttle{ratio: ratio, width: window / Buckets}
-	t.pace.quiet = window / 4
+	t.pace.quiet = 2 * (window / Buckets) // see Pace: idle soon once 429s stop
 	for i := range t.ring {
 		t.ring[i].tick.Store(noTick)
 	}
