@@ -36,9 +36,12 @@ type ScopeState struct {
 	Bulkhead *BulkheadState
 	// RateLimit is the scope's rate limiter; nil without Load.RateLimit.
 	RateLimit *RateLimitState
-	// Throttle is the throttle of new calls and the pace learnt from
-	// 429s; nil when the throttle is off.
+	// Throttle is the throttle of new calls; nil unless Load.Throttle
+	// is on.
 	Throttle *ThrottleState
+	// Pace is the pace of new calls learnt from 429s; nil unless
+	// Load.Pace is on.
+	Pace *PaceState
 }
 
 // BulkheadState is a scope's attempts in flight and their limit.
@@ -65,7 +68,7 @@ type RateLimitState struct {
 	Tokens float64 // available now; negative while waiters hold reservations
 }
 
-// ThrottleState is a scope's throttle of new calls and its pace.
+// ThrottleState is a scope's throttle of new calls.
 type ThrottleState struct {
 	// Refusing is the share of new calls refused now, from 0 to 0.9.
 	Refusing float64
@@ -73,9 +76,13 @@ type ThrottleState struct {
 	// attempts sent (and calls refused), those the dependency accepted,
 	// and those it rejected (a 503, no answer).
 	Requests, Accepted, Rejected uint64
-	// Pace is the rate of new calls learnt from 429s, per second; zero
+}
+
+// PaceState is a scope's pace of new calls, learnt from 429s.
+type PaceState struct {
+	// Rate is the rate of new calls learnt from 429s, per second; zero
 	// while no 429 came lately.
-	Pace float64
+	Rate float64
 	// HeldUntil is when a 429's Retry-After stops holding new calls; zero
 	// when none holds them.
 	HeldUntil time.Time
@@ -133,9 +140,15 @@ func (t *Transport) Snapshot() []ScopeState {
 			s.RateLimit = &RateLimitState{Limit: float64(st.rate.Limit()), Burst: st.rate.Burst(), Tokens: st.rate.TokensAt(now)}
 		}
 		if st.throttle != nil {
+			// One throttle.Throttle holds both: each is shown by its own
+			// setting.
 			th := st.throttle.StateAt(now)
-			s.Throttle = &ThrottleState{Refusing: th.Share, Requests: th.Requests, Accepted: th.Accepted,
-				Rejected: th.Rejected, Pace: th.Pace, HeldUntil: th.HeldUntil}
+			if p.throttle {
+				s.Throttle = &ThrottleState{Refusing: th.Share, Requests: th.Requests, Accepted: th.Accepted, Rejected: th.Rejected}
+			}
+			if p.pace {
+				s.Pace = &PaceState{Rate: th.Pace, HeldUntil: th.HeldUntil}
+			}
 		}
 	}
 	return out

@@ -22,7 +22,7 @@ func TestSnapshotShowsEachScopesControls(t *testing.T) {
 	tr.Retry.Budget = nil // a Ratio per scope, the default
 	tr.Load.MaxInFlight = 4
 	tr.Load.RateLimit = 100
-	tr.Load.Throttle.Disable = false
+	tr.Load.Throttle = ThrottlePolicy{On: true} // the pace stays off
 	client := &http.Client{Transport: tr}
 
 	assert.Empty(t, tr.Snapshot(), "before the first call, no scope is kept")
@@ -65,7 +65,27 @@ func TestSnapshotShowsEachScopesControls(t *testing.T) {
 		if open {
 			assert.Equal(t, uint64(2), s.Throttle.Rejected, "%s: its 503s in the throttle's window", s.Scope)
 		}
+		assert.Nil(t, s.Pace, "%s: the throttle brings no pace", s.Scope)
 	}
+}
+
+// The pace is shown by its own setting: Load.Pace alone shows a pace and
+// no throttle, though one record in the scope holds both.
+func TestSnapshotShowsThePaceWithoutTheThrottle(t *testing.T) {
+	srv := newSettableServer(t, http.StatusOK)
+	tr := newNoWaitTransport(newFakeClockAt(fixedStart))
+	tr.Load.Throttle = ThrottlePolicy{}
+	tr.Load.Pace = true
+	t.Cleanup(tr.CloseIdleConnections)
+	_, err := getStatus(t, &http.Client{Transport: tr}, srv.URL)
+	require.NoError(t, err)
+
+	got := tr.Snapshot()
+	require.Len(t, got, 1)
+	assert.Nil(t, got[0].Throttle, "Load.Pace alone: no throttle")
+	require.NotNil(t, got[0].Pace, "Load.Pace")
+	assert.Zero(t, got[0].Pace.Rate, "no 429 came: the pace is idle")
+	assert.True(t, got[0].Pace.HeldUntil.IsZero(), "no Retry-After holds new calls")
 }
 
 func TestSnapshotShowsControlsOffAsNil(t *testing.T) {
@@ -81,7 +101,8 @@ func TestSnapshotShowsControlsOffAsNil(t *testing.T) {
 	assert.Nil(t, s.Breaker, "no Breaker")
 	assert.Nil(t, s.Bulkhead, "no MaxInFlight, Adaptive or Breaker")
 	assert.Nil(t, s.RateLimit, "no RateLimit")
-	assert.Nil(t, s.Throttle, "Throttle.Disable")
+	assert.Nil(t, s.Throttle, "the throttle is off by default")
+	assert.Nil(t, s.Pace, "the pace is off by default")
 	require.NotNil(t, s.Budget, "the default budget, a Ratio, tells its state")
 	assert.Equal(t, uint64(1), s.Budget.Requests)
 }

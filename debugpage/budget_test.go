@@ -23,11 +23,11 @@ func (userBudget) AllowRetry(context.Context) (bool, error) { return true, nil }
 func (b userBudget) Snapshot() budget.Snapshot              { return b.snap() }
 
 // calledTransport is a Transport spending b, watched by p, that has made
-// one call (so that it keeps a scope).
+// one call (so that it keeps a scope: its bulkhead's).
 func calledTransport(t *testing.T, p *Page, b budget.Budget) {
 	t.Helper()
 	srv, _ := backend(t, http.StatusOK)
-	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{Budget: b}}
+	tr := &retryfuse.Transport{Retry: retryfuse.RetryPolicy{Budget: b}, Load: retryfuse.LoadPolicy{MaxInFlight: 64}}
 	tr.Hooks = retryfuse.JoinHooks(tr.Hooks, p.Watch("user", tr))
 	t.Cleanup(tr.CloseIdleConnections)
 	get(t, &http.Client{Transport: tr}, srv.URL)

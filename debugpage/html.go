@@ -122,7 +122,7 @@ func worstBreaker(s *scopeState) breakerState {
 // 1 with its throttle refusing, its calls paced or attempts queued, else 0.
 func rankOf(s *scopeState) int {
 	rank := stateRank(worstBreaker(s).State)
-	if th := s.Throttle; th != nil && (th.Refusing > 0 || th.Pace > 0) || s.Bulkhead != nil && s.Bulkhead.Queued > 0 {
+	if th := s.Throttle; th != nil && th.Refusing > 0 || s.Pace != nil && s.Pace.Rate > 0 || s.Bulkhead != nil && s.Bulkhead.Queued > 0 {
 		rank = max(rank, 1)
 	}
 	return rank
@@ -200,13 +200,15 @@ func rowOf(s *scopeState, rank int, now time.Time) htmlRow {
 			c.Class = "bad"
 		}
 		r.Cells[4] = c
+	}
+	if pc := s.Pace; pc != nil {
 		p := cell{Text: "idle", Class: "ok", Title: "no 429 lately"}
-		if th.Pace > 0 {
-			p = cell{Text: strconv.FormatFloat(th.Pace, 'f', 1, 64) + "/s", Class: "warn", Title: "new calls paced after 429s"}
+		if pc.Rate > 0 {
+			p = cell{Text: strconv.FormatFloat(pc.Rate, 'f', 1, 64) + "/s", Class: "warn", Title: "new calls paced after 429s"}
 		}
-		if th.HeldUntil != nil {
-			p.Text += " held " + short(th.HeldUntil.Sub(now))
-			p.Title += "; a Retry-After holds new calls until " + th.HeldUntil.UTC().Format(time.TimeOnly)
+		if pc.HeldUntil != nil {
+			p.Text += " held " + short(pc.HeldUntil.Sub(now))
+			p.Title += "; a Retry-After holds new calls until " + pc.HeldUntil.UTC().Format(time.TimeOnly)
 		}
 		r.Cells[5] = p
 	}

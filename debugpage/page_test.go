@@ -122,7 +122,9 @@ func TestPageShowsEachScopeAndTheBreakerOpening(t *testing.T) {
 	assert.Equal(t, sc.Breaker[0].Since.Add(time.Minute), *sc.Breaker[0].ProbeDue)
 	require.NotNil(t, sc.Budget, "the default budget")
 	assert.Equal(t, uint64(3), sc.Budget.Requests)
-	assert.NotNil(t, sc.Bulkhead, "a Breaker's slow start counts the attempts in flight")
+	assert.Nil(t, sc.Bulkhead, "a Breaker brings no bulkhead and no slow start: off")
+	assert.Nil(t, sc.Throttle, "the throttle is off unless asked for")
+	assert.Nil(t, sc.Pace, "the pace is off unless asked for")
 	assert.Nil(t, sc.RateLimit, "no RateLimit: off")
 }
 

@@ -43,6 +43,7 @@ type scopeState struct {
 	Bulkhead  *bulkheadState  `json:"bulkhead"`
 	RateLimit *rateLimitState `json:"rateLimit"`
 	Throttle  *throttleState  `json:"throttle"`
+	Pace      *paceState      `json:"pace"`
 }
 
 type breakerState struct {
@@ -86,11 +87,14 @@ type rateLimitState struct {
 }
 
 type throttleState struct {
-	Refusing  float64    `json:"refusing"`
-	Requests  uint64     `json:"requests"`
-	Accepted  uint64     `json:"accepted"`
-	Rejected  uint64     `json:"rejected"`
-	Pace      float64    `json:"pace"` // calls per second; 0: idle
+	Refusing float64 `json:"refusing"`
+	Requests uint64  `json:"requests"`
+	Accepted uint64  `json:"accepted"`
+	Rejected uint64  `json:"rejected"`
+}
+
+type paceState struct {
+	Rate      float64    `json:"rate"` // calls per second; 0: idle
 	HeldUntil *time.Time `json:"heldUntil,omitempty"`
 }
 
@@ -145,11 +149,13 @@ func (w *watched) scopeOf(ss *retryfuse.ScopeState, now time.Time) scopeState {
 		s.RateLimit = &rateLimitState{Limit: r.Limit, Burst: r.Burst, Tokens: r.Tokens}
 	}
 	if th := ss.Throttle; th != nil {
-		s.Throttle = &throttleState{Refusing: th.Refusing, Requests: th.Requests, Accepted: th.Accepted,
-			Rejected: th.Rejected, Pace: th.Pace}
-		if !th.HeldUntil.IsZero() {
-			held := th.HeldUntil
-			s.Throttle.HeldUntil = &held
+		s.Throttle = &throttleState{Refusing: th.Refusing, Requests: th.Requests, Accepted: th.Accepted, Rejected: th.Rejected}
+	}
+	if pc := ss.Pace; pc != nil {
+		s.Pace = &paceState{Rate: pc.Rate}
+		if !pc.HeldUntil.IsZero() {
+			held := pc.HeldUntil
+			s.Pace.HeldUntil = &held
 		}
 	}
 	return s

@@ -16,7 +16,7 @@ func TestStateAtCountsSlotsAndQueue(t *testing.T) {
 			t.Fatal("a free slot was refused")
 		}
 	}
-	ch, ok := b.enqueue(clk.Now(), time.Hour, false) // one attempt waits for a slot
+	ch, ok := b.enqueue(clk.Now(), time.Hour, Narrow) // one attempt waits for a slot
 	if !ok {
 		t.Fatal("the queue refused its first attempt")
 	}
