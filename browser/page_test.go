@@ -148,7 +148,7 @@ func TestLivePageShowsScopesAndUpdatesWhenABreakerOpens(t *testing.T) {
 	payments := &retryfuse.Transport{
 		Brake: retryfuse.BrakePolicy{Breaker: b},
 		Retry: retryfuse.RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond, MaxRetryAfter: time.Second},
-		Load:  retryfuse.LoadPolicy{MaxInFlight: 16},
+		Load:  retryfuse.LoadPolicy{MaxInFlight: 16, Throttle: retryfuse.ThrottlePolicy{On: true}, Pace: true},
 		Scope: retryfuse.ScopePolicy{Of: byService},
 	}
 	payments.Hooks = retryfuse.JoinHooks(payments.Hooks, page.Watch("payments", payments))
