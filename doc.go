@@ -38,7 +38,8 @@
 //     reads) and ScopePolicy (what one dependency is).
 //   - A request's keys and needs: WithIdempotencyKey, IdempotencyKeyOf,
 //     WithCurrentData.
-//   - What went wrong: ReconcileRequiredError (and its Resolve),
+//   - What went wrong: ReconcileRequiredError (its Resolve and Repeat,
+//     and Reconciling for the lookups that settle it),
 //     KeyConflictError, RetryError, StatusError, BulkheadFullError, RateLimitError, the
 //     sentinels (ErrDeclined, ErrReconcileRequired, ErrBudgetExhausted, …),
 //     MayRetry for a retry layer above, and ReasonName.
@@ -47,7 +48,7 @@
 //     ReconcileInfo, GiveUpInfo, EvidenceUnavailableInfo, PolicyInfo, all
 //     holding a CallInfo).
 //   - How each scope stands: Transport.Snapshot and ScopeState
-//     (BulkheadState, RateLimitState, ThrottleState), shown live by
+//     (BulkheadState, RateLimitState, ThrottleState, PaceState), shown live by
 //     package debugpage.
 //   - Whose keys they are: Credentials, the credentials bound into a
 //     key's fingerprint on both halves (KeyPolicy.Credentials, and
@@ -185,6 +186,12 @@
 // Reconciler, when set as Keys.Reconciler, is asked whether an uncertain
 // write took effect before the *ReconcileRequiredError is returned.
 //
+// The load controls of LoadPolicy (a bulkhead, fixed or learnt, a rate
+// limiter, slow start, the throttle of new calls and the pace learnt from
+// 429s) are each off until its own setting turns it on: the zero
+// Transport refuses nothing before sending and delays nothing but a
+// retry, and of the limits on load only the retry budget is on.
+//
 // # Hooks
 //
 // Hooks is a struct of optional funcs called synchronously, never under a
@@ -192,7 +199,9 @@
 // without credentials, idempotency key, phase, elapsed time and the
 // request's context (BreakerChange, about a scope rather than one call,
 // carries the scope, its old and new states and the breaker's settings
-// instead). A panicking hook never breaks the call. Package
+// instead). A panicking hook never breaks the call; the first panic of a
+// hook or the Classifier is reported once per Transport through
+// Hooks.Policy (policy "hook", action "panicked"). Package
 // github.com/retryfuse/retryfuse/sloghooks logs every event to a log/slog
 // logger with stable attribute names (sloghooks.New); the module
 // github.com/retryfuse/retryfuse/otel records OpenTelemetry metrics and
@@ -200,7 +209,7 @@
 //
 // Transport.Snapshot reads each scope's controls as they stand (the
 // breaker, the budget, the attempts in flight against their limit, the
-// throttle and its pace); package github.com/retryfuse/retryfuse/debugpage
+// throttle and the pace, each shown when its own setting is on); package github.com/retryfuse/retryfuse/debugpage
 // shows them, with the last give-ups and reconcile errors, on a page a
 // service mounts (under /debug/retryfuse, say), as HTML and JSON.
 //
