@@ -28,8 +28,8 @@ func printTable(w io.Writer, cfg demoConfig, r demoResults) error {
 	t.row("callers refused before sending", 0, s.FuseThrottled)
 	t.row("time until every caller had an answer", dur(s.PlainElapsed), dur(s.FuseElapsed))
 	b := s.FuseBudget
-	t.note("retryfuse's throttle refuses new calls once the dependency has rejected most of what it was sent (ErrDeclined, reason throttled);")
-	t.note("the callers that start after the first 503s meet it, so how many it refuses depends on their timing")
+	t.note("retryfuse's defaults refuse no call before sending: the retry budget stops retries, never a first attempt")
+	t.note("(the throttle of new calls, Load.Throttle, is off unless asked for)")
 	t.note("retryfuse's per-host ratio budget (Snapshot): %d calls recorded (one first attempt each; not the refused),", b.Requests)
 	t.note("%d retries granted, %d retries refused, %.1f retries available now", b.Retries, b.Refused, b.Available)
 	t.note("retryfuse sent %d first attempts + %d retries = %d requests; the dependency counted %d of them",
