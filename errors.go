@@ -214,7 +214,7 @@ type ReconcileRequiredError struct {
 
 	scope    string                                        // with Earlier, the key's scope
 	answered bool                                          // with Earlier, the server refused it (409 outcome unknown)
-	honoured bool                                          // the key's server is known to honour it: see Repeat
+	honours  func() bool                                   // whether the key's server is still known to honour it (nil: it was not): see Repeat
 	resolve  func(ctx context.Context, applied bool) error // see Resolve
 }
 

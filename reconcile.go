@@ -72,7 +72,7 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		Phase:          c.phase,
 		At:             c.now(),
 		Cause:          cause,
-		honoured:       c.key.present && !c.key.generated && c.serverHonoursKeys(),
+		honours:        c.honoursLater(),
 		resolve:        c.resolver(),
 	}
 }
@@ -226,6 +226,19 @@ func (c *call) serverHonoursKeys() bool {
 	}
 	st, err := c.scopeRecord()
 	return err == nil && st.honour.Known(c.now())
+}
+
+// honoursLater returns, when the call's server is known to honour
+// Idempotency-Key now, what tells whether it still is at a later time (a
+// Repeat's): its scope's record is still the Transport's, and knows it at
+// that time (neither expired nor revoked since). Nil when it is not known
+// now, or the key is generated.
+func (c *call) honoursLater() func() bool {
+	if c.key.generated || !c.serverHonoursKeys() {
+		return nil
+	}
+	scopes, st, clock := &c.t.scopes, c.st, c.p.clock
+	return func() bool { return scopes.holds(st) && st.honour.Known(clock.Now()) }
 }
 
 // learnHonour notes what resp, the answer to a keyed request, says of its
