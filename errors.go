@@ -257,7 +257,11 @@ func (e *ReconcileRequiredError) Error() string {
 // already (it is what left the write uncertain): ctx gives its values to
 // the ledger step, but not its cancellation; the step has a bounded time of
 // its own (5 s). A Ledger's error (ledger.ErrToken when its claim has
-// expired or was ended already, or the store's failure) is returned. A write without an
+// expired or was ended already, or the store's failure) is returned.
+// Without a Ledger, as with one, it ends only the hold it is about: once
+// the key was freed and a later call's write under it was left uncertain
+// in turn, an older error's Resolve(ctx, false) (or Repeat) frees nothing.
+// A write without an
 // idempotency key of its own (none, or a generated one) holds nothing, and
 // Resolve does nothing.
 func (e *ReconcileRequiredError) Resolve(ctx context.Context, applied bool) error {

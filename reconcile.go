@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -106,12 +107,20 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 			return err
 		}
 	case c.memoized:
+		// The hold it frees is the one the error is about (the earlier
+		// call's, or this call's, remembered as it ends): not one that a
+		// later call's uncertain write put in its place since, as a
+		// Ledger's token would not end a later claim.
 		key := c.memo()
+		if c.heldGen == nil {
+			c.heldGen = new(atomic.Uint64) // set by rememberUncertain
+		}
+		gen := c.heldGen
 		return func(_ context.Context, applied bool) error {
 			if applied {
 				keys.Remember(key, keymemory.Memo{Applied: true}, clock.Now())
 			} else {
-				keys.Forget(key)
+				keys.ForgetIf(key, gen.Load())
 			}
 			return nil
 		}
