@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
@@ -61,6 +62,7 @@ type call struct {
 	heldToken        string              // with earlierUncertain, the token that may end that claim
 	memoKey          string              // without a ledger, the key in the Transport's memory; see memo
 	memoized         bool                // the key is the Transport's memory's to keep
+	heldGen          *atomic.Uint64      // without a ledger, the Gen of the hold the call's reconcile error is about (see resolver)
 	credsBound       bool                // the ledger's fingerprints hold the credentials requests carry
 	earlierUncertain bool                // an earlier call under the key ended uncertain
 	earlier          keymemory.Uncertain // what is known of it

@@ -214,7 +214,7 @@ type ReconcileRequiredError struct {
 
 	scope    string                                        // with Earlier, the key's scope
 	answered bool                                          // with Earlier, the server refused it (409 outcome unknown)
-	honoured bool                                          // the key's server is known to honour it: see Repeat
+	honours  func() bool                                   // whether the key's server is still known to honour it (nil: it was not): see Repeat
 	resolve  func(ctx context.Context, applied bool) error // see Resolve
 }
 
@@ -257,7 +257,11 @@ func (e *ReconcileRequiredError) Error() string {
 // already (it is what left the write uncertain): ctx gives its values to
 // the ledger step, but not its cancellation; the step has a bounded time of
 // its own (5 s). A Ledger's error (ledger.ErrToken when its claim has
-// expired or was ended already, or the store's failure) is returned. A write without an
+// expired or was ended already, or the store's failure) is returned.
+// Without a Ledger, as with one, it ends only the hold it is about: once
+// the key was freed and a later call's write under it was left uncertain
+// in turn, an older error's Resolve(ctx, false) (or Repeat) frees nothing.
+// A write without an
 // idempotency key of its own (none, or a generated one) holds nothing, and
 // Resolve does nothing.
 func (e *ReconcileRequiredError) Resolve(ctx context.Context, applied bool) error {

@@ -58,3 +58,35 @@ func TestAPanickingHookOrClassifierIsReportedOnce(t *testing.T) {
 		})
 	}
 }
+
+// A hook among several joined by JoinHooks that panics is reported as
+// one on its own is: the others still run, the call goes on, and the
+// first panic reaches Hooks.Policy, once.
+func TestAPanickingJoinedHookIsReportedOnce(t *testing.T) {
+	base := newLoadBase()
+	base.status.Store(http.StatusServiceUnavailable)
+	var (
+		reports panicReports
+		mu      sync.Mutex
+		after   int // the AttemptDone joined after the panicking one
+	)
+	tr := newTransport(t, newFakeClock(), &Transport{Base: base, Hooks: JoinHooks(
+		Hooks{AttemptDone: func(AttemptDoneInfo) { panic("boom") }},
+		Hooks{AttemptDone: func(AttemptDoneInfo) { mu.Lock(); after++; mu.Unlock() }, Policy: reports.hook},
+	)})
+	for i := range 3 {
+		resp, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, "http://dep.test/", ""))
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("call %d: got %v, %v; want the 503 back: a panic never breaks a call", i, resp, err)
+		}
+	}
+	if after == 0 {
+		t.Error("the hook joined after the panicking one never ran")
+	}
+	if len(reports.all) != 1 {
+		t.Fatalf("reports: got %d (%+v), want 1", len(reports.all), reports.all)
+	}
+	if r := reports.all[0]; r.Err == nil || !strings.Contains(r.Err.Error(), "Hooks.AttemptDone") || !strings.Contains(r.Err.Error(), "boom") {
+		t.Errorf("report: %+v, want an error naming Hooks.AttemptDone and the value", r)
+	}
+}

@@ -300,7 +300,10 @@ func (h Hooks) any() bool {
 		h.Policy != nil
 }
 
-// JoinHooks returns Hooks that call each of hs in order.
+// JoinHooks returns Hooks that call each of hs in order. A hook that
+// panics does not stop the ones after it; the joined hook then panics
+// with the first value, as that hook alone would have, for the Transport
+// to recover and report.
 func JoinHooks(hs ...Hooks) Hooks {
 	return Hooks{
 		AttemptStart:        join(hs, func(h Hooks) func(AttemptStartInfo) { return h.AttemptStart }),
@@ -330,8 +333,14 @@ func join[T any](hs []Hooks, field func(Hooks) func(T)) func(T) {
 		return fs[0]
 	}
 	return func(v T) {
+		var first any
 		for _, f := range fs {
-			emit(f, v) // one panicking hook does not silence the others
+			if p := emit(f, v); p != nil && first == nil { // one panicking hook does not silence the others
+				first = p
+			}
+		}
+		if first != nil {
+			panic(first) // for the Transport's emit to recover and report (hookPanicked)
 		}
 	}
 }

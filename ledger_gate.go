@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -109,6 +110,8 @@ func (c *call) recall() decide.KeyState {
 		return decide.KeyCompleted
 	default:
 		c.earlier = m.Earlier
+		c.heldGen = new(atomic.Uint64)
+		c.heldGen.Store(m.Gen()) // the hold a refusal's error may end
 	}
 	c.earlierUncertain = true
 	return decide.KeyInFlight
@@ -124,7 +127,10 @@ func (c *call) rememberUncertain() {
 		key = c.memo()
 	}
 	now := c.p.clock.Now()
-	c.t.keys.Remember(key, keymemory.Memo{Earlier: keymemory.Uncertain{At: now, Attempts: c.attempt, Phase: c.phase}}, now)
+	gen := c.t.keys.Remember(key, keymemory.Memo{Earlier: keymemory.Uncertain{At: now, Attempts: c.attempt, Phase: c.phase}}, now)
+	if c.memoized && c.heldGen != nil {
+		c.heldGen.Store(gen) // the hold the call's reconcile error ends
+	}
 }
 
 // memo returns the call's key in the Transport's memory, built on first

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryfuse/retryfuse/decide"
@@ -72,7 +73,7 @@ func (c *call) reconcileError(cause error) *ReconcileRequiredError {
 		Phase:          c.phase,
 		At:             c.now(),
 		Cause:          cause,
-		honoured:       c.key.present && !c.key.generated && c.serverHonoursKeys(),
+		honours:        c.honoursLater(),
 		resolve:        c.resolver(),
 	}
 }
@@ -106,12 +107,20 @@ func (c *call) resolver() func(ctx context.Context, applied bool) error {
 			return err
 		}
 	case c.memoized:
+		// The hold it frees is the one the error is about (the earlier
+		// call's, or this call's, remembered as it ends): not one that a
+		// later call's uncertain write put in its place since, as a
+		// Ledger's token would not end a later claim.
 		key := c.memo()
+		if c.heldGen == nil {
+			c.heldGen = new(atomic.Uint64) // set by rememberUncertain
+		}
+		gen := c.heldGen
 		return func(_ context.Context, applied bool) error {
 			if applied {
 				keys.Remember(key, keymemory.Memo{Applied: true}, clock.Now())
 			} else {
-				keys.Forget(key)
+				keys.ForgetIf(key, gen.Load())
 			}
 			return nil
 		}
@@ -226,6 +235,19 @@ func (c *call) serverHonoursKeys() bool {
 	}
 	st, err := c.scopeRecord()
 	return err == nil && st.honour.Known(c.now())
+}
+
+// honoursLater returns, when the call's server is known to honour
+// Idempotency-Key now, what tells whether it still is at a later time (a
+// Repeat's): its scope's record is still the Transport's, and knows it at
+// that time (neither expired nor revoked since). Nil when it is not known
+// now, or the key is generated.
+func (c *call) honoursLater() func() bool {
+	if c.key.generated || !c.serverHonoursKeys() {
+		return nil
+	}
+	scopes, st, clock := &c.t.scopes, c.st, c.p.clock
+	return func() bool { return scopes.holds(st) && st.honour.Known(clock.Now()) }
 }
 
 // learnHonour notes what resp, the answer to a keyed request, says of its

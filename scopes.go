@@ -105,6 +105,14 @@ func (s *scopes) find(req *http.Request, p *policy) (*scopeRecord, error) {
 	return st, nil
 }
 
+// holds reports whether st is still the record of its scope: not dropped
+// to make room (a record made anew knows nothing of what st learnt).
+func (s *scopes) holds(st *scopeRecord) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.m[st.key] == st
+}
+
 // newScopeRecord makes the record of scope name under key k.
 func newScopeRecord(name string, k hostKey, p *policy) (*scopeRecord, error) {
 	st := &scopeRecord{name: name, key: k}

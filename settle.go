@@ -22,13 +22,16 @@ import "context"
 //	}
 //
 // Toward any other server the key stays held, and Repeat returns an error
-// matching ErrNotRepeatable: look the effect up, then Resolve. A write
+// matching ErrNotRepeatable: look the effect up, then Resolve. So it does
+// when the server, known to honour keys when the write was left uncertain,
+// no longer is when Repeat is called: what was learnt of it expired
+// (KeyPolicy.HonourMemory), or a response without the marker revoked it. A write
 // without an idempotency key of its own (none, or a generated one) cannot
 // be repeated either. Like Resolve, Repeat works after the caller's
 // deadline (ctx gives its values, not its cancellation, to a Ledger's
 // step), and returns a Ledger's error.
 func (e *ReconcileRequiredError) Repeat(ctx context.Context) error {
-	if !e.honoured || e.KeyGenerated || e.IdempotencyKey == "" {
+	if e.honours == nil || !e.honours() || e.KeyGenerated || e.IdempotencyKey == "" {
 		return &RetryError{Reason: ErrNotRepeatable, about: e.Method + " " + e.URL +
 			": its server is not known to honour idempotency keys; look the effect up, then Resolve"}
 	}

@@ -32,7 +32,8 @@ type ScopeState struct {
 	// (budget.Unlimited, or a Budget without a Snapshot method).
 	Budget *budget.Snapshot
 	// Bulkhead is the attempts in flight and their limit; nil when the
-	// scope keeps no count of them (no MaxInFlight, Adaptive or Breaker).
+	// scope keeps no count of them (no MaxInFlight, Adaptive, or
+	// SlowStart beside a Breaker: a Breaker alone keeps none).
 	Bulkhead *BulkheadState
 	// RateLimit is the scope's rate limiter; nil without Load.RateLimit.
 	RateLimit *RateLimitState

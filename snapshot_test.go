@@ -211,3 +211,23 @@ func TestSnapshotTellsAScopeTheBreakerForgot(t *testing.T) {
 	require.Len(t, got[1].Breaker, 1)
 	assert.Equal(t, breaker.Closed, got[1].Breaker[0].To)
 }
+
+// A Breaker alone keeps no count of attempts (Bulkhead nil); beside
+// SlowStart, whose ramp bounds them, it does.
+func TestSnapshotShowsABulkheadForABreakerOnlyWithSlowStart(t *testing.T) {
+	srv := newSettableServer(t, http.StatusOK)
+	for _, slowStart := range []time.Duration{0, time.Second} {
+		b, err := breaker.New(breaker.Settings{})
+		require.NoError(t, err)
+		tr := newTransport(t, nil, &Transport{Brake: BrakePolicy{Breaker: b}, Load: LoadPolicy{SlowStart: slowStart}})
+		_, err = getStatus(t, &http.Client{Transport: tr}, srv.URL)
+		require.NoError(t, err)
+		got := tr.Snapshot()
+		require.Len(t, got, 1)
+		if slowStart == 0 {
+			assert.Nil(t, got[0].Bulkhead, "a Breaker alone")
+		} else {
+			assert.Equal(t, &BulkheadState{}, got[0].Bulkhead, "a Breaker with SlowStart, no ramp yet: nothing bounds the attempts")
+		}
+	}
+}

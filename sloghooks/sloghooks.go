@@ -39,7 +39,8 @@ import (
 //     dependency's failures (its attempts, streak or cost ran out); a
 //     hidden re-send by the base of a method that is not idempotent (of
 //     an idempotent one: Debug); a breaker scope opening; a budget or
-//     ledger applying its fail-safe.
+//     ledger applying its fail-safe; a hook or the Classifier that
+//     panicked (policy "hook", action "panicked", once per Transport).
 //   - A call refused by a limit that passes (its reason matches
 //     retryfuse.ErrDeclined: an open breaker, the budget, a bulkhead, the
 //     rate limiter or pace, the throttle, slow start, a learnt limit, the
@@ -359,6 +360,8 @@ func (h slogHooks) policy(i retryfuse.PolicyInfo) {
 		i.Action == "handed_on", i.Action == "withheld", i.Action == "unshared",
 		i.Action == "started", i.Action == "changed" && i.Limit < i.PrevLimit:
 		level = slog.LevelInfo
+	case i.Action == "panicked": // the caller's hook or Classifier: a bug to fix, reported once
+		level = slog.LevelWarn
 	}
 	if !h.enabled(i.Context, level) {
 		return

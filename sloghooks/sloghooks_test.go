@@ -369,3 +369,20 @@ func TestSlogHooksLogRefusalsAtDebug(t *testing.T) {
 		}
 	}
 }
+
+// A hook or Classifier that panicked is reported once per Transport
+// (policy "hook", action "panicked"): a bug in the caller's code, logged
+// at Warn where the default handler shows it, not at Debug among one
+// call's refusals.
+func TestSlogHooksLogAPanickingHookAtWarn(t *testing.T) {
+	var buf bytes.Buffer
+	h := sloghooks.New(slog.New(slog.NewJSONHandler(&buf, nil))) // info
+	ci := retryfuse.CallInfo{CallID: 4, Attempt: 1, Method: "GET", URL: "http://x/"}
+	h.Policy(retryfuse.PolicyInfo{CallInfo: ci, Scope: "http://x:80", Policy: "hook", Action: "panicked",
+		Err: errors.New("retryfuse: Hooks.AttemptDone panicked: boom")})
+	want := []map[string]any{
+		rec("WARN", "retryfuse: hook panicked", "call_id", 4, "attempt", 1, "method", "GET", "url", "http://x/", "elapsed", 0,
+			"scope", "http://x:80", "policy", "hook", "action", "panicked", "error", "retryfuse: Hooks.AttemptDone panicked: boom"),
+	}
+	assertRecords(t, slogRecords(t, &buf), want)
+}

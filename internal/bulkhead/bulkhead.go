@@ -95,11 +95,14 @@ const (
 // queue (each attempt for at most its wait) while the limit doubles to it
 // (32 callers at the first limit of 4, within three doublings), and a
 // larger crowd at the start of an overload is refused at once rather than
-// kept waiting. b.mu is held.
-func (b *Bulkhead) queueBoundLocked(room Room) int {
+// kept waiting. A fixed limit's queue (maxQueue) takes too, during slow
+// start, the attempts the limit would admit but the ramp does not yet: a
+// burst above the ramp waits its turn rather than being refused. b.mu is
+// held.
+func (b *Bulkhead) queueBoundLocked(now time.Time, room Room) int {
 	switch {
 	case b.maxQueue >= 0:
-		return b.maxQueue
+		return b.maxQueue + max(0, b.limit-b.allowedLocked(now))
 	case room == Cold:
 		return 8 * max(1, b.limit)
 	case room == Wide:
@@ -161,7 +164,7 @@ func (b *Bulkhead) enqueue(now time.Time, standing time.Duration, room Room) (ch
 		close(ch)
 		return ch, true
 	}
-	if len(b.queue) >= b.queueBoundLocked(room) {
+	if len(b.queue) >= b.queueBoundLocked(now, room) {
 		return nil, false
 	}
 	switch {

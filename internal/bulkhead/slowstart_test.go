@@ -115,3 +115,28 @@ func TestBulkheadWithoutALimitIsQuietOutsideItsRamp(t *testing.T) {
 		t.Errorf("%d in flight after every attempt left", int(b.inFlight.Load()))
 	}
 }
+
+// During slow start, a fixed bulkhead without a queue of its own
+// (MaxQueued zero) lets the attempts its limit would have admitted wait
+// for the ramp, rather than refusing them at once: a burst above the ramp
+// waits its turn. Beyond the limit, the bulkhead's own queue bound holds.
+func TestBulkheadRampQueuesWhatTheLimitWouldAdmit(t *testing.T) {
+	b := New(8, 0)
+	now := fixedStart
+	if !b.StartRamp(now, 2, time.Second) {
+		t.Fatal("the ramp did not start")
+	}
+	for range 2 {
+		if _, ok := b.TryAcquireAt(now); !ok {
+			t.Fatal("an attempt within the ramp was refused")
+		}
+	}
+	for i := range 6 { // 8 - 2: what the limit would have admitted
+		if _, ok := b.enqueue(now, time.Second, Narrow); !ok {
+			t.Fatalf("waiter %d: refused at once, with %d of the limit of 8 unused", i+1, 8-2-i)
+		}
+	}
+	if _, ok := b.enqueue(now, time.Second, Narrow); ok {
+		t.Error("a ninth attempt joined the queue: beyond the limit, MaxQueued (zero) holds")
+	}
+}

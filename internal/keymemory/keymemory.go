@@ -30,9 +30,10 @@ const (
 // Memory is the memory of keys, bounded by maxKeys and ttl. Its zero value
 // is empty and ready for use. This type is concurrency safe.
 type Memory struct {
-	n  atomic.Int64 // len(m), read without the lock
-	mu sync.Mutex
-	m  map[string]Memo
+	n    atomic.Int64 // len(m), read without the lock
+	mu   sync.Mutex
+	m    map[string]Memo
+	gens uint64 // the Remembers made, numbering their Memos
 }
 
 // Empty reports whether no key is remembered. It takes no lock: a key
@@ -45,7 +46,12 @@ type Memo struct {
 	Applied bool      // learnt to have been applied; else uncertain
 	Earlier Uncertain // with Applied false, what is known of the call that left it uncertain
 	expires time.Time
+	gen     uint64 // the Remember that made it
 }
+
+// Gen names the Remember that made m (zero for a Memo not remembered),
+// for ForgetIf.
+func (m Memo) Gen() uint64 { return m.gen }
 
 // Uncertain is what is known of a call that left its write uncertain.
 // The zero value: nothing is known.
@@ -71,8 +77,9 @@ func (k *Memory) Lookup(key string, now time.Time) (Memo, bool) {
 	return m, true
 }
 
-// Remember holds key with m from now for ttl.
-func (k *Memory) Remember(key string, m Memo, now time.Time) {
+// Remember holds key with m from now for ttl, and returns the Gen of
+// the Memo it keeps.
+func (k *Memory) Remember(key string, m Memo, now time.Time) uint64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
@@ -81,9 +88,11 @@ func (k *Memory) Remember(key string, m Memo, now time.Time) {
 	if _, ok := k.m[key]; !ok && len(k.m) >= maxKeys {
 		k.makeRoom(now)
 	}
-	m.expires = now.Add(ttl)
+	k.gens++
+	m.expires, m.gen = now.Add(ttl), k.gens
 	k.m[key] = m
 	k.n.Store(int64(len(k.m)))
+	return m.gen
 }
 
 // Forget frees key.
@@ -92,6 +101,22 @@ func (k *Memory) Forget(key string) {
 	delete(k.m, key)
 	k.n.Store(int64(len(k.m)))
 	k.mu.Unlock()
+}
+
+// ForgetIf frees key if what holds it is still the Memo of Gen gen: not
+// one a later Remember put in its place (a later call's uncertain write,
+// whose hold this one's settlement must not end). It reports whether it
+// freed the key, or found it free already.
+func (k *Memory) ForgetIf(key string, gen uint64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok := k.m[key]
+	if ok && m.gen != gen {
+		return false
+	}
+	delete(k.m, key)
+	k.n.Store(int64(len(k.m)))
+	return true
 }
 
 // makeRoom drops the expired keys or, when none has expired, the one that

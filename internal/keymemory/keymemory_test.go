@@ -39,3 +39,27 @@ func TestKeyMemoryEmptyFollowsItsKeys(t *testing.T) {
 	assert.False(t, found, "b has expired")
 	assert.True(t, k.Empty(), "the expired key was dropped on lookup")
 }
+
+// ForgetIf frees a key only for the Remember that holds it now: a later
+// Remember's hold stands.
+func TestForgetIfEndsOnlyTheHoldItNames(t *testing.T) {
+	var k Memory
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	first := k.Remember("s k", Memo{}, now)
+	if !k.ForgetIf("s k", first) {
+		t.Fatal("ForgetIf of the hold in place: not freed")
+	}
+	if !k.ForgetIf("s k", first) {
+		t.Error("ForgetIf of a free key: reported held")
+	}
+	second := k.Remember("s k", Memo{}, now)
+	if second == first {
+		t.Fatalf("two Remembers gave one Gen %d", first)
+	}
+	if k.ForgetIf("s k", first) {
+		t.Error("ForgetIf of the first hold freed the second")
+	}
+	if m, ok := k.Lookup("s k", now); !ok || m.Gen() != second {
+		t.Errorf("Lookup: %+v, %v; want the second hold", m, ok)
+	}
+}
