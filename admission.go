@@ -201,7 +201,11 @@ func (c *call) rateLimit(l *scopeRecord, hedge bool) error {
 // for MaxLimitWait's wait, at most half of what is left of the caller's
 // deadline: a healthy burst waits for the limit to rise to it rather than
 // being refused, and the wait stays short once the dependency's latency
-// is known.
+// is known. A fixed limit's queue and slow start's (without a learnt
+// limit) know no latency: their wait, as a cold limit's, is at most half
+// of what is left of the caller's deadline, so that a caller whose slot
+// does not come in time gets a *BulkheadFullError while the other half is
+// left for the attempt, rather than its deadline's error.
 func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 	now := c.now()
 	if load, ok := l.bulkhead.TryAcquireAt(now); ok {
@@ -232,6 +236,10 @@ func (c *call) bulkhead(l *scopeRecord, hedge bool) (int, time.Time, error) {
 				left /= 2 // the attempt's own latency not known yet: half is left for it
 			}
 			maxWait = min(maxWait, left-unloaded)
+		}
+	case maxWait > 0: // a fixed limit, or slow start's: the attempt's latency is not known
+		if dl, ok := c.deadline(); ok {
+			maxWait = min(maxWait, dl.Sub(now)/2)
 		}
 	}
 	allowed, limit := l.bulkhead.Limits(now) // what the attempt met, should it be refused

@@ -18,7 +18,8 @@ type LoadPolicy struct {
 	// this many attempts of this Transport to one scope are in flight (from
 	// the attempt's send until its response headers, or its error). An
 	// attempt beyond it waits in the scope's queue, for at most MaxWait
-	// and never past the caller's deadline; when the queue is full
+	// and at most half of what is left of the caller's deadline (the
+	// other half is left for the attempt); when the queue is full
 	// (MaxQueued) or the wait runs out, the attempt is not sent, and the
 	// call gets a *BulkheadFullError (or, after earlier attempts, its last
 	// result). Zero means no bulkhead. With Adaptive it is the ceiling of
@@ -77,10 +78,11 @@ type LoadPolicy struct {
 	// MaxWait bounds the wait of an attempt for the bulkhead's queue, the
 	// rate limiter, slow start or the pace (Pace): at most MaxWait, and
 	// never past the caller's deadline. The rate limiter refuses at once
-	// an attempt whose wait would reach the deadline; the pace, and a
-	// learnt limit whose latency is not known yet, one whose wait would
-	// take half of what is left of it, leaving the other half to the call
-	// (a call sent late is served too late). A 429's Retry-After held by
+	// an attempt whose wait would reach the deadline; the pace, a fixed
+	// bulkhead's queue (MaxInFlight's, slow start's), and a learnt limit
+	// whose latency is not known yet, one whose wait would take half of
+	// what is left of it, leaving the other half to the call (a call sent
+	// late is served too late). A 429's Retry-After held by
 	// the pace is waited for within the same bound. Zero means one second
 	// (with Adaptive, once the learnt limit has met a queue, a quarter of
 	// the scope's unloaded latency in the queue); a negative value means

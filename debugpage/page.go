@@ -138,8 +138,8 @@ type event struct {
 	URL            string `json:"url"` // redacted, as the hooks show it
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	Status         int    `json:"status,omitempty"` // the response handed back, if any
-	// Error is the last error's text, its URLs redacted, at most 512
-	// bytes.
+	// Error is the last error's text, its URLs and what may be a
+	// credential in it redacted (redactURLs), at most 512 bytes.
 	Error string `json:"error,omitempty"`
 	// Resolution is the Reconciler's answer (kindReconcile).
 	Resolution string `json:"resolution,omitempty"`
