@@ -210,7 +210,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 		}, func(err error) bool { return errors.Is(err, ErrIdempotencyConflict) }},
 
 		{"already applied, its result not stored", func(t *testing.T) (error, int) {
-			srv := newTestServer(t, stallOnce)
+			srv := stallingServer(t, 1)
 			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond}})
 			rec := uncertainPOST(t, tr, srv.URL, "k-applied")
 			if err := rec.Resolve(context.Background(), true); err != nil {
@@ -219,7 +219,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
 			req.Header.Set("Idempotency-Key", "k-applied")
 			_, _, err := do(tr, req)
-			return err, srv.count() - 1
+			return err, srv.Requests() - 1
 		}, func(err error) bool { return errors.Is(err, ErrAlreadyApplied) && !errAs[*ReconcileRequiredError](err) }},
 
 		{"invalid policy", func(t *testing.T) (error, int) {
