@@ -44,7 +44,7 @@ func TestNilResponseBodyWithAttemptTimeoutDoesNotPanic(t *testing.T) {
 // callers take to mean they gave up themselves (and often ignore). Like
 // net/http's own timeouts, it matches context.DeadlineExceeded.
 func TestAttemptTimeoutDoesNotMatchContextCanceled(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
+	srv := stallingServer(t, 2)
 	tr := newTransport(t, nil, &Transport{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 50 * time.Millisecond, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))

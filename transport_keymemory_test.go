@@ -4,27 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/ledger"
-	"github.com/retryfuse/retryfuse/retryfusetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// stallingServer is a loopback server that applies its first stalls
-// requests and never answers them (held until the client gives up), and
-// answers the others 201 at once.
-func stallingServer(t *testing.T, stalls int) *retryfusetest.Server {
-	faults := slices.Repeat([]retryfusetest.Fault{retryfusetest.ApplyThenStall()}, stalls)
-	created := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })
-	// The Recorder reads each body in full, so that a client's hang-up
-	// ends the request's context.
-	return retryfusetest.NewServer(t, retryfusetest.NewRecorder().Wrap(created), faults...)
-}
 
 // uncertainPOST sends a keyed POST through tr and returns its reconcile
 // error, which it requires.
