@@ -13,6 +13,7 @@ import (
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 	"github.com/retryfuse/retryfuse/ledger"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 // ErrDeclined tells "retryfuse held back" from "the dependency broke":
@@ -179,10 +180,10 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 		}, func(err error) bool { return errors.Is(err, ErrNotRepeatable) }},
 
 		{"reconcile required", func(t *testing.T) (error, int) {
-			s := newFaultServer(t, time.Second)
+			// The body is read and applied, then the connection reset.
+			s := retryfusetest.NewServer(t, retryfusetest.NewRecorder().Wrap(nil), retryfusetest.ApplyThenReset())
 			tr := newDeclinedTransport(t, &Transport{})
 			req := newRequest(t, testCtx(t), http.MethodPost, s.URL, "order")
-			req.Header.Set("X-Fault", string(faultResetAfterBody))
 			_, _, err := do(tr, req)
 			return err, 0
 		}, errAs[*ReconcileRequiredError]},
