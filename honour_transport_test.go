@@ -116,34 +116,30 @@ func TestServerHonouringKeysLearntFromItsMarker(t *testing.T) {
 		{"learning off", -1, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stall atomic.Bool
-			var applied atomic.Int32
-			srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+			charges := retryfusetest.NewRecorder()
+			apply := charges.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set(honour.HeaderHonoured, "?1")
-				if r.Header.Get("Idempotency-Key") == "pay-4" && applied.Load() > 0 {
+				if key := r.Header.Get("Idempotency-Key"); key == "pay-4" && charges.Applied(key) > 0 {
+					_, _ = io.Copy(io.Discard, r.Body)
 					w.Header().Set(honour.HeaderReplayed, "true")
 					w.WriteHeader(http.StatusCreated)
 					return
 				}
-				applied.Add(1)
-				if stall.Load() {
-					<-r.Context().Done()
-					return
-				}
-				w.WriteHeader(http.StatusCreated)
+				apply.ServeHTTP(w, r)
 			})
+			// pay-3 is answered; pay-4 is applied and its response lost.
+			srv := retryfusetest.NewServer(t, h, retryfusetest.Answer(), retryfusetest.ApplyThenStall())
 			clk := newFakeClock()
 			tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{HonourMemory: tc.memory}})
 			_, _, err := keyedPOST(t, tr, srv.URL, "pay-3")
 			require.NoError(t, err)
 			clk.Advance(tc.advance)
-			applied.Store(0)
-			stall.Store(true)
 			resp, _, err := keyedPOST(t, tr, srv.URL, "pay-4")
 			if tc.repeated {
 				require.NoError(t, err)
 				assert.Equal(t, http.StatusCreated, resp.StatusCode)
-				assert.Equal(t, int32(1), applied.Load())
+				assert.Equal(t, 1, charges.Applied("pay-4"))
 				return
 			}
 			var rec *ReconcileRequiredError
