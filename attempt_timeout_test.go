@@ -44,7 +44,7 @@ func TestNilResponseBodyWithAttemptTimeoutDoesNotPanic(t *testing.T) {
 // callers take to mean they gave up themselves (and often ignore). Like
 // net/http's own timeouts, it matches context.DeadlineExceeded.
 func TestAttemptTimeoutDoesNotMatchContextCanceled(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
+	srv := stallingServer(t, 2)
 	tr := newTransport(t, nil, &Transport{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 50 * time.Millisecond, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 
 	_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodGet, srv.URL, ""))
@@ -69,14 +69,11 @@ func TestHeadersThatNeverArriveAreCutByAttemptTimeout(t *testing.T) {
 		backoff        = time.Millisecond
 		margin         = 500 * time.Millisecond
 	)
-	srv := newFaultServer(t, 3*time.Second) // the headers would come after 3s
+	srv := stallingServer(t, attempts) // the headers never come
 	tr := newTransport(t, nil, &Transport{Retry: RetryPolicy{MaxAttempts: attempts, AttemptTimeout: attemptTimeout, InitialBackoff: backoff, MaxBackoff: backoff}})
-	req, err := faultCall{name: "noheaders", method: http.MethodGet, fault: faultSlowHeaders, delay: "1h"}.request(testCtx(t), srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := newRequest(t, testCtx(t), http.MethodGet, srv.URL, "")
 	began := time.Now()
-	_, _, err = do(tr, req)
+	_, _, err := do(tr, req)
 	elapsed := time.Since(began)
 	if !errors.Is(err, ErrAttemptTimeout) || !errors.Is(err, ErrAttemptsExhausted) {
 		t.Errorf("Do error: got %v, want ErrAttemptsExhausted after ErrAttemptTimeout", err)
@@ -84,7 +81,7 @@ func TestHeadersThatNeverArriveAreCutByAttemptTimeout(t *testing.T) {
 	if lo, hi := attempts*attemptTimeout, attempts*(attemptTimeout+backoff)+margin; elapsed < lo || elapsed > hi {
 		t.Errorf("call took %v, want between %v and %v", elapsed, lo, hi)
 	}
-	if got := srv.arrivalsOf("noheaders"); got != attempts {
+	if got := srv.Requests(); got != attempts {
 		t.Errorf("attempts that reached the server: got %d, want %d", got, attempts)
 	}
 }

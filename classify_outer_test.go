@@ -72,7 +72,7 @@ func TestKeyHeadersThatDisagreeAreRefused(t *testing.T) {
 // *url.Error and os.IsTimeout, as net/http's own do; and the message of
 // an attempt timeout does not claim a cancellation the chain denies.
 func TestTimedOutCallsReportTimeout(t *testing.T) {
-	stall := newTestServer(t, stallUntilGone)
+	stall := stallingServer(t, 4) // the attempts of the cases below, none answered
 	tests := []struct {
 		name string
 		tr   *Transport
@@ -185,7 +185,7 @@ func TestKeyFromTheContextSurvivesOuterRetries(t *testing.T) {
 // A call ended by the caller's deadline gives that deadline as its
 // reason, in the hook and by name, not "final".
 func TestCallerDeadlineIsTheGiveUpReason(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
+	srv := stallingServer(t, 1)
 	var reasons []error
 	tr := newTransport(t, newFakeClock(), &Transport{Hooks: Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, i.Reason) }}})
 	ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Millisecond)
@@ -201,7 +201,7 @@ func TestCallerDeadlineIsTheGiveUpReason(t *testing.T) {
 // caller's, is named for what it is: a write left uncertain, whose cause
 // is the attempt's timeout, never the caller's deadline.
 func TestAttemptTimeoutOfAKeyedWriteIsNotTheCallersDeadline(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
+	srv := stallingServer(t, 1)
 	var reasons []error
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{AttemptTimeout: 30 * time.Millisecond},

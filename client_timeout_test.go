@@ -69,7 +69,7 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 			t.Run(lc.name+"/"+rc.name, func(t *testing.T) {
 				t.Parallel()
 				const key = "order-7"
-				srv := newTestServer(t, stallUntilGone) // applies the order, never answers
+				srv := stallingServer(t, 1) // applies the order, never answers
 				var (
 					hookMu  sync.Mutex
 					hookErr *ReconcileRequiredError
@@ -94,7 +94,7 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 
 				_, err := client.Do(newKeyedPOST(t, testCtx(t), srv.URL, key, "pay 42"))
 				require.Error(t, err, "first call")
-				require.Equal(t, 1, srv.count(), "first call: the server applied the order")
+				require.Equal(t, 1, srv.Requests(), "first call: the server applied the order")
 				assert.True(t, os.IsTimeout(err), "first call: %v is a timeout", err)
 				var rec *ReconcileRequiredError
 				if rc.clientFirst {
@@ -117,7 +117,7 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 				rec = reconcileErrOf(t, err, key)
 				assert.True(t, rec.Earlier, "next call: refused because of the first")
 				assert.Equal(t, 1, rec.Attempts, "next call: the first call's attempts")
-				assert.Equal(t, 1, srv.count(), "next call: not sent")
+				assert.Equal(t, 1, srv.Requests(), "next call: not sent")
 
 				// The next call's error resolves the key: the order was
 				// applied (the server says so), and a call after that is
@@ -125,7 +125,7 @@ func TestClientTimeoutNextCallUnderTheKeyIsNotSent(t *testing.T) {
 				require.NoError(t, rec.Resolve(testCtx(t), true), "Resolve")
 				_, err = client.Do(newKeyedPOST(t, testCtx(t), srv.URL, key, "pay 42"))
 				assert.ErrorIs(t, err, ErrAlreadyApplied, "after Resolve")
-				assert.Equal(t, 1, srv.count(), "after Resolve: not sent")
+				assert.Equal(t, 1, srv.Requests(), "after Resolve: not sent")
 			})
 		}
 	}

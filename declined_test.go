@@ -13,6 +13,7 @@ import (
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/internal/throttle"
 	"github.com/retryfuse/retryfuse/ledger"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 // ErrDeclined tells "retryfuse held back" from "the dependency broke":
@@ -179,10 +180,10 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 		}, func(err error) bool { return errors.Is(err, ErrNotRepeatable) }},
 
 		{"reconcile required", func(t *testing.T) (error, int) {
-			s := newFaultServer(t, time.Second)
+			// The body is read and applied, then the connection reset.
+			s := retryfusetest.NewServer(t, retryfusetest.NewRecorder().Wrap(nil), retryfusetest.ApplyThenReset())
 			tr := newDeclinedTransport(t, &Transport{})
 			req := newRequest(t, testCtx(t), http.MethodPost, s.URL, "order")
-			req.Header.Set("X-Fault", string(faultResetAfterBody))
 			_, _, err := do(tr, req)
 			return err, 0
 		}, errAs[*ReconcileRequiredError]},
@@ -210,7 +211,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 		}, func(err error) bool { return errors.Is(err, ErrIdempotencyConflict) }},
 
 		{"already applied, its result not stored", func(t *testing.T) (error, int) {
-			srv := newTestServer(t, stallOnce)
+			srv := stallingServer(t, 1)
 			tr := newDeclinedTransport(t, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond}})
 			rec := uncertainPOST(t, tr, srv.URL, "k-applied")
 			if err := rec.Resolve(context.Background(), true); err != nil {
@@ -219,7 +220,7 @@ func TestFailuresDoNotMatchErrDeclined(t *testing.T) {
 			req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
 			req.Header.Set("Idempotency-Key", "k-applied")
 			_, _, err := do(tr, req)
-			return err, srv.count() - 1
+			return err, srv.Requests() - 1
 		}, func(err error) bool { return errors.Is(err, ErrAlreadyApplied) && !errAs[*ReconcileRequiredError](err) }},
 
 		{"invalid policy", func(t *testing.T) (error, int) {

@@ -11,38 +11,39 @@ import (
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/decide"
 	"github.com/retryfuse/retryfuse/internal/honour"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // honouringServer answers as a server that honours Idempotency-Key does,
 // with the markers of package idempotency: the first request under a key
-// is applied and, when stall is set, never answered (its response is
-// lost); a repeat gets the stored result, marked as a replay. applied
-// counts the writes applied.
+// is applied and never answered (its response is lost); a repeat gets the
+// stored result, marked as a replay. charges records the writes applied.
 type honouringServer struct {
-	*testServer
-	applied atomic.Int32
+	*retryfusetest.Server
+	charges *retryfusetest.Recorder
 }
 
-func newHonouringServer(t *testing.T, stall bool) *honouringServer {
-	s := &honouringServer{}
-	s.testServer = newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+func newHonouringServer(t *testing.T) *honouringServer {
+	s := &honouringServer{charges: retryfusetest.NewRecorder()}
+	apply := s.charges.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charge ch_1")
+	}))
+	var seen atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(honour.HeaderHonoured, "?1")
-		if n > 1 {
+		if seen.Add(1) > 1 {
+			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set(honour.HeaderReplayed, "true")
 			w.WriteHeader(http.StatusCreated)
 			_, _ = io.WriteString(w, "charge ch_1")
 			return
 		}
-		s.applied.Add(1)
-		if stall {
-			<-r.Context().Done()
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, "charge ch_1")
+		apply.ServeHTTP(w, r)
 	})
+	s.Server = retryfusetest.NewServer(t, h, retryfusetest.ApplyThenStall())
 	return s
 }
 
@@ -57,7 +58,7 @@ func keyedPOST(t *testing.T, tr *Transport, url, key string) (*http.Response, []
 // was lost is sent again with the same key and body: the caller gets the
 // stored result, and the write was applied once.
 func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
-	srv := newHonouringServer(t, true)
+	srv := newHonouringServer(t)
 	var replays []bool
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{
@@ -74,8 +75,8 @@ func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
 	require.NoError(t, err, "the lost response is recovered, not a reconcile error")
 	assert.Equal(t, http.StatusCreated, resp.StatusCode)
 	assert.Equal(t, "charge ch_1", string(body))
-	assert.Equal(t, int32(1), srv.applied.Load(), "applied once")
-	assert.Equal(t, 2, srv.count())
+	assert.Equal(t, 1, srv.charges.Total(), "applied once")
+	assert.Equal(t, 2, srv.Requests())
 	assert.Equal(t, []bool{false, true}, replays, "the second attempt's response is reported as a replay")
 }
 
@@ -83,20 +84,20 @@ func TestUncertainKeyedWriteRepeatedTowardServerThatHonoursKeys(t *testing.T) {
 // the same write is never repeated: the caller reconciles.
 func TestUncertainKeyedWriteReconciledUnlessServerKnownToHonourKeys(t *testing.T) {
 	t.Run("not known", func(t *testing.T) {
-		srv := newHonouringServer(t, true)
+		srv := newHonouringServer(t)
 		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()}})
 		_, _, err := keyedPOST(t, tr, srv.URL, "pay-2")
 		var rec *ReconcileRequiredError
 		require.ErrorAs(t, err, &rec)
-		assert.Equal(t, 1, srv.count())
+		assert.Equal(t, 1, srv.Requests())
 	})
 	t.Run("an unkeyed write, declared", func(t *testing.T) {
-		srv := newHonouringServer(t, true)
+		srv := newHonouringServer(t)
 		tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{ServerHonours: true}})
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, `{"amount":100}`))
 		var rec *ReconcileRequiredError
 		require.ErrorAs(t, err, &rec, "without a key the server cannot know the repeat")
-		assert.Equal(t, 1, srv.count())
+		assert.Equal(t, 1, srv.Requests())
 	})
 }
 
@@ -115,34 +116,30 @@ func TestServerHonouringKeysLearntFromItsMarker(t *testing.T) {
 		{"learning off", -1, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stall atomic.Bool
-			var applied atomic.Int32
-			srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+			charges := retryfusetest.NewRecorder()
+			apply := charges.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set(honour.HeaderHonoured, "?1")
-				if r.Header.Get("Idempotency-Key") == "pay-4" && applied.Load() > 0 {
+				if key := r.Header.Get("Idempotency-Key"); key == "pay-4" && charges.Applied(key) > 0 {
+					_, _ = io.Copy(io.Discard, r.Body)
 					w.Header().Set(honour.HeaderReplayed, "true")
 					w.WriteHeader(http.StatusCreated)
 					return
 				}
-				applied.Add(1)
-				if stall.Load() {
-					<-r.Context().Done()
-					return
-				}
-				w.WriteHeader(http.StatusCreated)
+				apply.ServeHTTP(w, r)
 			})
+			// pay-3 is answered; pay-4 is applied and its response lost.
+			srv := retryfusetest.NewServer(t, h, retryfusetest.Answer(), retryfusetest.ApplyThenStall())
 			clk := newFakeClock()
 			tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{HonourMemory: tc.memory}})
 			_, _, err := keyedPOST(t, tr, srv.URL, "pay-3")
 			require.NoError(t, err)
 			clk.Advance(tc.advance)
-			applied.Store(0)
-			stall.Store(true)
 			resp, _, err := keyedPOST(t, tr, srv.URL, "pay-4")
 			if tc.repeated {
 				require.NoError(t, err)
 				assert.Equal(t, http.StatusCreated, resp.StatusCode)
-				assert.Equal(t, int32(1), applied.Load())
+				assert.Equal(t, 1, charges.Applied("pay-4"))
 				return
 			}
 			var rec *ReconcileRequiredError
@@ -222,7 +219,7 @@ func TestKeyedAnswersOfServerThatHonoursKeys(t *testing.T) {
 
 // The decision core is asked contract version 2, with the fact.
 func TestDecisionAsksVersion2WithTheFact(t *testing.T) {
-	srv := newHonouringServer(t, true)
+	srv := newHonouringServer(t)
 	var verdicts []decide.Verdict
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{

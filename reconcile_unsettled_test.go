@@ -7,6 +7,7 @@ import (
 
 	"github.com/retryfuse/retryfuse/budget"
 	"github.com/retryfuse/retryfuse/internal/honour"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -21,26 +22,25 @@ import (
 func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		later  func(w http.ResponseWriter, r *http.Request) // the answer to every attempt after the first
+		faults []retryfusetest.Fault // the first is applied and its response lost
+		later  http.HandlerFunc      // the answer to every attempt past the faults
 		budget budget.Budget
 		sent   int
 	}{
-		{"every attempt times out", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, budget.Unlimited(), 3},
-		{"503 while the ledger is down", func(w http.ResponseWriter, _ *http.Request) {
+		{"every attempt times out", stalls(3), nil, budget.Unlimited(), 3},
+		{"503 while the ledger is down", stalls(1), func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set(honour.HeaderHonoured, "?1")
 			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}, budget.Unlimited(), 3},
-		{"the budget refuses the repeat", nil, mustRatioBudget(t, budget.RatioConfig{MinPerSecond: -1}), 1},
+		{"the budget refuses the repeat", stalls(1), nil, mustRatioBudget(t, budget.RatioConfig{MinPerSecond: -1}), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
-				if n == 1 { // applied; its response is lost
-					<-r.Context().Done()
-					return
-				}
-				tc.later(w, r)
-			})
+			var later http.Handler
+			if tc.later != nil {
+				later = tc.later
+			}
+			srv := retryfusetest.NewServer(t, retryfusetest.NewRecorder().Wrap(later), tc.faults...)
 			var reconciled int
 			tr := newTransport(t, newFakeClock(), &Transport{
 				Retry: RetryPolicy{
@@ -61,13 +61,13 @@ func TestRepeatedUncertainKeyedWriteUnsettledEndsInReconcile(t *testing.T) {
 			assert.Equal(t, "pay-u", rec.IdempotencyKey)
 			assert.Equal(t, tc.sent, rec.Attempts)
 			assert.ErrorIs(t, rec.Cause, ErrAttemptTimeout, "the cause is the uncertain attempt's")
-			assert.Equal(t, tc.sent, srv.count())
+			assert.Equal(t, tc.sent, srv.Requests())
 			assert.Equal(t, 1, reconciled)
 
 			_, _, err = keyedPOST(t, tr, srv.URL, "pay-u")
 			require.ErrorAs(t, err, &rec, "the key is held until the caller resolves it")
 			assert.True(t, rec.Earlier)
-			assert.Equal(t, tc.sent, srv.count(), "not sent")
+			assert.Equal(t, tc.sent, srv.Requests(), "not sent")
 		})
 	}
 }

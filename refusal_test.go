@@ -32,7 +32,7 @@ func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 		{"ledger.Memory, another Transport's call", &ledger.Memory{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newTestServer(t, stallOnce)
+			srv := stallingServer(t, 1)
 			newTr := func() *Transport {
 				return newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: tc.ledger}})
 			}
@@ -47,7 +47,7 @@ func TestRefusalUnderUncertainKeyDescribesEarlierCall(t *testing.T) {
 				tr = newTr()
 			}
 			again := uncertainPOST(t, tr, srv.URL, "order-21")
-			assert.Equal(t, 1, srv.count(), "the later call is not sent")
+			assert.Equal(t, 1, srv.Requests(), "the later call is not sent")
 			assert.True(t, again.Earlier, "the refusal says it is about an earlier call")
 			msg := again.Error()
 			assert.Contains(t, msg, "not sent: an earlier call under idempotency key "+strconv.Quote("order-21"))
@@ -98,7 +98,7 @@ func TestLedgerRefusalsNameKeyAndScope(t *testing.T) {
 }
 
 func TestRefusalNamesAreBounded(t *testing.T) {
-	srv := newTestServer(t, stallOnce)
+	srv := stallingServer(t, 1)
 	scope := strings.Repeat("scope-", 100)
 	tr := newTransport(t, newFakeClock(), &Transport{
 		Retry: RetryPolicy{

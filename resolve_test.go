@@ -64,7 +64,7 @@ func TestResolveAfterCallersDeadline(t *testing.T) {
 		{"a store's ledger", func() ledger.Ledger { return &storeLedger{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newTestServer(t, stallOnce)
+			srv := stallingServer(t, 1)
 			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: tc.ledger()}})
 
 			ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
@@ -83,7 +83,7 @@ func TestResolveAfterCallersDeadline(t *testing.T) {
 			resp, _, err := do(tr, again)
 			require.NoError(t, err, "the key is free at once")
 			assert.Equal(t, http.StatusCreated, resp.StatusCode)
-			assert.Equal(t, 2, srv.count())
+			assert.Equal(t, 2, srv.Requests())
 
 			if l, ok := tr.Keys.Ledger.(*storeLedger); ok {
 				for i, left := range l.deadlines {

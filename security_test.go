@@ -127,7 +127,7 @@ func TestCredentialsNeverReported(t *testing.T) {
 // stripPassword) — the user name and the query are kept. The transport's
 // own error inside carries the redacted URL. SECURITY.md documents this.
 func TestCredentialsInHTTPClientURLError(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
+	srv := stallingServer(t, 1)
 	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout}})
 	req := newRequest(t, testCtx(t), http.MethodPost, secretURL(srv.URL), `{"amount":10}`)
 	req.Header.Set(headerIdempotencyKey, "pay-s5")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jarcoal/httpmock"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 // The test servers, all on loopback: recording httptest servers and their
@@ -88,6 +89,21 @@ func statusServer(t *testing.T, status int, body string) *testServer {
 // the answer never comes.
 func stallUntilGone(_ int, _ http.ResponseWriter, r *http.Request) {
 	<-r.Context().Done()
+}
+
+// stallingServer is a loopback server that applies its first n
+// requests and never answers them (held until the client gives up), and
+// answers the others 201 at once.
+func stallingServer(t *testing.T, n int) *retryfusetest.Server {
+	created := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })
+	// The Recorder reads each body in full, so that a client's hang-up
+	// ends the request's context.
+	return retryfusetest.NewServer(t, retryfusetest.NewRecorder().Wrap(created), stalls(n)...)
+}
+
+// stalls is a script of n requests applied and never answered.
+func stalls(n int) []retryfusetest.Fault {
+	return slices.Repeat([]retryfusetest.Fault{retryfusetest.ApplyThenStall()}, n)
 }
 
 // failThenOK answers 503 to the first fails requests and 200 after.

@@ -35,7 +35,7 @@ func TestRepeatRefusedOnceTheServerIsNoLongerKnownToHonourKeys(t *testing.T) {
 				name = lost + "/a Ledger"
 			}
 			t.Run(name, func(t *testing.T) {
-				srv := newHonouringServer(t, true)
+				srv := newHonouringServer(t)
 				clk := newFakeClock()
 				tr := &Transport{
 					Retry: RetryPolicy{MaxAttempts: 1, AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()},
@@ -67,8 +67,8 @@ func TestRepeatRefusedOnceTheServerIsNoLongerKnownToHonourKeys(t *testing.T) {
 				var held *ReconcileRequiredError
 				require.ErrorAs(t, err, &held, "the key is still held")
 				assert.True(t, held.Earlier)
-				assert.Equal(t, 1, srv.count(), "nothing sent again")
-				assert.Equal(t, int32(1), srv.applied.Load())
+				assert.Equal(t, 1, srv.Requests(), "nothing sent again")
+				assert.Equal(t, 1, srv.charges.Total())
 			})
 		}
 	}

@@ -23,7 +23,7 @@ func TestRepeatSettlesAnUncertainWriteTowardAServerThatHonoursKeys(t *testing.T)
 			name = "a Ledger"
 		}
 		t.Run(name, func(t *testing.T) {
-			srv := newHonouringServer(t, true)
+			srv := newHonouringServer(t)
 			tr := &Transport{
 				Retry: RetryPolicy{MaxAttempts: 1, AttemptTimeout: 100 * time.Millisecond, Budget: budget.Unlimited()},
 				Keys:  KeyPolicy{ServerHonours: true},
@@ -41,15 +41,15 @@ func TestRepeatSettlesAnUncertainWriteTowardAServerThatHonoursKeys(t *testing.T)
 			var held *ReconcileRequiredError
 			require.ErrorAs(t, err, &held, "before Repeat, the key is held")
 			assert.True(t, held.Earlier)
-			assert.Equal(t, 1, srv.count(), "a held key sends nothing")
+			assert.Equal(t, 1, srv.Requests(), "a held key sends nothing")
 
 			require.NoError(t, rec.Repeat(testCtx(t)))
 			resp, body, err := keyedPOST(t, tr, srv.URL, "pay-9")
 			require.NoError(t, err, "the repeat after Repeat")
 			assert.Equal(t, http.StatusCreated, resp.StatusCode)
 			assert.Equal(t, "charge ch_1", string(body), "the server's stored result")
-			assert.Equal(t, int32(1), srv.applied.Load(), "applied once")
-			assert.Equal(t, 2, srv.count())
+			assert.Equal(t, 1, srv.charges.Total(), "applied once")
+			assert.Equal(t, 2, srv.Requests())
 		})
 	}
 }
@@ -57,7 +57,7 @@ func TestRepeatSettlesAnUncertainWriteTowardAServerThatHonoursKeys(t *testing.T)
 // Toward a server not known to honour keys, Repeat frees nothing: it
 // returns an error matching ErrNotRepeatable, and the key stays held.
 func TestRepeatRefusedUnlessTheServerIsKnownToHonourKeys(t *testing.T) {
-	srv := newHonouringServer(t, true)
+	srv := newHonouringServer(t)
 	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{MaxAttempts: 1, AttemptTimeout: 100 * time.Millisecond}})
 	_, _, err := keyedPOST(t, tr, srv.URL, "pay-10")
 	var rec *ReconcileRequiredError
@@ -66,5 +66,5 @@ func TestRepeatRefusedUnlessTheServerIsKnownToHonourKeys(t *testing.T) {
 	_, _, err = keyedPOST(t, tr, srv.URL, "pay-10")
 	var held *ReconcileRequiredError
 	require.ErrorAs(t, err, &held, "the key is still held")
-	assert.Equal(t, 1, srv.count(), "nothing sent again")
+	assert.Equal(t, 1, srv.Requests(), "nothing sent again")
 }

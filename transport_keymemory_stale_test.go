@@ -19,13 +19,7 @@ import (
 func TestAStaleReconcileErrorDoesNotFreeALaterHoldWithoutALedger(t *testing.T) {
 	for _, stale := range []string{"the uncertain call's", "an earlier refusal's"} {
 		t.Run(stale, func(t *testing.T) {
-			srv := newTestServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
-				if n <= 2 { // the first two writes are never answered
-					<-r.Context().Done()
-					return
-				}
-				w.WriteHeader(http.StatusCreated)
-			})
+			srv := stallingServer(t, 2) // the first two writes are never answered
 			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}})
 			first := uncertainPOST(t, tr, srv.URL, "order-9")
 			refused := uncertainPOST(t, tr, srv.URL, "order-9")
@@ -34,7 +28,7 @@ func TestAStaleReconcileErrorDoesNotFreeALaterHoldWithoutALedger(t *testing.T) {
 
 			second := uncertainPOST(t, tr, srv.URL, "order-9")
 			require.False(t, second.Earlier, "the key was free: the write was sent again, and left uncertain")
-			require.Equal(t, 2, srv.count())
+			require.Equal(t, 2, srv.Requests())
 
 			old := first
 			if stale == "an earlier refusal's" {
@@ -43,13 +37,13 @@ func TestAStaleReconcileErrorDoesNotFreeALaterHoldWithoutALedger(t *testing.T) {
 			require.NoError(t, old.Resolve(context.Background(), false))
 			held := uncertainPOST(t, tr, srv.URL, "order-9")
 			assert.True(t, held.Earlier, "the second write's hold stands")
-			assert.Equal(t, 2, srv.count(), "nothing sent under the held key")
+			assert.Equal(t, 2, srv.Requests(), "nothing sent under the held key")
 
 			require.NoError(t, second.Resolve(context.Background(), false), "its own error frees it")
 			resp, _, err := keyedPOSTBody(t, tr, srv.URL, "order-9", "order")
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusCreated, resp.StatusCode)
-			assert.Equal(t, 3, srv.count())
+			assert.Equal(t, 3, srv.Requests())
 		})
 	}
 }

@@ -13,16 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// stallOnce applies the first request and never answers it; it answers
-// the others at once.
-func stallOnce(n int, w http.ResponseWriter, r *http.Request) {
-	if n == 1 {
-		<-r.Context().Done()
-		return
-	}
-	w.WriteHeader(http.StatusCreated)
-}
-
 // uncertainPOST sends a keyed POST through tr and returns its reconcile
 // error, which it requires.
 func uncertainPOST(t *testing.T, tr *Transport, url, key string) *ReconcileRequiredError {
@@ -41,14 +31,14 @@ func uncertainPOST(t *testing.T, tr *Transport, url, key string) *ReconcileRequi
 func TestUncertainKeyRememberedWithoutALedger(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
-			srv := newTestServer(t, stallOnce)
+			srv := stallingServer(t, 1)
 			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}})
 			first := uncertainPOST(t, tr, srv.URL, "order-5")
 			assert.ErrorIs(t, first.Cause, ErrAttemptTimeout)
 
 			again := uncertainPOST(t, tr, srv.URL, "order-5")
 			assert.True(t, again.Earlier, "a call under the uncertain key is told to reconcile")
-			assert.Equal(t, 1, srv.count(), "and not sent")
+			assert.Equal(t, 1, srv.Requests(), "and not sent")
 
 			other := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order")
 			other.Header.Set("Idempotency-Key", "order-6")
@@ -64,12 +54,12 @@ func TestUncertainKeyRememberedWithoutALedger(t *testing.T) {
 				assert.ErrorIs(t, err, ErrAlreadyApplied, "an applied key is still not sent")
 				assert.NotErrorIs(t, err, ErrReconcileRequired, "and it is not uncertain")
 				assert.Equal(t, "already_applied", ReasonName(err))
-				assert.Equal(t, 2, srv.count())
+				assert.Equal(t, 2, srv.Requests())
 				return
 			}
 			require.NoError(t, err, "a key resolved as not applied is free")
 			assert.Equal(t, http.StatusCreated, resp.StatusCode)
-			assert.Equal(t, 3, srv.count())
+			assert.Equal(t, 3, srv.Requests())
 		})
 	}
 }
@@ -79,7 +69,7 @@ func TestUncertainKeyRememberedWithoutALedger(t *testing.T) {
 func TestResolveWithALedger(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(fmt.Sprint("applied ", applied), func(t *testing.T) {
-			srv := newTestServer(t, stallOnce)
+			srv := stallingServer(t, 1)
 			l := &ledger.Memory{}
 			tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond, Budget: budget.Unlimited()}, Keys: KeyPolicy{Ledger: l}})
 			first := uncertainPOST(t, tr, srv.URL, "order-8")
@@ -94,12 +84,12 @@ func TestResolveWithALedger(t *testing.T) {
 			if applied {
 				assert.ErrorIs(t, err, ErrAlreadyApplied)
 				assert.NotErrorIs(t, err, ErrReconcileRequired)
-				assert.Equal(t, 1, srv.count())
+				assert.Equal(t, 1, srv.Requests())
 				return
 			}
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusCreated, resp.StatusCode)
-			assert.Equal(t, 2, srv.count())
+			assert.Equal(t, 2, srv.Requests())
 		})
 	}
 }
@@ -107,7 +97,7 @@ func TestResolveWithALedger(t *testing.T) {
 // A write without a key of its own holds nothing: nothing is remembered,
 // and Resolve does nothing.
 func TestUnkeyedAndGeneratedKeysAreNotRemembered(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
+	srv := stallingServer(t, 2)
 	tr := newTransport(t, newFakeClock(), &Transport{Retry: RetryPolicy{AttemptTimeout: 200 * time.Millisecond}, Keys: KeyPolicy{Generate: true}})
 	for range 2 {
 		_, _, err := do(tr, newRequest(t, testCtx(t), http.MethodPost, srv.URL, "order"))
@@ -116,6 +106,6 @@ func TestUnkeyedAndGeneratedKeysAreNotRemembered(t *testing.T) {
 		assert.ErrorIs(t, rec.Cause, ErrAttemptTimeout, "each call is sent: a generated key is new")
 		assert.NoError(t, rec.Resolve(context.Background(), false))
 	}
-	assert.Equal(t, 2, srv.count())
+	assert.Equal(t, 2, srv.Requests())
 	assert.True(t, tr.keys.Empty(), "nothing is remembered")
 }

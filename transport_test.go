@@ -304,14 +304,14 @@ func TestClassifierCannotMakePOSTWithoutKeyRepeatable(t *testing.T) {
 }
 
 func TestClassifierCannotReplayAnUncertainPOST(t *testing.T) {
-	srv := newTestServer(t, stallUntilGone)
+	srv := stallingServer(t, 1)
 	clk := newFakeClock()
 	tr := newTransport(t, clk, &Transport{Retry: RetryPolicy{AttemptTimeout: shortTimeout, MaxAttempts: 3, Classifier: retryEverything}})
 	req := newRequest(t, testCtx(t), http.MethodPost, srv.URL, "payload")
 	req.Header.Set(headerIdempotencyKey, "pay-9")
 	_, _, err := do(tr, req)
 	wantReconcile(t, err, http.MethodPost, srv.URL, "pay-9")
-	if got := srv.count(); got != 1 {
+	if got := srv.Requests(); got != 1 {
 		t.Errorf("requests seen by the server: got %d, want 1", got)
 	}
 	if got := clk.Sleeps(); len(got) != 0 {

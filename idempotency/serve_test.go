@@ -12,6 +12,7 @@ import (
 
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/ledger"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 func TestReplayIsTheFirstResponse(t *testing.T) {
@@ -287,23 +288,19 @@ func TestPanicLeavesTheKeyUncertain(t *testing.T) {
 }
 
 func TestRerunUncertainRunsAgain(t *testing.T) {
-	runs := 0
-	h, _ := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs++
-		if runs == 1 {
-			panic(http.ErrAbortHandler)
-		}
-		w.WriteHeader(http.StatusCreated)
-	}), Config{RerunUncertain: true})
+	// The first run applies its effect and crashes (http.ErrAbortHandler).
+	charges := retryfusetest.NewRecorder()
+	created := charges.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	h, _ := newHandler(t, retryfusetest.NewHandler(created, retryfusetest.ApplyThenReset()), Config{RerunUncertain: true})
 	func() {
 		defer func() { recover() }()
 		serve(h, post("/x", "k", ""))
 	}()
-	if w := serve(h, post("/x", "k", "")); w.Code != http.StatusCreated || runs != 2 {
-		t.Errorf("repeat: %d after %d runs, want 201 after 2", w.Code, runs)
+	if w := serve(h, post("/x", "k", "")); w.Code != http.StatusCreated || charges.Total() != 2 {
+		t.Errorf("repeat: %d after %d runs, want 201 after 2", w.Code, charges.Total())
 	}
-	if w := serve(h, post("/x", "k", "")); w.Header().Get(HeaderReplayed) != "true" || runs != 2 {
-		t.Errorf("third: %d, replayed %q, after %d runs; want the replay after 2", w.Code, w.Header().Get(HeaderReplayed), runs)
+	if w := serve(h, post("/x", "k", "")); w.Header().Get(HeaderReplayed) != "true" || charges.Total() != 2 {
+		t.Errorf("third: %d, replayed %q, after %d runs; want the replay after 2", w.Code, w.Header().Get(HeaderReplayed), charges.Total())
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/retryfuse/retryfuse"
 	"github.com/retryfuse/retryfuse/breaker"
 	retryfuseotel "github.com/retryfuse/retryfuse/otel"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -147,14 +148,9 @@ func TestConventionsGETResentTwiceIsThreeClientSpans(t *testing.T) {
 // though otelhttp ended it before retryfuse classified it.
 func TestConventionsKeyedPOSTReconcileOnTheCallSpan(t *testing.T) {
 	h := newHarness(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			conn.Close() // read, and no answer
-		}
-	}))
-	t.Cleanup(srv.Close)
+	// The body is read (the Recorder reads it), and the connection closed
+	// with no answer.
+	srv := retryfusetest.NewServer(t, retryfusetest.NewRecorder().Wrap(nil), retryfusetest.ApplyThenClose())
 	client := conventionsClient(t, h, fastTransport(h), retryfuseotel.WithSpanName(func(*http.Request) string { return "CreateOrder" }))
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
 	if err != nil {

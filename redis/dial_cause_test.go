@@ -44,7 +44,7 @@ func TestRedisDownErrorsCarryTheDialError(t *testing.T) {
 		t.Fatalf("Begin with Redis down: got %v, want an error wrapping ErrUnavailable and ECONNREFUSED, naming it", err)
 	}
 	client := newTransport(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: l}})
-	srv := newStallServer(t)
+	srv, _ := newStallServer(t)
 	resp, err := keyedPost(bg(), client, srv.URL, "order-1")
 	if err == nil {
 		resp.Body.Close()
@@ -53,7 +53,7 @@ func TestRedisDownErrorsCarryTheDialError(t *testing.T) {
 	if !errors.Is(err, retryfuse.ErrLedgerUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("keyed POST with Redis down: got %v, want ErrLedgerUnavailable wrapping ECONNREFUSED, naming it", err)
 	}
-	if n := srv.applied.Load(); n != 0 {
+	if n := srv.Requests(); n != 0 {
 		t.Fatalf("server got %d requests, want none", n)
 	}
 

@@ -6,12 +6,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/retryfuse/retryfuse"
+	"github.com/retryfuse/retryfuse/retryfusetest"
 )
 
 // The README's reconcile flow through a Transport with the Redis ledger:
@@ -19,31 +18,16 @@ import (
 // resolves it with the context that has already ended, and the next call
 // under the key is sent again (not applied) or not (applied).
 
-// stallServer applies every keyed POST; it never answers the first, and
-// answers the others 201.
-type stallServer struct {
-	*httptest.Server
-	applied atomic.Int64
-}
-
-func newStallServer(t *testing.T) *stallServer {
-	s := &stallServer{}
-	stop := make(chan struct{})
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if s.applied.Add(1) == 1 {
-			select { // applied, and the response lost
-			case <-r.Context().Done():
-			case <-stop:
-			}
-			return
-		}
+// newStallServer applies every keyed POST; it never answers the first
+// (applied, and the response held until the client gives up), and answers
+// the others 201. The Recorder counts the applied writes.
+func newStallServer(t *testing.T) (*retryfusetest.Server, *retryfusetest.Recorder) {
+	charges := retryfusetest.NewRecorder()
+	h := charges.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "charged")
 	}))
-	t.Cleanup(s.Close)
-	t.Cleanup(func() { close(stop) }) // before Close, which waits for the handlers
-	return s
+	return retryfusetest.NewServer(t, h, retryfusetest.ApplyThenStall()), charges
 }
 
 // keyedPost sends a keyed POST whose body can be sent again (GetBody).
@@ -65,7 +49,7 @@ func TestReconcileResolvedWithTheExpiredContext(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := newTestLedger(t, LedgerConfig{})
 			client := newTransport(t, &retryfuse.Transport{Keys: retryfuse.KeyPolicy{Ledger: l}})
-			srv := newStallServer(t)
+			srv, charges := newStallServer(t)
 
 			ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
 			defer cancel()
@@ -95,7 +79,7 @@ func TestReconcileResolvedWithTheExpiredContext(t *testing.T) {
 				if resp.StatusCode != http.StatusCreated || string(body) != "charged" {
 					t.Fatalf("the call after Resolve(ctx, false): got %d %q, want 201 \"charged\"", resp.StatusCode, body)
 				}
-				if n := srv.applied.Load(); n != 2 {
+				if n := charges.Total(); n != 2 {
 					t.Fatalf("server applied %d requests, want 2", n)
 				}
 				return
@@ -107,7 +91,7 @@ func TestReconcileResolvedWithTheExpiredContext(t *testing.T) {
 			if !errors.Is(err, retryfuse.ErrAlreadyApplied) || errors.As(err, &rec) {
 				t.Fatalf("the call after Resolve(ctx, true): got %v, want ErrAlreadyApplied, not a reconcile error", err)
 			}
-			if n := srv.applied.Load(); n != 1 {
+			if n := charges.Total(); n != 1 {
 				t.Fatalf("server applied %d requests, want 1: the call after Resolve(ctx, true) is not sent", n)
 			}
 		})
