@@ -231,16 +231,16 @@ func TestFlushPassesThrough(t *testing.T) {
 func TestClientGoneStillRecordsTheOutcome(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			entered, finished := make(chan struct{}), make(chan struct{})
+			entered := make(chan struct{})
 			runs := 0
+			settled := &settleSignal{Ledger: newMemoryLedger(t), done: make(chan struct{}, 1)}
 			h, q := newHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				defer close(finished)
 				runs++
 				close(entered)
 				<-r.Context().Done() // the client is gone
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, "applied")
-			}), Config{})
+			}), Config{Ledger: settled})
 			srv := p.start(h)
 			defer srv.Close()
 			ctx := testContext(t)
@@ -265,10 +265,12 @@ func TestClientGoneStillRecordsTheOutcome(t *testing.T) {
 			if err := <-errc; err == nil {
 				t.Fatal("the cancelled request got a response")
 			}
+			// The outcome is recorded after the handler returns: the repeat
+			// goes once the key is settled, not once the handler is done.
 			select {
-			case <-finished:
+			case <-settled.done:
 			case <-ctx.Done():
-				t.Fatal("the handler did not see the client go")
+				t.Fatal("the handler did not see the client go, or its outcome was never recorded")
 			}
 			status, replayed, body := send(t, ctx, srv, "/charges", "gone-key", "x")
 			if status != http.StatusCreated || replayed != "true" || body != "applied" || runs != 1 {
