@@ -1,9 +1,10 @@
 // Package retryfusetest is a test kit for the failures retryfuse exists
 // for: a response lost after the write was applied, a connection reset
-// before the server read it, a stall, a 429 or 503 with Retry-After, a
-// slow or cut body, an HTTP/2 stream reset. A test scripts them in a line
-// and asks an effect recorder which idempotency keys were applied, how
-// often and with which bodies. It imports the standard library alone.
+// before the server read it, a stall, a 429 or 503 with or without
+// Retry-After, a slow or cut body, an HTTP/2 stream reset. A test scripts
+// them in a line and asks an effect recorder which idempotency keys were
+// applied, how often and with which bodies. It imports the standard
+// library alone.
 //
 // # Faults
 //
@@ -17,6 +18,7 @@
 //	ApplyThenClose()     the handler runs, the connection is closed (io.EOF)
 //	StallBeforeApply()   held unread until the client gives up
 //	ApplyThenStall()     the handler runs, its response held until the client gives up
+//	Status(503)          the status, an empty body, no Retry-After; the handler does not run
 //	RetryAfter(429, d)   status with Retry-After in seconds; the handler does not run
 //	RetryAfterDate(503, d) the same with an HTTP date
 //	SlowBody(every)      the body one byte per interval

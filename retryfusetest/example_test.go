@@ -130,6 +130,21 @@ func ExampleApplyThenStall() {
 	// applied: 1
 }
 
+// A load balancer answers two 503s before the request reaches the
+// server: the GET is sent again past them, and applied once.
+func ExampleStatus() {
+	rec := retryfusetest.NewRecorder()
+	api := retryfusetest.NewTransport(rec.Wrap(charges),
+		retryfusetest.Status(http.StatusServiceUnavailable), retryfusetest.Status(http.StatusServiceUnavailable))
+	call(api, http.MethodGet, retryfuse.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	fmt.Println("met:", api.Met())
+	fmt.Println("applied:", rec.Total())
+	// Output:
+	// 201 "charged" <nil>
+	// met: [Status(503) Status(503) Answer()]
+	// applied: 1
+}
+
 // A Retry-After longer than the Transport's cap is not waited: the 429
 // comes back at once.
 func ExampleRetryAfter() {

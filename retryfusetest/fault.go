@@ -14,7 +14,7 @@ import (
 // others never reach it. The zero Fault is Answer.
 type Fault struct {
 	kind   kind
-	status int           // RetryAfter, RetryAfterDate
+	status int           // Status, RetryAfter, RetryAfterDate
 	after  time.Duration // RetryAfter, RetryAfterDate; SlowBody: the wait per byte
 	n      int           // TruncatedBody: the bytes delivered
 }
@@ -29,6 +29,7 @@ const (
 	applyThenClose
 	stallBeforeApply
 	applyThenStall
+	plainStatus
 	retryAfterSeconds
 	retryAfterDate
 	slowBody
@@ -44,6 +45,7 @@ var kindNames = [...]string{
 	applyThenClose:    "ApplyThenClose",
 	stallBeforeApply:  "StallBeforeApply",
 	applyThenStall:    "ApplyThenStall",
+	plainStatus:       "Status",
 	retryAfterSeconds: "RetryAfter",
 	retryAfterDate:    "RetryAfterDate",
 	slowBody:          "SlowBody",
@@ -57,6 +59,8 @@ func (f Fault) String() string {
 	switch f.kind {
 	case retryAfterSeconds, retryAfterDate:
 		return s + "(" + strconv.Itoa(f.status) + ", " + f.after.String() + ")"
+	case plainStatus:
+		return s + "(" + strconv.Itoa(f.status) + ")"
 	case slowBody:
 		return s + "(" + f.after.String() + ")"
 	case truncatedBody:
@@ -109,6 +113,12 @@ func StallBeforeApply() Fault { return Fault{kind: stallBeforeApply} }
 // client times out after writing.
 func ApplyThenStall() Fault { return Fault{kind: applyThenStall} }
 
+// Status answers code with an empty body and no Retry-After, without
+// running the handler: a 503 or 502 from a load balancer in front of the
+// server, a 500, a 429 that names no wait. A code outside 100 to 999
+// makes the request fail with an error that says so.
+func Status(code int) Fault { return Fault{kind: plainStatus, status: code} }
+
 // RetryAfter answers status (429 or 503, say) with a Retry-After header
 // of d in whole seconds, rounded up, without running the handler. A status
 // outside 100 to 999 makes the request fail with an error that says so.
@@ -139,7 +149,7 @@ func TruncatedBody(n int) Fault { return Fault{kind: truncatedBody, n: max(n, 0)
 // HTTP/1 Server it closes the connection.
 func StreamReset() Fault { return Fault{kind: streamReset} }
 
-// statusError reports a status that RetryAfter or RetryAfterDate was given
+// statusError reports a status that Status, RetryAfter or RetryAfterDate was given
 // and that no server can send (net/http panics on it).
 func (f Fault) statusError() error {
 	if f.status < 100 || f.status > 999 {

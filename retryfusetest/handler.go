@@ -76,12 +76,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case stallBeforeApply:
 		h.stall(r)
 		h.crash() // nothing is delivered
-	case retryAfterSeconds, retryAfterDate:
+	case plainStatus, retryAfterSeconds, retryAfterDate:
 		if err := f.statusError(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		w.Header().Set("Retry-After", f.retryAfterValue(time.Now()))
+		if f.kind != plainStatus {
+			w.Header().Set("Retry-After", f.retryAfterValue(time.Now()))
+		}
 		w.WriteHeader(f.status)
 		return
 	}

@@ -88,6 +88,8 @@ func TestTransportShowsTheFactsOfARealWire(t *testing.T) {
 		retryfusetest.ApplyThenClose(),
 		retryfusetest.StallBeforeApply(),
 		retryfusetest.ApplyThenStall(),
+		retryfusetest.Status(http.StatusServiceUnavailable),
+		retryfusetest.Status(http.StatusInternalServerError),
 		retryfusetest.RetryAfter(http.StatusTooManyRequests, time.Second),
 		retryfusetest.RetryAfterDate(http.StatusServiceUnavailable, time.Second),
 		retryfusetest.SlowBody(time.Millisecond),

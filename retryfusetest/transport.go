@@ -101,12 +101,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case stallBeforeApply:
 		<-ctx.Done()
 		return nil, ctx.Err()
-	case retryAfterSeconds, retryAfterDate:
+	case plainStatus, retryAfterSeconds, retryAfterDate:
 		if err := f.statusError(); err != nil {
 			return nil, err
 		}
 		rec := httptest.NewRecorder()
-		rec.Header().Set("Retry-After", f.retryAfterValue(time.Now()))
+		if f.kind != plainStatus {
+			rec.Header().Set("Retry-After", f.retryAfterValue(time.Now()))
+		}
 		rec.WriteHeader(f.status)
 		return response(req, rec), nil
 	}
